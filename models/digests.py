@@ -1,0 +1,114 @@
+"""Contract digests: sha256 over RFC 8785 (JCS) bytes with one domain prefix per kind.
+
+The prefix keeps a digest of one kind from ever being mistaken for another (a payload
+digest cannot pass as an event digest), and JCS makes the bytes independent of key
+order and number formatting, so a host in another language can recompute them.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+import unicodedata
+from enum import StrEnum
+from typing import Any
+
+import rfc8785
+
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+class DigestKind(StrEnum):
+    PAYLOAD = "payload"
+    EVIDENCE = "evidence"
+    RECORD = "record"
+    EVENT = "event"
+    INTENT = "intent"
+    OPERATION = "operation"
+    TRANSACTION_RECEIPT = "transaction-receipt"
+    DECISION_RECEIPT = "decision-receipt"
+    AUTHORIZATION_RECEIPT = "authorization-receipt"
+    READ_RECEIPT = "read-receipt"
+    REVALIDATION_RECEIPT = "revalidation-receipt"
+    REDACTION_RECEIPT = "redaction-receipt"
+    RANK_RECEIPT = "rank-receipt"
+    PROFILE_CONFIG = "profile-config"
+    PROJECTION_RECEIPT = "projection-receipt"
+    COVERAGE_RECEIPT = "coverage-receipt"
+    REQUEST = "request"
+    IDS = "ids"
+    SNAPSHOT = "snapshot"
+    PACKET = "packet"
+    RESPONSE = "response"
+    QUERY = "query"
+
+
+class CanonicalizationRefused(ValueError):
+    """The value cannot be canonicalised (NaN, -0, unsafe integer, lone surrogate...)."""
+
+
+def _normalised(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise CanonicalizationRefused("unpaired surrogate") from exc
+        return unicodedata.normalize("NFC", value)
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        if abs(value) > MAX_SAFE_INTEGER:
+            raise CanonicalizationRefused("unsafe integer")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value) or (value == 0.0 and math.copysign(1.0, value) < 0):
+            raise CanonicalizationRefused("non-finite or negative zero")
+        return value
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise CanonicalizationRefused("non-string key")
+            norm_key = _normalised(key)
+            if norm_key in out:
+                raise CanonicalizationRefused("duplicate key after normalisation")
+            out[norm_key] = _normalised(item)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_normalised(item) for item in value]
+    raise CanonicalizationRefused(f"unsupported type {type(value).__name__}")
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """JCS bytes of `value` with every string NFC-normalised first."""
+    try:
+        return rfc8785.dumps(_normalised(value))
+    except rfc8785.CanonicalizationError as exc:
+        raise CanonicalizationRefused(str(exc)) from exc
+
+
+def digest_bytes(kind: DigestKind, value: Any) -> bytes:
+    prefix = f"engram/{kind.value}/v1\0".encode()
+    return hashlib.sha256(prefix + canonical_bytes(value)).digest()
+
+
+def digest(kind: DigestKind, value: Any) -> str:
+    """`sha256:<hex>` of the domain-prefixed JCS bytes of `value`."""
+    return "sha256:" + digest_bytes(kind, value).hex()
+
+
+def receipt_digest(kind: DigestKind, receipt: dict[str, Any]) -> str:
+    """A receipt digests itself without its own `receipt_digest` field."""
+    return digest(kind, {k: v for k, v in receipt.items() if k != "receipt_digest"})
+
+
+def seal_receipt(kind: DigestKind, receipt: dict[str, Any]) -> dict[str, Any]:
+    """Return `receipt` with its `receipt_digest` filled in."""
+    return {**receipt, "receipt_digest": receipt_digest(kind, receipt)}
+
+
+def record_id_for(record_digest: str) -> str:
+    """`mem_` + lowercase unpadded base32 of the record digest's 32 bytes."""
+    raw = bytes.fromhex(record_digest.removeprefix("sha256:"))
+    return "mem_" + base64.b32encode(raw).decode("ascii").rstrip("=").lower()

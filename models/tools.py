@@ -1,0 +1,154 @@
+"""The six tools: names, descriptions, argument and output models, published schemas.
+
+`tools/list` publishes `input_schema` and `output_schema` from here. Both are generated
+from the pydantic models and then made strictly closed: every object gets
+`additionalProperties: false`, and no `default: null` survives (optional means omitted).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from .codes import ContractError, ErrorCode
+from .envelope import FailureEnvelope, SuccessEnvelope
+from .inputs import (
+    MAX_ARGUMENT_BYTES,
+    AdmissionInput,
+    CaptureInput,
+    ForgetInput,
+    GetInput,
+    SearchInput,
+    WithdrawInput,
+)
+from .outputs import (
+    AdmissionOutput,
+    CaptureOutput,
+    ForgetOutput,
+    GetOutput,
+    SearchOutput,
+    WithdrawOutput,
+)
+
+SEARCH = "engram_memory_search"
+GET = "engram_memory_get"
+CAPTURE = "engram_memory_capture"
+REQUEST_ADMISSION = "engram_memory_request_admission"
+WITHDRAW = "engram_memory_withdraw"
+FORGET = "engram_memory_forget"
+MUTATIONS = frozenset({CAPTURE, REQUEST_ADMISSION, WITHDRAW, FORGET})
+
+
+def _closed(schema: Any) -> Any:
+    """Close every object schema and drop `default: null` throughout."""
+    if isinstance(schema, dict):
+        out = {k: _closed(v) for k, v in schema.items() if not (k == "default" and v is None)}
+        if out.get("type") == "object" and "properties" in out:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_closed(item) for item in schema]
+    return schema
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    input_model: type[BaseModel]
+    output_model: type[BaseModel]
+    read_only: bool
+
+    @cached_property
+    def input_schema(self) -> dict[str, Any]:
+        return _closed(self.input_model.model_json_schema())
+
+    @cached_property
+    def output_schema(self) -> dict[str, Any]:
+        """Schema of the envelope (the MCP structuredContent): success or failure."""
+        success = SuccessEnvelope[self.output_model].model_json_schema()  # type: ignore[name-defined]
+        failure = FailureEnvelope.model_json_schema()
+        defs = {**success.pop("$defs", {}), **failure.pop("$defs", {})}
+        return _closed({"type": "object", "anyOf": [success, failure], "$defs": defs})
+
+
+TOOLS: dict[str, ToolSpec] = {
+    spec.name: spec
+    for spec in (
+        ToolSpec(
+            SEARCH,
+            "Search current memory (accepted_current records only). Returns redacted records "
+            "with citations, a rank receipt, and next_page_cursor when more results exist.",
+            SearchInput,
+            SearchOutput,
+            read_only=True,
+        ),
+        ToolSpec(
+            GET,
+            "Read one known current record by record_id, without ranking, with a read receipt.",
+            GetInput,
+            GetOutput,
+            read_only=True,
+        ),
+        ToolSpec(
+            CAPTURE,
+            "Submit cited, durable knowledge as an encrypted pending candidate. Not searchable "
+            "until admitted. Never include secrets or credentials.",
+            CaptureInput,
+            CaptureOutput,
+            read_only=False,
+        ),
+        ToolSpec(
+            REQUEST_ADMISSION,
+            "Ask the host's admission policy to decide a pending candidate.",
+            AdmissionInput,
+            AdmissionOutput,
+            read_only=False,
+        ),
+        ToolSpec(
+            WITHDRAW,
+            "End a pending candidate (needs host confirmation). Destroys its body key.",
+            WithdrawInput,
+            WithdrawOutput,
+            read_only=False,
+        ),
+        ToolSpec(
+            FORGET,
+            "Make an accepted record permanently ineligible (needs host confirmation); "
+            "purges it from every index.",
+            ForgetInput,
+            ForgetOutput,
+            read_only=False,
+        ),
+    )
+}
+
+
+def _only_digest_errors(error: ValidationError) -> bool:
+    return all(item["type"] == "invalid_digest" for item in error.errors())
+
+
+def parse_arguments(tool: str, arguments: Any) -> BaseModel:
+    """Validate raw tool arguments into the tool's input model.
+
+    Raises ContractError(INVALID_DIGEST) when the only faults are malformed digests,
+    INVALID_SCHEMA for anything else. Never echoes input.
+    """
+    spec = TOOLS[tool]
+    if not isinstance(arguments, dict):
+        raise ContractError(ErrorCode.INVALID_SCHEMA)
+    try:
+        size = len(json.dumps(arguments, ensure_ascii=False, separators=(",", ":")).encode())
+    except (TypeError, ValueError, UnicodeEncodeError):
+        raise ContractError(ErrorCode.INVALID_SCHEMA) from None
+    if size > MAX_ARGUMENT_BYTES:
+        raise ContractError(ErrorCode.INVALID_SCHEMA)
+    try:
+        return spec.input_model.model_validate(arguments, strict=True)
+    except ValidationError as error:
+        code = ErrorCode.INVALID_DIGEST if _only_digest_errors(error) else ErrorCode.INVALID_SCHEMA
+        raise ContractError(code) from None

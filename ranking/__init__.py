@@ -1,0 +1,28 @@
+"""Ranking for engram: lexical and semantic projections, fusion and explanations.
+
+Knows nothing of MCP, HTTP, lifecycle or tenants beyond an opaque scope key: documents
+go in, ordered candidates with per-channel contributions come out.
+"""
+
+from ranking.documents import IndexDocument, passages
+from ranking.encoder import Encoder, MiniLMEncoder
+from ranking.fusion import Contribution, fuse, recency
+from ranking.profiles import HYBRID_PROFILE, LEXICAL_PROFILE, Profile
+from ranking.ranker import RankedList, Ranker
+from ranking.semantic import SemanticUnavailable
+
+__all__ = [
+    "Contribution",
+    "Encoder",
+    "HYBRID_PROFILE",
+    "IndexDocument",
+    "LEXICAL_PROFILE",
+    "MiniLMEncoder",
+    "Profile",
+    "RankedList",
+    "Ranker",
+    "SemanticUnavailable",
+    "fuse",
+    "passages",
+    "recency",
+]

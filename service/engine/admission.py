@@ -1,0 +1,121 @@
+"""request_admission: the host's policy decides a pending candidate.
+
+On accept the candidate's body is re-sealed as a record under a new data key, and the
+candidate's body key is destroyed; on reject it is destroyed too. Content whose payload
+digest matches a tombstoned record of the scope is held as pending_adjudication instead
+of accepted: forgotten knowledge does not come back without a human.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from models.codes import ContractError, ErrorCode
+from models.inputs import AdmissionInput
+from models.tools import REQUEST_ADMISSION
+
+from service.store.base import RecordRow
+
+from .clock import instant, now_ms, parse_instant
+from .context import CallContext
+from .gates import check_confirmation, needs_confirmation
+from .idempotency import encode_result, find_replay, intent_hash
+from .lifecycle import require_pending
+from .parts import Parts
+from .records import candidate_aad, record_aad, record_id, transaction_receipt
+from .sealing import SealBroken
+
+
+def record_row(
+    scope: tuple[str, str], rid: str, body: dict[str, Any], *, r_digest: str, p_digest: str,
+    key_id: str, sealed: bytes, cursor: int, at_ms: int, candidate_id: str | None,
+) -> RecordRow:
+    valid = body["payload"]["valid_time"]
+    expires = body["retention"].get("expires_at")
+    return RecordRow(
+        scope, rid, "accepted_current", r_digest, p_digest, key_id, sealed,
+        valid["t"], valid.get("t_end"), parse_instant(expires) if expires else None,
+        cursor, instant(at_ms), candidate_id,
+    )
+
+
+def request_admission(parts: Parts, ctx: CallContext, args: AdmissionInput) -> dict[str, Any]:
+    arguments = args.model_dump(exclude_none=True)
+    intent = intent_hash(REQUEST_ADMISSION, arguments)
+    scope, policy = ctx.scope, parts.admission_policy
+    with parts.store.transaction() as tx:
+        at = now_ms()
+        replay = find_replay(tx, scope, ctx.principal, args.idempotency_key, REQUEST_ADMISSION, intent)
+        if replay is not None:
+            return replay
+        candidate = tx.candidate(scope, args.candidate_id)
+        if candidate is None:
+            raise ContractError(ErrorCode.NOT_FOUND)
+        if needs_confirmation(REQUEST_ADMISSION, ctx):
+            check_confirmation(
+                ctx, REQUEST_ADMISSION, args.candidate_id, arguments, at,
+                lambda ref: tx.claim_confirmation(ref, at),
+            )
+        require_pending(candidate.state)
+        try:
+            body = parts.vault.open_json(
+                candidate.key_id, candidate.sealed, candidate_aad(scope, candidate.candidate_id))
+        except SealBroken:
+            raise ContractError(ErrorCode.BLOB_MISSING) from None
+        decision = policy.decide(body["payload"], body["evidence"])
+        receipt = policy.decision_receipt(candidate.record_digest, decision, at)
+        policy.check_fresh(receipt, at, now_ms())
+
+        outcome: dict[str, Any]
+        events: list[Any] = []
+        existing = tx.accepted_with_payload(scope, candidate.payload_digest)
+        if decision == "accept" and tx.tombstoned_payload(scope, candidate.payload_digest):
+            decision = "adjudication_required"
+        if decision == "adjudication_required":
+            status, new_state = "pending_adjudication", "pending_adjudication"
+        elif decision == "reject":
+            status, new_state = "rejected", "rejected"
+        elif existing is not None:
+            status, new_state = "duplicate_exact", "accepted"
+        else:
+            status, new_state = "accepted", "accepted"
+        keep_body = new_state == "pending_adjudication"
+        events.append(tx.append_event(
+            scope, f"candidate_{new_state}", candidate.candidate_id,
+            {"decision_receipt": receipt, "principal": ctx.principal}, instant(at)))
+        rid = existing
+        if status == "accepted":
+            rid = record_id(candidate.record_digest)
+            record_body = {**body, "accepted_at": instant(at)}
+            key_id, sealed = parts.vault.seal_json(tx, record_body, record_aad(scope, rid))
+            event = tx.append_event(
+                scope, "record_accepted", rid,
+                {"candidate_id": candidate.candidate_id, "record_digest": candidate.record_digest,
+                 "payload_digest": candidate.payload_digest},
+                instant(at))
+            events.append(event)
+            tx.insert_record(record_row(
+                scope, rid, record_body, r_digest=candidate.record_digest,
+                p_digest=candidate.payload_digest, key_id=key_id, sealed=sealed,
+                cursor=event.cursor, at_ms=at, candidate_id=candidate.candidate_id))
+        if not keep_body and candidate.key_id is not None:
+            tx.destroy_key(candidate.key_id)
+        tx.set_candidate_state(scope, candidate.candidate_id, new_state, drop_body=not keep_body)
+        last = events[-1]
+        outcome = {
+            "status": status,
+            "candidate_id": candidate.candidate_id,
+            "cursor": str(last.cursor),
+            "decision_receipt_digest": receipt["receipt_digest"],
+            "transaction_receipt_digest": transaction_receipt(
+                REQUEST_ADMISSION, [e.event_digest for e in events], last.cursor, at)["receipt_digest"],
+        }
+        if rid is not None:
+            outcome["record_id"] = rid
+        result = {"outcome": outcome, "replayed": False}
+        tx.reserve(scope, ctx.principal, args.idempotency_key, REQUEST_ADMISSION, intent,
+                   encode_result(result))
+    if status == "accepted":
+        parts.projector.catch_up(scope)
+    parts.store.purge_freed_pages()
+    return result

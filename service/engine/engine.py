@@ -1,0 +1,174 @@
+"""The memory engine: the contract's six operations over the store and the indexes.
+
+Usable without a server (the CLI, bulk ingestion and evaluation call it directly). It
+trusts the CallContext it is given: verifying the host is the front end's job.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from models.codes import ContractError, ErrorCode
+from models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW, parse_arguments
+from ranking import Encoder, MiniLMEncoder, Ranker
+
+from service.store.base import CommitUncertain, StoreUnavailable
+from service.store.sqlite import SqliteStore
+
+from . import admission, capture, reading, search, transitions
+from .clock import instant, now_ms
+from .context import CallContext
+from .paging import SnapshotCache
+from .parts import Parts
+from .policy import load_admission_policy, load_host_policy
+from .projector import Projector
+from .sealing import BodyVault, KeyRing
+
+Operation = Callable[[Parts, CallContext, Any], dict[str, Any]]
+
+OPERATIONS: dict[str, Operation] = {
+    SEARCH: search.search,
+    GET: reading.get,
+    CAPTURE: capture.capture,
+    REQUEST_ADMISSION: admission.request_admission,
+    WITHDRAW: transitions.withdraw,
+    FORGET: transitions.forget,
+}
+DB_FILE = "engram.db"
+
+
+class Engine:
+    def __init__(self, parts: Parts, encoder: Encoder | None) -> None:
+        self.parts = parts
+        self._encoder = encoder
+        self._ready = threading.Event()
+
+    @classmethod
+    def open(
+        cls, data_dir: Path, *, load_model: bool = True, encoder: Encoder | None = None,
+        background: bool = False,
+    ) -> Engine:
+        """Open (or create) the data directory, then load the model and let every
+        projection catch up with the journal (in a thread when `background`)."""
+        data_dir = Path(data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        store = SqliteStore(data_dir / DB_FILE)
+        vault = BodyVault(KeyRing(data_dir / "keys"), store)
+        if encoder is None and load_model:
+            encoder = MiniLMEncoder()
+        ranker = Ranker(data_dir / "index", encoder)
+        parts = Parts(
+            data_dir=data_dir, store=store, vault=vault, ranker=ranker,
+            projector=Projector(store, vault, ranker),
+            host_policy=load_host_policy(data_dir),
+            admission_policy=load_admission_policy(data_dir),
+            snapshots=SnapshotCache(),
+        )
+        engine = cls(parts, encoder)
+        if background:
+            threading.Thread(target=engine._warm_up, name="engram-warm-up", daemon=True).start()
+        else:
+            engine._warm_up()
+        return engine
+
+    def _warm_up(self) -> None:
+        load = getattr(self._encoder, "load", None)
+        if load is not None:
+            load()
+        for scope in self.parts.store.scopes():
+            self.parts.projector.catch_up(scope)
+        self.sweep_invalidations()
+        self._ready.set()
+
+    # -- the agent path -------------------------------------------------------------------
+    def execute(self, tool: str, ctx: CallContext, arguments: Any) -> dict[str, Any]:
+        """Validate and run one tool call; every contract failure is a ContractError."""
+        if tool not in OPERATIONS:
+            raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
+        args = parse_arguments(tool, arguments)
+        try:
+            return OPERATIONS[tool](self.parts, ctx, args)
+        except StoreUnavailable:
+            raise ContractError(ErrorCode.STORE_UNAVAILABLE) from None
+        except CommitUncertain:
+            raise ContractError(ErrorCode.MUTATION_OUTCOME_UNKNOWN) from None
+
+    def tenant_enabled(self, tenant: str) -> bool:
+        return self.parts.store.tenant_enabled(tenant)
+
+    def set_tenant_enabled(self, tenant: str, enabled: bool) -> None:
+        self.parts.store.set_tenant_enabled(tenant, enabled, instant(now_ms()))
+
+    def readiness(self) -> dict[str, Any]:
+        reasons = []
+        if not self._ready.is_set():
+            reasons.append("projections catching up or model loading")
+        elif self.parts.ranker.semantic_health() is not None:
+            reasons.append("semantic channel unavailable")
+        return {"ready": not reasons, "reasons": reasons}
+
+    # -- the operator surface (never reachable through MCP) ----------------------------------
+    def sweep_invalidations(self) -> int:
+        """Complete physical purges left pending (tombstoned records still in an index
+        file, key bytes still in the WAL). Returns how many scopes were swept."""
+        swept = 0
+        for scope in self.parts.store.scopes():
+            gone = [r.record_id for r in self.parts.store.records_in_state("tombstoned", scope)]
+            if gone:
+                transitions.invalidate(self.parts, scope, gone)
+                swept += 1
+        self.parts.store.purge_freed_pages()
+        return swept
+
+    def rotate_kek(self) -> str:
+        return self.parts.vault.ring.rotate(self.parts.store)
+
+    def backup(self, dest: Path) -> Path:
+        """A consistent online backup: the database and the key directory. Indexes are
+        projections and are rebuilt on restore."""
+        dest = Path(dest)
+        dest.mkdir(parents=True, exist_ok=False)
+        self.parts.store.backup(str(dest / DB_FILE))
+        shutil.copytree(self.parts.data_dir / "keys", dest / "keys")
+        for name in ("host_policy.json", "admission_policy.json"):
+            if (self.parts.data_dir / name).exists():
+                shutil.copy2(self.parts.data_dir / name, dest / name)
+        return dest
+
+    @classmethod
+    def restore(cls, backup: Path, data_dir: Path, **open_kwargs: Any) -> Engine:
+        """Restore a backup into a new data dir, verify every journal chain, rebuild."""
+        backup, data_dir = Path(backup), Path(data_dir)
+        if data_dir.exists() and any(data_dir.iterdir()):
+            raise ContractError(ErrorCode.RESTORE_REFUSED)
+        if not (backup / DB_FILE).exists() or not (backup / "keys").is_dir():
+            raise ContractError(ErrorCode.BACKUP_INVALID)
+        shutil.copytree(backup, data_dir, dirs_exist_ok=True)
+        engine = cls.open(data_dir, **open_kwargs)
+        if not all(engine.parts.store.verify_chain(s) for s in engine.parts.store.scopes()):
+            engine.close()
+            raise ContractError(ErrorCode.BACKUP_INVALID)
+        return engine
+
+    def verify_journal(self) -> dict[str, bool]:
+        return {f"{t}/{w}": self.parts.store.verify_chain((t, w)) for t, w in self.parts.store.scopes()}
+
+    def rebuild_projections(self, progress: Callable[[int], None] | None = None) -> None:
+        self.parts.projector.rebuild(progress)
+
+    def history(self, scope: tuple[str, str], subject: str) -> list[dict[str, Any]]:
+        """Every journal event about one record or candidate (digests only, no content)."""
+        return [
+            {"cursor": e.cursor, "kind": e.kind, "event_id": e.event_id, "recorded_at": e.recorded_at,
+             "event_digest": e.event_digest, "body": e.body}
+            for e in self.parts.store.events(scope)
+            if e.subject == subject or e.body.get("candidate_id") == subject
+        ]
+
+    def close(self) -> None:
+        self.parts.ranker.close()
+        self.parts.store.close()

@@ -1,0 +1,49 @@
+"""One reservation per (scope, principal, idempotency key), bound to an intent hash.
+
+The intent hash covers the tool, the target and the content of the call (everything
+but the key itself), so the same key with other content, another target or another
+tool is DIGEST_CONFLICT. The reservation and the first result are written in the same
+transaction as the effect: a crash leaves either both or neither, so a retry can never
+duplicate an effect or lose one.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from models.codes import ContractError, ErrorCode
+from models.digests import DigestKind, digest
+from models.tools import CAPTURE
+
+from service.store.base import Scope, Transaction
+
+
+def intent_hash(tool: str, arguments: dict[str, Any]) -> str:
+    content = {k: v for k, v in arguments.items() if k != "idempotency_key"}
+    return digest(DigestKind.INTENT, {"tool": tool, "content": content})
+
+
+def replayed(tool: str, first: dict[str, Any]) -> dict[str, Any]:
+    """The first result, marked as a replay the way the contract spells it per tool."""
+    if tool == CAPTURE:
+        return {**first, "status": "duplicate_exact"}
+    return {**first, "replayed": True}
+
+
+def find_replay(
+    tx: Transaction, scope: Scope, principal: str, key: str, tool: str, intent: str
+) -> dict[str, Any] | None:
+    """The replayed result when this key already committed the same intent; None when
+    the key is new; DIGEST_CONFLICT when it committed something else."""
+    found = tx.reservation(scope, principal, key)
+    if found is None:
+        return None
+    first_tool, first_intent, response = found
+    if first_tool != tool or first_intent != intent:
+        raise ContractError(ErrorCode.DIGEST_CONFLICT)
+    return replayed(tool, json.loads(response))
+
+
+def encode_result(result: dict[str, Any]) -> str:
+    return json.dumps(result, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

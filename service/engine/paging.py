@@ -1,0 +1,92 @@
+"""Search snapshots and the opaque page cursors that point into them.
+
+The first page ranks once and pins the full ordered candidate list as a snapshot
+(with its system_as_of and valid_as_of); later pages read the same list, so pages never
+repeat or skip a record even while the index changes underneath. Each candidate is
+still re-checked against the store when its page is served, so a record forgotten
+after page one is never disclosed on page two. Snapshots live in memory for a bounded
+time: a cursor whose snapshot is gone (expired, evicted, server restarted), that was
+tampered with, or that is replayed with another query, parameters or scope is STALE_PAGE.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from models.codes import ContractError, ErrorCode
+from ranking import RankedList
+
+SNAPSHOT_TTL_S = 900.0
+MAX_SNAPSHOTS = 512
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    snapshot_id: str
+    ranked: RankedList
+    system_as_of: int
+    valid_as_of_ms: int
+    created: float
+
+
+@dataclass(frozen=True)
+class PagePosition:
+    snapshot_id: str
+    position: int  # index into the snapshot's ordered candidates
+    returned: int  # records disclosed on earlier pages (ranks continue from here)
+
+
+class SnapshotCache:
+    def __init__(self) -> None:
+        self._secret = secrets.token_bytes(32)
+        self._items: OrderedDict[str, Snapshot] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, ranked: RankedList, system_as_of: int, valid_as_of_ms: int) -> Snapshot:
+        snap = Snapshot("snap_" + secrets.token_hex(12), ranked, system_as_of, valid_as_of_ms, time.monotonic())
+        with self._lock:
+            self._items[snap.snapshot_id] = snap
+            while len(self._items) > MAX_SNAPSHOTS:
+                self._items.popitem(last=False)
+        return snap
+
+    def get(self, snapshot_id: str) -> Snapshot:
+        with self._lock:
+            snap = self._items.get(snapshot_id)
+            if snap is None or time.monotonic() - snap.created > SNAPSHOT_TTL_S:
+                self._items.pop(snapshot_id, None)
+                raise ContractError(ErrorCode.STALE_PAGE)
+            return snap
+
+    def _mac(self, body: bytes) -> str:
+        return hmac.new(self._secret, body, hashlib.sha256).hexdigest()[:32]
+
+    def encode(self, position: PagePosition, binding: str) -> str:
+        body = json.dumps(
+            {"s": position.snapshot_id, "p": position.position, "r": position.returned, "b": binding},
+            separators=(",", ":"),
+        ).encode()
+        return base64.urlsafe_b64encode(body).decode().rstrip("=") + "." + self._mac(body)
+
+    def decode(self, cursor: str, binding: str) -> PagePosition:
+        """The position a cursor names, if it is ours, untampered and bound to `binding`."""
+        try:
+            encoded, mac = cursor.split(".", 1)
+            body = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
+            if not hmac.compare_digest(mac, self._mac(body)):
+                raise ValueError
+            fields: dict[str, Any] = json.loads(body)
+            if fields["b"] != binding:
+                raise ValueError
+            return PagePosition(str(fields["s"]), int(fields["p"]), int(fields["r"]))
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            raise ContractError(ErrorCode.STALE_PAGE) from None

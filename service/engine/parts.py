@@ -1,0 +1,27 @@
+"""The engine's collaborators, wired once at open and handed to each operation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ranking import Ranker
+
+from service.store.sqlite import SqliteStore
+
+from .policy import AdmissionPolicy, HostPolicy
+from .paging import SnapshotCache
+from .projector import Projector
+from .sealing import BodyVault
+
+
+@dataclass
+class Parts:
+    data_dir: Path
+    store: SqliteStore
+    vault: BodyVault
+    ranker: Ranker
+    projector: Projector
+    host_policy: HostPolicy
+    admission_policy: AdmissionPolicy
+    snapshots: SnapshotCache

@@ -1,0 +1,96 @@
+"""The projector keeps the ranking indexes a projection of the journal.
+
+It reads the scope's journal past the lowest projection cursor, collects the records
+those events touched, and re-derives each one from the store: an accepted_current
+record is (re)indexed from its sealed body, anything else is removed. Re-deriving from
+current state rather than replaying effects makes catch-up idempotent and order-proof,
+so a crash between an index commit and its cursor write only repeats harmless work.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from ranking import IndexDocument, Ranker
+
+from service.store.sqlite import SqliteStore
+
+from .records import index_document, record_aad, scope_key
+from .sealing import BodyVault, SealBroken
+
+RANKING_EVENTS = frozenset(
+    {"record_accepted", "record_ingested", "record_tombstoned", "record_state_changed"}
+)
+BATCH = 512
+
+Progress = Callable[[int], None]
+
+
+class Projector:
+    def __init__(self, store: SqliteStore, vault: BodyVault, ranker: Ranker) -> None:
+        self.store = store
+        self.vault = vault
+        self.ranker = ranker
+        self._lock = threading.Lock()
+
+    def lag(self, scope: tuple[str, str]) -> dict[str, int]:
+        """Journal events each channel has not applied yet."""
+        head = self.store.scope_cursor(scope)
+        return {ch: head - c for ch, c in self.ranker.projection_cursor(scope_key(scope)).items()}
+
+    def try_catch_up(self, scope: tuple[str, str]) -> None:
+        """Catch up unless a long projection (ingest, rebuild) holds the lock: a search
+        must not queue behind it; the lag bound decides whether semantic can serve."""
+        if self._lock.acquire(blocking=False):
+            self._lock.release()
+            self.catch_up(scope)
+
+    def catch_up(self, scope: tuple[str, str], progress: Progress | None = None) -> None:
+        with self._lock:
+            key = scope_key(scope)
+            start = min(self.ranker.projection_cursor(key).values())
+            head = self.store.scope_cursor(scope)
+            if start >= head:
+                return
+            touched: list[str] = []
+            for event in self.store.events(scope, after=start):
+                if event.cursor > head:
+                    break
+                if event.kind in RANKING_EVENTS:
+                    touched.append(event.subject)
+            touched = list(dict.fromkeys(touched))
+            if not touched:
+                self.ranker.apply(key, [], [], through_cursor=head)
+            for offset in range(0, len(touched), BATCH):
+                batch = touched[offset : offset + BATCH]
+                through = head if offset + BATCH >= len(touched) else start
+                self._apply(scope, key, batch, through, start)
+                if progress is not None:
+                    progress(len(batch))
+
+    def _apply(
+        self, scope: tuple[str, str], key: str, record_ids: list[str], through: int, after: int
+    ) -> None:
+        rows = self.store.records(scope, record_ids)
+        upserts: list[IndexDocument] = []
+        removals: list[str] = []
+        for rid in record_ids:
+            row = rows.get(rid)
+            if row is None or row.state != "accepted_current":
+                removals.append(rid)
+                continue
+            try:
+                body = self.vault.open_json(row.key_id, row.sealed, record_aad(scope, rid))
+            except SealBroken:
+                removals.append(rid)
+                continue
+            upserts.append(index_document(key, rid, body["payload"]))
+        self.ranker.apply(key, upserts, removals, through_cursor=through, after_cursor=after)
+
+    def rebuild(self, progress: Progress | None = None) -> None:
+        """Drop every index and replay all scopes' journals into fresh ones."""
+        with self._lock:
+            self.ranker.reset()
+        for scope in self.store.scopes():
+            self.catch_up(scope, progress)

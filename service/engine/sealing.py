@@ -1,0 +1,125 @@
+"""Envelope encryption: each sealed body has its own data key, wrapped by the KEK.
+
+Destroying a body is destroying its data key (crypto-shredding): once the wrapped key
+row is gone from the database and the WAL, the sealed bytes can never be opened again,
+wherever a copy of them lingers. The key-encryption key is a 0600 file in the data
+directory, created on first start and rotatable by the operator.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from pathlib import Path
+
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from service.store.base import Store
+
+NONCE_BYTES = 12
+
+
+class SealBroken(Exception):
+    """The key is gone or the ciphertext does not authenticate."""
+
+
+class KeyRing:
+    """The active KEK (and any older ones still wrapping keys during rotation)."""
+
+    def __init__(self, key_dir: Path) -> None:
+        self.key_dir = key_dir
+        key_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not self._kek_files():
+            self._write_kek(self._next_id(), AESGCM.generate_key(bit_length=256))
+        self._keks = {path.stem: path.read_bytes() for path in self._kek_files()}
+
+    def _kek_files(self) -> list[Path]:
+        return sorted(self.key_dir.glob("kek-*.key"))
+
+    def _next_id(self) -> str:
+        return f"kek-{time.time_ns():020d}"
+
+    def _write_kek(self, kek_id: str, material: bytes) -> None:
+        path = self.key_dir / f"{kek_id}.key"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(material)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    @property
+    def active_id(self) -> str:
+        return max(self._keks)
+
+    def wrap(self, data_key: bytes, key_id: str) -> tuple[bytes, str]:
+        nonce = secrets.token_bytes(NONCE_BYTES)
+        kek_id = self.active_id
+        return nonce + AESGCM(self._keks[kek_id]).encrypt(nonce, data_key, key_id.encode()), kek_id
+
+    def unwrap(self, wrapped: bytes, kek_id: str, key_id: str) -> bytes:
+        kek = self._keks.get(kek_id)
+        if kek is None:
+            raise SealBroken()
+        try:
+            return AESGCM(kek).decrypt(wrapped[:NONCE_BYTES], wrapped[NONCE_BYTES:], key_id.encode())
+        except Exception as exc:  # InvalidTag and malformed input alike
+            raise SealBroken() from exc
+
+    def rotate(self, store: Store) -> str:
+        """New KEK; every live data key rewrapped under it; older KEK files removed."""
+        new_id = self._next_id()
+        self._write_kek(new_id, AESGCM.generate_key(bit_length=256))
+        self._keks[new_id] = (self.key_dir / f"{new_id}.key").read_bytes()
+        rows = []
+        for key_id, wrapped, kek_id in store.all_wrapped_keys():
+            data_key = self.unwrap(wrapped, kek_id, key_id)
+            rewrapped, _ = self.wrap(data_key, key_id)
+            rows.append((key_id, rewrapped, new_id))
+        store.rewrap_keys(rows)
+        for old in [k for k in self._keks if k != new_id]:
+            (self.key_dir / f"{old}.key").unlink()
+            del self._keks[old]
+        return new_id
+
+
+def new_data_key() -> tuple[str, bytes]:
+    return "key_" + secrets.token_hex(16), AESGCM.generate_key(bit_length=256)
+
+
+def seal(data_key: bytes, plaintext: bytes, aad: str) -> bytes:
+    nonce = secrets.token_bytes(NONCE_BYTES)
+    return nonce + AESGCM(data_key).encrypt(nonce, plaintext, aad.encode())
+
+
+def open_sealed(data_key: bytes, sealed: bytes, aad: str) -> bytes:
+    try:
+        return AESGCM(data_key).decrypt(sealed[:NONCE_BYTES], sealed[NONCE_BYTES:], aad.encode())
+    except Exception as exc:
+        raise SealBroken() from exc
+
+
+class BodyVault:
+    """Seals and opens JSON bodies, each under its own wrapped data key."""
+
+    def __init__(self, ring: KeyRing, store: Store) -> None:
+        self.ring = ring
+        self.store = store
+
+    def seal_json(self, tx: object, body: dict, aad: str) -> tuple[str, bytes]:
+        """Seal `body` under a fresh data key whose wrapped form joins transaction `tx`."""
+        key_id, data_key = new_data_key()
+        wrapped, kek_id = self.ring.wrap(data_key, key_id)
+        tx.put_key(key_id, wrapped, kek_id)  # type: ignore[attr-defined]
+        plaintext = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+        return key_id, seal(data_key, plaintext, aad)
+
+    def open_json(self, key_id: str | None, sealed: bytes | None, aad: str) -> dict:
+        if key_id is None or sealed is None:
+            raise SealBroken()
+        found = self.store.wrapped_key(key_id)
+        if found is None:
+            raise SealBroken()
+        data_key = self.ring.unwrap(found[0], found[1], key_id)
+        return json.loads(open_sealed(data_key, sealed, aad))

@@ -1,0 +1,183 @@
+"""search: rank, re-check every candidate against the store, redact, fit the budget.
+
+Rank order is never authorisation: the ranking subsystem proposes, and each candidate
+is re-read from the store (state, valid time, retention, scope) before it is disclosed.
+The profile follows `capability_policy.minimum_channels`: `lexical_and_semantic` needs
+the semantic channel and is RANKING_UNAVAILABLE without it (never a silent fallback);
+`lexical` still uses the semantic channel whenever it is healthy, and the receipt names
+the channels that ran.
+
+Packet budget: records are added in rank order while the whole success envelope
+(`models.envelope.success_size`) fits `max_packet_bytes`; the rest goes to the next
+page. A record that alone cannot fit is PROJECTION_OVERSIZED; a response whose fixed
+part (receipt, digests, cursor) cannot fit even with no record is RESULT_TOO_LARGE.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from models.codes import ContractError, ErrorCode
+from models.digests import DigestKind, digest, seal_receipt
+from models.envelope import success_size
+from models.inputs import SearchInput
+from models.tools import SEARCH
+from ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Profile, RankedList, SemanticUnavailable
+
+from .clock import instant, now_ms
+from .context import CallContext
+from .paging import PagePosition, Snapshot
+from .parts import Parts
+from .reading import disclosed_record, eligible, revalidation_receipt
+from .records import authorization_receipt, scope_key
+
+CANDIDATE_CAP = 1000
+SEMANTIC_LAG_BOUND = 1000
+
+
+def semantic_problem(parts: Parts, scope: tuple[str, str]) -> str | None:
+    """Why the semantic channel cannot serve this scope now, or None when it can."""
+    reason = parts.ranker.semantic_health(scope_key(scope))
+    if reason is not None:
+        return reason
+    if parts.projector.lag(scope).get("semantic", 0) > SEMANTIC_LAG_BOUND:
+        return "semantic projection lags the journal"
+    return None
+
+
+def choose_profile(parts: Parts, scope: tuple[str, str], minimum: str) -> Profile:
+    healthy = semantic_problem(parts, scope) is None
+    if minimum == "lexical_and_semantic" and not healthy:
+        raise ContractError(ErrorCode.RANKING_UNAVAILABLE)
+    return HYBRID_PROFILE if healthy else LEXICAL_PROFILE
+
+
+def request_fields(args: SearchInput) -> dict[str, Any]:
+    """Everything that defines the result list, minus the cursor itself."""
+    return args.model_dump(exclude_none=True, exclude={"page_cursor"})
+
+
+def _rank(parts: Parts, ctx: CallContext, args: SearchInput, valid_as_of: int) -> RankedList:
+    profile = choose_profile(parts, ctx.scope, args.capability_policy.minimum_channels)
+    try:
+        return parts.ranker.search(
+            scope_key(ctx.scope), args.query, profile,
+            valid_as_of_ms=valid_as_of, candidate_cap=CANDIDATE_CAP)
+    except SemanticUnavailable:
+        if args.capability_policy.minimum_channels == "lexical_and_semantic":
+            raise ContractError(ErrorCode.RANKING_UNAVAILABLE) from None
+        return parts.ranker.search(
+            scope_key(ctx.scope), args.query, LEXICAL_PROFILE,
+            valid_as_of_ms=valid_as_of, candidate_cap=CANDIDATE_CAP)
+
+
+def _snapshot_for(parts: Parts, ctx: CallContext, args: SearchInput, binding: str) -> tuple[Snapshot, PagePosition]:
+    if args.page_cursor is None:
+        parts.projector.try_catch_up(ctx.scope)
+        valid_as_of = now_ms()
+        system_as_of = parts.store.scope_cursor(ctx.scope)
+        snap = parts.snapshots.put(_rank(parts, ctx, args, valid_as_of), system_as_of, valid_as_of)
+        return snap, PagePosition(snap.snapshot_id, 0, 0)
+    position = parts.snapshots.decode(args.page_cursor, binding)
+    return parts.snapshots.get(position.snapshot_id), position
+
+
+def search(parts: Parts, ctx: CallContext, args: SearchInput) -> dict[str, Any]:
+    request = request_fields(args)
+    binding = digest(DigestKind.QUERY, {"scope": scope_key(ctx.scope), "request": request,
+                                        "purpose": ctx.purpose})
+    snap, position = _snapshot_for(parts, ctx, args, binding)
+    ranked = snap.ranked
+    ordered = ranked.candidates
+
+    # Re-check candidates from the page position on, in windows, until the page is full.
+    # Each page entry remembers the snapshot index just after it, where a next page resumes.
+    page: list[tuple[int, Any, dict[str, Any], list[str], str]] = []
+    checked = []
+    scan = position.position
+    while scan < len(ordered) and len(page) < args.limit:
+        window = ordered[scan : scan + args.limit * 2]
+        rows = parts.store.records(ctx.scope, [c.record_id for c in window])
+        for contribution in window:
+            scan += 1
+            row = rows.get(contribution.record_id)
+            if not eligible(row, snap.valid_as_of_ms):
+                continue
+            checked.append(row)
+            page.append((scan, contribution, *disclosed_record(parts, row)))
+            if len(page) == args.limit:
+                break
+
+    def build(count: int) -> dict[str, Any]:
+        chosen = page[:count]
+        resume = chosen[-1][0] if chosen else position.position
+        if count == len(page) < args.limit:
+            resume = len(ordered)  # the scan ran out: nothing eligible is left
+        records = [
+            {"record": record, "redacted_fields": redacted, "redaction_receipt_digest": red_digest,
+             "score": contribution.as_dict()["final_score"], "rank": position.returned + i + 1}
+            for i, (_, contribution, record, redacted, red_digest) in enumerate(chosen)
+        ]
+        receipt = _receipt(parts, ctx, args, snap, [c for _, c, *_ in chosen], checked, position)
+        value: dict[str, Any] = {"records": records, "rank_receipt": receipt}
+        if resume < len(ordered):
+            value["next_page_cursor"] = parts.snapshots.encode(
+                PagePosition(snap.snapshot_id, resume, position.returned + count), binding)
+        value["response_digest"] = digest(DigestKind.RESPONSE, value)
+        return value
+
+    count = len(page)
+    while True:
+        value = build(count)
+        if success_size(value) <= args.max_packet_bytes:
+            return value
+        if count == 0:
+            raise ContractError(ErrorCode.RESULT_TOO_LARGE)
+        if count == 1:
+            raise ContractError(ErrorCode.PROJECTION_OVERSIZED)
+        count -= 1
+
+
+def _receipt(
+    parts: Parts, ctx: CallContext, args: SearchInput, snap: Snapshot, chosen: list[Any],
+    checked: list[Any], position: PagePosition,
+) -> dict[str, Any]:
+    ranked = snap.ranked
+    profile = ranked.profile
+    ordered_ids = [c.record_id for c in chosen]
+    cursors = parts.ranker.projection_cursor(scope_key(ctx.scope))
+    at = now_ms()
+    return seal_receipt(
+        DigestKind.RANK_RECEIPT,
+        {
+            "request_digest": digest(DigestKind.REQUEST, args.model_dump(exclude_none=True)),
+            "authorization_receipt_digest": authorization_receipt(ctx, SEARCH, at)["receipt_digest"],
+            "profile": profile.name,
+            "profile_version": profile.version,
+            "profile_config_digest": profile.config_digest(),
+            "channels": list(ranked.channels),
+            "valid_as_of": instant(snap.valid_as_of_ms),
+            "system_as_of": str(snap.system_as_of),
+            "snapshot_id": snap.snapshot_id,
+            "snapshot_digest": digest(DigestKind.SNAPSHOT, {
+                "snapshot_id": snap.snapshot_id,
+                "ordered_ids": [c.record_id for c in ranked.candidates],
+                "system_as_of": str(snap.system_as_of),
+                "valid_as_of": instant(snap.valid_as_of_ms),
+                "profile_config_digest": profile.config_digest(),
+            }),
+            "candidate_count": len(ranked.candidate_ids),
+            "candidate_ids_digest": digest(DigestKind.IDS, sorted(ranked.candidate_ids)),
+            "scoring_formula_ref": f"engram.rank/{profile.name}/v{profile.version}",
+            "ordered_ids_digest": digest(DigestKind.IDS, ordered_ids),
+            "revalidation_receipt_digest": revalidation_receipt(
+                checked, snap.valid_as_of_ms, snap.system_as_of)["receipt_digest"],
+            "projection_receipt_digests": [
+                digest(DigestKind.PROJECTION_RECEIPT, {"channel": ch, "cursor": str(cursors.get(ch, 0))})
+                for ch in ranked.channels
+            ],
+            "contributions": [c.as_dict() for c in chosen],
+            "page_offset": position.returned,
+            "issued_at": instant(at),
+        },
+    )

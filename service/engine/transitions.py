@@ -1,0 +1,140 @@
+"""withdraw and forget: confirmation-gated transitions that destroy what they end.
+
+Both answer only after the effect is committed, then finish the physical part (key
+bytes out of the WAL; for forget, the record purged from every index) and report it:
+`complete` only when it is true, otherwise `pending`, which a background sweep or the
+operator's `engram admin purge` completes. The first answer is what the idempotency
+reservation replays, so it is written back once the physical outcome is known.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from models.codes import ContractError, ErrorCode
+from models.digests import DigestKind, seal_receipt
+from models.inputs import ForgetInput, WithdrawInput
+from models.tools import FORGET, WITHDRAW
+
+from service.store.base import JournalEvent, Transaction
+
+from .clock import instant, now_ms
+from .context import CallContext
+from .gates import check_confirmation
+from .idempotency import encode_result, find_replay, intent_hash
+from .lifecycle import require_forgettable, require_pending
+from .parts import Parts
+from .records import authorization_receipt, scope_key, transaction_receipt
+
+# (tx, at_ms) -> (from_state, to_state, event) after applying the effect; raises on refusal
+Effect = Callable[[Transaction, int], tuple[str, str, JournalEvent]]
+
+
+def _transition(
+    parts: Parts, ctx: CallContext, tool: str, operation: str, target: str,
+    arguments: dict[str, Any], effect: Effect,
+) -> tuple[dict[str, Any], bool]:
+    """Run a gated transition; returns (result, replayed)."""
+    intent = intent_hash(tool, arguments)
+    key = arguments["idempotency_key"]
+    with parts.store.transaction() as tx:
+        at = now_ms()
+        replay = find_replay(tx, ctx.scope, ctx.principal, key, tool, intent)
+        if replay is not None:
+            return replay, True
+        from_state, to_state, event = effect(tx, at)
+        check_confirmation(ctx, tool, target, arguments, at, lambda ref: tx.claim_confirmation(ref, at))
+        auth = authorization_receipt(ctx, tool, at)
+        receipt = {
+            "event_id": event.event_id,
+            "operation": operation,
+            "from_state": from_state,
+            "to_state": to_state,
+            "cursor": str(event.cursor),
+            "event_digest": event.event_digest,
+            "authorization_receipt_digest": auth["receipt_digest"],
+            "transaction_receipt_digest": transaction_receipt(
+                tool, [event.event_digest], event.cursor, at)["receipt_digest"],
+        }
+        result = {"receipt": receipt, "replayed": False}
+        tx.reserve(ctx.scope, ctx.principal, key, tool, intent, encode_result(result))
+    return result, False
+
+
+def _finish(parts: Parts, ctx: CallContext, key: str, result: dict[str, Any]) -> dict[str, Any]:
+    with parts.store.transaction() as tx:
+        tx.update_reservation(ctx.scope, ctx.principal, key, encode_result(result))
+    return result
+
+
+def withdraw(parts: Parts, ctx: CallContext, args: WithdrawInput) -> dict[str, Any]:
+    arguments = args.model_dump(exclude_none=True)
+
+    def effect(tx: Transaction, at: int) -> tuple[str, str, JournalEvent]:
+        candidate = tx.candidate(ctx.scope, args.candidate_id)
+        if candidate is None:
+            raise ContractError(ErrorCode.NOT_FOUND)
+        require_pending(candidate.state)
+        event = tx.append_event(
+            ctx.scope, "candidate_withdrawn", candidate.candidate_id,
+            {"reason_ref": args.reason_ref, "principal": ctx.principal}, instant(at))
+        if candidate.key_id is not None:
+            tx.destroy_key(candidate.key_id)
+        tx.set_candidate_state(ctx.scope, candidate.candidate_id, "withdrawn", drop_body=True)
+        return "pending", "withdrawn", event
+
+    result, was_replay = _transition(
+        parts, ctx, WITHDRAW, "withdraw", args.candidate_id, arguments, effect)
+    if was_replay:
+        return result
+    destroyed = parts.store.purge_freed_pages()
+    return _finish(parts, ctx, args.idempotency_key,
+                   {**result, "key_destruction": "complete" if destroyed else "pending"})
+
+
+def forget(parts: Parts, ctx: CallContext, args: ForgetInput) -> dict[str, Any]:
+    arguments = args.model_dump(exclude_none=True)
+
+    def effect(tx: Transaction, at: int) -> tuple[str, str, JournalEvent]:
+        record = tx.record(ctx.scope, args.record_id)
+        if record is None:
+            raise ContractError(ErrorCode.NOT_FOUND)
+        require_forgettable(record.state)
+        event = tx.append_event(
+            ctx.scope, "record_tombstoned", record.record_id,
+            {"reason_ref": args.reason_ref, "principal": ctx.principal, "from_state": record.state},
+            instant(at))
+        if record.key_id is not None:
+            tx.destroy_key(record.key_id)
+        tx.set_record_state(ctx.scope, record.record_id, "tombstoned", drop_body=True)
+        return record.state, "tombstoned", event
+
+    result, was_replay = _transition(
+        parts, ctx, FORGET, "tombstone", args.record_id, arguments, effect)
+    if was_replay:
+        return result
+    coverage = invalidate(parts, ctx.scope, [args.record_id])
+    return _finish(parts, ctx, args.idempotency_key, {
+        **result,
+        "projection_invalidation": "complete" if coverage["complete"] else "pending",
+        "coverage_receipt_digest": coverage["receipt_digest"],
+    })
+
+
+def invalidate(parts: Parts, scope: tuple[str, str], record_ids: list[str]) -> dict[str, Any]:
+    """Remove records from every projection and purge their bytes; a coverage receipt
+    says what was reached."""
+    parts.projector.catch_up(scope)
+    indexes = parts.ranker.purge(scope_key(scope), record_ids)
+    store = parts.store.purge_freed_pages()
+    return seal_receipt(
+        DigestKind.COVERAGE_RECEIPT,
+        {
+            "record_ids": sorted(record_ids),
+            "indexes_purged": indexes,
+            "store_purged": store,
+            "complete": indexes and store,
+            "checked_at": instant(now_ms()),
+        },
+    )

@@ -1,0 +1,465 @@
+"""SQLite store: WAL, synchronous FULL, secure_delete, one writer, many readers.
+
+Durability: a call is acknowledged only after its transaction commits with
+synchronous=FULL, so an acknowledged mutation survives kill -9. secure_delete makes
+SQLite zero freed cells, and a TRUNCATE checkpoint empties the WAL, which is how a
+destroyed key's bytes leave the disk (see `purge_freed_pages`).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from models.digests import DigestKind, digest
+
+from .base import CandidateRow, CommitUncertain, JournalEvent, RecordRow, Scope, StoreUnavailable
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tenants (
+  tenant TEXT PRIMARY KEY, enabled INTEGER NOT NULL, changed_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS scopes (
+  tenant TEXT NOT NULL, workspace TEXT NOT NULL, cursor INTEGER NOT NULL,
+  head_digest TEXT, PRIMARY KEY (tenant, workspace));
+CREATE TABLE IF NOT EXISTS journal (
+  tenant TEXT NOT NULL, workspace TEXT NOT NULL, cursor INTEGER NOT NULL,
+  event_id TEXT NOT NULL, kind TEXT NOT NULL, subject TEXT NOT NULL, body TEXT NOT NULL,
+  event_digest TEXT NOT NULL, prev_digest TEXT, recorded_at TEXT NOT NULL,
+  PRIMARY KEY (tenant, workspace, cursor));
+CREATE TABLE IF NOT EXISTS keys (
+  key_id TEXT PRIMARY KEY, wrapped BLOB NOT NULL, kek_id TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS candidates (
+  tenant TEXT NOT NULL, workspace TEXT NOT NULL, candidate_id TEXT NOT NULL,
+  state TEXT NOT NULL, key_id TEXT, sealed BLOB, record_digest TEXT NOT NULL,
+  payload_digest TEXT NOT NULL, principal TEXT NOT NULL, created_cursor INTEGER NOT NULL,
+  PRIMARY KEY (tenant, workspace, candidate_id));
+CREATE TABLE IF NOT EXISTS records (
+  tenant TEXT NOT NULL, workspace TEXT NOT NULL, record_id TEXT NOT NULL,
+  state TEXT NOT NULL, record_digest TEXT NOT NULL, payload_digest TEXT NOT NULL,
+  key_id TEXT, sealed BLOB, valid_from_ms INTEGER NOT NULL, valid_to_ms INTEGER,
+  expires_at_ms INTEGER, accepted_cursor INTEGER NOT NULL, accepted_at TEXT NOT NULL,
+  candidate_id TEXT, PRIMARY KEY (tenant, workspace, record_id));
+CREATE INDEX IF NOT EXISTS records_payload ON records (tenant, workspace, payload_digest);
+CREATE TABLE IF NOT EXISTS idempotency (
+  tenant TEXT NOT NULL, workspace TEXT NOT NULL, principal TEXT NOT NULL, key TEXT NOT NULL,
+  tool TEXT NOT NULL, intent TEXT NOT NULL, response TEXT NOT NULL,
+  PRIMARY KEY (tenant, workspace, principal, key));
+CREATE TABLE IF NOT EXISTS confirmations (ref TEXT PRIMARY KEY, used_at_ms INTEGER NOT NULL);
+"""
+
+_CANDIDATE_COLUMNS = (
+    "tenant, workspace, candidate_id, state, key_id, sealed, record_digest, payload_digest,"
+    " principal, created_cursor"
+)
+_RECORD_COLUMNS = (
+    "tenant, workspace, record_id, state, record_digest, payload_digest, key_id, sealed,"
+    " valid_from_ms, valid_to_ms, expires_at_ms, accepted_cursor, accepted_at, candidate_id"
+)
+
+
+def _candidate(row: sqlite3.Row | None) -> CandidateRow | None:
+    if row is None:
+        return None
+    return CandidateRow((row[0], row[1]), *tuple(row)[2:])
+
+
+def _record(row: sqlite3.Row) -> RecordRow:
+    return RecordRow((row[0], row[1]), *tuple(row)[2:])
+
+
+def _event(row: sqlite3.Row) -> JournalEvent:
+    return JournalEvent(
+        scope=(row["tenant"], row["workspace"]),
+        cursor=row["cursor"],
+        event_id=row["event_id"],
+        kind=row["kind"],
+        subject=row["subject"],
+        body=json.loads(row["body"]),
+        event_digest=row["event_digest"],
+        recorded_at=row["recorded_at"],
+    )
+
+
+def event_digest(
+    scope: Scope, cursor: int, event_id: str, kind: str, subject: str,
+    body: dict[str, Any], prev_digest: str | None, recorded_at: str,
+) -> str:
+    """Digest of one journal event, chained to its predecessor in the scope."""
+    return digest(
+        DigestKind.EVENT,
+        {
+            "tenant": scope[0], "workspace": scope[1], "cursor": str(cursor),
+            "event_id": event_id, "kind": kind, "subject": subject, "body": body,
+            "prev_digest": prev_digest, "recorded_at": recorded_at,
+        },
+    )
+
+
+class _Tx:
+    """Statements of one transaction on one connection."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    # journal -------------------------------------------------------------------
+    def append_event(
+        self, scope: Scope, kind: str, subject: str, body: dict[str, Any], recorded_at: str
+    ) -> JournalEvent:
+        row = self.conn.execute(
+            "SELECT cursor, head_digest FROM scopes WHERE tenant=? AND workspace=?", scope
+        ).fetchone()
+        previous, prev_digest = (row[0], row[1]) if row else (0, None)
+        cursor = previous + 1
+        event_id = "evt_" + uuid.uuid4().hex
+        digest_ = event_digest(scope, cursor, event_id, kind, subject, body, prev_digest, recorded_at)
+        self.conn.execute(
+            "INSERT INTO journal VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (*scope, cursor, event_id, kind, subject, json.dumps(body, sort_keys=True),
+             digest_, prev_digest, recorded_at),
+        )
+        self.conn.execute(
+            "INSERT INTO scopes VALUES (?,?,?,?) ON CONFLICT(tenant, workspace)"
+            " DO UPDATE SET cursor=excluded.cursor, head_digest=excluded.head_digest",
+            (*scope, cursor, digest_),
+        )
+        return JournalEvent(scope, cursor, event_id, kind, subject, body, digest_, recorded_at)
+
+    # keys ----------------------------------------------------------------------
+    def put_key(self, key_id: str, wrapped: bytes, kek_id: str) -> None:
+        self.conn.execute("INSERT INTO keys VALUES (?,?,?)", (key_id, wrapped, kek_id))
+
+    def destroy_key(self, key_id: str) -> None:
+        self.conn.execute("DELETE FROM keys WHERE key_id=?", (key_id,))
+
+    # candidates and records --------------------------------------------------------
+    def insert_candidate(self, row: CandidateRow) -> None:
+        self.conn.execute(
+            f"INSERT INTO candidates ({_CANDIDATE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (*row.scope, row.candidate_id, row.state, row.key_id, row.sealed,
+             row.record_digest, row.payload_digest, row.principal, row.created_cursor),
+        )
+
+    def set_candidate_state(
+        self, scope: Scope, candidate_id: str, state: str, *, drop_body: bool
+    ) -> None:
+        body_sql = ", sealed=NULL, key_id=NULL" if drop_body else ""
+        self.conn.execute(
+            f"UPDATE candidates SET state=?{body_sql}"
+            " WHERE tenant=? AND workspace=? AND candidate_id=?",
+            (state, *scope, candidate_id),
+        )
+
+    def insert_record(self, row: RecordRow) -> None:
+        self.conn.execute(
+            f"INSERT INTO records ({_RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (*row.scope, row.record_id, row.state, row.record_digest, row.payload_digest,
+             row.key_id, row.sealed, row.valid_from_ms, row.valid_to_ms, row.expires_at_ms,
+             row.accepted_cursor, row.accepted_at, row.candidate_id),
+        )
+
+    def set_record_state(self, scope: Scope, record_id: str, state: str, *, drop_body: bool) -> None:
+        body_sql = ", sealed=NULL, key_id=NULL" if drop_body else ""
+        self.conn.execute(
+            f"UPDATE records SET state=?{body_sql} WHERE tenant=? AND workspace=? AND record_id=?",
+            (state, *scope, record_id),
+        )
+
+    def candidate(self, scope: Scope, candidate_id: str) -> CandidateRow | None:
+        return _candidate(
+            self.conn.execute(
+                f"SELECT {_CANDIDATE_COLUMNS} FROM candidates"
+                " WHERE tenant=? AND workspace=? AND candidate_id=?",
+                (*scope, candidate_id),
+            ).fetchone()
+        )
+
+    def record(self, scope: Scope, record_id: str) -> RecordRow | None:
+        row = self.conn.execute(
+            f"SELECT {_RECORD_COLUMNS} FROM records WHERE tenant=? AND workspace=? AND record_id=?",
+            (*scope, record_id),
+        ).fetchone()
+        return _record(row) if row else None
+
+    def accepted_with_payload(self, scope: Scope, payload_digest: str) -> str | None:
+        row = self.conn.execute(
+            "SELECT record_id FROM records WHERE tenant=? AND workspace=? AND payload_digest=?"
+            " AND state='accepted_current' LIMIT 1",
+            (*scope, payload_digest),
+        ).fetchone()
+        return row[0] if row else None
+
+    def update_reservation(self, scope: Scope, principal: str, key: str, response: str) -> None:
+        self.conn.execute(
+            "UPDATE idempotency SET response=? WHERE tenant=? AND workspace=? AND principal=? AND key=?",
+            (response, *scope, principal, key),
+        )
+
+    def tombstoned_payload(self, scope: Scope, payload_digest: str) -> bool:
+        return (
+            self.conn.execute(
+                "SELECT 1 FROM records WHERE tenant=? AND workspace=? AND payload_digest=?"
+                " AND state='tombstoned' LIMIT 1",
+                (*scope, payload_digest),
+            ).fetchone()
+            is not None
+        )
+
+    # idempotency and confirmations ---------------------------------------------------
+    def reservation(self, scope: Scope, principal: str, key: str) -> tuple[str, str, str] | None:
+        row = self.conn.execute(
+            "SELECT tool, intent, response FROM idempotency"
+            " WHERE tenant=? AND workspace=? AND principal=? AND key=?",
+            (*scope, principal, key),
+        ).fetchone()
+        return (row[0], row[1], row[2]) if row else None
+
+    def reserve(
+        self, scope: Scope, principal: str, key: str, tool: str, intent: str, response: str
+    ) -> None:
+        self.conn.execute(
+            "INSERT INTO idempotency VALUES (?,?,?,?,?,?,?)",
+            (*scope, principal, key, tool, intent, response),
+        )
+
+    def claim_confirmation(self, ref: str, used_at_ms: int) -> bool:
+        cur = self.conn.execute(
+            "INSERT INTO confirmations VALUES (?,?) ON CONFLICT(ref) DO NOTHING", (ref, used_at_ms)
+        )
+        return cur.rowcount == 1
+
+
+class SqliteStore:
+    """The embedded default store (one file, `engram.db`, in the data directory)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._write_lock = threading.RLock()
+        self._local = threading.local()
+        self._writer = self._connect()
+        with self._write_lock:
+            self._writer.executescript(SCHEMA)
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=5.0
+            )
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA secure_delete=ON")
+            conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.Error as exc:
+            raise StoreUnavailable() from exc
+        return conn
+
+    def _reader_conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[_Tx]:
+        """BEGIN IMMEDIATE ... COMMIT on the single writer connection.
+
+        A failure before COMMIT rolls back (StoreUnavailable: nothing happened); a
+        failure of COMMIT itself is CommitUncertain (the caller cannot know).
+        """
+        with self._write_lock:
+            conn = self._writer
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise StoreUnavailable() from exc
+            try:
+                yield _Tx(conn)
+            except sqlite3.Error as exc:
+                conn.execute("ROLLBACK")
+                raise StoreUnavailable() from exc
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                    raise StoreUnavailable() from exc
+                raise CommitUncertain() from exc
+
+    @contextmanager
+    def reader(self) -> Iterator[_Tx]:
+        """A consistent read snapshot on this thread's own connection."""
+        conn = self._reader_conn()
+        try:
+            conn.execute("BEGIN")
+            yield _Tx(conn)
+        except sqlite3.Error as exc:
+            raise StoreUnavailable() from exc
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+
+    def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        try:
+            return self._reader_conn().execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreUnavailable() from exc
+
+    # keys ---------------------------------------------------------------------------
+    def wrapped_key(self, key_id: str) -> tuple[bytes, str] | None:
+        rows = self._read("SELECT wrapped, kek_id FROM keys WHERE key_id=?", (key_id,))
+        return (rows[0][0], rows[0][1]) if rows else None
+
+    def all_wrapped_keys(self) -> list[tuple[str, bytes, str]]:
+        return [(r[0], r[1], r[2]) for r in self._read("SELECT key_id, wrapped, kek_id FROM keys")]
+
+    def rewrap_keys(self, rows: list[tuple[str, bytes, str]]) -> None:
+        with self.transaction() as tx:
+            tx.conn.executemany(
+                "UPDATE keys SET wrapped=?, kek_id=? WHERE key_id=?",
+                [(wrapped, kek_id, key_id) for key_id, wrapped, kek_id in rows],
+            )
+
+    # journal and scopes ---------------------------------------------------------------
+    def scope_cursor(self, scope: Scope) -> int:
+        rows = self._read("SELECT cursor FROM scopes WHERE tenant=? AND workspace=?", scope)
+        return rows[0][0] if rows else 0
+
+    def scopes(self) -> list[Scope]:
+        return [(r[0], r[1]) for r in self._read("SELECT tenant, workspace FROM scopes")]
+
+    def events(self, scope: Scope, after: int = 0) -> Iterator[JournalEvent]:
+        last = after
+        while True:  # paged so a million-event journal never sits in memory at once
+            rows = self._read(
+                "SELECT * FROM journal WHERE tenant=? AND workspace=? AND cursor>?"
+                " ORDER BY cursor LIMIT 2000",
+                (*scope, last),
+            )
+            if not rows:
+                return
+            for row in rows:
+                yield _event(row)
+            last = rows[-1]["cursor"]
+
+    def verify_chain(self, scope: Scope) -> bool:
+        """Recompute every event digest and link of a scope's journal."""
+        prev: str | None = None
+        expected = 1
+        for row in self._iter_rows(scope):
+            body = json.loads(row["body"])
+            recomputed = event_digest(
+                scope, row["cursor"], row["event_id"], row["kind"], row["subject"], body,
+                row["prev_digest"], row["recorded_at"],
+            )
+            if row["cursor"] != expected or row["prev_digest"] != prev or recomputed != row["event_digest"]:
+                return False
+            prev, expected = row["event_digest"], expected + 1
+        return True
+
+    def _iter_rows(self, scope: Scope) -> Iterator[sqlite3.Row]:
+        last = 0
+        while rows := self._read(
+            "SELECT * FROM journal WHERE tenant=? AND workspace=? AND cursor>?"
+            " ORDER BY cursor LIMIT 2000",
+            (*scope, last),
+        ):
+            yield from rows
+            last = rows[-1]["cursor"]
+
+    # records ---------------------------------------------------------------------------
+    def records(self, scope: Scope, record_ids: list[str]) -> dict[str, RecordRow]:
+        found: dict[str, RecordRow] = {}
+        for start in range(0, len(record_ids), 500):
+            chunk = record_ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for row in self._read(
+                f"SELECT {_RECORD_COLUMNS} FROM records WHERE tenant=? AND workspace=?"
+                f" AND record_id IN ({marks})",
+                (*scope, *chunk),
+            ):
+                found[row[2]] = _record(row)
+        return found
+
+    def records_in_state(self, state: str, scope: Scope | None = None) -> list[RecordRow]:
+        where, params = ("state=?", (state,))
+        if scope is not None:
+            where, params = "state=? AND tenant=? AND workspace=?", (state, *scope)
+        return [_record(r) for r in self._read(f"SELECT {_RECORD_COLUMNS} FROM records WHERE {where}", params)]
+
+    def live_records(self, scope: Scope) -> Iterator[RecordRow]:
+        last = ""
+        while rows := self._read(
+            f"SELECT {_RECORD_COLUMNS} FROM records WHERE tenant=? AND workspace=?"
+            " AND state='accepted_current' AND record_id>? ORDER BY record_id LIMIT 2000",
+            (*scope, last),
+        ):
+            yield from (_record(r) for r in rows)
+            last = rows[-1][2]
+
+    def candidate_ids_with_body(self) -> list[tuple[Scope, str]]:
+        return [((r[0], r[1]), r[2]) for r in self._read(
+            "SELECT tenant, workspace, candidate_id FROM candidates WHERE sealed IS NOT NULL")]
+
+    # tenants ----------------------------------------------------------------------------
+    def tenant_enabled(self, tenant: str) -> bool:
+        rows = self._read("SELECT enabled FROM tenants WHERE tenant=?", (tenant,))
+        return bool(rows and rows[0][0])
+
+    def set_tenant_enabled(self, tenant: str, enabled: bool, at: str) -> None:
+        with self.transaction() as tx:
+            tx.conn.execute(
+                "INSERT INTO tenants VALUES (?,?,?) ON CONFLICT(tenant)"
+                " DO UPDATE SET enabled=excluded.enabled, changed_at=excluded.changed_at",
+                (tenant, int(enabled), at),
+            )
+
+    # meta ---------------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        rows = self._read("SELECT v FROM meta WHERE k=?", (key,))
+        return rows[0][0] if rows else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self.transaction() as tx:
+            tx.conn.execute(
+                "INSERT INTO meta VALUES (?,?) ON CONFLICT(k) DO UPDATE SET v=excluded.v",
+                (key, value),
+            )
+
+    # physical hygiene and backup -----------------------------------------------------------
+    def purge_freed_pages(self) -> bool:
+        """Empty the WAL so deleted bytes (already zeroed by secure_delete in the main
+        file) leave the disk. False when a reader still pins old frames: retry later."""
+        with self._write_lock:
+            try:
+                busy, _, _ = self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            except sqlite3.Error:
+                return False
+        return busy == 0
+
+    def backup(self, dest_path: str) -> None:
+        """A consistent online copy through SQLite's backup API."""
+        dest = sqlite3.connect(dest_path)
+        try:
+            with self._write_lock:
+                self._writer.backup(dest)
+            dest.execute("PRAGMA journal_mode=DELETE")
+        finally:
+            dest.close()
+
+    def close(self) -> None:
+        with self._write_lock:
+            self._writer.close()
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
