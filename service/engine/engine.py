@@ -19,7 +19,7 @@ from ranking import Encoder, MiniLMEncoder, Ranker
 from service.store.base import CommitUncertain, StoreUnavailable
 from service.store.sqlite import SqliteStore
 
-from . import admission, capture, reading, search, transitions
+from . import admission, capture, operator, reading, search, transitions
 from .clock import instant, now_ms
 from .context import CallContext
 from .paging import SnapshotCache
@@ -123,6 +123,13 @@ class Engine:
                 swept += 1
         self.parts.store.purge_freed_pages()
         return swept
+
+    def transition(self, scope: tuple[str, str], record_id: str, operation: str, reason_ref: str) -> str:
+        """dispute | resolve | supersede | expire | invalidate-trust one record."""
+        return operator.transition(self.parts, scope, record_id, operation, reason_ref)
+
+    def expire_due(self) -> list[tuple[tuple[str, str], str]]:
+        return operator.expire_due(self.parts)
 
     def rotate_kek(self) -> str:
         return self.parts.vault.ring.rotate(self.parts.store)

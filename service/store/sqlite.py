@@ -397,6 +397,11 @@ class SqliteStore:
             where, params = "state=? AND tenant=? AND workspace=?", (state, *scope)
         return [_record(r) for r in self._read(f"SELECT {_RECORD_COLUMNS} FROM records WHERE {where}", params)]
 
+    def due_for_expiry(self, at_ms: int) -> list[RecordRow]:
+        return [_record(r) for r in self._read(
+            f"SELECT {_RECORD_COLUMNS} FROM records WHERE state='accepted_current'"
+            " AND expires_at_ms IS NOT NULL AND expires_at_ms<=?", (at_ms,))]
+
     def live_records(self, scope: Scope) -> Iterator[RecordRow]:
         last = ""
         while rows := self._read(

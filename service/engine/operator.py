@@ -1,0 +1,43 @@
+"""Operator transitions that the contract keeps off the agent path.
+
+dispute, resolve, supersede, expire and invalidate-trust move an accepted record
+between the non-terminal record states. Each is a journal event like any other, and
+the projector drops the record from the indexes because only accepted_current is
+ever ranked or disclosed.
+"""
+
+from __future__ import annotations
+
+from models.codes import ContractError, ErrorCode
+
+from .clock import instant, now_ms
+from .lifecycle import operator_target
+from .parts import Parts
+
+
+def transition(parts: Parts, scope: tuple[str, str], record_id: str, operation: str, reason_ref: str) -> str:
+    """Apply one operator transition; returns the new state."""
+    with parts.store.transaction() as tx:
+        record = tx.record(scope, record_id)
+        if record is None:
+            raise ContractError(ErrorCode.NOT_FOUND)
+        target = operator_target(operation, record.state)
+        tx.append_event(
+            scope, "record_state_changed", record_id,
+            {"operation": operation, "from_state": record.state, "to_state": target,
+             "reason_ref": reason_ref, "principal": "operator"},
+            instant(now_ms()),
+        )
+        tx.set_record_state(scope, record_id, target, drop_body=False)
+    parts.projector.catch_up(scope)
+    return target
+
+
+def expire_due(parts: Parts, at_ms: int | None = None) -> list[tuple[tuple[str, str], str]]:
+    """Expire every record whose retention `expires_at` has passed."""
+    at = now_ms() if at_ms is None else at_ms
+    expired = []
+    for row in parts.store.due_for_expiry(at):
+        transition(parts, row.scope, row.record_id, "expire", "retention:expires_at")
+        expired.append((row.scope, row.record_id))
+    return expired
