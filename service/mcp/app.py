@@ -1,0 +1,135 @@
+"""The HTTP application: MCP at `/mcp` (streamable HTTP, both eras) plus ops routes.
+
+Why FastAPI around the MCP app: liveness, readiness and metrics are ordinary HTTP routes
+with an OpenAPI page, while `/mcp` is the SDK's streamable-HTTP endpoint. A mounted
+sub-app's lifespan does not run, so the session manager runs in this app's lifespan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+from mcp.server.transport_security import TransportSecuritySettings
+
+from .audit import AUDIT_FILE, AuditLog
+from .host_context import HeaderBinding
+from .metrics import Metrics
+from .rate_limit import TokenBucketLimiter
+from .server import DEFAULT_DEADLINE_MS, EngineLike, ToolFrontEnd
+
+logger = logging.getLogger("engram.mcp")
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _transport_security(host: str, allowed_hosts: list[str] | None) -> TransportSecuritySettings | None:
+    """DNS-rebinding protection: on for loopback (the SDK default), or for a host list."""
+    if allowed_hosts:
+        return TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=list(allowed_hosts),
+            allowed_origins=[f"http://{h}" for h in allowed_hosts] + [f"https://{h}" for h in allowed_hosts],
+        )
+    if host in LOOPBACK:
+        return None  # the SDK turns protection on for loopback hosts itself
+    return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+
+
+def create_app(
+    engine: EngineLike,
+    *,
+    host_secret: bytes,
+    data_dir: Path | None = None,
+    audit_path: Path | None = None,
+    host: str = "127.0.0.1",
+    allowed_hosts: list[str] | None = None,
+    rate_per_s: float = 20.0,
+    burst: int = 40,
+    default_deadline_ms: int = DEFAULT_DEADLINE_MS,
+    close_engine: bool = False,
+) -> FastAPI:
+    """Build the app for `engine`, verifying contexts with `host_secret`.
+
+    The audit log goes to `audit_path`, else `<data_dir>/audit.jsonl`, else nowhere.
+    `rate_per_s`/`burst` set the per-principal token bucket (`rate_per_s <= 0` turns it
+    off); `default_deadline_ms` applies when the context carries no `deadline_ms`.
+    With `close_engine`, the engine is closed when the app shuts down.
+    """
+    if audit_path is None and data_dir is not None:
+        audit_path = Path(data_dir) / AUDIT_FILE
+    audit = AuditLog(audit_path) if audit_path is not None else None
+    metrics = Metrics()
+    front = ToolFrontEnd(
+        engine,
+        HeaderBinding(host_secret),
+        audit=audit,
+        metrics=metrics,
+        limiter=TokenBucketLimiter(rate=rate_per_s, burst=burst),
+        default_deadline_ms=default_deadline_ms,
+    )
+    # The engine may report per-channel ranking latency (lexical, semantic, fusion).
+    hook = getattr(engine, "set_channel_latency_observer", None)
+    if callable(hook):
+        hook(metrics.observe_channel_latency)
+    server = front.build_server()
+    mcp_app = server.streamable_http_app(
+        streamable_http_path="/mcp",
+        host=host,
+        transport_security=_transport_security(host, allowed_hosts),
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with server.session_manager.run():
+            yield
+        if audit is not None:
+            audit.close()
+        if close_engine and hasattr(engine, "close"):
+            await anyio.to_thread.run_sync(engine.close)
+
+    app = FastAPI(
+        title="engram",
+        version="1.0.0",
+        summary="Governed memory for AI agents. The MCP endpoint is POST/GET/DELETE /mcp "
+        "(streamable HTTP); the routes below are for operators and probes.",
+        lifespan=lifespan,
+    )
+    app.state.front = front
+    app.state.metrics = metrics
+    app.state.engine = engine
+    app.state.mcp_server = server
+
+    @app.get("/healthz", summary="Liveness: the process serves HTTP.", tags=["ops"])
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get(
+        "/readyz",
+        summary="Readiness: the engine can answer (projections caught up, model loaded). 503 otherwise.",
+        tags=["ops"],
+        responses={503: {"description": "Not ready; `reasons` says why."}},
+    )
+    async def readyz() -> Any:
+        try:
+            state = await anyio.to_thread.run_sync(engine.readiness)
+            ready = bool(state.get("ready"))
+            reasons = [str(r) for r in state.get("reasons", [])]
+        except Exception as exc:  # noqa: BLE001
+            logger.error("readiness failed: %s", type(exc).__name__)
+            ready, reasons = False, ["readiness check failed"]
+        return JSONResponse({"ready": ready, "reasons": reasons}, status_code=200 if ready else 503)
+
+    @app.get("/metrics", summary="Prometheus metrics (text exposition format).", tags=["ops"])
+    async def metrics_route() -> Response:
+        return Response(content=metrics.render(), media_type=metrics.content_type)
+
+    # Last, so the routes above (and /docs, /openapi.json) win; the sub-app serves /mcp.
+    app.mount("/", mcp_app)
+    return app

@@ -1,0 +1,293 @@
+"""The six tools over MCP (low-level `mcp.server.Server`), both protocol eras.
+
+Why low-level: the contract needs exact closed schemas, per-caller tool lists and its
+own error codes; the high-level server would generate schemas and errors of its own.
+
+A call walks: verify the host context (else -32603) -> tenant opted in (else -32603)
+-> tool granted and known (else -32602 "Unknown tool") -> purpose_ref equals the bound
+purpose (else -32603) -> rate limit (RATE_LIMITED) -> engine in a worker thread under
+the deadline -> envelope. The envelope is the `structuredContent`, an identical JSON
+text copy is the text content, and `isError == not ok`. Every envelope has a fresh
+`auditId`, and every call (protocol rejections included) leaves one audit line.
+
+Nothing unexpected leaks: an engine exception becomes a STORE_UNAVAILABLE envelope,
+and a middleware turns any other exception into a constant -32603, in both eras (the
+SDK's handshake era would otherwise answer code 0 with the exception text).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+import anyio.to_thread
+import mcp_types as types
+from mcp.server import Server
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from models.codes import ContractError, ErrorCode
+from models.envelope import failure_envelope, success_envelope
+from models.tools import MUTATIONS, TOOLS, ToolSpec
+from service.engine.context import CallContext
+
+from .audit import AuditLog, audit_digest
+from .host_context import ContextUnavailable, check_purpose
+from .metrics import Metrics
+from .rate_limit import TokenBucketLimiter
+
+logger = logging.getLogger("engram.mcp")
+
+SERVER_NAME = "engram-memory"
+SERVER_TITLE = "sentropic.engram.memory"
+INTERNAL_ERROR = -32603
+UNKNOWN_TOOL = -32602
+UNKNOWN_TOOL_MESSAGE = "Unknown tool"
+INTERNAL_ERROR_MESSAGE = "Internal server error"
+DEFAULT_DEADLINE_MS = 30_000
+
+INSTRUCTIONS = (
+    "Governed memory for durable, cited knowledge (decisions, verified facts, conventions, "
+    "pitfalls and fixes, hand-over notes). Search before capture; capture makes a pending "
+    "draft; admission is requested, never assumed. Never store secrets or credentials. "
+    "Act on error.code and error.retriable only. A JSON-RPC error -32603 or -32602 is not "
+    "a memory answer: stop and report it, do not retry with other arguments."
+)
+
+
+class EngineLike(Protocol):
+    def execute(self, tool: str, ctx: CallContext, arguments: dict[str, Any]) -> dict[str, Any]: ...
+    def tenant_enabled(self, tenant: str) -> bool: ...
+    def readiness(self) -> dict[str, Any]: ...
+
+
+class Binding(Protocol):
+    def resolve(self, request: Any) -> CallContext: ...
+
+
+def new_audit_id() -> str:
+    """A fresh random audit id per call (128 bits)."""
+    return "aud_" + secrets.token_hex(16)
+
+
+def envelope_result(envelope: dict[str, Any]) -> types.CallToolResult:
+    """The MCP result for an envelope: structured copy, identical JSON text, isError."""
+    text = json.dumps(envelope, ensure_ascii=False, separators=(",", ":"))
+    return types.CallToolResult(
+        content=[types.TextContent(text=text)],
+        structured_content=envelope,
+        is_error=not envelope["ok"],
+    )
+
+
+def tool_definition(spec: ToolSpec) -> types.Tool:
+    """The `tools/list` entry: closed input schema, envelope output schema, hints."""
+    destructive = spec.name in ("engram_memory_forget", "engram_memory_withdraw")
+    return types.Tool(
+        name=spec.name,
+        description=spec.description,
+        input_schema=spec.input_schema,
+        output_schema=spec.output_schema,
+        annotations=types.ToolAnnotations(
+            read_only_hint=spec.read_only,
+            destructive_hint=destructive if not spec.read_only else None,
+            idempotent_hint=True,
+            open_world_hint=False,
+        ),
+    )
+
+
+class _NoLeakMiddleware:
+    """Outermost guard: an unexpected exception becomes a constant -32603.
+
+    The SDK's handshake-era loop would otherwise answer code 0 with `str(exc)`.
+    """
+
+    async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        try:
+            return await call_next(ctx)
+        except (MCPError, ValidationError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the point is to catch everything
+            logger.error("unexpected %s in %s", type(exc).__name__, getattr(ctx, "method", "?"))
+            raise MCPError(code=INTERNAL_ERROR, message=INTERNAL_ERROR_MESSAGE) from None
+
+
+@dataclass
+class _Run:
+    """Coordinates a worker with a deadline: a worker that has not started never will."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    started: bool = False
+    abandoned: bool = False
+
+
+_SKIPPED = object()
+
+
+class ToolFrontEnd:
+    """The MCP handlers: binding, grants, purpose, rate limit, deadline, envelope, audit."""
+
+    def __init__(
+        self,
+        engine: EngineLike,
+        binding: Binding,
+        *,
+        audit: AuditLog | None = None,
+        metrics: Metrics | None = None,
+        limiter: TokenBucketLimiter | None = None,
+        default_deadline_ms: int = DEFAULT_DEADLINE_MS,
+        tools: Mapping[str, ToolSpec] = TOOLS,
+    ) -> None:
+        self.engine = engine
+        self.binding = binding
+        self.audit = audit
+        self.metrics = metrics or Metrics()
+        self.limiter = limiter or TokenBucketLimiter(rate=0, burst=1)
+        self.default_deadline_ms = default_deadline_ms
+        self.tools = dict(tools)
+        self._definitions = {name: tool_definition(spec) for name, spec in self.tools.items()}
+
+    # ----------------------------------------------------------------- server
+
+    def build_server(self) -> Server[Any]:
+        server: Server[Any] = Server(
+            SERVER_NAME,
+            version="1.0.0",
+            title=SERVER_TITLE,
+            instructions=INSTRUCTIONS,
+            on_list_tools=self.list_tools,
+            on_call_tool=self.call_tool,
+            # Mcp-Param header validation looks schemas up here instead of running the
+            # caller-scoped tools/list handler without a caller.
+            get_tool_input_schema=lambda name: self.tools[name].input_schema if name in self.tools else None,
+        )
+        server.middleware.append(_NoLeakMiddleware())
+        return server
+
+    # ----------------------------------------------------------------- context
+
+    async def _context(self, request: Any) -> CallContext:
+        ctx = self.binding.resolve(request)
+        enabled = await anyio.to_thread.run_sync(self.engine.tenant_enabled, ctx.tenant)
+        if enabled is not True:
+            raise ContextUnavailable("tenant not enabled")
+        return ctx
+
+    async def list_tools(self, rctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        try:
+            ctx = await self._context(rctx.request)
+        except ContextUnavailable as exc:
+            logger.info("tools/list refused: %s", exc.reason)
+            raise MCPError(code=ContextUnavailable.code, message=ContextUnavailable.message) from None
+        return types.ListToolsResult(tools=[d for name, d in self._definitions.items() if name in ctx.tools])
+
+    # ----------------------------------------------------------------- call
+
+    async def call_tool(self, rctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        started = time.monotonic()
+        audit_id = new_audit_id()
+        name = params.name
+        tool_label = name if name in self.tools else "unknown"
+        ctx: CallContext | None = None
+        arguments: Any = params.arguments if params.arguments is not None else {}
+        try:
+            ctx = await self._context(rctx.request)
+            if name not in self.tools or name not in ctx.tools:
+                raise MCPError(code=UNKNOWN_TOOL, message=UNKNOWN_TOOL_MESSAGE)
+            check_purpose(ctx, name, arguments)
+        except ContextUnavailable as exc:
+            logger.info("tools/call refused: %s", exc.reason)
+            await self._record(audit_id, tool_label, str(ContextUnavailable.code), started, ctx, arguments, None)
+            raise MCPError(code=ContextUnavailable.code, message=ContextUnavailable.message) from None
+        except MCPError as exc:
+            await self._record(audit_id, tool_label, str(exc.code), started, ctx, arguments, None)
+            raise
+
+        envelope = await self._execute(name, ctx, arguments, audit_id, started)
+        code = "ok" if envelope["ok"] else envelope["error"]["code"]
+        await self._record(audit_id, name, code, started, ctx, arguments, envelope)
+        return envelope_result(envelope)
+
+    async def _execute(
+        self, name: str, ctx: CallContext, arguments: Any, audit_id: str, started: float
+    ) -> dict[str, Any]:
+        if not self.limiter.allow((ctx.tenant, ctx.principal)):
+            return failure_envelope(ErrorCode.RATE_LIMITED, audit_id)
+        budget_ms = ctx.deadline_ms if ctx.deadline_ms is not None else self.default_deadline_ms
+        remaining = started + budget_ms / 1000.0 - time.monotonic()
+        if remaining <= 0:
+            return failure_envelope(ErrorCode.DEADLINE_EXCEEDED, audit_id)
+        run = _Run()
+
+        def work() -> Any:
+            with run.lock:
+                if run.abandoned:
+                    return _SKIPPED
+                run.started = True
+            return self.engine.execute(name, ctx, arguments)
+
+        try:
+            with anyio.move_on_after(remaining) as scope:
+                value = await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+            if scope.cancelled_caught:
+                with run.lock:
+                    run.abandoned = True
+                    began = run.started
+                code = (
+                    ErrorCode.MUTATION_OUTCOME_UNKNOWN
+                    if began and name in MUTATIONS
+                    else ErrorCode.DEADLINE_EXCEEDED
+                )
+                return failure_envelope(code, audit_id)
+            if value is _SKIPPED or not isinstance(value, dict):
+                raise TypeError("engine returned no value")
+            envelope = success_envelope(value, audit_id)
+            json.dumps(envelope)  # must serialise; otherwise it is an internal fault
+            return envelope
+        except ContractError as exc:
+            return failure_envelope(exc.code, audit_id)
+        except Exception as exc:  # noqa: BLE001 - never leak internals
+            logger.error("engine failure in %s: %s", name, type(exc).__name__)
+            if name in MUTATIONS and run.started:
+                # It may have committed before failing: tell the caller to retry with the same key.
+                return failure_envelope(ErrorCode.MUTATION_OUTCOME_UNKNOWN, audit_id)
+            return failure_envelope(ErrorCode.STORE_UNAVAILABLE, audit_id)
+
+    async def _record(
+        self,
+        audit_id: str,
+        tool: str,
+        code: str,
+        started: float,
+        ctx: CallContext | None,
+        arguments: Any,
+        envelope: dict[str, Any] | None,
+    ) -> None:
+        elapsed = time.monotonic() - started
+        self.metrics.observe_call(tool, code, elapsed)
+        if self.audit is None:
+            return
+        try:
+            await anyio.to_thread.run_sync(
+                lambda: self.audit.record(  # type: ignore[union-attr]
+                    audit_id=audit_id,
+                    tool=tool,
+                    code=code,
+                    latency_ms=elapsed * 1000.0,
+                    tenant=ctx.tenant if ctx else None,
+                    workspace=ctx.workspace if ctx else None,
+                    principal=ctx.principal if ctx else None,
+                    arguments_digest=audit_digest("arguments", {"tool": tool, "arguments": arguments}),
+                    response_digest=None if envelope is None else audit_digest("response", envelope),
+                )
+            )
+        except Exception as exc:  # noqa: BLE001 - auditing must not turn an answer into a leak
+            logger.error("audit write failed: %s", type(exc).__name__)

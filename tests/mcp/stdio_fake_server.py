@@ -1,0 +1,15 @@
+"""Run `serve_stdio` against the fake engine (a subprocess for test_stdio.py)."""
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from mcp_support import SECRET, FakeEngine  # noqa: E402
+
+from service.mcp.host_context import binding_from_env  # noqa: E402
+from service.mcp.stdio import serve_stdio  # noqa: E402
+
+serve_stdio(FakeEngine(), binding_from_env(os.environ, SECRET), data_dir=Path(os.environ["FAKE_DATA_DIR"]))

@@ -1,0 +1,120 @@
+"""The `engram` command line: fast help, host secret, tenant opt-in."""
+
+from __future__ import annotations
+
+import stat
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from service.cli import app
+
+runner = CliRunner()
+
+
+def test_help_is_fast_and_imports_nothing_heavy():
+    code = (
+        "import sys, service.cli;"
+        "heavy = [m for m in ('torch', 'sentence_transformers', 'tantivy', 'hnswlib', 'uvicorn', 'mcp', "
+        "'service.engine.engine') if m in sys.modules];"
+        "assert not heavy, heavy"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in ("serve", "admin"):
+        assert command in result.output
+    assert "--stdio" in runner.invoke(app, ["serve", "--help"]).output
+
+
+def test_host_secret(tmp_path, monkeypatch):
+    monkeypatch.delenv("ENGRAM_HOST_SECRET", raising=False)
+    first = runner.invoke(app, ["admin", "host-secret", "--data-dir", str(tmp_path)])
+    assert first.exit_code == 0
+    path = tmp_path / "host_secret"
+    assert str(path.resolve()) in first.output
+    secret = path.read_text().strip()
+    assert secret not in first.output
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    shown = runner.invoke(app, ["admin", "host-secret", "--data-dir", str(tmp_path), "--show"])
+    assert shown.exit_code == 0 and secret in shown.output
+    assert path.read_text().strip() == secret  # never overwritten
+
+
+def test_serve_refuses_without_secret(tmp_path, monkeypatch):
+    monkeypatch.delenv("ENGRAM_HOST_SECRET", raising=False)
+    result = runner.invoke(app, ["serve", "--data-dir", str(tmp_path), "--no-model"])
+    assert result.exit_code == 2
+
+
+def test_tenant_enable_disable(tmp_path):
+    pytest.importorskip("service.engine.engine")
+    data = str(tmp_path)
+    assert runner.invoke(app, ["admin", "tenant", "status", "acme", "-d", data]).output.strip() == "disabled"
+    assert runner.invoke(app, ["admin", "tenant", "enable", "acme", "-d", data]).exit_code == 0
+    assert runner.invoke(app, ["admin", "tenant", "status", "acme", "-d", data]).output.strip() == "enabled"
+    assert runner.invoke(app, ["admin", "tenant", "disable", "acme", "-d", data]).exit_code == 0
+    assert runner.invoke(app, ["admin", "tenant", "status", "acme", "-d", data]).output.strip() == "disabled"
+
+
+def test_operator_commands(tmp_path):
+    pytest.importorskip("service.engine.engine")
+    data = str(tmp_path / "data")
+    assert runner.invoke(app, ["admin", "tenant", "enable", "acme", "-d", data]).exit_code == 0
+    verify = runner.invoke(app, ["admin", "verify-journal", "-d", data])
+    assert verify.exit_code == 0, verify.output
+    assert runner.invoke(app, ["admin", "rotate-kek", "-d", data]).exit_code == 0
+    backup_dir = tmp_path / "backup"
+    assert runner.invoke(app, ["admin", "backup", str(backup_dir), "-d", data]).exit_code == 0
+    restored = tmp_path / "restored"
+    result = runner.invoke(app, ["admin", "restore", str(backup_dir), "-d", str(restored), "--no-model"])
+    assert result.exit_code == 0, result.output
+    refused = runner.invoke(app, ["admin", "restore", str(backup_dir), "-d", str(restored), "--no-model"])
+    assert refused.exit_code == 1 and "RESTORE_REFUSED" in refused.output
+    assert runner.invoke(app, ["admin", "tenant", "status", "acme", "-d", str(restored)]).output.strip() == "enabled"
+    assert runner.invoke(app, ["admin", "history", "acme", "ws1", "mem_x", "-d", data]).output.strip() == "[]"
+    assert runner.invoke(app, ["admin", "sweep-invalidations", "-d", data]).exit_code == 0
+    assert runner.invoke(app, ["admin", "rebuild-projections", "-d", data, "--no-model"]).exit_code == 0
+
+
+@pytest.mark.anyio
+async def test_engram_serve_http_subprocess(tmp_path):
+    pytest.importorskip("service.engine.engine")
+    import os
+    import time
+    from pathlib import Path
+
+    import httpx
+    from mcp_support import connect, free_port, token
+
+    root = Path(__file__).resolve().parents[2]
+    data = tmp_path / "data"
+    assert runner.invoke(app, ["admin", "host-secret", "-d", str(data)]).exit_code == 0
+    assert runner.invoke(app, ["admin", "tenant", "enable", "acme", "-d", str(data)]).exit_code == 0
+    secret = (data / "host_secret").read_text().strip().encode()
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    env.pop("ENGRAM_HOST_SECRET", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "serve", "--no-model", "--port", str(port), "-d", str(data),
+         "--log-level", "warning"],
+        cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(base + "/healthz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        async with connect(base + "/mcp", token(secret=secret, tools=["engram_memory_search"]), "auto") as client:
+            assert [t.name for t in (await client.list_tools()).tools] == ["engram_memory_search"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
