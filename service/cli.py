@@ -317,6 +317,35 @@ def history(
         _print_json(engine.history((tenant, workspace), subject))
 
 
+@admin.command("transition")
+def transition(
+    operation: Annotated[
+        str, typer.Argument(help="dispute | resolve | supersede | expire | invalidate-trust")
+    ],
+    tenant: Annotated[str, typer.Argument(help="Tenant id.")],
+    workspace: Annotated[str, typer.Argument(help="Workspace id.")],
+    record_id: Annotated[str, typer.Argument(help="The record to move.")],
+    reason_ref: Annotated[str, typer.Option(help="Opaque reason reference for the journal.")] = "operator",
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+) -> None:
+    """Move a record between non-terminal states; only accepted_current is ever disclosed."""
+    from service.engine.lifecycle import OPERATOR_TRANSITIONS
+
+    if operation not in OPERATOR_TRANSITIONS:
+        _err(f"engram: unknown operation {operation!r}; one of {', '.join(OPERATOR_TRANSITIONS)}")
+        raise typer.Exit(2)
+    with _engine(data_dir) as engine:
+        typer.echo(engine.transition((tenant, workspace), record_id, operation, reason_ref))
+
+
+@admin.command("expire")
+def expire(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
+    """Expire every record whose retention expires_at has passed."""
+    with _engine(data_dir) as engine:
+        expired = engine.expire_due()
+        typer.echo(f"expired {len(expired)} record(s)")
+
+
 # --------------------------------------------------------------------------- plugins
 
 

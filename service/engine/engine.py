@@ -104,10 +104,13 @@ class Engine:
         self.parts.store.set_tenant_enabled(tenant, enabled, instant(now_ms()))
 
     def readiness(self) -> dict[str, Any]:
+        """Ready once warm-up is done. Without a configured model the service is
+        lexical-only by the operator's choice, which is ready; a configured model that
+        failed is not."""
         reasons = []
         if not self._ready.is_set():
             reasons.append("projections catching up or model loading")
-        elif self.parts.ranker.semantic_health() is not None:
+        elif self._encoder is not None and self.parts.ranker.semantic_health() is not None:
             reasons.append("semantic channel unavailable")
         return {"ready": not reasons, "reasons": reasons}
 

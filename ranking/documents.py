@@ -1,0 +1,62 @@
+"""What the indexes are fed: one flat document per record, and the passages embedded.
+
+The engine owns records, components and citations; ranking only needs their text sorted
+by kind (so the lexical channel can weight a primary component above context) and the
+valid time (for recency). Keeping this shape flat and frozen makes a batch of documents
+safe to hand between threads and trivially comparable in tests.
+
+Passages: all-MiniLM-L6-v2 reads at most 256 word pieces and silently drops the rest,
+about 190 English words. Long records are therefore cut into overlapping word windows
+(``PASSAGE_WORDS`` long, advancing by ``PASSAGE_STRIDE``, at most ``MAX_PASSAGES`` per
+record) and the semantic channel scores a record by its best passage. The first window is
+what the model would have read anyway, so short records cost one vector as before; the
+cap bounds the index at a few vectors per record even for very long text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PASSAGE_WORDS = 180
+PASSAGE_STRIDE = 150
+MAX_PASSAGES = 4
+MIN_TAIL_WORDS = 40
+
+
+@dataclass(frozen=True)
+class IndexDocument:
+    """One record as both indexes see it; every text field may be empty."""
+
+    scope_key: str
+    record_id: str
+    primary: str
+    decision: str
+    evidence: str
+    context: str
+    source_refs: str
+    valid_time_ms: int
+
+    def semantic_text(self) -> str:
+        """The text the embedding model reads: claims and their support, not citations.
+
+        Source references are identifiers (URLs, ticket numbers) that carry no meaning a
+        sentence encoder can use; the lexical channel still matches them exactly.
+        """
+        return "\n".join(p for p in (self.primary, self.decision, self.evidence, self.context) if p)
+
+
+def passages(text: str) -> list[str]:
+    """Cut ``text`` into the word windows the semantic channel embeds (at least one)."""
+    words = text.split()
+    if len(words) <= PASSAGE_WORDS:
+        return [" ".join(words)]
+    out: list[str] = []
+    start = 0
+    while len(out) < MAX_PASSAGES and start < len(words):
+        if out and len(words) - start < MIN_TAIL_WORDS:
+            break
+        out.append(" ".join(words[start : start + PASSAGE_WORDS]))
+        if start + PASSAGE_WORDS >= len(words):
+            break
+        start += PASSAGE_STRIDE
+    return out

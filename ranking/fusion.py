@@ -1,0 +1,183 @@
+"""Fusion: from channel hit lists to one explained order.
+
+Every candidate of either channel stays in the fused list (a keyword-only hit is never
+dropped); fusion only decides the order. Lexical-only ranking is BM25 normalised by the
+best score of the query. Hybrid ranking is chosen by ``config["fusion"]["method"]``:
+
+``rrf``
+    Reciprocal rank fusion, ``1/(k + rank)`` summed over channels (the contract's
+    reference profile). Kept because it is the documented baseline; it treats a weak
+    channel as an equal voter and so falls below the strong one when a channel fails.
+
+``adaptive_convex`` (the default)
+    A convex combination of per-query normalised scores,
+    ``w * lexical_norm + (1 - w) * semantic_norm``:
+
+    * ``lexical_norm`` = BM25 / best BM25 of the query (0 when the record matched no term).
+    * ``semantic_norm`` = cosine rescaled so the best cosine is 1 and the cosine at rank
+      ``semantic_floor_rank`` (the "typical unrelated record") is 0, clipped to [0, 1].
+      Lexical candidates outside the semantic list get their exact cosine, so both
+      channels are judged on the same candidates instead of "absent = worst".
+    * ``w`` starts at ``base_lexical_weight`` and moves by ``confidence_gain`` times the
+      difference of the two channels' confidence, each in [0, 1]: how far the channel's
+      best score stands out from its runners-up (``(top - mean of ranks 2..n) / top`` for
+      BM25, the same on the floor-rescaled cosine). A query made of a code or a rare
+      name gives one BM25 spike over a flat cosine profile, so the weight shifts to
+      lexical; a paraphrase with no shared term gives a flat or empty BM25 list, so it
+      shifts to semantic. ``w`` is clipped to [min_lexical_weight, max_lexical_weight].
+
+Either way ``final = relevance_weight * fused / max fused + recency_weight * recency``,
+ties broken by recency (newer first) then record_id ascending.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from ranking.lexical import LexicalHit
+from ranking.semantic import SemanticHit
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """How one candidate was scored: each channel's rank and score, then the blend."""
+
+    record_id: str
+    lexical_rank: int | None
+    lexical_score: float | None
+    semantic_rank: int | None
+    semantic_similarity: float | None
+    fused_score: float
+    recency: float
+    final_score: float
+    decimals: int = 6
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-safe and rounded, so a replayed receipt is byte-identical."""
+
+        def r(value: float | None) -> float | None:
+            return None if value is None else round(float(value), self.decimals) + 0.0
+
+        return {
+            "record_id": self.record_id,
+            "lexical_rank": self.lexical_rank,
+            "lexical_score": r(self.lexical_score),
+            "semantic_rank": self.semantic_rank,
+            "semantic_similarity": r(self.semantic_similarity),
+            "fused_score": r(self.fused_score),
+            "recency": r(self.recency),
+            "final_score": r(self.final_score),
+        }
+
+
+def recency(valid_time_ms: int, valid_as_of_ms: int, half_life_ms: float) -> float:
+    """exp(-ln2 * age / half_life); a record valid from the future counts as age 0."""
+    age = max(0, int(valid_as_of_ms) - int(valid_time_ms))
+    return math.exp(-math.log(2.0) * age / float(half_life_ms))
+
+
+def _standout(scores: Sequence[float], depth: int) -> float:
+    """How much the best score exceeds the mean of the next ``depth - 1``, relative to it."""
+    if not scores or scores[0] <= 0:
+        return 0.0
+    rest = scores[1:depth]
+    if not rest:
+        return 1.0
+    return max(0.0, min(1.0, (scores[0] - sum(rest) / len(rest)) / scores[0]))
+
+
+def _lexical_norm(lexical: Sequence[LexicalHit]) -> dict[str, float]:
+    top = lexical[0].score if lexical else 0.0
+    return {h.record_id: (h.score / top if top > 0 else 0.0) for h in lexical}
+
+
+def _adaptive_convex(
+    lexical: Sequence[LexicalHit],
+    semantic: Sequence[SemanticHit],
+    similarity: Mapping[str, float],
+    fusion: Mapping[str, Any],
+) -> tuple[dict[str, float], float]:
+    """Fused score per candidate, and the lexical weight chosen for this query."""
+    lex = _lexical_norm(lexical)
+    sem: dict[str, float] = {}
+    sem_profile: list[float] = []
+    if semantic:
+        top = semantic[0].similarity
+        floor_rank = int(fusion["semantic_floor_rank"])
+        floor = semantic[min(floor_rank, len(semantic)) - 1].similarity
+        span = top - floor
+        rescale = (lambda s: max(0.0, min(1.0, (s - floor) / span))) if span > 1e-9 else (lambda s: 1.0)
+        sem = {r: rescale(s) for r, s in similarity.items()}
+        sem.update((h.record_id, rescale(h.similarity)) for h in semantic)
+        sem_profile = [rescale(h.similarity) for h in semantic]
+    depth = int(fusion["confidence_depth"])
+    lex_conf = _standout([h.score for h in lexical], depth) if lexical else 0.0
+    sem_conf = _standout(sem_profile, depth) if sem_profile else 0.0
+    if not lexical:
+        weight = 0.0
+    elif not semantic:
+        weight = 1.0
+    else:
+        weight = float(fusion["base_lexical_weight"]) + float(fusion["confidence_gain"]) * (lex_conf - sem_conf)
+        weight = max(float(fusion["min_lexical_weight"]), min(float(fusion["max_lexical_weight"]), weight))
+    return {r: weight * lex.get(r, 0.0) + (1.0 - weight) * sem.get(r, 0.0) for r in set(lex) | set(sem)}, weight
+
+
+def _rrf(lexical: Sequence[LexicalHit], semantic: Sequence[SemanticHit], k: float) -> dict[str, float]:
+    fused: dict[str, float] = {}
+    for hits in (lexical, semantic):
+        for rank, hit in enumerate(hits, start=1):
+            fused[hit.record_id] = fused.get(hit.record_id, 0.0) + 1.0 / (k + rank)
+    return fused
+
+
+def fuse(
+    lexical: Sequence[LexicalHit],
+    semantic: Sequence[SemanticHit] | None,
+    similarity: Mapping[str, float],
+    config: Mapping[str, Any],
+    valid_as_of_ms: int,
+) -> list[Contribution]:
+    """Order the union of both hit lists; ``semantic`` None means a lexical-only profile.
+
+    ``lexical`` and ``semantic`` are best-first; ``similarity`` holds the exact cosine of
+    any candidate the semantic channel can score (used for explanation and fusion).
+    """
+    if semantic is None:
+        fused = _lexical_norm(lexical)
+    elif config["fusion"]["method"] == "rrf":
+        fused = _rrf(lexical, semantic, float(config["fusion"]["rrf_k"]))
+    else:
+        fused, _ = _adaptive_convex(lexical, semantic, similarity, config["fusion"])
+    top = max(fused.values(), default=0.0)
+    lex_by_id = {h.record_id: (rank, h) for rank, h in enumerate(lexical, start=1)}
+    sem_by_id = {h.record_id: (rank, h) for rank, h in enumerate(semantic or (), start=1)}
+    relevance_weight = float(config["relevance_weight"])
+    recency_weight = float(config["recency_weight"])
+    half_life = float(config["recency_half_life_ms"])
+    decimals = int(config["score_decimals"])
+    out: list[Contribution] = []
+    for record_id, score in fused.items():
+        lex_entry = lex_by_id.get(record_id)
+        sem_entry = sem_by_id.get(record_id)
+        valid_time = (lex_entry or sem_entry)[1].valid_time_ms  # type: ignore[index]
+        fresh = recency(valid_time, valid_as_of_ms, half_life)
+        normalised = score / top if top > 0 else 0.0
+        sim = sem_entry[1].similarity if sem_entry else similarity.get(record_id)
+        out.append(
+            Contribution(
+                record_id=record_id,
+                lexical_rank=lex_entry[0] if lex_entry else None,
+                lexical_score=lex_entry[1].score if lex_entry else None,
+                semantic_rank=sem_entry[0] if sem_entry else None,
+                semantic_similarity=sim,
+                fused_score=score,
+                recency=fresh,
+                final_score=relevance_weight * normalised + recency_weight * fresh,
+                decimals=decimals,
+            )
+        )
+    out.sort(key=lambda c: (-round(c.final_score, decimals), -round(c.recency, decimals), c.record_id))
+    return out

@@ -1,0 +1,201 @@
+"""The ranker: both channels behind one projection-and-search interface for the engine.
+
+Both indexes are projections of the engine's journal: ``apply`` moves them forward and
+records how far (a cursor per scope and channel, written only after the index change is
+durable, so a crash in between re-applies a batch, which is idempotent). ``purge``
+removes the bytes of records the journal has already removed. ``search`` returns every
+candidate of the channels the profile needs, fused and explained; it never decides what
+may be disclosed, the engine re-checks each candidate.
+
+A semantic failure (no encoder, model error, damaged vector file) never blocks the
+lexical channel: apply still projects lexically and leaves the semantic cursor behind,
+``semantic_health`` says why, and a profile that needs semantic raises
+:class:`SemanticUnavailable`.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ranking.documents import IndexDocument, passages
+from ranking.encoder import Encoder
+from ranking.fusion import Contribution, fuse
+from ranking.lexical import LexicalIndex
+from ranking.profiles import LEXICAL, SEMANTIC, Profile
+from ranking.semantic import CorruptIndex, SemanticIndex, SemanticUnavailable
+
+EMBED_BATCH = 256
+
+
+@dataclass(frozen=True)
+class RankedList:
+    """The outcome of one search: the profile, the channels that ran and the order."""
+
+    profile: Profile
+    channels: tuple[str, ...]
+    candidates: list[Contribution]
+    candidate_ids: list[str]
+
+
+class Ranker:
+    """Lexical (Tantivy) and semantic (hnswlib) projections under ``root``."""
+
+    def __init__(self, root: Path, encoder: Encoder | None, *, dim: int | None = None) -> None:
+        self._root = Path(root)
+        self._encoder = encoder
+        self._dim = dim or (encoder.dim if encoder is not None else 384)
+        self._root.mkdir(parents=True, exist_ok=True)
+        self._lexical = LexicalIndex(self._root / "lexical")
+        self._semantic = SemanticIndex(self._root / "semantic", self._dim)
+        self._encoder_error: str | None = None
+        self._lifecycle = threading.Lock()
+
+    # -- projection -------------------------------------------------------------------
+
+    def projection_cursor(self, scope_key: str) -> dict[str, int]:
+        return {LEXICAL: self._lexical.cursor(scope_key), SEMANTIC: self._semantic.cursor(scope_key)}
+
+    def apply(
+        self,
+        scope_key: str,
+        upserts: Sequence[IndexDocument],
+        removals: Sequence[str],
+        through_cursor: int,
+        *,
+        vectors: Sequence[np.ndarray] | None = None,
+        after_cursor: int | None = None,
+    ) -> None:
+        """Project one journal batch into both channels (idempotent, cursors never go back).
+
+        ``vectors``: precomputed passage vectors, one array per upsert with one row per
+        :func:`ranking.documents.passages` window of its semantic text (bulk ingestion).
+        ``after_cursor``: the cursor this batch continues from; a channel that is behind
+        it skips the batch rather than record a gap as applied.
+        """
+        if any(d.scope_key != scope_key for d in upserts):
+            raise ValueError("every upserted document must belong to the applied scope")
+        if vectors is not None and len(vectors) != len(upserts):
+            raise ValueError("vectors must hold one array per upserted document")
+        cursors = self.projection_cursor(scope_key)
+        if after_cursor is None or cursors[LEXICAL] >= after_cursor:
+            self._lexical.apply(scope_key, upserts, removals, through_cursor)
+        if after_cursor is not None and cursors[SEMANTIC] < after_cursor:
+            return
+        try:
+            embedded = self._embed(upserts) if vectors is None else list(vectors)
+        except SemanticUnavailable:
+            return
+        self._semantic.apply(
+            scope_key,
+            removals,
+            [(d.record_id, d.valid_time_ms, v) for d, v in zip(upserts, embedded)],
+            through_cursor,
+        )
+
+    def purge(self, scope_key: str, record_ids: Sequence[str]) -> bool:
+        """Physically remove already-removed records from both channels' files."""
+        if not record_ids:
+            return True
+        try:
+            self._lexical.purge(scope_key, record_ids)
+            self._semantic.purge(scope_key, record_ids)
+        except (CorruptIndex, OSError, RuntimeError, ValueError):
+            return False
+        return True
+
+    def reset(self) -> None:
+        """Drop every index file and cursor (before a rebuild from the journal)."""
+        with self._lifecycle:
+            self._lexical.reset()
+            self._semantic.reset()
+
+    def close(self) -> None:
+        with self._lifecycle:
+            self._lexical.close()
+
+    # -- search -----------------------------------------------------------------------
+
+    def search(
+        self,
+        scope_key: str,
+        query: str,
+        profile: Profile,
+        *,
+        valid_as_of_ms: int,
+        candidate_cap: int = 1000,
+    ) -> RankedList:
+        config = profile.config
+        lexical = self._lexical.search(
+            scope_key, query, config["field_weights"], min(candidate_cap, int(config["lexical_cap"]))
+        )
+        semantic = None
+        similarity: dict[str, float] = {}
+        if profile.needs_semantic:
+            vector = self._query_vector(query)
+            try:
+                semantic = self._semantic.search(
+                    scope_key, vector, min(candidate_cap, int(config["semantic_cap"]))
+                )
+                similarity = self._semantic.similarities(
+                    scope_key, vector, sorted({h.record_id for h in lexical} | {h.record_id for h in semantic})
+                )
+            except CorruptIndex as exc:
+                raise SemanticUnavailable(f"index corrupt: {exc}") from exc
+        candidates = fuse(lexical, semantic, similarity, config, valid_as_of_ms)
+        return RankedList(
+            profile=profile,
+            channels=profile.channels,
+            candidates=candidates,
+            candidate_ids=sorted(c.record_id for c in candidates),
+        )
+
+    def semantic_health(self, scope_key: str | None = None) -> str | None:
+        """None when the semantic channel can serve ``scope_key``, else a short reason."""
+        if self._encoder is None:
+            return "model not loaded"
+        if self._encoder_error is not None:
+            return f"model failed: {self._encoder_error}"
+        if scope_key is not None:
+            try:
+                self._semantic.check(scope_key)
+            except CorruptIndex as exc:
+                return f"index corrupt: {exc}"
+            cursors = self.projection_cursor(scope_key)
+            if cursors[SEMANTIC] < cursors[LEXICAL]:
+                return f"projection behind ({cursors[SEMANTIC]} < {cursors[LEXICAL]})"
+        return None
+
+    # -- internals --------------------------------------------------------------------
+
+    def _query_vector(self, query: str) -> np.ndarray:
+        return self._encode([query])[0]
+
+    def _embed(self, upserts: Sequence[IndexDocument]) -> list[np.ndarray]:
+        """Passage vectors for each document, embedded in large batches."""
+        windows = [passages(d.semantic_text()) for d in upserts]
+        flat = [w for ws in windows for w in ws]
+        rows = [self._encode(flat[i : i + EMBED_BATCH]) for i in range(0, len(flat), EMBED_BATCH)]
+        matrix = np.vstack(rows) if rows else np.zeros((0, self._dim), dtype=np.float32)
+        out: list[np.ndarray] = []
+        start = 0
+        for ws in windows:
+            out.append(matrix[start : start + len(ws)])
+            start += len(ws)
+        return out
+
+    def _encode(self, texts: Sequence[str]) -> np.ndarray:
+        if self._encoder is None:
+            raise SemanticUnavailable("model not loaded")
+        try:
+            vectors = self._encoder.encode(texts)
+        except Exception as exc:  # the model is a foreign library: any failure means "down"
+            self._encoder_error = type(exc).__name__
+            raise SemanticUnavailable(f"model failed: {type(exc).__name__}") from exc
+        self._encoder_error = None
+        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self._dim)
+

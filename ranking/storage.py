@@ -1,0 +1,42 @@
+"""Small crash-safe file helpers shared by both channels.
+
+Index side files (cursors, label maps) are replaced whole: write a temporary file in the
+same directory, fsync it, then ``os.replace`` it over the old one, so a reader or a crash
+sees either the old or the new content, never half of each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Let ``write`` fill a temporary sibling of ``path``, then move it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, value: Any) -> None:
+    data = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+    atomic_write(path, lambda tmp: tmp.write_bytes(data))
+
+
+def read_json(path: Path) -> Any:
+    """The JSON content of ``path``, or None when it does not exist."""
+    try:
+        return json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,160 @@
+"""The Ranker against real Tantivy and hnswlib files, with the hashing test encoder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import HashingTestEncoder, doc
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Ranker, SemanticUnavailable
+
+SECRET = "zyxquorblat"
+
+
+def ids(ranker: Ranker, scope: str, query: str, profile=HYBRID_PROFILE) -> list[str]:
+    return [c.record_id for c in ranker.search(scope, query, profile, valid_as_of_ms=0).candidates]
+
+
+def seed(ranker: Ranker) -> None:
+    ranker.apply(
+        "scopeA",
+        [
+            doc("scopeA", "mem_a1", "deploy the payment service on friday", decision="use blue green"),
+            doc("scopeA", "mem_a2", "error ERR_4411 when the cache warms", source_refs="JIRA-77"),
+            doc("scopeA", "mem_a3", f"the {SECRET} incident report", evidence="logs show timeout"),
+        ],
+        [],
+        3,
+    )
+    ranker.apply("scopeB", [doc("scopeB", "mem_b1", "payment service secrets for tenant b")], [], 1)
+
+
+def test_search_finds_by_each_field_and_both_profiles(ranker: Ranker):
+    seed(ranker)
+    assert ids(ranker, "scopeA", "payment", LEXICAL_PROFILE) == ["mem_a1"]
+    assert ids(ranker, "scopeA", "ERR_4411")[0] == "mem_a2"
+    assert ids(ranker, "scopeA", "jira-77", LEXICAL_PROFILE) == ["mem_a2"]
+    assert ids(ranker, "scopeA", "timeouts", LEXICAL_PROFILE) == ["mem_a3"]  # stemmed evidence
+    result = ranker.search("scopeA", "blue green deploy", HYBRID_PROFILE, valid_as_of_ms=0)
+    assert result.channels == ("lexical", "semantic")
+    assert result.candidates[0].record_id == "mem_a1"
+    assert result.candidate_ids == sorted(result.candidate_ids)
+
+
+def test_empty_query_gives_empty_lexical_list(ranker: Ranker):
+    seed(ranker)
+    assert ranker.search("scopeA", "  ?!* ", LEXICAL_PROFILE, valid_as_of_ms=0).candidates == []
+
+
+ADVERSARIAL = st.one_of(
+    st.sampled_from(["scope:scopeB", "*", "record_id:mem_b1", '"unbalanced', "foo AND (bar", "AND", "-",
+                     "payment OR scope:scopeB", "scope:* payment", "\\", "((((", "tenant b", "secrets", "", "::"]),
+    st.text(max_size=60),
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyz :*\"()-+^~[]{}!\\", max_size=80),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=ADVERSARIAL)
+def test_no_query_escapes_its_scope(ranker: Ranker, query: str):
+    if not ranker.projection_cursor("scopeA")["lexical"]:
+        seed(ranker)
+    for profile in (LEXICAL_PROFILE, HYBRID_PROFILE):
+        found = ids(ranker, "scopeA", query, profile)
+        assert all(r.startswith("mem_a") for r in found)
+
+
+def test_long_and_unicode_queries(ranker: Ranker):
+    seed(ranker)
+    assert ids(ranker, "scopeA", "payment " * 1100, LEXICAL_PROFILE) == ["mem_a1"]
+    assert ids(ranker, "scopeA", "ünïcødé 支付 🚀 payment", LEXICAL_PROFILE) == ["mem_a1"]
+
+
+def test_apply_is_idempotent_and_cursor_never_goes_back(ranker: Ranker):
+    seed(ranker)
+    batch = [doc("scopeA", "mem_a1", "deploy the payment service on friday")]
+    ranker.apply("scopeA", batch, [], 3)
+    ranker.apply("scopeA", batch, [], 2)
+    assert ranker.projection_cursor("scopeA") == {"lexical": 3, "semantic": 3}
+    assert ids(ranker, "scopeA", "payment", LEXICAL_PROFILE) == ["mem_a1"]
+    assert sorted(ids(ranker, "scopeA", "payment")) == ["mem_a1", "mem_a2", "mem_a3"]  # no duplicates
+    assert ranker.projection_cursor("never") == {"lexical": 0, "semantic": 0}
+
+
+def test_upsert_replaces_text_and_removal_hides_at_once(ranker: Ranker):
+    seed(ranker)
+    ranker.apply("scopeA", [doc("scopeA", "mem_a1", "rollback the checkout service")], [], 4)
+    assert ids(ranker, "scopeA", "payment", LEXICAL_PROFILE) == []
+    assert ids(ranker, "scopeA", "checkout", LEXICAL_PROFILE) == ["mem_a1"]
+    ranker.apply("scopeA", [], ["mem_a1"], 5)
+    assert "mem_a1" not in ids(ranker, "scopeA", "checkout rollback")
+
+
+def _bytes_under(root: Path, needle: bytes) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+def test_purge_leaves_no_byte_of_the_record(tmp_path: Path):
+    ranker = Ranker(tmp_path / "idx", HashingTestEncoder())
+    seed(ranker)
+    assert _bytes_under(tmp_path, SECRET.encode())  # stored text is on disk before purge
+    ranker.apply("scopeA", [], ["mem_a3"], 4)
+    assert ranker.purge("scopeA", ["mem_a3"]) is True
+    assert _bytes_under(tmp_path, SECRET.encode()) == []
+    assert _bytes_under(tmp_path, b"mem_a3") == []
+    assert ids(ranker, "scopeA", "payment", LEXICAL_PROFILE) == ["mem_a1"]
+    assert ids(ranker, "scopeB", "payment") == ["mem_b1"]
+    ranker.close()
+
+
+def test_corrupt_vector_file_degrades_to_lexical(tmp_path: Path):
+    ranker = Ranker(tmp_path / "idx", HashingTestEncoder())
+    seed(ranker)
+    ranker.close()
+    for path in (tmp_path / "idx" / "semantic").rglob("vectors-*.bin"):
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+    reopened = Ranker(tmp_path / "idx", HashingTestEncoder())
+    assert "corrupt" in (reopened.semantic_health("scopeA") or "")
+    with pytest.raises(SemanticUnavailable):
+        reopened.search("scopeA", "payment", HYBRID_PROFILE, valid_as_of_ms=0)
+    assert ids(reopened, "scopeA", "payment", LEXICAL_PROFILE) == ["mem_a1"]
+    reopened.close()
+
+
+def test_no_encoder_means_semantic_down_but_lexical_projects(tmp_path: Path):
+    ranker = Ranker(tmp_path / "idx", None)
+    seed(ranker)
+    assert ranker.semantic_health() == "model not loaded"
+    assert ranker.projection_cursor("scopeA") == {"lexical": 3, "semantic": 0}
+    with pytest.raises(SemanticUnavailable):
+        ranker.search("scopeA", "payment", HYBRID_PROFILE, valid_as_of_ms=0)
+    assert ids(ranker, "scopeA", "payment", LEXICAL_PROFILE) == ["mem_a1"]
+    ranker.close()
+
+
+def test_reopen_keeps_documents_vectors_and_cursors(tmp_path: Path):
+    ranker = Ranker(tmp_path / "idx", HashingTestEncoder())
+    seed(ranker)
+    before = ranker.search("scopeA", "payment cache", HYBRID_PROFILE, valid_as_of_ms=0)
+    ranker.close()
+    reopened = Ranker(tmp_path / "idx", HashingTestEncoder())
+    assert reopened.semantic_health("scopeA") is None
+    assert reopened.projection_cursor("scopeA") == {"lexical": 3, "semantic": 3}
+    after = reopened.search("scopeA", "payment cache", HYBRID_PROFILE, valid_as_of_ms=0)
+    assert [c.as_dict() for c in after.candidates] == [c.as_dict() for c in before.candidates]
+    reopened.reset()
+    assert reopened.projection_cursor("scopeA") == {"lexical": 0, "semantic": 0}
+    assert ids(reopened, "scopeA", "payment", LEXICAL_PROFILE) == []
+    reopened.close()
+
+
+def test_bulk_apply_with_many_documents(ranker: Ranker):
+    docs = [doc("bulk", f"mem_{i:05d}", f"note {i} about topic{i % 7}") for i in range(1500)]
+    ranker.apply("bulk", docs, [], 1500)
+    found = ranker.search("bulk", "topic3", LEXICAL_PROFILE, valid_as_of_ms=0).candidates
+    assert len(found) == len([i for i in range(1500) if i % 7 == 3])
