@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, Response
 from mcp.server.transport_security import TransportSecuritySettings
 
 from .audit import AUDIT_FILE, AuditLog
+from .duplicate_keys import DuplicateKeyMarker
 from .host_context import HeaderBinding
 from .metrics import Metrics
 from .rate_limit import TokenBucketLimiter
@@ -131,5 +132,5 @@ def create_app(
         return Response(content=metrics.render(), media_type=metrics.content_type)
 
     # Last, so the routes above (and /docs, /openapi.json) win; the sub-app serves /mcp.
-    app.mount("/", mcp_app)
+    app.mount("/", DuplicateKeyMarker(mcp_app))
     return app

@@ -34,11 +34,12 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from models.codes import ContractError, ErrorCode
-from models.envelope import failure_envelope, success_envelope
+from models.envelope import envelope_text, failure_envelope, success_envelope
 from models.tools import MUTATIONS, TOOLS, ToolSpec
 from service.engine.context import CallContext
 
 from .audit import AuditLog, audit_digest
+from .duplicate_keys import MARK_HEADER
 from .host_context import ContextUnavailable, check_purpose
 from .metrics import Metrics
 from .rate_limit import TokenBucketLimiter
@@ -79,7 +80,7 @@ def new_audit_id() -> str:
 
 def envelope_result(envelope: dict[str, Any]) -> types.CallToolResult:
     """The MCP result for an envelope: structured copy, identical JSON text, isError."""
-    text = json.dumps(envelope, ensure_ascii=False, separators=(",", ":"))
+    text = envelope_text(envelope)
     return types.CallToolResult(
         content=[types.TextContent(text=text)],
         structured_content=envelope,
@@ -211,7 +212,10 @@ class ToolFrontEnd:
             await self._record(audit_id, tool_label, str(exc.code), started, ctx, arguments, None)
             raise
 
-        envelope = await self._execute(name, ctx, arguments, audit_id, started)
+        if rctx.request is not None and rctx.request.headers.get(MARK_HEADER.decode()):
+            envelope = failure_envelope(ErrorCode.INVALID_SCHEMA, audit_id)
+        else:
+            envelope = await self._execute(name, ctx, arguments, audit_id, started)
         code = "ok" if envelope["ok"] else envelope["error"]["code"]
         await self._record(audit_id, name, code, started, ctx, arguments, envelope)
         return envelope_result(envelope)
