@@ -177,6 +177,12 @@ class SemanticIndex:
 
     # -- search -----------------------------------------------------------------------
 
+    @staticmethod
+    def _exact(state: _ScopeVectors, query: np.ndarray) -> list[tuple[int, float]]:
+        live = sorted(state.label_record)
+        scores = state.vectors[live] @ query.astype(np.float32)
+        return list(zip(live, scores.tolist()))
+
     def search(self, scope_key: str, query: np.ndarray, limit: int) -> list[SemanticHit]:
         """Records by best-passage inner product with ``query``, best first."""
         state = self._scope(scope_key)
@@ -188,11 +194,16 @@ class SemanticIndex:
             per_record = live / max(1, len(state.record_labels))
             k = min(live, int(limit * per_record) + 16)
             state.index.set_ef(max(HNSW_EF_SEARCH, k))
-            labels, distances = state.index.knn_query(query.reshape(1, -1), k=k)
+            try:
+                labels, distances = state.index.knn_query(query.reshape(1, -1), k=k)
+                pairs = zip(labels[0].tolist(), (1.0 - d for d in distances[0].tolist()))
+            except RuntimeError:
+                # After many deletions the graph may reach fewer than k live elements;
+                # the live set is then small enough to score exactly.
+                pairs = self._exact(state, query)
             best: dict[str, float] = {}
-            for label, distance in zip(labels[0].tolist(), distances[0].tolist()):
+            for label, similarity in pairs:
                 record_id = state.label_record[label]
-                similarity = 1.0 - float(distance)
                 if similarity > best.get(record_id, -2.0):
                     best[record_id] = similarity
             ranked = sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit]

@@ -158,3 +158,34 @@ def test_bulk_apply_with_many_documents(ranker: Ranker):
     ranker.apply("bulk", docs, [], 1500)
     found = ranker.search("bulk", "topic3", LEXICAL_PROFILE, valid_as_of_ms=0).candidates
     assert len(found) == len([i for i in range(1500) if i % 7 == 3])
+
+
+def test_semantic_search_scores_exactly_when_the_graph_cannot_fill_k(tmp_path, monkeypatch) -> None:
+    """hnswlib raises when deletions leave fewer reachable elements than k; the channel
+    must then score the live vectors exactly instead of failing the search."""
+    import numpy as np
+
+    from ranking.semantic import SemanticIndex
+
+    index = SemanticIndex(tmp_path, 8)
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(30, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    index.apply("s", [], [(f"r{i}", 0, vectors[i : i + 1]) for i in range(30)], 1)
+    index.apply("s", [f"r{i}" for i in range(20)], [], 2)
+    expected = index.search("s", vectors[25], 5)
+
+    class Refusing:
+        """Stands in for the hnswlib index: knn_query fails the way hnswlib does."""
+
+        def set_ef(self, _ef: int) -> None:
+            pass
+
+        def knn_query(self, *_args, **_kwargs):
+            raise RuntimeError("Cannot return the results in a contiguous 2D array")
+
+    monkeypatch.setattr(index._scope("s"), "index", Refusing())
+    hits = index.search("s", vectors[25], 5)
+    assert [h.record_id for h in hits] == [h.record_id for h in expected]
+    assert hits[0].record_id == "r25" and abs(hits[0].similarity - 1.0) < 1e-5
+    assert all(int(h.record_id[1:]) >= 20 for h in hits)

@@ -1,0 +1,35 @@
+"""Server-process entry point for the crash tests: the real app over a real Engine with
+the hashing test encoder (no model), served by uvicorn on a loopback port.
+
+    python tests/reliability/launcher.py DATA_DIR PORT
+
+The host secret is rel_support.SECRET; tenants acme and umbrella are enabled.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import uvicorn  # noqa: E402
+from rel_support import SECRET, HashingTestEncoder  # noqa: E402
+
+from service.engine.engine import Engine  # noqa: E402
+from service.mcp.app import create_app  # noqa: E402
+
+
+def main() -> None:
+    data_dir, port = Path(sys.argv[1]), int(sys.argv[2])
+    engine = Engine.open(data_dir, encoder=HashingTestEncoder(), load_model=False)
+    for tenant in ("acme", "umbrella"):
+        if not engine.tenant_enabled(tenant):
+            engine.set_tenant_enabled(tenant, True)
+    app = create_app(engine, host_secret=SECRET, data_dir=data_dir, rate_per_s=0, close_engine=True)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+
+
+if __name__ == "__main__":
+    main()
