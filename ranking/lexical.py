@@ -1,29 +1,48 @@
-"""The lexical channel: one Tantivy index for all scopes, BM25 with per-field weights.
+"""The lexical channel: one Tantivy index per scope, BM25 with per-field weights.
 
-Why one index: Tantivy keeps one writer (a lock) per index and a few files per segment;
-one index per tenant would multiply both. Scope isolation is instead enforced at query
-time: every query is ``scope == key AND (text clauses)``, and the text clauses are built
-by this module from analyzed tokens (term queries), never by the query parser, so no
-user string can name a field, use a wildcard or escape the scope clause.
+Why per scope: BM25 statistics (document frequencies, average field lengths) are
+index-wide, so in a shared index one scope's documents would change another scope's
+scores, and a purge (which rewrites an index) would cost as much as the whole corpus.
+With one index per scope, no call reads, ranks or counts another scope's data, and a
+purge rewrites only the forgotten record's scope.
 
-Text fields are *stored* so that :meth:`LexicalIndex.purge` can rewrite the index without
-the purged documents: tantivy-py exposes no explicit merge, and a deleted document's
-terms and stored bytes survive in its segment until that segment is rewritten. A purge
-therefore deletes every document, re-adds the live ones from the stored fields in the same
-commit (Tantivy drops segments left with no live documents), and collects the old files.
+Files per scope (``root/<sha256(scope)[:32]>/``): ``index/`` (the Tantivy index, created
+on the scope's first upsert, never by a search) and ``cursor.json`` (the projection
+cursor, written after the commit it covers and never moved backwards). Indexes are opened
+lazily and kept in a bounded LRU (:data:`MAX_OPEN_INDEXES`); writers, which hold a lock
+file and a few threads each, are kept for at most :data:`MAX_OPEN_WRITERS` scopes. A
+writer is only ever closed under its scope's lock, and an index leaves the cache only
+after its writer is closed, so two writers never race for one scope's lock file.
 
-Statistics (document frequencies, average field lengths) are index-wide, so a scope's
-BM25 scores depend slightly on other scopes' term counts; no document of another scope can
-ever be returned.
+Queries are built by this module from analyzed tokens (term queries), never by the query
+parser, so no user string can name a field or use a wildcard. Every document still
+carries its scope and every query still requires it (a zero-weight filter that leaves
+BM25 scores unchanged), so a document could not be returned for another scope even if a
+directory were mixed up.
+
+Text fields are *stored* so that :meth:`LexicalIndex.purge` can rewrite a scope's index
+without the purged documents: tantivy-py exposes no explicit merge, and a deleted
+document's terms and stored bytes survive in its segment until that segment is rewritten.
+A purge therefore deletes every document of the scope's index, re-adds the live ones from
+the stored fields in the same commit (Tantivy drops segments left with no live
+documents), and collects the old files.
+
+Layout change: earlier versions kept one shared index directly under the lexical root and
+cursors in ``lexical_cursors.json`` beside it. Such files are deleted on open (they would
+otherwise keep bytes of records forgotten later); lexical cursors then read 0 and the
+projector rebuilds each scope from its journal on the scope's next catch-up.
 """
 
 from __future__ import annotations
 
+import hashlib
+import shutil
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import tantivy
 
@@ -33,6 +52,9 @@ from ranking.storage import atomic_write_json, read_json
 TEXT_FIELDS = ("primary", "decision", "evidence", "context", "source_refs")
 ANALYZER = "engram_en"
 WRITER_HEAP_BYTES = 64_000_000
+MAX_OPEN_INDEXES = 64
+MAX_OPEN_WRITERS = 8
+LEGACY_CURSOR_FILE = "lexical_cursors.json"
 
 
 def _analyzer() -> tantivy.TextAnalyzer:
@@ -63,26 +85,53 @@ class LexicalHit:
     valid_time_ms: int
 
 
-class LexicalIndex:
-    """A Tantivy index under ``path`` plus a per-scope projection cursor file."""
+class _Scope:
+    """One scope's open index, its writer (if any) and its cursor.
 
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        path.mkdir(parents=True, exist_ok=True)
+    ``lock`` guards ``writer``, ``cursor``, ``closed`` and index creation. ``closed`` is
+    set (under ``lock``) when the entry leaves the cache; a caller that locked a closed
+    entry must look the scope up again.
+    """
+
+    __slots__ = ("key", "directory", "index", "writer", "cursor", "closed", "lock")
+
+    def __init__(self, key: str, directory: Path, index: tantivy.Index | None, cursor: int) -> None:
+        self.key = key
+        self.directory = directory
+        self.index = index
+        self.writer: tantivy.IndexWriter | None = None
+        self.cursor = cursor
+        self.closed = False
+        self.lock = threading.Lock()
+
+
+class LexicalIndex:
+    """Per-scope Tantivy indexes and projection cursors under ``path``.
+
+    Lock order: ``_scopes_lock`` before a scope's ``lock`` before ``_writers_lock``;
+    the reverse direction only ever *tries* a scope lock (never blocks), so no cycle.
+    """
+
+    def __init__(
+        self, path: Path, *, max_open: int = MAX_OPEN_INDEXES, max_writers: int = MAX_OPEN_WRITERS
+    ) -> None:
+        self._root = path
         self._schema = _schema()
         self._analyzer = _analyzer()
-        self._index = tantivy.Index(self._schema, path=str(path), reuse=True)
-        self._index.register_tokenizer(ANALYZER, self._analyzer)
-        self._index.config_reader(reload_policy="Manual")
-        self._writer: tantivy.IndexWriter | None = self._index.writer(WRITER_HEAP_BYTES, 1)
-        self._write_lock = threading.Lock()
-        self._cursor_file = path.parent / "lexical_cursors.json"
-        self._cursors: dict[str, int] = read_json(self._cursor_file) or {}
+        self._max_open = max(1, max_open)
+        self._max_writers = max(1, max_writers)
+        self._entries: OrderedDict[str, _Scope] = OrderedDict()
+        self._scopes_lock = threading.Lock()
+        self._writers: OrderedDict[str, _Scope] = OrderedDict()
+        self._writers_lock = threading.Lock()
+        path.mkdir(parents=True, exist_ok=True)
+        self._drop_legacy_layout()
 
     # -- projection -------------------------------------------------------------------
 
     def cursor(self, scope_key: str) -> int:
-        return self._cursors.get(scope_key, 0)
+        value = read_json(self._dir(scope_key) / "cursor.json")
+        return int(value["cursor"]) if value else 0
 
     def apply(
         self,
@@ -92,64 +141,70 @@ class LexicalIndex:
         through_cursor: int,
     ) -> None:
         """Delete-then-add each upsert, delete each removal, commit, then move the cursor."""
-        with self._write_lock:
-            writer = self._live_writer()
-            try:
-                for record_id in {*removals, *(d.record_id for d in upserts)}:
-                    writer.delete_documents_by_query(self._record_query(scope_key, record_id))
-                for doc in upserts:
-                    writer.add_document(self._document(doc))
-                writer.commit()
-            except Exception:
-                writer.rollback()
-                raise
-            self._index.reload()
-            self._advance(scope_key, through_cursor)
+        if any(d.scope_key != scope_key for d in upserts):
+            raise ValueError("every upserted document must belong to the applied scope")
+        with self._locked(scope_key, create=True) as entry:
+            assert entry is not None
+            if upserts and entry.index is None:
+                entry.index = self._open_index(entry.directory / "index", create=True)
+            if entry.index is not None and (upserts or removals):
+                writer = self._live_writer(entry)
+                try:
+                    for record_id in {*removals, *(d.record_id for d in upserts)}:
+                        writer.delete_documents_by_query(self._record_query(scope_key, record_id))
+                    for doc in upserts:
+                        writer.add_document(self._document(doc))
+                    writer.commit()
+                except Exception:
+                    writer.rollback()
+                    raise
+                entry.index.reload()
+            self._advance(entry, through_cursor)
 
     def purge(self, scope_key: str, record_ids: Sequence[str]) -> None:
-        """Rewrite the index without ``record_ids`` so none of their bytes remain on disk."""
+        """Rewrite the scope's index without ``record_ids`` so none of their bytes remain."""
         purged = set(record_ids)
-        with self._write_lock:
-            writer = self._live_writer()
-            self._index.reload()
-            searcher = self._index.searcher()
+        if not purged:
+            return
+        with self._locked(scope_key, create=False) as entry:
+            if entry is None or entry.index is None:
+                return
+            index = entry.index
+            writer = self._live_writer(entry)
+            index.reload()
+            searcher = index.searcher()
             try:
                 writer.delete_all_documents()
                 if searcher.num_docs:
                     hits = searcher.search(tantivy.Query.all_query(), limit=searcher.num_docs, count=False).hits
                     for _, address in hits:
                         stored = searcher.doc(address)
-                        if stored["scope"][0] == scope_key and stored["record_id"][0] in purged:
+                        if stored["scope"][0] != scope_key or stored["record_id"][0] in purged:
                             continue
                         writer.add_document(self._restore(stored))
                 writer.commit()
             except Exception:
                 writer.rollback()
                 raise
-            # Dropping the writer finishes merges and releases old segment files, which
-            # garbage collection then deletes.
-            writer.wait_merging_threads()
-            self._writer = None
-            writer = self._live_writer()
-            writer.garbage_collect_files()
-            self._index.reload()
+            del searcher
+            # Closing the writer finishes merges and releases old segment files, which
+            # garbage collection (by a fresh writer) then deletes.
+            self._close_writer(entry)
+            self._live_writer(entry).garbage_collect_files()
+            index.reload()
 
     def reset(self) -> None:
-        """Delete every document and every cursor (for a projection rebuild)."""
-        with self._write_lock:
-            writer = self._live_writer()
-            writer.delete_all_documents()
-            writer.commit()
-            writer.garbage_collect_files()
-            self._index.reload()
-            self._cursors = {}
-            atomic_write_json(self._cursor_file, self._cursors)
+        """Delete every scope's index and cursor (for a projection rebuild)."""
+        with self._scopes_lock:
+            self._close_all()
+            shutil.rmtree(self._root, ignore_errors=True)
+            self._root.mkdir(parents=True, exist_ok=True)
+            (self._root.parent / LEGACY_CURSOR_FILE).unlink(missing_ok=True)
 
     def close(self) -> None:
-        with self._write_lock:
-            if self._writer is not None:
-                self._writer.wait_merging_threads()
-                self._writer = None
+        """Close every open writer and forget the open indexes (reopened on next use)."""
+        with self._scopes_lock:
+            self._close_all()
 
     # -- search -----------------------------------------------------------------------
 
@@ -172,7 +227,12 @@ class LexicalIndex:
                     clauses.append((tantivy.Occur.Should, tantivy.Query.boost_query(term, weight)))
         if not clauses:
             return []
-        # The scope clause filters without scoring, so BM25 scores stay comparable.
+        entry = self._lookup(scope_key, create=False)
+        index = entry.index if entry is not None else None
+        if index is None:
+            return []
+        # The scope clause filters without scoring, so BM25 scores stay comparable; in a
+        # per-scope index it matches every document unless a directory was mixed up.
         scope_filter = tantivy.Query.const_score_query(
             tantivy.Query.term_query(self._schema, "scope", scope_key), 0.0
         )
@@ -182,7 +242,7 @@ class LexicalIndex:
                 (tantivy.Occur.Must, tantivy.Query.boolean_query(clauses)),
             ]
         )
-        searcher = self._index.searcher()
+        searcher = index.searcher()
         hits = searcher.search(scoped, limit=limit, count=False).hits
         if not hits:
             return []
@@ -195,12 +255,131 @@ class LexicalIndex:
         out.sort(key=lambda h: (-h.score, h.record_id))
         return out
 
-    # -- internals --------------------------------------------------------------------
+    # -- scope cache ------------------------------------------------------------------
 
-    def _live_writer(self) -> tantivy.IndexWriter:
-        if self._writer is None:
-            self._writer = self._index.writer(WRITER_HEAP_BYTES, 1)
-        return self._writer
+    def _dir(self, scope_key: str) -> Path:
+        return self._root / hashlib.sha256(scope_key.encode()).hexdigest()[:32]
+
+    def _open_index(self, directory: Path, *, create: bool) -> tantivy.Index | None:
+        """The Tantivy index in ``directory``; None when absent and ``create`` is false."""
+        if not create and not (directory / "meta.json").is_file():
+            return None
+        directory.mkdir(parents=True, exist_ok=True)
+        index = tantivy.Index(self._schema, path=str(directory), reuse=True)
+        # Custom analyzers are not persisted: register after every open.
+        index.register_tokenizer(ANALYZER, _analyzer())
+        index.config_reader(reload_policy="Manual")
+        return index
+
+    def _lookup(self, scope_key: str, *, create: bool) -> _Scope | None:
+        """The cached entry for ``scope_key``, opening it if needed.
+
+        With ``create`` false a scope with no index on disk gets no entry (None), so
+        searching unknown scopes neither creates files nor fills the cache.
+        """
+        with self._scopes_lock:
+            entry = self._entries.get(scope_key)
+            if entry is not None:
+                self._entries.move_to_end(scope_key)
+                return entry
+            directory = self._dir(scope_key)
+            index = self._open_index(directory / "index", create=False)
+            if index is None and not create:
+                return None
+            entry = _Scope(scope_key, directory, index, self.cursor(scope_key))
+            self._entries[scope_key] = entry
+            self._evict_locked()
+            return entry
+
+    @contextmanager
+    def _locked(self, scope_key: str, *, create: bool) -> Iterator[_Scope | None]:
+        """The scope's entry with its lock held (retrying if it was evicted meanwhile)."""
+        while True:
+            entry = self._lookup(scope_key, create=create)
+            if entry is None:
+                yield None
+                return
+            with entry.lock:
+                if entry.closed:
+                    continue
+                yield entry
+                return
+
+    def _evict_locked(self) -> None:
+        """Drop least recently used entries beyond the cap (caller holds _scopes_lock).
+
+        Busy entries (lock held) are skipped, so the cache may briefly exceed its cap
+        rather than wait; the newest entry is never evicted.
+        """
+        excess = len(self._entries) - self._max_open
+        for key in list(self._entries)[:-1]:
+            if excess <= 0:
+                break
+            victim = self._entries[key]
+            if not victim.lock.acquire(blocking=False):
+                continue
+            try:
+                victim.closed = True
+                self._close_writer(victim)
+            finally:
+                victim.lock.release()
+            del self._entries[key]
+            excess -= 1
+
+    def _close_all(self) -> None:
+        """Close every entry, waiting for in-flight work (caller holds _scopes_lock)."""
+        for entry in list(self._entries.values()):
+            with entry.lock:
+                entry.closed = True
+                self._close_writer(entry)
+        self._entries.clear()
+
+    def _live_writer(self, entry: _Scope) -> tantivy.IndexWriter:
+        """The entry's writer, opened if needed (caller holds ``entry.lock``).
+
+        Beyond MAX_OPEN_WRITERS, the least recently used idle writers are closed.
+        """
+        assert entry.index is not None
+        if entry.writer is None:
+            entry.writer = entry.index.writer(WRITER_HEAP_BYTES, 1)
+        victims: list[_Scope] = []
+        with self._writers_lock:
+            self._writers[entry.key] = entry
+            self._writers.move_to_end(entry.key)
+            excess = len(self._writers) - self._max_writers
+            for key, other in list(self._writers.items()):
+                if excess <= 0:
+                    break
+                if other is entry or not other.lock.acquire(blocking=False):
+                    continue
+                victims.append(other)
+                del self._writers[key]
+                excess -= 1
+        for other in victims:
+            try:
+                self._close_writer(other)
+            finally:
+                other.lock.release()
+        return entry.writer
+
+    def _close_writer(self, entry: _Scope) -> None:
+        """Finish merges and release the writer's lock file (caller holds ``entry.lock``)."""
+        with self._writers_lock:
+            if self._writers.get(entry.key) is entry:
+                del self._writers[entry.key]
+        writer, entry.writer = entry.writer, None
+        if writer is not None:
+            writer.wait_merging_threads()
+
+    def _drop_legacy_layout(self) -> None:
+        """Delete the pre-per-scope shared index (its files sat directly under the root)."""
+        if (self._root / "meta.json").is_file():
+            for path in self._root.iterdir():
+                if path.is_file():
+                    path.unlink(missing_ok=True)
+        (self._root.parent / LEGACY_CURSOR_FILE).unlink(missing_ok=True)
+
+    # -- internals --------------------------------------------------------------------
 
     def _record_query(self, scope_key: str, record_id: str) -> tantivy.Query:
         return tantivy.Query.boolean_query(
@@ -230,9 +409,8 @@ class LexicalIndex:
             out.add_integer("valid_time_ms", value)
         return out
 
-    def _advance(self, scope_key: str, through_cursor: int) -> None:
-        if through_cursor > self._cursors.get(scope_key, 0):
-            self._cursors = {**self._cursors, scope_key: through_cursor}
-            atomic_write_json(self._cursor_file, self._cursors)
-
-
+    def _advance(self, entry: _Scope, through_cursor: int) -> None:
+        """Move the scope's cursor forward only (caller holds ``entry.lock``)."""
+        if through_cursor > entry.cursor:
+            atomic_write_json(entry.directory / "cursor.json", {"cursor": through_cursor})
+            entry.cursor = through_cursor

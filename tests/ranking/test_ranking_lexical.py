@@ -1,0 +1,191 @@
+"""The lexical channel's per-scope indexes: isolation of scores and files, cache, threads."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import threading
+from pathlib import Path
+
+from conftest import doc
+
+from ranking.lexical import LexicalIndex
+from ranking.profiles import LEXICAL_PROFILE
+
+WEIGHTS = dict(LEXICAL_PROFILE.config["field_weights"])
+SECRET = "zyxquorblat"
+
+
+def scope_dir(root: Path, scope: str) -> Path:
+    return root / hashlib.sha256(scope.encode()).hexdigest()[:32]
+
+
+def snapshot(directory: Path) -> dict[str, tuple[int, bytes]]:
+    return {
+        str(p.relative_to(directory)): (p.stat().st_mtime_ns, p.read_bytes())
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+def seed_a(index: LexicalIndex) -> None:
+    index.apply(
+        "A",
+        [
+            doc("A", "a1", "deploy the payment service on friday", decision="blue green rollout"),
+            doc("A", "a2", "payment cache warms slowly", evidence="cache metrics"),
+            doc("A", "a3", f"the {SECRET} payment incident report", context="postmortem"),
+            doc("A", "a4", "unrelated note about lunch"),
+        ],
+        [],
+        4,
+    )
+
+
+def scored(index: LexicalIndex, scope: str, query: str) -> list[tuple[str, float]]:
+    return [(h.record_id, h.score) for h in index.search(scope, query, WEIGHTS, 100)]
+
+
+def test_scores_in_one_scope_ignore_other_scopes(tmp_path: Path):
+    """BM25 statistics are per scope: B's documents sharing the query terms change
+    neither A's scores nor A's order (a shared index fails this: df and avgdl move)."""
+    alone = LexicalIndex(tmp_path / "alone")
+    seed_a(alone)
+    crowded = LexicalIndex(tmp_path / "crowded")
+    crowded.apply(
+        "B",
+        [doc("B", f"b{i}", f"payment cache service payment {'filler ' * (i % 9)}") for i in range(300)],
+        [],
+        1,
+    )
+    seed_a(crowded)
+    for query in ("payment cache", "payment service friday", "incident"):
+        expected = scored(alone, "A", query)
+        assert expected and scored(crowded, "A", query) == expected
+    assert all(r.startswith("b") for r, _ in scored(crowded, "B", "payment"))
+    alone.close()
+    crowded.close()
+
+
+def test_purge_rewrites_only_its_scope(tmp_path: Path):
+    root = tmp_path / "lexical"
+    index = LexicalIndex(root)
+    seed_a(index)
+    index.apply("B", [doc("B", f"b{i}", f"payment ledger entry {i}") for i in range(50)], [], 1)
+    index.apply("B", [doc("B", "b50", "late payment ledger entry")], [], 2)  # two segments
+    before_b = snapshot(scope_dir(root, "B"))
+    assert any(SECRET.encode() in data for _, data in snapshot(scope_dir(root, "A")).values())
+
+    index.apply("A", [], ["a3"], 5)
+    index.purge("A", ["a3"])
+
+    assert snapshot(scope_dir(root, "B")) == before_b
+    leftovers = [p for p in root.rglob("*") if p.is_file() and (SECRET.encode() in p.read_bytes() or b"a3" in p.read_bytes())]
+    assert leftovers == []
+    assert {r for r, _ in scored(index, "A", "payment")} == {"a1", "a2"}
+    assert len(scored(index, "B", "ledger")) == 51
+    assert index.cursor("A") == 5 and index.cursor("B") == 2
+    index.purge("never-written", ["x"])  # a no-op, and creates nothing
+    assert not scope_dir(root, "never-written").exists()
+    index.close()
+
+
+def test_eviction_and_reopen_keep_documents_and_cursors(tmp_path: Path):
+    root = tmp_path / "lexical"
+    index = LexicalIndex(root, max_open=2, max_writers=1)
+    scopes = [f"s{i}" for i in range(6)]
+    for n, scope in enumerate(scopes, start=1):
+        index.apply(scope, [doc(scope, f"{scope}_r", f"alpha note {scope}")], [], n * 10)
+        assert len(index._entries) <= 2  # noqa: SLF001
+        assert len(index._writers) <= 1  # noqa: SLF001
+    for n, scope in enumerate(scopes, start=1):  # every scope reopened after eviction
+        assert [h.record_id for h in index.search(scope, "alpha", WEIGHTS, 10)] == [f"{scope}_r"]
+        assert index.cursor(scope) == n * 10
+        index.apply(scope, [doc(scope, f"{scope}_q", "beta note")], [], n * 10 - 5)  # never backwards
+        assert index.cursor(scope) == n * 10
+        assert len(index._entries) <= 2  # noqa: SLF001
+    index.close()
+    reopened = LexicalIndex(root, max_open=3)
+    for n, scope in enumerate(scopes, start=1):
+        assert sorted(h.record_id for h in reopened.search(scope, "note", WEIGHTS, 10)) == [f"{scope}_q", f"{scope}_r"]
+        assert reopened.cursor(scope) == n * 10
+    reopened.close()
+
+
+def test_concurrent_apply_to_several_scopes(tmp_path: Path):
+    index = LexicalIndex(tmp_path / "lexical", max_open=2, max_writers=1)
+    scopes = ["c0", "c1", "c2"]
+    errors: list[BaseException] = []
+
+    def writer(scope: str) -> None:
+        try:
+            for batch in range(8):
+                docs = [doc(scope, f"{scope}_{batch}_{i}", f"gamma item {i} of {scope}") for i in range(20)]
+                index.apply(scope, docs, [], batch + 1)
+        except BaseException as exc:  # noqa: BLE001 - surfaced by the assertion below
+            errors.append(exc)
+
+    def reader() -> None:
+        try:
+            for _ in range(40):
+                for scope in scopes:
+                    assert all(h.record_id.startswith(scope) for h in index.search(scope, "gamma", WEIGHTS, 500))
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(s,)) for s in scopes] + [threading.Thread(target=reader)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == []
+    for scope in scopes:
+        assert len(index.search(scope, "gamma", WEIGHTS, 1000)) == 160
+        assert index.cursor(scope) == 8
+    index.close()
+
+
+def test_unknown_scope_creates_nothing_and_empty_apply_only_moves_the_cursor(tmp_path: Path):
+    root = tmp_path / "lexical"
+    index = LexicalIndex(root)
+    assert index.search("ghost", "anything at all", WEIGHTS, 10) == []
+    assert index.cursor("ghost") == 0
+    assert list(root.iterdir()) == []
+    index.apply("quiet", [], ["nothing"], 7)
+    assert index.cursor("quiet") == 7
+    assert not (scope_dir(root, "quiet") / "index").exists()
+    assert index.search("quiet", "anything", WEIGHTS, 10) == []
+    index.close()
+
+
+def test_mixed_up_directory_returns_nothing_of_another_scope(tmp_path: Path):
+    root = tmp_path / "lexical"
+    index = LexicalIndex(root)
+    seed_a(index)
+    index.apply("B", [doc("B", "b1", "payment secrets of tenant b")], [], 1)
+    index.close()
+    shutil.rmtree(scope_dir(root, "A") / "index")
+    shutil.copytree(scope_dir(root, "B") / "index", scope_dir(root, "A") / "index")
+    reopened = LexicalIndex(root)
+    assert reopened.search("A", "payment secrets", WEIGHTS, 10) == []
+    reopened.close()
+
+
+def test_reset_drops_every_scope_and_legacy_files_are_removed(tmp_path: Path):
+    root = tmp_path / "lexical"
+    root.mkdir()
+    (root / "meta.json").write_text("{}")  # the old shared-index layout
+    (root / "0123.store").write_bytes(SECRET.encode())
+    (tmp_path / "lexical_cursors.json").write_text('{"A": 9}')
+    index = LexicalIndex(root)
+    assert list(root.iterdir()) == [] and not (tmp_path / "lexical_cursors.json").exists()
+    assert index.cursor("A") == 0
+    seed_a(index)
+    index.apply("B", [doc("B", "b1", "payment")], [], 3)
+    index.reset()
+    assert list(root.iterdir()) == []
+    assert index.cursor("A") == 0 and index.cursor("B") == 0
+    assert index.search("A", "payment", WEIGHTS, 10) == []
+    seed_a(index)  # usable again after a reset
+    assert len(index.search("A", "payment", WEIGHTS, 10)) == 3
+    index.close()
