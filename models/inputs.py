@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from .encoding import (
@@ -50,6 +50,17 @@ class Closed(BaseModel):
 
 
 PacketBytes = Annotated[int, Field(ge=PACKET_MIN, le=PACKET_MAX)]
+
+
+def _json_integer(value: object) -> object:
+    # Literal[2] compares by equality, so even in strict mode it would take 2.0 (a float)
+    # where every other integer field refuses it; an integer constant takes integers only.
+    if type(value) is not int:
+        raise PydanticCustomError("int_type", "value must be an integer")
+    return value
+
+
+SchemaVersion = Annotated[Literal[2], BeforeValidator(_json_integer)]
 
 
 class CapabilityPolicy(Closed):
@@ -130,7 +141,7 @@ class Reconciliation(Closed):
 
 
 class Payload(Closed):
-    schema_version: Literal[2]
+    schema_version: SchemaVersion
     purpose_ref: OpaqueRef
     valid_time: ValidTime
     components: Annotated[list[Component], Field(min_length=1, max_length=64)]

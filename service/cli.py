@@ -130,7 +130,12 @@ def serve(
 
     Every HTTP call must carry the host's signed context in the X-Engram-Context header (see service/mcp/host_context.py). /healthz, /readyz and /metrics serve probes; /docs documents them.
     """
-    from service.mcp.host_context import ContextUnavailable, binding_from_env, load_host_secret
+    from service.mcp.host_context import (
+        ContextUnavailable,
+        binding_from_env,
+        create_host_secret,
+        load_host_secret,
+    )
 
     data_dir.mkdir(parents=True, exist_ok=True)
     if stdio:
@@ -154,6 +159,11 @@ def serve(
             engine.close()
         return
 
+    if "ENGRAM_HOST_SECRET" not in os.environ:
+        # First start on a fresh data dir: create the host secret, like the KEK.
+        path, created = create_host_secret(data_dir)
+        if created:
+            _err(f"engram: created host secret {path} (mode 0600); hosts sign contexts with it")
     try:
         secret = load_host_secret(data_dir)
     except RuntimeError as exc:

@@ -46,4 +46,6 @@ def find_replay(
 
 
 def encode_result(result: dict[str, Any]) -> str:
-    return json.dumps(result, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    # Key order is kept (not sorted): a replay must serialise to the same bytes as the
+    # first answer, and JSON objects decode in the order they were written.
+    return json.dumps(result, separators=(",", ":"), ensure_ascii=False)

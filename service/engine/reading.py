@@ -24,12 +24,15 @@ from .records import authorization_receipt, disclose, record_aad
 from .sealing import SealBroken
 
 
-def eligible(row: RecordRow | None, as_of_ms: int) -> bool:
+def eligible(row: RecordRow | None, as_of_ms: int, now: int | None = None) -> bool:
+    """Valid time is judged at `as_of_ms` (a later search page reuses the first page's);
+    a retention expiry is a deadline for disclosure, judged at `now` when that is later."""
     if row is None or row.state != "accepted_current":
         return False
     if row.valid_from_ms > as_of_ms or (row.valid_to_ms is not None and as_of_ms > row.valid_to_ms):
         return False
-    return row.expires_at_ms is None or as_of_ms < row.expires_at_ms
+    deadline_at = as_of_ms if now is None else max(as_of_ms, now)
+    return row.expires_at_ms is None or deadline_at < row.expires_at_ms
 
 
 def revalidation_receipt(rows: list[RecordRow], as_of_ms: int, cursor: int) -> dict[str, Any]:
@@ -59,13 +62,15 @@ def disclosed_record(parts: Parts, row: RecordRow) -> tuple[dict[str, Any], list
 
 def get(parts: Parts, ctx: CallContext, args: GetInput) -> dict[str, Any]:
     at = now_ms()
+    # The row and its data key are read in one snapshot: a forget committing in between
+    # would otherwise leave an eligible-looking row whose key is already gone.
     with parts.store.reader() as tx:
         row = tx.record(ctx.scope, args.record_id)
         cursor = parts.store.scope_cursor(ctx.scope)
-    if not eligible(row, at):
-        raise ContractError(ErrorCode.NOT_FOUND)
-    assert row is not None
-    record, redacted, redaction_digest = disclosed_record(parts, row)
+        if not eligible(row, at):
+            raise ContractError(ErrorCode.NOT_FOUND)
+        assert row is not None
+        record, redacted, redaction_digest = disclosed_record(parts, row)
     read_receipt = seal_receipt(
         DigestKind.READ_RECEIPT,
         {

@@ -95,18 +95,22 @@ def search(parts: Parts, ctx: CallContext, args: SearchInput) -> dict[str, Any]:
     page: list[tuple[int, Any, dict[str, Any], list[str], str]] = []
     checked = []
     scan = position.position
-    while scan < len(ordered) and len(page) < args.limit:
-        window = ordered[scan : scan + args.limit * 2]
-        rows = parts.store.records(ctx.scope, [c.record_id for c in window])
-        for contribution in window:
-            scan += 1
-            row = rows.get(contribution.record_id)
-            if not eligible(row, snap.valid_as_of_ms):
-                continue
-            checked.append(row)
-            page.append((scan, contribution, *disclosed_record(parts, row)))
-            if len(page) == args.limit:
-                break
+    checked_at = now_ms()
+    # Rows and their data keys are read in one store snapshot, so a record forgotten
+    # concurrently is either still whole or already ineligible, never half gone.
+    with parts.store.reader():
+        while scan < len(ordered) and len(page) < args.limit:
+            window = ordered[scan : scan + args.limit * 2]
+            rows = parts.store.records(ctx.scope, [c.record_id for c in window])
+            for contribution in window:
+                scan += 1
+                row = rows.get(contribution.record_id)
+                if not eligible(row, snap.valid_as_of_ms, checked_at):
+                    continue
+                checked.append(row)
+                page.append((scan, contribution, *disclosed_record(parts, row)))
+                if len(page) == args.limit:
+                    break
 
     def build(count: int) -> dict[str, Any]:
         chosen = page[:count]

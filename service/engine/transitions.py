@@ -33,9 +33,14 @@ Effect = Callable[[Transaction, int], tuple[str, str, JournalEvent]]
 
 def _transition(
     parts: Parts, ctx: CallContext, tool: str, operation: str, target: str,
-    arguments: dict[str, Any], effect: Effect,
+    arguments: dict[str, Any], effect: Effect, physical: dict[str, str],
 ) -> tuple[dict[str, Any], bool]:
-    """Run a gated transition; returns (result, replayed)."""
+    """Run a gated transition; returns (result, replayed).
+
+    `physical` is the physical outcome as committed (every field "pending"): should the
+    process die before `_finish` writes the real outcome back, a replay still answers a
+    complete, truthful result rather than one missing key_destruction or
+    projection_invalidation."""
     intent = intent_hash(tool, arguments)
     key = arguments["idempotency_key"]
     with parts.store.transaction() as tx:
@@ -57,7 +62,7 @@ def _transition(
             "transaction_receipt_digest": transaction_receipt(
                 tool, [event.event_digest], event.cursor, at)["receipt_digest"],
         }
-        result = {"receipt": receipt, "replayed": False}
+        result = {"receipt": receipt, "replayed": False, **physical}
         tx.reserve(ctx.scope, ctx.principal, key, tool, intent, encode_result(result))
     return result, False
 
@@ -85,7 +90,8 @@ def withdraw(parts: Parts, ctx: CallContext, args: WithdrawInput) -> dict[str, A
         return "pending", "withdrawn", event
 
     result, was_replay = _transition(
-        parts, ctx, WITHDRAW, "withdraw", args.candidate_id, arguments, effect)
+        parts, ctx, WITHDRAW, "withdraw", args.candidate_id, arguments, effect,
+        {"key_destruction": "pending"})
     if was_replay:
         return result
     destroyed = parts.store.purge_freed_pages()
@@ -111,7 +117,8 @@ def forget(parts: Parts, ctx: CallContext, args: ForgetInput) -> dict[str, Any]:
         return record.state, "tombstoned", event
 
     result, was_replay = _transition(
-        parts, ctx, FORGET, "tombstone", args.record_id, arguments, effect)
+        parts, ctx, FORGET, "tombstone", args.record_id, arguments, effect,
+        {"projection_invalidation": "pending"})
     if was_replay:
         return result
     coverage = invalidate(parts, ctx.scope, [args.record_id])

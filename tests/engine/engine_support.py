@@ -1,0 +1,126 @@
+"""Helpers shared by the engine tests (and the crash worker subprocess).
+
+The deterministic `HashingTestEncoder` is the ranking tests' own (tests/ranking/
+conftest.py), loaded by path so that this directory needs no package layout.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+
+def _load_ranking_conftest() -> Any:
+    name = "_engram_ranking_test_conftest"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, HERE.parent / "ranking" / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+HashingTestEncoder = _load_ranking_conftest().HashingTestEncoder
+
+from factories import PURPOSE, capture_args, confirmed, context, key  # noqa: E402
+
+from models.codes import MESSAGES, ContractError, ErrorCode  # noqa: E402
+from models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW  # noqa: E402
+from service.engine import CallContext, Engine  # noqa: E402
+
+__all__ = [
+    "CAPTURE", "FORGET", "GET", "PURPOSE", "REQUEST_ADMISSION", "SEARCH", "WITHDRAW",
+    "CallContext", "ContractError", "Engine", "ErrorCode", "HashingTestEncoder", "MESSAGES",
+    "accept", "admit", "capture", "capture_args", "confirmed", "context", "error_of",
+    "files_containing", "forget", "get", "key", "open_engine", "search", "withdraw",
+]
+
+
+def open_engine(data_dir: Path, **kwargs: Any) -> Engine:
+    if "encoder" not in kwargs and kwargs.get("load_model", True):
+        kwargs["encoder"] = HashingTestEncoder()
+    kwargs.setdefault("load_model", False)
+    return Engine.open(Path(data_dir), **kwargs)
+
+
+def error_of(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ContractError:
+    """The ContractError `fn` raises (fails the test when it returns or raises otherwise)."""
+    try:
+        result = fn(*args, **kwargs)
+    except ContractError as exc:
+        assert exc.message == MESSAGES[exc.code]
+        return exc
+    raise AssertionError(f"expected a ContractError, got {result!r}")
+
+
+def code_of(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ErrorCode:
+    return error_of(fn, *args, **kwargs).code
+
+
+def capture(eng: Engine, ctx: CallContext, text: str, **kwargs: Any) -> tuple[dict, dict]:
+    args = capture_args(text, **kwargs)
+    return args, eng.execute(CAPTURE, ctx, args)
+
+
+def admit(eng: Engine, ctx: CallContext, candidate_id: str, idem: str | None = None) -> dict:
+    return eng.execute(REQUEST_ADMISSION, ctx,
+                       {"candidate_id": candidate_id, "idempotency_key": idem or key("adm")})
+
+
+def accept(eng: Engine, ctx: CallContext, text: str, **kwargs: Any) -> str:
+    """Capture and admit `text`; the record_id (asserts acceptance)."""
+    _, cap = capture(eng, ctx, text, **kwargs)
+    out = admit(eng, ctx, cap["candidate_id"])
+    assert out["outcome"]["status"] == "accepted", out
+    return out["outcome"]["record_id"]
+
+
+def withdraw_args(candidate_id: str, reason: str = "reason:not-needed") -> dict:
+    return {"candidate_id": candidate_id, "idempotency_key": key("wdr"), "reason_ref": reason}
+
+
+def withdraw(eng: Engine, ctx: CallContext, candidate_id: str, args: dict | None = None) -> dict:
+    args = args or withdraw_args(candidate_id)
+    return eng.execute(WITHDRAW, confirmed(ctx, WITHDRAW, candidate_id, args), args)
+
+
+def forget_args(record_id: str, reason: str = "reason:obsolete") -> dict:
+    return {"record_id": record_id, "idempotency_key": key("fgt"), "reason_ref": reason}
+
+
+def forget(eng: Engine, ctx: CallContext, record_id: str, args: dict | None = None) -> dict:
+    args = args or forget_args(record_id)
+    return eng.execute(FORGET, confirmed(ctx, FORGET, record_id, args), args)
+
+
+def search(eng: Engine, ctx: CallContext, query: str, **kwargs: Any) -> dict:
+    return eng.execute(SEARCH, ctx, {"query": query, "purpose_ref": PURPOSE, **kwargs})
+
+
+def search_ids(eng: Engine, ctx: CallContext, query: str, **kwargs: Any) -> list[str]:
+    return [p["record"]["record_id"] for p in search(eng, ctx, query, **kwargs)["records"]]
+
+
+def get(eng: Engine, ctx: CallContext, record_id: str, **kwargs: Any) -> dict:
+    return eng.execute(GET, ctx, {"record_id": record_id, "purpose_ref": PURPOSE, **kwargs})
+
+
+def files_containing(directory: Path, needle: bytes) -> list[str]:
+    """Every file under `directory` whose raw bytes contain `needle`."""
+    hits = []
+    for path in sorted(Path(directory).rglob("*")):
+        if path.is_file() and needle in path.read_bytes():
+            hits.append(str(path.relative_to(directory)))
+    return hits
+
+
+def canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -1,0 +1,173 @@
+"""Operator surface: KEK rotation, backup and restore, projection rebuild."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from engine_support import (
+    CAPTURE, ContractError, ErrorCode, HashingTestEncoder, accept, admit, capture, context, forget,
+    get, open_engine, search, search_ids, withdraw,
+)
+
+from service.engine import Engine
+from service.engine.records import candidate_aad
+
+CTX = context(workspace="ops")
+OTHER = context(tenant="beta", workspace="ops")
+
+
+def populate(engine) -> dict:
+    live = [accept(engine, CTX, f"The osprey service {i} handles region {i} billing.") for i in range(4)]
+    live.append(accept(engine, OTHER, "The osprey service of beta handles its own billing."))
+    gone = accept(engine, CTX, "The osprey legacyzebrafinch service was retired.")
+    forget(engine, CTX, gone)
+    cap_args, pending = capture(engine, CTX, "The osprey draft waits for admission.")
+    _, withdrawn = capture(engine, CTX, "The osprey draft that was withdrawn.")
+    withdraw(engine, CTX, withdrawn["candidate_id"])
+    return {"live": live, "gone": gone, "pending": pending["candidate_id"], "capture_args": cap_args,
+            "capture_result": pending}
+
+
+def ctx_of(rid: str, state: dict):
+    return OTHER if rid == state["live"][-1] else CTX
+
+
+def stable_get(engine, ctx, rid) -> dict:
+    out = get(engine, ctx, rid)
+    return {"record": out["record"], "redacted_fields": out["redacted_fields"],
+            "redaction_receipt_digest": out["redaction_receipt_digest"],
+            "record_digest": out["read_receipt"]["record_digest"]}
+
+
+def ranked(engine, ctx, query: str) -> list[tuple[str, float]]:
+    return [(p["record"]["record_id"], round(p["score"], 9)) for p in search(engine, ctx, query, limit=50)["records"]]
+
+
+def test_rotate_kek_keeps_every_live_body(engine, data_dir) -> None:
+    state = populate(engine)
+    before = {rid: stable_get(engine, ctx_of(rid, state), rid) for rid in state["live"]}
+    old_keks = sorted(p.name for p in (data_dir / "keys").iterdir())
+    assert len(old_keks) == 1
+    new_id = engine.rotate_kek()
+    keks = sorted(p.name for p in (data_dir / "keys").iterdir())
+    assert keks == [f"{new_id}.key"] and keks != old_keks
+    assert {kek for _, _, kek in engine.parts.store.all_wrapped_keys()} == {new_id}
+    for rid, expected in before.items():
+        assert stable_get(engine, ctx_of(rid, state), rid) == expected
+    with engine.parts.store.reader() as tx:
+        row = tx.candidate(CTX.scope, state["pending"])
+    assert engine.parts.vault.open_json(row.key_id, row.sealed, candidate_aad(CTX.scope, state["pending"]))
+    assert admit(engine, CTX, state["pending"])["outcome"]["status"] == "accepted"
+    # a second rotation and a reopen still open everything
+    engine.rotate_kek()
+    engine.close()
+    reopened = open_engine(data_dir)
+    try:
+        for rid, expected in before.items():
+            assert stable_get(reopened, ctx_of(rid, state), rid) == expected
+    finally:
+        reopened.close()
+
+
+def test_backup_and_restore_keep_every_digest(engine, tmp_path) -> None:
+    state = populate(engine)
+    before_get = {rid: stable_get(engine, ctx_of(rid, state), rid) for rid in state["live"]}
+    before_search = ranked(engine, CTX, "osprey billing")
+    journal = engine.verify_journal()
+    heads = {s: engine.parts.store.scope_cursor(s) for s in engine.parts.store.scopes()}
+    backup = engine.backup(tmp_path / "backup")
+    restored = Engine.restore(backup, tmp_path / "restored", encoder=HashingTestEncoder(), load_model=False)
+    try:
+        assert restored.verify_journal() == journal and all(journal.values()) and len(journal) == 2
+        assert {s: restored.parts.store.scope_cursor(s) for s in restored.parts.store.scopes()} == heads
+        for rid, expected in before_get.items():
+            assert stable_get(restored, ctx_of(rid, state), rid) == expected
+        assert [r for r, _ in ranked(restored, CTX, "osprey billing")] == [r for r, _ in before_search]
+        assert state["gone"] not in search_ids(restored, CTX, "legacyzebrafinch osprey", limit=50)
+        with pytest.raises(ContractError) as err:
+            get(restored, CTX, state["gone"])
+        assert err.value.code is ErrorCode.NOT_FOUND
+        # idempotency reservations came along: the capture replays
+        again = restored.execute(CAPTURE, CTX, state["capture_args"])
+        assert again == {**state["capture_result"], "status": "duplicate_exact"}
+        # the pending body is still sealed and openable
+        assert admit(restored, CTX, state["pending"])["outcome"]["status"] == "accepted"
+    finally:
+        restored.close()
+
+
+def test_restore_into_a_non_empty_dir_is_refused(engine, tmp_path) -> None:
+    populate(engine)
+    backup = engine.backup(tmp_path / "backup")
+    target = tmp_path / "occupied"
+    target.mkdir()
+    (target / "something").write_text("x")
+    with pytest.raises(ContractError) as err:
+        Engine.restore(backup, target, encoder=HashingTestEncoder(), load_model=False)
+    assert err.value.code is ErrorCode.RESTORE_REFUSED
+    assert sorted(p.name for p in target.iterdir()) == ["something"]
+
+
+def test_restore_of_an_incomplete_backup_is_invalid(engine, tmp_path) -> None:
+    populate(engine)
+    backup = engine.backup(tmp_path / "backup")
+    for path in (backup / "keys").iterdir():
+        path.unlink()
+    (backup / "keys").rmdir()
+    with pytest.raises(ContractError) as err:
+        Engine.restore(backup, tmp_path / "restored", encoder=HashingTestEncoder(), load_model=False)
+    assert err.value.code is ErrorCode.BACKUP_INVALID
+
+
+def test_restore_of_a_tampered_journal_is_invalid(engine, tmp_path) -> None:
+    populate(engine)
+    backup = engine.backup(tmp_path / "backup")
+    conn = sqlite3.connect(backup / "engram.db")
+    conn.execute("UPDATE journal SET body = replace(body, 'reason:obsolete', 'reason:other')"
+                 " WHERE kind = 'record_tombstoned'")
+    conn.commit()
+    assert conn.total_changes >= 1
+    conn.close()
+    with pytest.raises(ContractError) as err:
+        Engine.restore(backup, tmp_path / "restored", encoder=HashingTestEncoder(), load_model=False)
+    assert err.value.code is ErrorCode.BACKUP_INVALID
+
+
+def test_verify_journal_detects_tampering(engine) -> None:
+    populate(engine)
+    assert all(engine.verify_journal().values())
+    engine.parts.store._writer.execute(
+        "UPDATE journal SET recorded_at = '2000-01-01T00:00:00.000Z' WHERE cursor = 2 AND workspace = 'ops'"
+        " AND tenant = 'acme'")
+    result = engine.verify_journal()
+    assert result["acme/ops"] is False and result["beta/ops"] is True
+
+
+def test_rebuild_projections_gives_the_same_results(engine, data_dir) -> None:
+    state = populate(engine)
+    queries = ["osprey billing", "osprey region 2", "osprey draft", "legacyzebrafinch"]
+    before = {q: ranked(engine, CTX, q) for q in queries}
+    before_other = ranked(engine, OTHER, "osprey billing")
+    engine.rebuild_projections()
+    assert {q: ranked(engine, CTX, q) for q in queries} == before
+    assert ranked(engine, OTHER, "osprey billing") == before_other
+    assert before["osprey billing"], "control: the query matches"
+    assert state["gone"] not in [r for r, _ in before["legacyzebrafinch"]]
+    assert not [p for p in (data_dir / "index").rglob("*") if p.is_file()
+                and b"legacyzebrafinch" in p.read_bytes()]
+
+
+def test_rebuild_after_losing_the_index_directory(engine, data_dir) -> None:
+    import shutil
+    state = populate(engine)
+    before = ranked(engine, CTX, "osprey billing")
+    engine.close()
+    shutil.rmtree(data_dir / "index")
+    reopened = open_engine(data_dir)
+    try:
+        assert ranked(reopened, CTX, "osprey billing") == before
+        assert set(search_ids(reopened, OTHER, "osprey billing")) == {state["live"][-1]}
+    finally:
+        reopened.close()
