@@ -116,16 +116,9 @@ class Engine:
 
     # -- the operator surface (never reachable through MCP) ----------------------------------
     def sweep_invalidations(self) -> int:
-        """Complete physical purges left pending (tombstoned records still in an index
-        file, key bytes still in the WAL). Returns how many scopes were swept."""
-        swept = 0
-        for scope in self.parts.store.scopes():
-            gone = [r.record_id for r in self.parts.store.records_in_state("tombstoned", scope)]
-            if gone:
-                transitions.invalidate(self.parts, scope, gone)
-                swept += 1
-        self.parts.store.purge_freed_pages()
-        return swept
+        """Complete physical purges left pending (a forgotten record's bytes still in an
+        index file, key bytes still in the WAL). Returns how many scopes were swept."""
+        return transitions.sweep_pending(self.parts)
 
     def transition(self, scope: tuple[str, str], record_id: str, operation: str, reason_ref: str) -> str:
         """dispute | resolve | supersede | expire | invalidate-trust one record."""
@@ -180,5 +173,6 @@ class Engine:
         ]
 
     def close(self) -> None:
+        self.parts.sweeper.stop()
         self.parts.ranker.close()
         self.parts.store.close()

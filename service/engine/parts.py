@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ranking import Ranker
@@ -13,6 +13,7 @@ from .policy import AdmissionPolicy, HostPolicy
 from .paging import SnapshotCache
 from .projector import Projector
 from .sealing import BodyVault
+from .sweeper import Sweeper
 
 
 @dataclass
@@ -25,3 +26,4 @@ class Parts:
     host_policy: HostPolicy
     admission_policy: AdmissionPolicy
     snapshots: SnapshotCache
+    sweeper: Sweeper = field(default_factory=Sweeper)

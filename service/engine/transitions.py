@@ -27,6 +27,10 @@ from .lifecycle import require_forgettable, require_pending
 from .parts import Parts
 from .records import authorization_receipt, scope_key, transaction_receipt
 
+# Above this many live records in the scope, forget answers projection_invalidation
+# "pending" and leaves the index rewrite (which grows with the scope) to the sweeper.
+INLINE_PURGE_LIMIT = 50_000
+
 # (tx, at_ms) -> (from_state, to_state, event) after applying the effect; raises on refusal
 Effect = Callable[[Transaction, int], tuple[str, str, JournalEvent]]
 
@@ -114,6 +118,7 @@ def forget(parts: Parts, ctx: CallContext, args: ForgetInput) -> dict[str, Any]:
         if record.key_id is not None:
             tx.destroy_key(record.key_id)
         tx.set_record_state(ctx.scope, record.record_id, "tombstoned", drop_body=True)
+        tx.add_pending_purge(ctx.scope, record.record_id)
         return record.state, "tombstoned", event
 
     result, was_replay = _transition(
@@ -121,6 +126,12 @@ def forget(parts: Parts, ctx: CallContext, args: ForgetInput) -> dict[str, Any]:
         {"projection_invalidation": "pending"})
     if was_replay:
         return result
+    if parts.store.live_count(ctx.scope) > INLINE_PURGE_LIMIT:
+        # Logically gone at once (search re-checks the store, the projector drops it);
+        # the physical rewrite of a large scope's index runs in the background sweeper.
+        parts.projector.catch_up(ctx.scope)
+        parts.sweeper.schedule(lambda: sweep_pending(parts))
+        return _finish(parts, ctx, args.idempotency_key, result)
     coverage = invalidate(parts, ctx.scope, [args.record_id])
     return _finish(parts, ctx, args.idempotency_key, {
         **result,
@@ -135,6 +146,8 @@ def invalidate(parts: Parts, scope: tuple[str, str], record_ids: list[str]) -> d
     parts.projector.catch_up(scope)
     indexes = parts.ranker.purge(scope_key(scope), record_ids)
     store = parts.store.purge_freed_pages()
+    if indexes and store:
+        parts.store.clear_pending_purges(scope, record_ids)
     return seal_receipt(
         DigestKind.COVERAGE_RECEIPT,
         {
@@ -145,3 +158,12 @@ def invalidate(parts: Parts, scope: tuple[str, str], record_ids: list[str]) -> d
             "checked_at": instant(now_ms()),
         },
     )
+
+
+def sweep_pending(parts: Parts) -> int:
+    """Purge every record a forget left pending; returns how many scopes were swept."""
+    pending = parts.store.pending_purges()
+    for scope, record_ids in pending.items():
+        invalidate(parts, scope, record_ids)
+    parts.store.purge_freed_pages()
+    return len(pending)

@@ -51,6 +51,9 @@ CREATE TABLE IF NOT EXISTS idempotency (
   tenant TEXT NOT NULL, workspace TEXT NOT NULL, principal TEXT NOT NULL, key TEXT NOT NULL,
   tool TEXT NOT NULL, intent TEXT NOT NULL, response TEXT NOT NULL,
   PRIMARY KEY (tenant, workspace, principal, key));
+CREATE TABLE IF NOT EXISTS pending_purges (
+  tenant TEXT NOT NULL, workspace TEXT NOT NULL, record_id TEXT NOT NULL,
+  PRIMARY KEY (tenant, workspace, record_id));
 CREATE TABLE IF NOT EXISTS confirmations (ref TEXT PRIMARY KEY, used_at_ms INTEGER NOT NULL);
 """
 
@@ -169,6 +172,11 @@ class _Tx:
         self.conn.execute(
             f"UPDATE records SET state=?{body_sql} WHERE tenant=? AND workspace=? AND record_id=?",
             (state, *scope, record_id),
+        )
+
+    def add_pending_purge(self, scope: Scope, record_id: str) -> None:
+        self.conn.execute(
+            "INSERT INTO pending_purges VALUES (?,?,?) ON CONFLICT DO NOTHING", (*scope, record_id)
         )
 
     def candidate(self, scope: Scope, candidate_id: str) -> CandidateRow | None:
@@ -391,11 +399,30 @@ class SqliteStore:
                 found[row[2]] = _record(row)
         return found
 
-    def records_in_state(self, state: str, scope: Scope | None = None) -> list[RecordRow]:
-        where, params = ("state=?", (state,))
-        if scope is not None:
-            where, params = "state=? AND tenant=? AND workspace=?", (state, *scope)
-        return [_record(r) for r in self._read(f"SELECT {_RECORD_COLUMNS} FROM records WHERE {where}", params)]
+    def records_in_state(self, state: str, scope: Scope) -> list[RecordRow]:
+        return [_record(r) for r in self._read(
+            f"SELECT {_RECORD_COLUMNS} FROM records WHERE state=? AND tenant=? AND workspace=?",
+            (state, *scope))]
+
+    def live_count(self, scope: Scope) -> int:
+        return self._read(
+            "SELECT COUNT(*) FROM records WHERE tenant=? AND workspace=? AND state='accepted_current'",
+            scope,
+        )[0][0]
+
+    def pending_purges(self) -> dict[Scope, list[str]]:
+        """Records whose bytes may still sit in an index file, by scope."""
+        pending: dict[Scope, list[str]] = {}
+        for tenant, workspace, record_id in self._read("SELECT * FROM pending_purges"):
+            pending.setdefault((tenant, workspace), []).append(record_id)
+        return pending
+
+    def clear_pending_purges(self, scope: Scope, record_ids: list[str]) -> None:
+        with self.transaction() as tx:
+            tx.conn.executemany(
+                "DELETE FROM pending_purges WHERE tenant=? AND workspace=? AND record_id=?",
+                [(*scope, rid) for rid in record_ids],
+            )
 
     def due_for_expiry(self, at_ms: int) -> list[RecordRow]:
         return [_record(r) for r in self._read(
