@@ -1,0 +1,522 @@
+"""Capacity benchmark: ingest rate, search latency, raw-engine costs, memory, disk, recall.
+
+For each size a synthetic corpus (:mod:`eval.corpus_gen`: Zipfian text, low-rank
+vectors) is generated streaming into an ``.npy`` and ingested with precomputed vectors
+through :func:`index_data.ingest.ingest_corpus` (the real operator path: digests, sealing,
+journal, both indexes). Then, in the same process:
+
+* search latency (p50/p95/p99) through ``engine.execute("engram_memory_search")``:
+  hybrid (``lexical_and_semantic``, includes encoding the query with the real model) on
+  the engine with the model, lexical on the same directory reopened without the model
+  (the engine's lexical profile);
+* the raw engines alone on the same indexes and queries: the encoder on one query, the
+  lexical channel's Tantivy query (top 1000 as the engine asks, and top 10), hnswlib
+  ``knn_query`` k=10; and the ratios engine / sum of raw parts;
+* HNSW recall@10 against exact numpy brute force over all vectors, at several ``ef``;
+* RSS (current and peak during ingest) and disk per component;
+* once, the encoder-bound ingest rate (no precomputed vectors, real model) on a small
+  sample of real text, and a load run: concurrent MCP SDK clients over HTTP on loopback
+  against ``service.mcp.app.create_app`` (search + capture + admission), checking that
+  every admitted record is readable afterwards.
+
+The raw-engine probes reach into ``Ranker`` internals (``_lexical``, ``_semantic``):
+they measure components, they are not a public path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import shutil
+import statistics
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from index_data.ingest import ingest_corpus
+from index_data.readers import VectorSource, read_beir
+from index_data.records import DEFAULT_PURPOSE, record_id_for
+from service.engine import CallContext
+from service.engine.records import scope_key
+
+from .corpus_gen import CorpusSpec, SyntheticCorpus
+
+BENCH_SCOPE = ("bench", "synthetic")
+PURPOSE = DEFAULT_PURPOSE
+
+
+# -- small measuring tools ------------------------------------------------------------------
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    """p50/p95/p99/mean in milliseconds from seconds."""
+    if not samples:
+        return {}
+    arr = np.asarray(samples) * 1000.0
+    return {"n": len(samples), "mean_ms": round(float(arr.mean()), 3),
+            "p50_ms": round(float(np.percentile(arr, 50)), 3),
+            "p95_ms": round(float(np.percentile(arr, 95)), 3),
+            "p99_ms": round(float(np.percentile(arr, 99)), 3)}
+
+
+def timed(fn: Callable[[Any], Any], items: list[Any], warmup: int = 3) -> list[float]:
+    for item in items[:warmup]:
+        fn(item)
+    out = []
+    for item in items:
+        t = time.perf_counter()
+        fn(item)
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def rss_mb() -> float:
+    return round(_status_kb("VmRSS") / 1024, 1)
+
+
+def peak_rss_mb() -> float:
+    return round(_status_kb("VmHWM") / 1024, 1)
+
+
+def reset_peak_rss() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def du_mb(path: Path) -> float:
+    total = 0
+    if path.is_file():
+        return round(path.stat().st_size / 2**20, 2)
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(root, name))
+            except OSError:
+                pass
+    return round(total / 2**20, 2)
+
+
+def disk_breakdown(data_dir: Path) -> dict[str, float]:
+    db = sum(du_mb(p) for p in data_dir.glob("engram.db*"))
+    return {"store_mb": round(db, 2), "lexical_mb": du_mb(data_dir / "index" / "lexical"),
+            "semantic_mb": du_mb(data_dir / "index" / "semantic"), "keys_mb": du_mb(data_dir / "keys"),
+            "total_mb": du_mb(data_dir)}
+
+
+def bench_context(purpose: str = PURPOSE) -> CallContext:
+    return CallContext(tenant=BENCH_SCOPE[0], workspace=BENCH_SCOPE[1], principal="bench:runner",
+                       agent_id="engram-bench", session="bench_" + uuid.uuid4().hex[:10], purpose=purpose)
+
+
+def search_args(query: str, minimum: str, limit: int = 10) -> dict[str, Any]:
+    return {"query": query, "purpose_ref": PURPOSE, "limit": limit,
+            "capability_policy": {"minimum_channels": minimum, "network": "forbid"}}
+
+
+# -- one size --------------------------------------------------------------------------------
+
+def exact_top_k(vectors: np.ndarray, queries: np.ndarray, k: int, chunk: int = 100_000) -> np.ndarray:
+    """Exact top-k inner-product labels by brute force, streaming over ``vectors``."""
+    best_s = np.full((len(queries), k), -np.inf, dtype=np.float32)
+    best_i = np.zeros((len(queries), k), dtype=np.int64)
+    for start in range(0, len(vectors), chunk):
+        block = np.asarray(vectors[start : start + chunk], dtype=np.float32)
+        scores = queries @ block.T
+        ids = np.arange(start, start + len(block))[None, :].repeat(len(queries), 0)
+        all_s = np.concatenate([best_s, scores], axis=1)
+        all_i = np.concatenate([best_i, ids], axis=1)
+        top = np.argpartition(-all_s, k - 1, axis=1)[:, :k]
+        best_s = np.take_along_axis(all_s, top, 1)
+        best_i = np.take_along_axis(all_i, top, 1)
+    return best_i
+
+
+def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size: int | None,
+               progress: bool, say: Callable[[str], None]) -> tuple[dict[str, Any], Any]:
+    from service.engine.engine import Engine
+
+    out: dict[str, Any] = {"size": size, "loadavg_at_start": [round(x, 2) for x in os.getloadavg()]}
+    root = work / f"n{size}"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    corpus = SyntheticCorpus(CorpusSpec(size=size, dim=int(getattr(encoder, "dim", 384)),
+                                        topics=300 if size >= 5000 else 20))
+    t = time.perf_counter()
+    vectors = corpus.write_vectors(str(root / "vectors.npy"))
+    out["generate_vectors_s"] = round(time.perf_counter() - t, 2)
+    batch = batch_size or int(min(20_000, max(1_000, size // 20)))
+
+    gc.collect()
+    reset_peak_rss()
+    rss_before = rss_mb()
+    engine = Engine.open(root / "data", encoder=encoder)
+    say(f"[n={size}] ingest with precomputed vectors, batch {batch}")
+    report = ingest_corpus(engine, BENCH_SCOPE, corpus.records(), vectors=VectorSource(vectors),
+                           batch_size=batch, progress=progress, total=size, purpose_ref=PURPOSE)
+    out["ingest"] = report.as_dict()
+    out["ingest_records_per_s"] = round(report.ingested_per_s, 1)
+    out["rss_mb"] = {"before_ingest": rss_before, "after_ingest": rss_mb(), "peak_during_ingest": peak_rss_mb()}
+    out["disk_mb"] = {**disk_breakdown(root / "data"), "vectors_npy_mb": du_mb(root / "vectors.npy")}
+
+    key = scope_key(BENCH_SCOPE)
+    texts, qvecs = corpus.queries(queries)
+    ctx = bench_context()
+    ranker = engine.parts.ranker
+    say(f"[n={size}] search latency ({queries} queries)")
+    hybrid = timed(lambda q: engine.execute("engram_memory_search", ctx, search_args(q, "lexical_and_semantic")), texts)
+    hits = [len(engine.execute("engram_memory_search", ctx, search_args(q, "lexical_and_semantic"))["records"])
+            for q in texts[:20]]
+    weights = engine.parts.ranker  # noqa: F841 - keeps the raw probes below readable
+    from ranking import HYBRID_PROFILE
+
+    fw = HYBRID_PROFILE.config["field_weights"]
+    lexical_1000 = timed(lambda q: ranker._lexical.search(key, q, fw, 1000), texts)  # noqa: SLF001
+    lexical_10 = timed(lambda q: ranker._lexical.search(key, q, fw, 10), texts)  # noqa: SLF001
+    state = ranker._semantic._scope(key)  # noqa: SLF001
+    state.index.set_ef(128)
+    hnsw = timed(lambda v: state.index.knn_query(v.reshape(1, -1), k=10), list(qvecs))
+    encode = timed(lambda q: encoder.encode([q]), texts)
+    ranker_hybrid = timed(lambda q: ranker.search(key, q, HYBRID_PROFILE, valid_as_of_ms=2_000_000_000_000), texts)
+
+    # HNSW recall@10 against exact search; labels are ordinals when every record has one
+    # vector and none was refused (checked).
+    first = next(corpus.records())
+    aligned = report.refused == {} and state.label_record.get(0) == record_id_for(BENCH_SCOPE, first, PURPOSE)
+    recall: dict[str, Any] = {"aligned_labels": aligned}
+    if aligned:
+        sample = qvecs[: min(200, len(qvecs))]
+        exact = exact_top_k(vectors, sample, 10)
+        for ef in (16, 64, 128, 256):
+            state.index.set_ef(ef)
+            t0 = time.perf_counter()
+            labels, _ = state.index.knn_query(sample, k=10)
+            per_q = (time.perf_counter() - t0) / len(sample) * 1000
+            r = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(labels.tolist(), exact.tolist())]))
+            recall[f"ef{ef}"] = {"recall@10": round(r, 4), "ms_per_query_batched": round(per_q, 3)}
+        state.index.set_ef(128)
+    out["hnsw_recall"] = recall
+    out["rss_mb"]["after_search"] = rss_mb()
+    return out | {
+        "latency": {
+            "engine_hybrid": percentiles(hybrid),
+            "ranker_hybrid_no_store": percentiles(ranker_hybrid),
+            "raw_encoder_query": percentiles(encode),
+            "raw_tantivy_top1000": percentiles(lexical_1000),
+            "raw_tantivy_top10": percentiles(lexical_10),
+            "raw_hnsw_k10_ef128": percentiles(hnsw),
+        },
+        "hybrid_hits_first20": hits,
+        "_texts": texts,
+        "_root": str(root),
+    }, engine
+
+
+def lexical_pass(root: Path, texts: list[str]) -> dict[str, float]:
+    """Lexical-profile latency through the engine reopened without the model."""
+    from service.engine.engine import Engine
+
+    engine = Engine.open(root / "data", load_model=False)
+    try:
+        ctx = bench_context()
+        samples = timed(lambda q: engine.execute("engram_memory_search", ctx, search_args(q, "lexical")), texts)
+    finally:
+        engine.close()
+    return percentiles(samples)
+
+
+def encoder_bound_ingest(work: Path, encoder: Any, sample: int, say: Callable[[str], None]) -> dict[str, Any]:
+    """Ingest rate when the real model embeds each record (no precomputed vectors)."""
+    from service.engine.engine import Engine
+
+    cran = Path("/work/shared/data/cranfield")
+    if (cran / "corpus.jsonl").exists():
+        records, source = [r for r in read_beir(cran) if r.text.strip()][:sample], "cranfield abstracts"
+    else:
+        records, source = list(SyntheticCorpus(CorpusSpec(size=sample, seed=3)).records()), "synthetic"
+    root = work / "encoder-bound"
+    shutil.rmtree(root, ignore_errors=True)
+    engine = Engine.open(root, encoder=encoder)
+    try:
+        say(f"encoder-bound ingest of {len(records)} {source}")
+        report = ingest_corpus(engine, ("bench", "encoder"), records, batch_size=128, progress=False,
+                               purpose_ref=PURPOSE)
+    finally:
+        engine.close()
+    words = statistics.fmean(len(r.text.split()) for r in records)
+    return {"records": len(records), "source": source, "mean_words": round(words, 1),
+            "records_per_s": round(report.ingested_per_s, 2), "embed_seconds": round(report.embed_seconds, 2),
+            "seconds": round(report.seconds, 2)}
+
+
+# -- load run over MCP/HTTP -----------------------------------------------------------------
+
+def _capture_args(i: int, client: int) -> dict[str, Any]:
+    import hashlib
+
+    text = f"load run note {client}-{i}: the nightly compaction job keeps {i % 7} replicas of shard {client}"
+    sha = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    t = 1_700_000_000_000 + i
+    return {
+        "idempotency_key": f"bench-load-{client:03d}-{i:06d}-{uuid.uuid4().hex[:8]}",
+        "payload": {
+            "schema_version": 2, "purpose_ref": PURPOSE, "valid_time": {"t": t},
+            "components": [{"component_id": "c1", "kind": "decision", "text": text, "citation_ids": ["cit1"]}],
+            "primary_component_id": "c1",
+            "primary_event": {"at": t, "type_ref": "event:decided", "citation_id": "cit1"},
+            "citations": [{"citation_id": "cit1", "source_ref": f"bench:{client}/{i}",
+                           "locator": {"scheme": "uri", "value": f"https://example.org/{client}/{i}"},
+                           "content_digest": sha}],
+        },
+        "evidence": {"evidence_ref": f"ev:{client}/{i}", "evidence_digest": sha, "citation_ids": ["cit1"]},
+    }
+
+
+def load_run(engine: Any, data_dir: Path, texts: list[str], *, clients: int, calls: int,
+             say: Callable[[str], None]) -> dict[str, Any]:
+    """``clients`` concurrent MCP SDK clients over HTTP, ``calls`` tool calls in all."""
+    try:
+        import httpx2
+        import uvicorn
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+
+        from models.tools import TOOLS
+        from service.mcp.app import create_app
+        from service.mcp.host_context import HEADER, mint_token
+    except Exception as exc:  # noqa: BLE001 - report why the HTTP run could not happen
+        return {"skipped": f"MCP app unavailable: {type(exc).__name__}: {exc}"}
+
+    import socket
+
+    secret = os.urandom(32)
+    engine.set_tenant_enabled(BENCH_SCOPE[0], True)
+    app = create_app(engine, host_secret=secret, data_dir=data_dir, rate_per_s=1e6, burst=1_000_000)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline:
+            return {"skipped": "uvicorn did not start"}
+        time.sleep(0.05)
+    url = f"http://127.0.0.1:{port}/mcp"
+    per_client = max(1, calls // clients)
+    latencies: dict[str, list[float]] = {"search_hybrid": [], "search_lexical": [], "capture": [],
+                                         "request_admission": []}
+    errors: Counter[str] = Counter()
+    admitted: list[str] = []
+
+    def token(client: int) -> str:
+        claims = {"tenant": BENCH_SCOPE[0], "workspace": BENCH_SCOPE[1], "principal": f"load-{client}",
+                  "agent_id": f"agent-{client}", "session": f"s-{client}", "purpose": PURPOSE,
+                  "tools": sorted(TOOLS), "confirm": []}
+        return mint_token(claims, secret, ttl_s=3600)
+
+    async def call(client_obj: Any, kind: str, tool: str, args: dict[str, Any]) -> dict[str, Any] | None:
+        t = time.perf_counter()
+        try:
+            result = await client_obj.call_tool(tool, args)
+        except Exception as exc:  # noqa: BLE001 - a transport failure is a counted error
+            errors[f"exception:{type(exc).__name__}"] += 1
+            return None
+        latencies[kind].append(time.perf_counter() - t)
+        env = result.structured_content or {}
+        if not env.get("ok"):
+            errors[str((env.get("error") or {}).get("code", "no-envelope"))] += 1
+            return None
+        return env["output"]["value"]
+
+    async def one_client(client: int) -> None:
+        headers = {HEADER: token(client)}
+        async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120.0)) as http:
+            async with Client(streamable_http_client(url, http_client=http), mode="auto") as mcp_client:
+                for i in range(per_client):
+                    roll = (client * 7919 + i) % 10
+                    query = texts[(client * 31 + i) % len(texts)]
+                    if roll < 6:
+                        await call(mcp_client, "search_hybrid", "engram_memory_search",
+                                   search_args(query, "lexical_and_semantic"))
+                    elif roll < 8:
+                        await call(mcp_client, "search_lexical", "engram_memory_search", search_args(query, "lexical"))
+                    else:
+                        cap = await call(mcp_client, "capture", "engram_memory_capture", _capture_args(i, client))
+                        if cap is None:
+                            continue
+                        adm = await call(mcp_client, "request_admission", "engram_memory_request_admission",
+                                         {"candidate_id": cap["candidate_id"],
+                                          "idempotency_key": f"bench-adm-{uuid.uuid4().hex}"})
+                        if adm and adm["outcome"].get("record_id"):
+                            admitted.append(adm["outcome"]["record_id"])
+
+    async def main() -> float:
+        t = time.perf_counter()
+        await asyncio.gather(*(one_client(c) for c in range(clients)))
+        return time.perf_counter() - t
+
+    say(f"load run: {clients} MCP clients over HTTP, {per_client * clients} calls")
+    try:
+        wall = asyncio.run(main())
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+    ctx = bench_context()
+    lost = 0
+    for rid in admitted:
+        try:
+            engine.execute("engram_memory_get", ctx, {"record_id": rid, "purpose_ref": PURPOSE})
+        except Exception:  # noqa: BLE001
+            lost += 1
+    total = sum(len(v) for v in latencies.values())
+    return {
+        "transport": "MCP streamable HTTP on loopback (SDK client, protocol auto)",
+        "clients": clients, "calls_planned": per_client * clients, "calls_completed": total,
+        "wall_s": round(wall, 2), "throughput_calls_per_s": round(total / wall, 2) if wall else 0.0,
+        "latency": {k: percentiles(v) for k, v in latencies.items() if v},
+        "errors": dict(errors), "admitted": len(admitted), "admitted_not_readable": lost,
+    }
+
+
+# -- the whole run ----------------------------------------------------------------------------
+
+def run_bench(sizes: list[int], out: Path, work: Path, *, queries: int = 200, clients: int = 8,
+              calls: int = 400, encoder_sample: int = 256, batch_size: int | None = None,
+              progress: bool = True, encoder: Any = None, load: bool = True,
+              say: Callable[[str], None] = print) -> dict[str, Any]:
+    from ranking import MiniLMEncoder
+
+    out.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    if encoder is None:
+        encoder = MiniLMEncoder()
+        t = time.perf_counter()
+        encoder.load()
+        say(f"model loaded in {time.perf_counter() - t:.1f} s")
+    result: dict[str, Any] = {"environment": {"cpu_count": os.cpu_count(), "encoder": type(encoder).__name__,
+                                              "queries_per_size": queries,
+                                              "loadavg_at_start": [round(x, 2) for x in os.getloadavg()]},
+                              "sizes": []}
+    if encoder_sample:
+        result["encoder_bound_ingest"] = encoder_bound_ingest(work, encoder, encoder_sample, say)
+    for n, size in enumerate(sizes):
+        entry, engine = bench_size(size, work, encoder, queries=queries, batch_size=batch_size,
+                                   progress=progress, say=say)
+        texts, root = entry.pop("_texts"), Path(entry.pop("_root"))
+        try:
+            if load and n == 0:
+                result["load"] = load_run(engine, root / "data", texts, clients=clients, calls=calls, say=say)
+        finally:
+            engine.close()
+        entry["latency"]["engine_lexical"] = lexical_pass(root, texts)
+        lat = entry["latency"]
+        raw_h = lat["raw_encoder_query"]["p50_ms"] + lat["raw_tantivy_top1000"]["p50_ms"] + lat["raw_hnsw_k10_ef128"]["p50_ms"]
+        entry["ratios_p50"] = {
+            "engine_hybrid_over_raw_sum": round(lat["engine_hybrid"]["p50_ms"] / raw_h, 2),
+            "engine_lexical_over_raw_tantivy_top1000": round(
+                lat["engine_lexical"]["p50_ms"] / lat["raw_tantivy_top1000"]["p50_ms"], 2),
+            "encoder_share_of_engine_hybrid": round(lat["raw_encoder_query"]["p50_ms"] / lat["engine_hybrid"]["p50_ms"], 2),
+        }
+        entry["rss_mb"]["end"] = rss_mb()
+        result["sizes"].append(entry)
+        (out / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
+        say(f"[n={size}] done: ingest {entry['ingest_records_per_s']} rec/s, hybrid p50 "
+            f"{lat['engine_hybrid']['p50_ms']} ms, lexical p50 {lat['engine_lexical']['p50_ms']} ms")
+    (out / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
+    plots = write_plots(result, out)
+    (out / "report.md").write_text(bench_markdown(result, plots))
+    return result
+
+
+def write_plots(result: dict[str, Any], out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = [e["size"] for e in result["sizes"]]
+    if not sizes:
+        return []
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, label in (("engine_hybrid", "engine hybrid"), ("engine_lexical", "engine lexical"),
+                        ("raw_tantivy_top1000", "tantivy top1000"), ("raw_hnsw_k10_ef128", "hnsw k10"),
+                        ("raw_encoder_query", "encoder")):
+        for pct, style in (("p50_ms", "-o"), ("p95_ms", "--x")):
+            ax1.plot(sizes, [e["latency"][name][pct] for e in result["sizes"]], style,
+                     label=f"{label} {pct[:3]}")
+    ax1.set_xscale("log")
+    ax1.set_yscale("log")
+    ax1.set_xlabel("records")
+    ax1.set_ylabel("ms")
+    ax1.set_title("search latency vs size")
+    ax1.legend(fontsize=6)
+    for part in ("store_mb", "lexical_mb", "semantic_mb", "total_mb"):
+        ax2.plot(sizes, [e["disk_mb"][part] for e in result["sizes"]], "-o", label=part)
+    ax2.plot(sizes, [e["rss_mb"]["peak_during_ingest"] for e in result["sizes"]], "--", label="peak RSS (ingest)")
+    ax2.set_xscale("log")
+    ax2.set_yscale("log")
+    ax2.set_xlabel("records")
+    ax2.set_ylabel("MiB")
+    ax2.set_title("disk and memory vs size")
+    ax2.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "cost_growth.png", dpi=120)
+    plt.close(fig)
+    return ["cost_growth.png"]
+
+
+def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
+    env = result["environment"]
+    lines = ["# Capacity benchmark", "",
+             f"{env['cpu_count']} CPUs, encoder {env['encoder']}, {env['queries_per_size']} queries per size. "
+             "Synthetic corpus: Zipfian text, 300-topic low-rank 384-d vectors (eval/corpus_gen.py).", "",
+             "| records | ingest rec/s | hybrid p50/p95/p99 ms | lexical p50/p95/p99 ms | encoder p50 | tantivy@1000 p50 | "
+             "hnsw p50 | hybrid / raw sum | HNSW R@10 (ef128) | disk MiB | peak RSS MiB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for e in result["sizes"]:
+        lat = e["latency"]
+
+        def ppp(name: str) -> str:
+            v = lat[name]
+            return f"{v['p50_ms']:.1f} / {v['p95_ms']:.1f} / {v['p99_ms']:.1f}"
+
+        rec = e["hnsw_recall"].get("ef128", {}).get("recall@10", "-")
+        lines.append(
+            f"| {e['size']:,} | {e['ingest_records_per_s']:,.0f} | {ppp('engine_hybrid')} | {ppp('engine_lexical')} | "
+            f"{lat['raw_encoder_query']['p50_ms']:.1f} | {lat['raw_tantivy_top1000']['p50_ms']:.2f} | "
+            f"{lat['raw_hnsw_k10_ef128']['p50_ms']:.3f} | {e['ratios_p50']['engine_hybrid_over_raw_sum']} | {rec} | "
+            f"{e['disk_mb']['total_mb']:,.0f} | {e['rss_mb']['peak_during_ingest']:,.0f} |")
+    enc = result.get("encoder_bound_ingest")
+    if enc:
+        lines += ["", f"Encoder-bound ingest (real model embeds every record): {enc['records_per_s']} records/s on "
+                      f"{enc['records']} {enc['source']} ({enc['mean_words']} words each)."]
+    for e in result["sizes"]:
+        rec = e["hnsw_recall"]
+        if rec.get("aligned_labels"):
+            lines += ["", f"HNSW recall@10 vs exact at {e['size']:,}: " + ", ".join(
+                f"{k} {v['recall@10']}" for k, v in rec.items() if k.startswith("ef"))]
+    load = result.get("load")
+    if load:
+        lines += ["", "## Load run", "", "```", json.dumps(load, indent=1), "```"]
+    for plot in plots:
+        lines += ["", f"![{plot}]({plot})"]
+    return "\n".join(lines) + "\n"

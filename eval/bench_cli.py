@@ -1,0 +1,52 @@
+"""`engram bench`: capacity and latency benchmark on synthetic corpora.
+
+Registered by ``service.cli`` as a plugin sub-app (``app``); heavy imports inside.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+app = typer.Typer(
+    help="Capacity benchmark: ingest rate, search latency, raw engines, RSS, disk, HNSW recall, load.",
+    invoke_without_command=True,
+    add_completion=False,
+    context_settings={"allow_interspersed_args": True},
+)
+
+
+@app.callback(invoke_without_command=True)
+def bench(
+    sizes: Annotated[str, typer.Option("--sizes", help="Comma-separated corpus sizes.")] = "10000,100000",
+    out: Annotated[Path, typer.Option("--out", help="Output directory (bench.json, report.md, plots).")] = Path("./bench-out"),
+    work: Annotated[Optional[Path], typer.Option("--work", help="Scratch directory for data (default OUT/work).")] = None,
+    queries: Annotated[int, typer.Option("--queries", min=10)] = 200,
+    clients: Annotated[int, typer.Option("--clients", min=1, help="Concurrent MCP clients in the load run.")] = 8,
+    calls: Annotated[int, typer.Option("--calls", min=1, help="Tool calls in the load run, in all.")] = 400,
+    load: Annotated[bool, typer.Option("--load/--no-load", help="Run the MCP-over-HTTP load run.")] = True,
+    encoder_sample: Annotated[int, typer.Option("--encoder-sample", min=0)] = 256,
+    batch_size: Annotated[Optional[int], typer.Option("--batch-size", min=1)] = None,
+    keep: Annotated[bool, typer.Option("--keep/--no-keep", help="Keep the scratch data.")] = False,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
+) -> None:
+    """Run the benchmark for each size and write OUT/bench.json, OUT/report.md, OUT/cost_growth.png."""
+    import shutil
+
+    from rich.console import Console
+
+    from .bench import run_bench
+
+    console = Console(stderr=True)
+    size_list = [int(s.replace("_", "")) for s in sizes.split(",") if s.strip()]
+    scratch = work or out / "work"
+    try:
+        run_bench(size_list, out, scratch, queries=queries, clients=clients, calls=calls,
+                  encoder_sample=encoder_sample, batch_size=batch_size, progress=progress, load=load,
+                  say=lambda m: console.print(m, markup=False, highlight=False))
+    finally:
+        if not keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+    console.print((out / "report.md").read_text() if (out / "report.md").exists() else "no report", markup=False)

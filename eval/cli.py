@@ -1,0 +1,51 @@
+"""`engram eval`: relevance of the service's own search path on a BEIR collection.
+
+Registered by ``service.cli`` as a plugin sub-app (``app``). Heavy imports (engine, torch,
+pytrec_eval, matplotlib) happen inside the command.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+app = typer.Typer(
+    help="Relevance evaluation (nDCG@10, recall@100, MRR@10) through engram_memory_search.",
+    invoke_without_command=True,
+    no_args_is_help=True,
+    add_completion=False,
+    context_settings={"allow_interspersed_args": True},
+)
+
+
+@app.callback(invoke_without_command=True)
+def eval_command(
+    dataset: Annotated[Path, typer.Option("--dataset", help="BEIR directory (corpus.jsonl, queries.jsonl, qrels/test.tsv).")],
+    data_dir: Annotated[Path, typer.Option("--data-dir", "-d", help="Root of the per-collection engine directories (the embedding cache).")] = Path("./eval-data"),
+    out: Annotated[Optional[Path], typer.Option("--out", help="Output directory (default ./eval-out/<dataset>).")] = None,
+    channels: Annotated[str, typer.Option("--channels", help="Comma-separated: lexical,semantic,hybrid.")] = "lexical,semantic,hybrid",
+    progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
+) -> None:
+    """Ingest DATASET (or reuse it), run every judged query, write report.json/.md and plots."""
+    from rich.console import Console
+
+    from .relevance import run_relevance
+    from .report import markdown, write_outputs
+
+    console = Console(stderr=True)
+    if not (dataset / "corpus.jsonl").exists():
+        typer.echo(f"engram eval: {dataset} is not a BEIR directory", err=True)
+        raise typer.Exit(2)
+    out = out or Path("./eval-out") / dataset.name
+    chosen = [c.strip() for c in channels.split(",") if c.strip()]
+    # One engine directory per collection: BM25 statistics are index-wide across scopes,
+    # so collections sharing a lexical index would score each other's term counts.
+    report, details = run_relevance(dataset, data_dir / dataset.name, channels=chosen, progress=progress,
+                                    log=lambda m: console.print(m, markup=False, highlight=False))
+    write_outputs(out, report, details)
+    console.print(markdown(report), markup=False, highlight=False)
+    console.print(f"wrote {out}/report.json, per_query.json, report.md and plots")
+    typer.echo(json.dumps(report["channels"]))

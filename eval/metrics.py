@@ -1,0 +1,70 @@
+"""Relevance metrics, computed by pytrec_eval exactly as trec_eval would.
+
+* nDCG@10: trec_eval ``ndcg_cut_10`` (linear gain = the qrels grade).
+* recall@100: trec_eval ``recall_100`` (grades > 0 count as relevant).
+* MRR@10: trec_eval ``recip_rank`` on the ranking cut to its top 10 (0 when the first
+  relevant document is below rank 10).
+
+Runs are ranked lists; they are handed to pytrec_eval with strictly decreasing scores so
+its own tie-breaking (score, then docid) can never reorder them. Only judged queries (at
+least one grade > 0) count; a judged query the system returned nothing for scores 0.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from statistics import fmean
+
+import pytrec_eval
+
+NDCG10, RECALL100, MRR10 = "ndcg@10", "recall@100", "mrr@10"
+METRICS = (NDCG10, RECALL100, MRR10)
+
+
+def load_qrels(path: Path) -> dict[str, dict[str, int]]:
+    """BEIR qrels TSV (header ``query-id corpus-id score``); grades <= 0 are dropped."""
+    qrels: dict[str, dict[str, int]] = {}
+    with open(path, encoding="utf-8") as handle:
+        reader = csv.reader(handle, delimiter="\t")
+        for row in reader:
+            if not row or row[0] == "query-id":
+                continue
+            grade = int(float(row[2]))
+            if grade <= 0:
+                continue
+            qrels.setdefault(str(row[0]), {})[str(row[1])] = grade
+    return qrels
+
+
+def _scored(ranking: Sequence[str], depth: int) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for rank, doc in enumerate(ranking[:depth], start=1):
+        out.setdefault(doc, float(depth - rank + 1))
+    return out
+
+
+def evaluate(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Sequence[str]]) -> dict[str, dict[str, float]]:
+    """Per judged query: ``{"ndcg@10", "recall@100", "mrr@10"}``."""
+    judged = {q: dict(r) for q, r in qrels.items() if any(g > 0 for g in r.values())}
+    deep = {q: _scored(run.get(q, []), 100) for q in judged}
+    top10 = {q: _scored(run.get(q, []), 10) for q in judged}
+    main = pytrec_eval.RelevanceEvaluator(judged, {"ndcg_cut.10", "recall.100"}).evaluate(
+        {q: r for q, r in deep.items() if r})
+    mrr = pytrec_eval.RelevanceEvaluator(judged, {"recip_rank"}).evaluate({q: r for q, r in top10.items() if r})
+    out: dict[str, dict[str, float]] = {}
+    for q in judged:
+        m = main.get(q, {})
+        out[q] = {
+            NDCG10: float(m.get("ndcg_cut_10", 0.0)),
+            RECALL100: float(m.get("recall_100", 0.0)),
+            MRR10: float(mrr.get(q, {}).get("recip_rank", 0.0)),
+        }
+    return out
+
+
+def mean_metrics(per_query: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    if not per_query:
+        return {m: 0.0 for m in METRICS}
+    return {m: round(fmean(v[m] for v in per_query.values()), 4) for m in METRICS}

@@ -1,0 +1,255 @@
+"""Offline relevance runs: a BEIR collection through the service's own search path.
+
+Why through the engine: the figures must describe what an agent gets from
+``engram_memory_search`` (projection, ranking profile, fusion, recency blend, store
+re-check, packet budget, paging), not what the raw engines could do in isolation.
+
+Channels, and how each is obtained:
+
+``hybrid``
+    ``engine.execute("engram_memory_search")`` with ``minimum_channels:
+    lexical_and_semantic``, paged (limit 50, max_packet_bytes 1 MiB) to depth 100.
+``lexical``
+    The same call with ``minimum_channels: lexical`` on an engine opened on the same data
+    directory **without the model** (``Engine.open(load_model=False)``): the engine then
+    picks its lexical profile, exactly as a deployment whose model is down or absent would.
+    (With a healthy model, ``lexical`` still fuses semantic; that is the contract's floor.)
+``semantic``
+    No semantic-only profile exists in the engine, so this is the ranker's public
+    ``Ranker.search`` with an evaluation profile (``SEMANTIC_ONLY``): every lexical field
+    weight 0 (the lexical channel returns nothing) and RRF fusion, so the order is the
+    semantic channel's best-passage cosine order over the same HNSW index the hybrid path
+    uses. It skips the engine's store re-check, which does not change the order of an
+    all-current collection.
+
+The collection is ingested into a dedicated scope (``eval`` / ``beir-<name>``) with
+:func:`index_data.ingest.ingest_corpus`; a second run reuses it (idempotent: nothing is
+embedded again), so the data directory is the embedding cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from index_data.ingest import ingest_corpus
+from index_data.readers import read_beir
+from index_data.records import DEFAULT_PURPOSE, RefusedRecord, record_id_for
+from ranking import HYBRID_PROFILE, Profile
+from service.engine import CallContext
+from service.engine.clock import now_ms
+from service.engine.records import scope_key
+
+from .metrics import METRICS, evaluate, load_qrels, mean_metrics
+
+CHANNELS = ("lexical", "semantic", "hybrid")
+DEPTH = 100
+PAGE_LIMIT = 50
+MAX_PACKET = 1_048_576
+EVAL_TENANT = "eval"
+
+SEMANTIC_ONLY = Profile(
+    name="eval_semantic_only",
+    version="1",
+    config={
+        **dict(HYBRID_PROFILE.config),
+        "field_weights": {name: 0.0 for name in HYBRID_PROFILE.config["field_weights"]},
+        "semantic_cap": DEPTH,
+        "fusion": {**dict(HYBRID_PROFILE.config["fusion"]), "method": "rrf"},
+    },
+)
+
+
+def load_queries(dataset_dir: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    with open(Path(dataset_dir) / "queries.jsonl", encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                item = json.loads(line)
+                out[str(item["_id"])] = str(item["text"])
+    return out
+
+
+def eval_scope(name: str) -> tuple[str, str]:
+    return (EVAL_TENANT, f"beir-{name}")
+
+
+def eval_context(scope: tuple[str, str], purpose: str = DEFAULT_PURPOSE) -> CallContext:
+    return CallContext(tenant=scope[0], workspace=scope[1], principal="eval:runner",
+                       agent_id="engram-eval", session="eval_" + uuid.uuid4().hex[:12], purpose=purpose)
+
+
+def engine_search(engine: Any, ctx: CallContext, query: str, minimum_channels: str,
+                  depth: int = DEPTH) -> tuple[list[str], dict[str, Any]]:
+    """Record ids in rank order, to ``depth``, through ``engram_memory_search`` paging."""
+    args: dict[str, Any] = {
+        "query": query, "purpose_ref": ctx.purpose, "limit": PAGE_LIMIT, "max_packet_bytes": MAX_PACKET,
+        "capability_policy": {"minimum_channels": minimum_channels, "network": "forbid"},
+    }
+    ids: list[str] = []
+    receipt: dict[str, Any] = {}
+    while len(ids) < depth:
+        value = engine.execute("engram_memory_search", ctx, args)
+        receipt = receipt or value["rank_receipt"]
+        ids.extend(p["record"]["record_id"] for p in value["records"])
+        cursor = value.get("next_page_cursor")
+        if not cursor or not value["records"]:
+            break
+        args = {**args, "page_cursor": cursor}
+    return ids[:depth], receipt
+
+
+def _query_text(text: str) -> str:
+    import unicodedata
+
+    text = unicodedata.normalize("NFC", text).strip()
+    return text.encode("utf-8")[:8192].decode("utf-8", "ignore") or "?"
+
+
+def _latency(samples: Sequence[float]) -> dict[str, float]:
+    if not samples:
+        return {}
+    ordered = sorted(samples)
+
+    def pct(p: float) -> float:
+        return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))] * 1000
+
+    return {"total_s": round(sum(samples), 3), "mean_ms": round(statistics.fmean(samples) * 1000, 2),
+            "p50_ms": round(pct(50), 2), "p95_ms": round(pct(95), 2)}
+
+
+def _progress(enabled: bool):  # noqa: ANN202
+    if not enabled:
+        return None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), console=Console(stderr=True))
+    bar.start()
+    return bar
+
+
+def run_relevance(
+    dataset_dir: Path,
+    data_dir: Path,
+    *,
+    channels: Sequence[str] = CHANNELS,
+    encoder: Any = None,
+    progress: bool = True,
+    batch_size: int = 256,
+    log: Callable[[str], None] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Ingest (or reuse) the collection, run every judged query; (report, per_query)."""
+    from service.engine.engine import Engine
+
+    say = log or (lambda _m: None)
+    dataset_dir = Path(dataset_dir)
+    name = dataset_dir.name
+    unknown = [c for c in channels if c not in CHANNELS]
+    if unknown:
+        raise ValueError(f"unknown channels: {unknown}")
+    scope = eval_scope(name)
+    key = scope_key(scope)
+    docs = list(read_beir(dataset_dir, name))
+    queries = load_queries(dataset_dir)
+    qrels = load_qrels(dataset_dir / "qrels" / "test.tsv")
+    judged = [q for q in queries if q in qrels]
+    rid_to_doc: dict[str, str] = {}
+    for doc in docs:
+        try:
+            rid_to_doc[record_id_for(scope, doc)] = doc.external_id
+        except RefusedRecord:
+            pass
+    timings: dict[str, Any] = {}
+    runs: dict[str, dict[str, list[str]]] = {}
+    receipts: dict[str, Any] = {}
+
+    needs_model = any(c in ("semantic", "hybrid") for c in channels)
+    t0 = time.perf_counter()
+    engine = Engine.open(data_dir, encoder=encoder) if encoder is not None else Engine.open(data_dir)
+    timings["engine_open_s"] = round(time.perf_counter() - t0, 3)
+    try:
+        say(f"[{name}] ingesting {len(docs)} documents into {scope[0]}/{scope[1]}")
+        report = ingest_corpus(engine, scope, docs, batch_size=batch_size, progress=progress, total=len(docs))
+        timings["ingest"] = report.as_dict()
+        ctx = eval_context(scope)
+        bar = _progress(progress)
+        try:
+            if needs_model:
+                for channel in [c for c in ("semantic", "hybrid") if c in channels]:
+                    task = bar.add_task(f"{name} {channel}", total=len(judged)) if bar else None
+                    samples, run = [], {}
+                    for qid in judged:
+                        text = _query_text(queries[qid])
+                        t = time.perf_counter()
+                        if channel == "hybrid":
+                            ids, receipt = engine_search(engine, ctx, text, "lexical_and_semantic")
+                            receipts.setdefault(channel, {"profile": receipt.get("profile"),
+                                                          "channels": receipt.get("channels")})
+                        else:
+                            ranked = engine.parts.ranker.search(
+                                key, text, SEMANTIC_ONLY, valid_as_of_ms=now_ms(), candidate_cap=DEPTH)
+                            ids = [c.record_id for c in ranked.candidates[:DEPTH]]
+                            receipts.setdefault(channel, {"profile": SEMANTIC_ONLY.name,
+                                                          "channels": ["semantic"]})
+                        samples.append(time.perf_counter() - t)
+                        run[qid] = [rid_to_doc.get(r, r) for r in ids]
+                        if bar:
+                            bar.advance(task)
+                    runs[channel] = run
+                    timings[channel] = _latency(samples)
+        finally:
+            if bar:
+                bar.stop()
+    finally:
+        engine.close()
+
+    if "lexical" in channels:
+        # A model-less engine on the same directory: the engine's own lexical profile.
+        lexical_engine = Engine.open(data_dir, load_model=False)
+        bar = _progress(progress)
+        try:
+            task = bar.add_task(f"{name} lexical", total=len(judged)) if bar else None
+            samples, run = [], {}
+            for qid in judged:
+                text = _query_text(queries[qid])
+                t = time.perf_counter()
+                ids, receipt = engine_search(lexical_engine, ctx, text, "lexical")
+                samples.append(time.perf_counter() - t)
+                receipts.setdefault("lexical", {"profile": receipt.get("profile"),
+                                                "channels": receipt.get("channels")})
+                run[qid] = [rid_to_doc.get(r, r) for r in ids]
+                if bar:
+                    bar.advance(task)
+            runs["lexical"] = run
+            timings["lexical"] = _latency(samples)
+        finally:
+            if bar:
+                bar.stop()
+            lexical_engine.close()
+
+    per_query = {c: evaluate({q: qrels[q] for q in judged}, runs[c]) for c in CHANNELS if c in runs}
+    report_json = {
+        "dataset": name,
+        "docs": len(docs),
+        "queries": len(judged),
+        "channels": {c: mean_metrics(per_query[c]) for c in CHANNELS if c in per_query},
+        "timings": timings,
+    }
+    details = {
+        "dataset": name,
+        "scope": list(scope),
+        "profiles": receipts,
+        "metrics": list(METRICS),
+        "per_query": per_query,
+        "runs_top10": {c: {q: r[:10] for q, r in runs[c].items()} for c in runs},
+        "environment": {"cpu_count": os.cpu_count()},
+    }
+    return report_json, details

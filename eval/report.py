@@ -1,0 +1,116 @@
+"""Writing a relevance run down: report.json, per_query.json, report.md and plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .metrics import METRICS, NDCG10
+
+REFERENCE = {  # /work/shared/data/README.md: raw engines alone, nDCG@10
+    "cranfield": (0.368, 0.382, 0.416),
+    "cisi": (0.309, 0.419, 0.428),
+    "medline": (0.704, 0.788, 0.792),
+    "npl": (0.436, 0.434, 0.496),
+    "adi": (0.470, 0.498, 0.509),
+}
+
+
+def _plots(out: Path, report: dict[str, Any], details: dict[str, Any]) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    channels = list(report["channels"])
+    fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.8 / max(1, len(channels))
+    for i, channel in enumerate(channels):
+        values = [report["channels"][channel][m] for m in METRICS]
+        xs = [j + i * width for j in range(len(METRICS))]
+        bars = ax.bar(xs, values, width, label=channel)
+        ax.bar_label(bars, fmt="%.3f", fontsize=7)
+    ax.set_xticks([j + width * (len(channels) - 1) / 2 for j in range(len(METRICS))], list(METRICS))
+    ax.set_ylim(0, 1.05)
+    ax.set_title(f"{report['dataset']}: {report['queries']} judged queries, {report['docs']} docs")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "metrics.png", dpi=120)
+    plt.close(fig)
+    written.append("metrics.png")
+
+    per_query = details["per_query"]
+    if "hybrid" in per_query and "lexical" in per_query:
+        diffs = sorted(per_query["hybrid"][q][NDCG10] - per_query["lexical"][q][NDCG10]
+                       for q in per_query["hybrid"])
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+        ax.bar(range(len(diffs)), diffs, width=1.0,
+               color=["tab:red" if d < 0 else "tab:green" for d in diffs])
+        ax.axhline(0, color="black", linewidth=0.6)
+        better, worse = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
+        ax.set_title(f"{report['dataset']}: nDCG@10 hybrid - lexical per query "
+                     f"({better} better, {worse} worse, {len(diffs) - better - worse} equal)", fontsize=9)
+        ax.set_xlabel("queries, sorted")
+        ax.set_ylabel("delta nDCG@10")
+        fig.tight_layout()
+        fig.savefig(out / "ndcg_delta_hybrid_vs_lexical.png", dpi=120)
+        plt.close(fig)
+        written.append("ndcg_delta_hybrid_vs_lexical.png")
+    return written
+
+
+def markdown(report: dict[str, Any], details: dict[str, Any] | None = None, plots: list[str] | None = None) -> str:
+    lines = [f"# Relevance: {report['dataset']}", "",
+             f"{report['docs']} documents, {report['queries']} judged queries.", "",
+             "| channel | nDCG@10 | recall@100 | MRR@10 | mean ms/query |", "|---|---|---|---|---|"]
+    for channel, values in report["channels"].items():
+        ms = report["timings"].get(channel, {}).get("mean_ms", "")
+        lines.append(f"| {channel} | {values['ndcg@10']:.3f} | {values['recall@100']:.3f} | "
+                     f"{values['mrr@10']:.3f} | {ms} |")
+    ref = REFERENCE.get(report["dataset"])
+    if ref:
+        lines += ["", f"Raw-engine reference nDCG@10 (data README): BM25 {ref[0]:.3f}, "
+                      f"MiniLM exact {ref[1]:.3f}, naive RRF {ref[2]:.3f}."]
+    if details:
+        lines += ["", "Profiles used: " + ", ".join(
+            f"{c} = `{v.get('profile')}` ({'+'.join(v.get('channels') or [])})"
+            for c, v in details.get("profiles", {}).items())]
+    ingest = report["timings"].get("ingest", {})
+    if ingest:
+        lines += ["", f"Ingest: {ingest.get('ingested', 0)} new records, {ingest.get('skipped_existing', 0)} "
+                      f"already present, refused {ingest.get('refused', {})}, {ingest.get('seconds')} s."]
+    for plot in plots or []:
+        lines += ["", f"![{plot}]({plot})"]
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(out: Path, report: dict[str, Any], details: dict[str, Any]) -> None:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "per_query.json").write_text(json.dumps(details, indent=1) + "\n")
+    plots = _plots(out, report, details)
+    (out / "report.md").write_text(markdown(report, details, plots))
+
+
+def results_table(reports: list[dict[str, Any]]) -> str:
+    """The cross-collection table for eval/RESULTS.md."""
+    head = ["| collection | docs | queries |"]
+    sep = ["|---|---|---|"]
+    for channel in ("lexical", "semantic", "hybrid"):
+        head.append(f" {channel} nDCG@10 | {channel} R@100 | {channel} MRR@10 |")
+        sep.append("---|---|---|")
+    head.append(" ref RRF nDCG@10 |")
+    sep.append("---|")
+    lines = ["".join(head), "".join(sep)]
+    for rep in reports:
+        row = f"| {rep['dataset']} | {rep['docs']:,} | {rep['queries']} |"
+        for channel in ("lexical", "semantic", "hybrid"):
+            v = rep["channels"].get(channel)
+            row += (f" {v['ndcg@10']:.3f} | {v['recall@100']:.3f} | {v['mrr@10']:.3f} |" if v else " - | - | - |")
+        ref = REFERENCE.get(rep["dataset"])
+        row += f" {ref[2]:.3f} |" if ref else " - |"
+        lines.append(row)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,118 @@
+"""Readers: source collections as streams of IngestRecords, and aligned vector files.
+
+Two layouts are read:
+
+* BEIR (``corpus.jsonl`` with ``_id``, ``title``, ``text``): one record per document,
+  primary component = title + newline + text, cited as ``beir:<dataset>/<_id>``.
+* Record JSONL (``{"id", "text", "title"?, "valid_time_ms"?, "source_ref"?}`` per line).
+
+Vectors aligned with a corpus come as ``.npy`` (one row per document: that row is the
+document's only passage vector) or ``.npz`` with ``vectors`` (one row per passage window
+of :func:`ranking.documents.passages`) and ``offsets`` (document i owns rows
+``offsets[i]:offsets[i+1]``). ``.npy`` files are memory-mapped, so a million-row file
+never has to fit in memory.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from .records import DEFAULT_VALID_TIME_MS, IngestRecord
+
+
+def beir_text(title: str | None, text: str | None) -> str:
+    return "\n".join(p for p in ((title or "").strip(), (text or "").strip()) if p)
+
+
+def read_beir(dataset_dir: Path, name: str | None = None) -> Iterator[IngestRecord]:
+    """The documents of a BEIR collection, in file order."""
+    dataset_dir = Path(dataset_dir)
+    name = name or dataset_dir.name
+    with open(dataset_dir / "corpus.jsonl", encoding="utf-8") as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            doc = json.loads(line)
+            doc_id = str(doc["_id"])
+            yield IngestRecord(
+                external_id=doc_id,
+                text=beir_text(doc.get("title"), doc.get("text")),
+                source_ref=f"beir:{name}/{doc_id}",
+                locator_scheme="beir",
+                locator_value=doc_id,
+                valid_time_ms=DEFAULT_VALID_TIME_MS,
+            )
+
+
+def read_jsonl(path: Path) -> Iterator[IngestRecord]:
+    """Records from a JSONL file of ``{"id", "text", "title"?, "valid_time_ms"?}``."""
+    path = Path(path)
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            item = json.loads(line)
+            rec_id = str(item["id"])
+            yield IngestRecord(
+                external_id=rec_id,
+                text=beir_text(item.get("title"), item.get("text")),
+                source_ref=str(item.get("source_ref") or f"jsonl:{path.stem}/{rec_id}"),
+                locator_scheme="jsonl",
+                locator_value=rec_id,
+                valid_time_ms=int(item.get("valid_time_ms", DEFAULT_VALID_TIME_MS)),
+            )
+
+
+def read_dataset(path: Path) -> Iterator[IngestRecord]:
+    """A BEIR directory (has corpus.jsonl) or a record JSONL file."""
+    path = Path(path)
+    if path.is_dir():
+        if not (path / "corpus.jsonl").exists():
+            raise FileNotFoundError(f"{path} has no corpus.jsonl")
+        return read_beir(path)
+    return read_jsonl(path)
+
+
+def count_lines(path: Path) -> int:
+    path = Path(path)
+    target = path / "corpus.jsonl" if path.is_dir() else path
+    with open(target, "rb") as handle:
+        return sum(1 for line in handle if line.strip())
+
+
+class VectorSource:
+    """Per-document passage vectors from an aligned ``.npy`` or ``.npz`` file."""
+
+    def __init__(self, vectors: np.ndarray, offsets: np.ndarray | None = None) -> None:
+        if vectors.ndim != 2:
+            raise ValueError("vectors must be a 2-D array")
+        self.vectors = vectors
+        self.offsets = offsets
+        self.dim = int(vectors.shape[1])
+
+    @classmethod
+    def load(cls, path: Path) -> VectorSource:
+        path = Path(path)
+        if path.suffix == ".npz":
+            with np.load(path) as data:
+                return cls(np.asarray(data["vectors"], dtype=np.float32), np.asarray(data["offsets"]))
+        return cls(np.load(path, mmap_mode="r"))
+
+    def save(self, path: Path) -> None:
+        if self.offsets is None:
+            np.save(path, np.asarray(self.vectors, dtype=np.float32))
+        else:
+            np.savez(path, vectors=np.asarray(self.vectors, dtype=np.float32), offsets=self.offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1 if self.offsets is not None else len(self.vectors)
+
+    def get(self, index: int) -> np.ndarray:
+        """Document ``index``'s passage vectors, one row per passage (float32)."""
+        if self.offsets is None:
+            return np.asarray(self.vectors[index : index + 1], dtype=np.float32)
+        return np.asarray(self.vectors[self.offsets[index] : self.offsets[index + 1]], dtype=np.float32)

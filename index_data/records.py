@@ -1,0 +1,117 @@
+"""What bulk ingestion loads: one source document becomes one accepted record.
+
+An :class:`IngestRecord` is the reader-independent form of a source document (a BEIR
+doc, a JSONL line, a generated benchmark record). :func:`build_payload` turns it into a
+contract payload and evidence, exactly the shapes an agent's capture would carry, so the
+digests, sealed body and index document of an ingested record are the ones the service
+would make for the same content. Everything here is deterministic: the same record in the
+same scope always gives the same candidate id, digests and record_id, which is what makes
+re-ingesting idempotent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
+from service.engine import records as engine_records
+
+#: A fixed default valid time (2000-01-01T00:00:00.000Z) for sources that carry no date:
+#: deterministic digests, and equal recency for every record (ranking by relevance alone).
+DEFAULT_VALID_TIME_MS = 946_684_800_000
+DEFAULT_PURPOSE = "purpose:ingest"
+MAX_TEXT_BYTES = 65_536
+
+
+@dataclass(frozen=True)
+class IngestRecord:
+    """One source document: its stable id, its text and where it came from."""
+
+    external_id: str
+    text: str
+    source_ref: str
+    locator_scheme: str = "ingest"
+    locator_value: str = ""
+    valid_time_ms: int = DEFAULT_VALID_TIME_MS
+    kind: str = "context"
+
+
+class RefusedRecord(ValueError):
+    """A source document that cannot become a record (empty, oversized, secret...)."""
+
+
+def nfc(text: str) -> str:
+    return unicodedata.normalize("NFC", text)
+
+
+def sha256_text(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def candidate_id_for(scope: tuple[str, str], external_id: str) -> str:
+    """The deterministic pseudo candidate id an ingested record is bound to."""
+    seed = f"{scope[0]}\0{scope[1]}\0{external_id}".encode()
+    return "ingest_" + hashlib.sha256(seed).hexdigest()
+
+
+def build_payload(record: IngestRecord, purpose_ref: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(payload, evidence) for one record, in the contract's capture shapes."""
+    text = nfc(record.text).strip()
+    if not text:
+        raise RefusedRecord("empty")
+    if len(text.encode("utf-8")) > MAX_TEXT_BYTES:
+        raise RefusedRecord("oversized")
+    source_ref = nfc(record.source_ref)
+    locator_value = nfc(record.locator_value or record.external_id)
+    payload = {
+        "schema_version": 2,
+        "purpose_ref": purpose_ref,
+        "valid_time": {"t": int(record.valid_time_ms)},
+        "components": [
+            {"component_id": "c1", "kind": record.kind, "text": text, "citation_ids": ["cit1"]}
+        ],
+        "primary_component_id": "c1",
+        "primary_event": {"at": int(record.valid_time_ms), "type_ref": "event:ingested", "citation_id": "cit1"},
+        "citations": [
+            {
+                "citation_id": "cit1",
+                "source_ref": source_ref,
+                "locator": {"scheme": nfc(record.locator_scheme), "value": locator_value},
+                "content_digest": sha256_text(text),
+            }
+        ],
+    }
+    evidence = {
+        "evidence_ref": f"ingest:{source_ref}"[:512],
+        "evidence_digest": sha256_text(text),
+        "citation_ids": ["cit1"],
+    }
+    return payload, evidence
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Everything deterministic about an ingested record."""
+
+    candidate_id: str
+    payload_digest: str
+    evidence_digest: str
+    record_digest: str
+    record_id: str
+
+
+def identity(scope: tuple[str, str], record: IngestRecord, payload: dict[str, Any],
+             evidence: dict[str, Any]) -> Identity:
+    cid = candidate_id_for(scope, record.external_id)
+    p_digest = engine_records.payload_digest(payload)
+    e_digest = engine_records.evidence_digest(evidence)
+    r_digest = engine_records.record_digest(scope, cid, p_digest, e_digest)
+    return Identity(cid, p_digest, e_digest, r_digest, engine_records.record_id(r_digest))
+
+
+def record_id_for(scope: tuple[str, str], record: IngestRecord, purpose_ref: str = DEFAULT_PURPOSE) -> str:
+    """The record_id ``record`` gets (or got) when ingested into ``scope``."""
+    payload, evidence = build_payload(record, purpose_ref)
+    return identity(scope, record, payload, evidence).record_id

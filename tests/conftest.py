@@ -1,0 +1,74 @@
+"""Fixtures shared by the bulk-ingestion and evaluation tests: a small engine with the
+deterministic test encoder, and a tiny BEIR collection."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def _ranking_support():
+    spec = importlib.util.spec_from_file_location("ranking_test_support", ROOT / "tests" / "ranking" / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+HashingTestEncoder = _ranking_support().HashingTestEncoder
+
+TOPICS = [
+    "postgresql billing ledger serialisable transactions",
+    "kubernetes ingress controller certificate rotation",
+    "python packaging wheels manylinux build",
+    "tantivy bm25 field boosts tokenizer stemming",
+    "hnswlib vector index recall ef construction",
+    "oauth token refresh expiry clock skew",
+]
+
+
+def write_beir(root: Path, n: int = 30, name: str = "tiny") -> Path:
+    """A tiny BEIR collection: n docs over six topics, one query per topic."""
+    d = root / name
+    (d / "qrels").mkdir(parents=True)
+    with open(d / "corpus.jsonl", "w") as f:
+        for i in range(n):
+            topic = TOPICS[i % len(TOPICS)]
+            f.write(json.dumps({"_id": f"d{i}", "title": f"note {i} on {topic.split()[0]}",
+                                "text": f"{topic} detail number {i}"}) + "\n")
+    with open(d / "queries.jsonl", "w") as f:
+        for t, topic in enumerate(TOPICS):
+            f.write(json.dumps({"_id": f"q{t}", "text": topic}) + "\n")
+        f.write(json.dumps({"_id": "unjudged", "text": "nothing"}) + "\n")
+    with open(d / "qrels" / "test.tsv", "w") as f:
+        f.write("query-id\tcorpus-id\tscore\n")
+        for i in range(n):
+            f.write(f"q{i % len(TOPICS)}\td{i}\t{1 + (i % 2)}\n")
+        f.write("q0\td1\t-1\n")
+    return d
+
+
+@pytest.fixture
+def encoder():
+    return HashingTestEncoder()
+
+
+@pytest.fixture
+def engine(tmp_path: Path, encoder):
+    from service.engine import Engine
+
+    eng = Engine.open(tmp_path / "data", encoder=encoder)
+    yield eng
+    eng.close()
+
+
+@pytest.fixture
+def tiny_beir(tmp_path: Path) -> Path:
+    return write_beir(tmp_path)

@@ -1,0 +1,41 @@
+"""The capacity benchmark's measuring tools, and one tiny run end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from eval.bench import exact_top_k, percentiles, run_bench
+
+
+def test_exact_top_k_matches_argsort():
+    rng = np.random.default_rng(1)
+    vectors = rng.standard_normal((1000, 16)).astype(np.float32)
+    queries = rng.standard_normal((5, 16)).astype(np.float32)
+    got = exact_top_k(vectors, queries, 10, chunk=97)
+    want = np.argsort(-(queries @ vectors.T), axis=1)[:, :10]
+    assert [sorted(a) for a in got.tolist()] == [sorted(b) for b in want.tolist()]
+
+
+def test_percentiles():
+    p = percentiles([0.001 * i for i in range(1, 101)])
+    assert p["n"] == 100 and abs(p["p50_ms"] - 50.5) < 1e-6 and p["p99_ms"] > p["p95_ms"] > p["p50_ms"]
+
+
+def test_tiny_bench_run(tmp_path: Path, encoder):
+    out = tmp_path / "out"
+    result = run_bench([400], out, tmp_path / "work", queries=12, clients=2, calls=12, encoder_sample=8,
+                       progress=False, encoder=encoder, say=lambda _m: None)
+    entry = result["sizes"][0]
+    assert entry["ingest"]["ingested"] == 400
+    assert entry["hnsw_recall"]["aligned_labels"] is True
+    assert entry["hnsw_recall"]["ef128"]["recall@10"] > 0.9
+    for name in ("engine_hybrid", "engine_lexical", "raw_encoder_query", "raw_tantivy_top1000", "raw_hnsw_k10_ef128"):
+        assert entry["latency"][name]["p50_ms"] > 0
+    assert entry["disk_mb"]["total_mb"] > 0 and entry["rss_mb"]["peak_during_ingest"] > 0
+    load = result["load"]
+    assert load.get("skipped") or (load["admitted_not_readable"] == 0 and load["calls_completed"] > 0)
+    assert json.loads((out / "bench.json").read_text())["sizes"][0]["size"] == 400
+    assert (out / "report.md").exists() and (out / "cost_growth.png").stat().st_size > 0

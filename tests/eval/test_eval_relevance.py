@@ -1,0 +1,38 @@
+"""An evaluation run end to end on a tiny collection (deterministic test encoder)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from eval.relevance import run_relevance
+from eval.report import results_table, write_outputs
+
+
+def test_report_shape_and_outputs(tiny_beir: Path, tmp_path: Path, encoder):
+    data = tmp_path / "data"
+    report, details = run_relevance(tiny_beir, data, encoder=encoder, progress=False)
+    assert list(report) == ["dataset", "docs", "queries", "channels", "timings"]
+    assert report["dataset"] == "tiny" and report["docs"] == 30
+    assert report["queries"] == 6  # the unjudged query does not count
+    assert list(report["channels"]) == ["lexical", "semantic", "hybrid"]
+    for values in report["channels"].values():
+        assert set(values) == {"ndcg@10", "recall@100", "mrr@10"}
+        assert all(0.0 <= v <= 1.0 for v in values.values())
+    assert report["channels"]["lexical"]["recall@100"] == 1.0  # every doc shares its topic's words
+    assert details["profiles"]["lexical"]["channels"] == ["lexical"]
+    assert details["profiles"]["hybrid"]["channels"] == ["lexical", "semantic"]
+    assert set(details["per_query"]["hybrid"]) == {f"q{i}" for i in range(6)}
+
+    out = tmp_path / "out"
+    write_outputs(out, report, details)
+    assert json.loads((out / "report.json").read_text()) == report
+    for name in ("per_query.json", "report.md", "metrics.png", "ndcg_delta_hybrid_vs_lexical.png"):
+        assert (out / name).stat().st_size > 0
+    assert "| tiny | 30 | 6 |" in results_table([report])
+
+    # A second run reuses the ingested scope: nothing new, same cursor.
+    again, _ = run_relevance(tiny_beir, data, encoder=encoder, progress=False, channels=["lexical"])
+    assert again["timings"]["ingest"]["ingested"] == 0
+    assert again["timings"]["ingest"]["cursor_after"] == report["timings"]["ingest"]["cursor_after"]
+    assert again["channels"]["lexical"] == report["channels"]["lexical"]
