@@ -30,9 +30,8 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -104,27 +103,6 @@ def _user() -> str:
         return getpass.getuser()
     except Exception:  # no passwd entry in a container
         return "unknown"
-
-
-@contextmanager
-def projection_exclusive(engine: Any) -> Iterator[None]:
-    """Hold the projector's lock: no catch-up interleaves with a batch's commit and apply.
-
-    Uses ``Projector.exclusive()`` when the engine offers it, else its private lock.
-    """
-    projector = engine.parts.projector
-    exclusive = getattr(projector, "exclusive", None)
-    if exclusive is not None:
-        with exclusive():
-            yield
-    else:
-        with projector._lock:  # noqa: SLF001 - documented fallback until a public API exists
-            yield
-
-
-def engine_encoder(engine: Any) -> Any:
-    """The engine's loaded encoder (None when opened without a model)."""
-    return getattr(engine, "encoder", None) or getattr(engine, "_encoder", None)
 
 
 def embed_documents(encoder: Any, docs: Sequence[IndexDocument], batch: int = 256) -> list[np.ndarray]:
@@ -211,7 +189,7 @@ def ingest_corpus(
     key = scope_key(scope)
     source = VectorSource(np.asarray(vectors)) if isinstance(vectors, np.ndarray) else vectors
     if encoder == "engine":
-        encoder = engine_encoder(engine)
+        encoder = engine.encoder
     report = IngestReport(scope=scope, vectors="precomputed" if source is not None else
                           ("encoder" if encoder is not None else "none"))
     ctx = operator_context(scope, purpose_ref, principal=principal)
@@ -254,7 +232,7 @@ def ingest_corpus(
             vecs = embed_documents(encoder, docs)
         t1 = time.perf_counter()
         report.embed_seconds += t1 - t0
-        with projection_exclusive(engine):
+        with engine.parts.projector.exclusive():
             written: list[int] = []
             with store.transaction() as tx:
                 at = now_ms()

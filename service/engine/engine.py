@@ -75,6 +75,11 @@ class Engine:
             engine._warm_up()
         return engine
 
+    @property
+    def encoder(self) -> Encoder | None:
+        """The embedding model in use (None when opened lexical-only)."""
+        return self._encoder
+
     def _warm_up(self) -> None:
         load = getattr(self._encoder, "load", None)
         if load is not None:

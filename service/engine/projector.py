@@ -10,7 +10,8 @@ so a crash between an index commit and its cursor write only repeats harmless wo
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from ranking import IndexDocument, Ranker
 
@@ -38,6 +39,13 @@ class Projector:
         """Journal events each channel has not applied yet."""
         head = self.store.scope_cursor(scope)
         return {ch: head - c for ch, c in self.ranker.projection_cursor(scope_key(scope)).items()}
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold off catch-up while a caller (bulk ingestion) commits and applies a batch
+        itself, so the two never interleave on one scope."""
+        with self._lock:
+            yield
 
     def try_catch_up(self, scope: tuple[str, str]) -> None:
         """Catch up unless a long projection (ingest, rebuild) holds the lock: a search
