@@ -57,15 +57,20 @@ MAX_OPEN_WRITERS = 8
 LEGACY_CURSOR_FILE = "lexical_cursors.json"
 
 
-def _analyzer() -> tantivy.TextAnalyzer:
-    """Tantivy's ``en_stem`` pipeline, built here so queries are analyzed identically."""
-    return (
+def _analyzer(*, drop_stopwords: bool = False) -> tantivy.TextAnalyzer:
+    """Tantivy's ``en_stem`` pipeline, built here so queries are analyzed identically.
+
+    ``drop_stopwords`` gives the query-side variant: the same pipeline with English stop
+    words removed before stemming (documents keep them, so it changes no indexed term).
+    """
+    builder = (
         tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
         .filter(tantivy.Filter.remove_long(40))
         .filter(tantivy.Filter.lowercase())
-        .filter(tantivy.Filter.stemmer("english"))
-        .build()
     )
+    if drop_stopwords:
+        builder = builder.filter(tantivy.Filter.stopword("english"))
+    return builder.filter(tantivy.Filter.stemmer("english")).build()
 
 
 def _schema() -> tantivy.Schema:
@@ -118,6 +123,7 @@ class LexicalIndex:
         self._root = path
         self._schema = _schema()
         self._analyzer = _analyzer()
+        self._query_analyzer = _analyzer(drop_stopwords=True)
         self._max_open = max(1, max_open)
         self._max_writers = max(1, max_writers)
         self._entries: OrderedDict[str, _Scope] = OrderedDict()
@@ -209,22 +215,24 @@ class LexicalIndex:
     # -- search -----------------------------------------------------------------------
 
     def tokens(self, text: str) -> list[str]:
+        """``text`` analyzed as documents are (stemmed, stop words kept)."""
         return self._analyzer.analyze(text)
+
+    def query_tokens(self, query: str) -> list[str]:
+        """The query's terms: stemmed, English stop words dropped unless nothing else is left.
+
+        Stop words add noise that their (low) idf does not cancel once a query repeats
+        them; a query made only of stop words ("who is on it") still searches them.
+        """
+        return self._query_analyzer.analyze(query) or self.tokens(query)
 
     def search(
         self, scope_key: str, query: str, field_weights: Mapping[str, float], limit: int
     ) -> list[LexicalHit]:
         """BM25 hits of ``query`` inside ``scope_key`` only, best first (ties: record_id)."""
-        counts = Counter(self.tokens(query))
-        if not counts or limit <= 0:
+        if limit <= 0:
             return []
-        clauses = []
-        for token, count in sorted(counts.items()):
-            for name in TEXT_FIELDS:
-                weight = float(field_weights.get(name, 0.0)) * count
-                if weight > 0:
-                    term = tantivy.Query.term_query(self._schema, name, token, index_option="freq")
-                    clauses.append((tantivy.Occur.Should, tantivy.Query.boost_query(term, weight)))
+        clauses = self._query_clauses(Counter(self.query_tokens(query)), field_weights)
         if not clauses:
             return []
         entry = self._lookup(scope_key, create=False)
@@ -254,6 +262,29 @@ class LexicalIndex:
         ]
         out.sort(key=lambda h: (-h.score, h.record_id))
         return out
+
+    def _query_clauses(
+        self, counts: Counter[str], field_weights: Mapping[str, float]
+    ) -> list[tuple[tantivy.Occur, tantivy.Query]]:
+        """One SHOULD clause per (distinct token, weighted field), boosted by the field
+        weight times the token's count in the query.
+
+        Measured through the Ranker (lexical profile, nDCG@10 on the dev collections,
+        cranfield / cisi / medline / npl / adi, mean): count boost with stop words dropped
+        0.371 / 0.367 / 0.698 / 0.434 / 0.488, 0.4716 (kept); count boost with stop words
+        0.370 / 0.360 / 0.689 / 0.436 / 0.478, 0.4663 (before); one unboosted clause per
+        distinct token 0.369 / 0.294 / 0.713 / 0.438 / 0.470, 0.4568 (long CISI queries
+        repeat their content words, and the repeat carries weight); sqrt, 1+log and
+        BM25 k3-saturated counts fell in between.
+        """
+        clauses = []
+        for token, count in sorted(counts.items()):
+            for name in TEXT_FIELDS:
+                weight = float(field_weights.get(name, 0.0)) * count
+                if weight > 0:
+                    term = tantivy.Query.term_query(self._schema, name, token, index_option="freq")
+                    clauses.append((tantivy.Occur.Should, tantivy.Query.boost_query(term, weight)))
+        return clauses
 
     # -- scope cache ------------------------------------------------------------------
 

@@ -74,12 +74,14 @@ _HYBRID_CONFIG: dict[str, Any] = {
         "base_lexical_weight": 0.5,
         "min_lexical_weight": 0.35,
         "max_lexical_weight": 0.85,
-        "confidence_gain": 0.5,
+        "confidence_gain": 1.0,
         "confidence_depth": 10,
         "semantic_floor_rank": 100,
         "rrf_k": 60,
+        # share of the confidence-weighted reciprocal-rank term in the adaptive blend
+        "rank_blend": 0.2,
     },
 }
 
 LEXICAL_PROFILE = Profile(name="lexical", version="1", config=_LEXICAL_CONFIG)
-HYBRID_PROFILE = Profile(name="lexical_and_semantic", version="1", config=_HYBRID_CONFIG)
+HYBRID_PROFILE = Profile(name="lexical_and_semantic", version="2", config=_HYBRID_CONFIG)

@@ -2,7 +2,11 @@
 
 Both indexes are projections of the engine's journal: ``apply`` moves them forward and
 records how far (a cursor per scope and channel, written only after the index change is
-durable, so a crash in between re-applies a batch, which is idempotent). ``purge``
+durable, so a crash in between re-applies a batch, which is idempotent). The lexical
+channel commits every apply; the semantic channel applies in memory and saves at
+checkpoints (see :mod:`ranking.semantic`): after a crash its cursor reads as of the last
+checkpoint and the projector re-applies from there. :meth:`Ranker.checkpoint` saves now,
+:meth:`Ranker.close` and :meth:`Ranker.purge` always do. ``purge``
 removes the bytes of records the journal has already removed. ``search`` returns every
 candidate of the channels the profile needs, fused and explained; it never decides what
 may be disclosed, the engine re-checks each candidate.
@@ -10,7 +14,9 @@ may be disclosed, the engine re-checks each candidate.
 A semantic failure (no encoder, model error, damaged vector file) never blocks the
 lexical channel: apply still projects lexically and leaves the semantic cursor behind,
 ``semantic_health`` says why, and a profile that needs semantic raises
-:class:`SemanticUnavailable`.
+:class:`SemanticUnavailable`. How far behind the semantic cursor may be is the engine's
+decision (its lag bound), not a health reason: during every apply the lexical cursor
+leads while the batch is still being embedded.
 """
 
 from __future__ import annotations
@@ -27,7 +33,14 @@ from ranking.encoder import Encoder
 from ranking.fusion import Contribution, fuse
 from ranking.lexical import LexicalIndex
 from ranking.profiles import LEXICAL, SEMANTIC, Profile
-from ranking.semantic import CorruptIndex, SemanticIndex, SemanticUnavailable
+from ranking.semantic import (
+    CHECKPOINT_RECORDS,
+    CHECKPOINT_SECONDS,
+    CHECKPOINT_SPACING,
+    CorruptIndex,
+    SemanticIndex,
+    SemanticUnavailable,
+)
 
 EMBED_BATCH = 256
 
@@ -45,13 +58,28 @@ class RankedList:
 class Ranker:
     """Lexical (Tantivy) and semantic (hnswlib) projections under ``root``."""
 
-    def __init__(self, root: Path, encoder: Encoder | None, *, dim: int | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        encoder: Encoder | None,
+        *,
+        dim: int | None = None,
+        checkpoint_records: int = CHECKPOINT_RECORDS,
+        checkpoint_seconds: float = CHECKPOINT_SECONDS,
+        checkpoint_spacing: float = CHECKPOINT_SPACING,
+    ) -> None:
         self._root = Path(root)
         self._encoder = encoder
         self._dim = dim or (encoder.dim if encoder is not None else 384)
         self._root.mkdir(parents=True, exist_ok=True)
         self._lexical = LexicalIndex(self._root / "lexical")
-        self._semantic = SemanticIndex(self._root / "semantic", self._dim)
+        self._semantic = SemanticIndex(
+            self._root / "semantic",
+            self._dim,
+            checkpoint_records=checkpoint_records,
+            checkpoint_seconds=checkpoint_seconds,
+            checkpoint_spacing=checkpoint_spacing,
+        )
         self._encoder_error: str | None = None
         self._lifecycle = threading.Lock()
 
@@ -75,16 +103,23 @@ class Ranker:
         ``vectors``: precomputed passage vectors, one array per upsert with one row per
         :func:`ranking.documents.passages` window of its semantic text (bulk ingestion).
         ``after_cursor``: the cursor this batch continues from; a channel that is behind
-        it skips the batch rather than record a gap as applied.
+        it skips the batch rather than record a gap as applied, and a channel already at
+        or past ``through_cursor`` skips it as done.
         """
         if any(d.scope_key != scope_key for d in upserts):
             raise ValueError("every upserted document must belong to the applied scope")
         if vectors is not None and len(vectors) != len(upserts):
             raise ValueError("vectors must hold one array per upserted document")
         cursors = self.projection_cursor(scope_key)
-        if after_cursor is None or cursors[LEXICAL] >= after_cursor:
+
+        def due(channel: str) -> bool:
+            """Not yet through this batch, and not behind where it starts (a gap)."""
+            at = cursors[channel]
+            return at < through_cursor and (after_cursor is None or at >= after_cursor)
+
+        if due(LEXICAL):
             self._lexical.apply(scope_key, upserts, removals, through_cursor)
-        if after_cursor is not None and cursors[SEMANTIC] < after_cursor:
+        if not due(SEMANTIC):
             return
         try:
             embedded = self._embed(upserts) if vectors is None else list(vectors)
@@ -114,9 +149,17 @@ class Ranker:
             self._lexical.reset()
             self._semantic.reset()
 
+    def checkpoint(self, scope_key: str | None = None) -> None:
+        """Make every applied change durable now (all scopes, or just ``scope_key``)."""
+        self._semantic.checkpoint(scope_key)
+
     def close(self) -> None:
+        """Checkpoint the semantic channel and close the lexical writers."""
         with self._lifecycle:
-            self._lexical.close()
+            try:
+                self._semantic.close()
+            finally:
+                self._lexical.close()
 
     # -- search -----------------------------------------------------------------------
 
@@ -165,9 +208,6 @@ class Ranker:
                 self._semantic.check(scope_key)
             except CorruptIndex as exc:
                 return f"index corrupt: {exc}"
-            cursors = self.projection_cursor(scope_key)
-            if cursors[SEMANTIC] < cursors[LEXICAL]:
-                return f"projection behind ({cursors[SEMANTIC]} < {cursors[LEXICAL]})"
         return None
 
     # -- internals --------------------------------------------------------------------

@@ -16,9 +16,23 @@ evidence) would otherwise be invisible to this channel.
 Files per scope (``root/<sha256(scope)[:32]>/``): ``vectors-<generation>.bin`` (hnswlib),
 ``meta.json`` (scope key, generation, sha256 of the vector file, label map, valid times)
 and ``cursor.json``. A save writes a new generation, then swaps ``meta.json`` atomically,
-then deletes the old generation, so a crash leaves the previous consistent state. The
-checksum is verified before the native loader ever reads the file, so a damaged file is
-reported as ``index corrupt`` instead of crashing the process.
+then deletes older generations, then writes ``cursor.json``, so a crash leaves the
+previous consistent state and the cursor on disk never claims more than the saved file
+holds. The checksum is verified before the native loader ever reads the file, so a
+damaged file is reported as ``index corrupt`` instead of crashing the process.
+
+Deferred saving: a save rewrites the whole scope (vector file, checksum, label map), so
+saving on every apply made bulk loading quadratic and made each admission pay a full
+save. ``apply`` therefore changes only the in-memory index and the in-memory cursor (what
+search and :meth:`SemanticIndex.cursor` read); a *checkpoint* makes it durable once
+``checkpoint_records`` records were applied or ``checkpoint_seconds`` passed since the
+scope's last save (checked on apply, and spaced by :data:`CHECKPOINT_SPACING`; a scope
+never saved is due at once, so its first apply is saved), on :meth:`SemanticIndex.checkpoint` and
+:meth:`SemanticIndex.close`, and always before :meth:`SemanticIndex.purge` returns (a
+purge must reach the disk). After a crash the scope reopens at its last checkpoint, with
+that checkpoint's cursor, and the engine's projector re-applies the journal from there
+(re-deriving from current state, so the repeat is harmless). An apply that only moves
+the cursor of a scope with nothing unsaved writes the cursor at once.
 """
 
 from __future__ import annotations
@@ -26,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -39,6 +54,15 @@ HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 200
 HNSW_EF_SEARCH = 128
 INITIAL_CAPACITY = 1024
+# Checkpoint defaults: at most this many applied records (about a second of embedding at
+# most, since each costs a model call, and within the engine's semantic lag bound of
+# 1000 journal events) or this many seconds of applies are lost to a crash and re-applied.
+CHECKPOINT_RECORDS = 1000
+CHECKPOINT_SECONDS = 30.0
+# A due checkpoint also waits until this many times its scope's last save duration has
+# passed since that save, so saving costs at most about a tenth of apply time however
+# large the scope grows (bulk loading stays linear; the window grows with save cost).
+CHECKPOINT_SPACING = 9.0
 
 
 class SemanticUnavailable(Exception):
@@ -67,7 +91,11 @@ class _ScopeVectors:
     label_record: dict[int, str] = field(default_factory=dict)
     record_labels: dict[str, list[int]] = field(default_factory=dict)
     valid_time: dict[str, int] = field(default_factory=dict)
-    cursor: int = 0
+    cursor: int = 0  # in memory: what this process has applied
+    saved_cursor: int = 0  # what cursor.json says (never beyond the saved files)
+    unsaved: int = 0  # records changed since the last save
+    saved_at: float = float("-inf")  # time.monotonic() of the last save; never: -inf
+    save_seconds: float = 0.0  # how long the last save took
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -93,9 +121,20 @@ def _sha256_file(path: Path) -> str:
 class SemanticIndex:
     """All scopes' vector indexes under ``root``, loaded lazily and cached."""
 
-    def __init__(self, root: Path, dim: int) -> None:
+    def __init__(
+        self,
+        root: Path,
+        dim: int,
+        *,
+        checkpoint_records: int = CHECKPOINT_RECORDS,
+        checkpoint_seconds: float = CHECKPOINT_SECONDS,
+        checkpoint_spacing: float = CHECKPOINT_SPACING,
+    ) -> None:
         self._root = root
         self._dim = dim
+        self._checkpoint_records = max(1, int(checkpoint_records))
+        self._checkpoint_seconds = float(checkpoint_seconds)
+        self._spacing = float(checkpoint_spacing)
         root.mkdir(parents=True, exist_ok=True)
         self._scopes: dict[str, _ScopeVectors] = {}
         self._scopes_lock = threading.Lock()
@@ -103,7 +142,15 @@ class SemanticIndex:
     # -- projection -------------------------------------------------------------------
 
     def cursor(self, scope_key: str) -> int:
-        """The scope's cursor, readable even when its vector file is damaged."""
+        """The scope's applied cursor (in memory once loaded), readable even when its
+        vector file is damaged (then the one on disk)."""
+        with self._scopes_lock:
+            state = self._scopes.get(scope_key)
+        if state is not None:
+            return state.cursor
+        return self._disk_cursor(scope_key)
+
+    def _disk_cursor(self, scope_key: str) -> int:
         value = read_json(self._dir(scope_key) / "cursor.json")
         return int(value["cursor"]) if value else 0
 
@@ -114,14 +161,18 @@ class SemanticIndex:
         upserts: Sequence[tuple[str, int, np.ndarray]],
         through_cursor: int,
     ) -> None:
-        """Replace each upserted record's passages, hide removals, save, move the cursor.
+        """Replace each upserted record's passages, hide removals, move the cursor; save
+        when a checkpoint is due (see the module docstring).
 
         ``upserts`` holds (record_id, valid_time_ms, passage vectors as rows).
         """
         state = self._scope(scope_key)
         with state.lock:
-            for record_id in {*removals, *(r for r, _, _ in upserts)}:
-                self._hide(state, record_id)
+            upserted = {r for r, _, _ in upserts}
+            changed = len(upserted)
+            for record_id in {*removals, *upserted}:
+                if self._hide(state, record_id) and record_id not in upserted:
+                    changed += 1
             rows = [np.asarray(v, dtype=np.float32).reshape(-1, self._dim) for _, _, v in upserts]
             total = sum(len(r) for r in rows)
             if total:
@@ -144,13 +195,38 @@ class SemanticIndex:
                     grown[: len(state.vectors)] = state.vectors
                     state.vectors = grown
                 state.vectors[labels] = matrix
-            self._save(scope_key, state)
-            if through_cursor > state.cursor:
-                state.cursor = through_cursor
-                atomic_write_json(self._dir(scope_key) / "cursor.json", {"cursor": through_cursor})
+            state.cursor = max(state.cursor, through_cursor)
+            state.unsaved += changed
+            if state.unsaved == 0:
+                self._write_cursor(scope_key, state)  # nothing unsaved: the files hold it all
+            else:
+                elapsed = time.monotonic() - state.saved_at
+                due = state.unsaved >= self._checkpoint_records or elapsed >= self._checkpoint_seconds
+                if due and elapsed >= self._spacing * state.save_seconds:
+                    self._save(scope_key, state)
+
+    def checkpoint(self, scope_key: str | None = None) -> None:
+        """Save every loaded scope (or just ``scope_key``) with unsaved changes."""
+        with self._scopes_lock:
+            states = (
+                list(self._scopes.items())
+                if scope_key is None
+                else [(scope_key, self._scopes[scope_key])] if scope_key in self._scopes else []
+            )
+        for key, state in states:
+            with state.lock:
+                if state.unsaved:
+                    self._save(key, state)
+                elif state.cursor > state.saved_cursor:
+                    self._write_cursor(key, state)
+
+    def close(self) -> None:
+        """Checkpoint every scope (the in-memory indexes stay usable)."""
+        self.checkpoint()
 
     def purge(self, scope_key: str, record_ids: Sequence[str]) -> None:
-        """Rebuild the scope's index from live vectors only, so hidden ones leave the disk."""
+        """Rebuild the scope's index from live vectors only and save it (with anything
+        else unsaved) before returning, so hidden ones leave the disk."""
         state = self._scope(scope_key)
         with state.lock:
             for record_id in record_ids:
@@ -243,8 +319,12 @@ class SemanticIndex:
         if meta is None:
             if any(directory.glob("vectors-*.bin")):
                 raise CorruptIndex("vector metadata missing")
+            cursor = self._disk_cursor(scope_key)
             return _ScopeVectors(
-                index=_new_index(self._dim, INITIAL_CAPACITY), vectors=np.zeros((0, self._dim), np.float32)
+                index=_new_index(self._dim, INITIAL_CAPACITY),
+                vectors=np.zeros((0, self._dim), np.float32),
+                cursor=cursor,
+                saved_cursor=cursor,
             )
         try:
             path = directory / f"vectors-{meta['generation']}.bin"
@@ -274,19 +354,36 @@ class SemanticIndex:
         live = sorted(state.label_record)
         if live:
             state.vectors[live] = index.get_items(live, return_type="numpy")
-        state.cursor = self.cursor(scope_key)
+        state.cursor = state.saved_cursor = self._disk_cursor(scope_key)
+        try:  # when the files were saved, on the monotonic clock
+            age = max(0.0, time.time() - (directory / "meta.json").stat().st_mtime)
+            state.saved_at = time.monotonic() - age
+        except OSError:
+            pass
         return state
 
-    def _hide(self, state: _ScopeVectors, record_id: str) -> None:
-        for label in state.record_labels.pop(record_id, []):
+    def _hide(self, state: _ScopeVectors, record_id: str) -> bool:
+        """Hide the record's passages; False when the scope did not hold it."""
+        labels = state.record_labels.pop(record_id, None)
+        for label in labels or ():
             state.index.mark_deleted(label)
             del state.label_record[label]
         state.valid_time.pop(record_id, None)
+        return labels is not None
+
+    def _write_cursor(self, scope_key: str, state: _ScopeVectors) -> None:
+        """Record ``state.cursor`` on disk (caller holds ``state.lock``; the saved files
+        must already hold everything it covers)."""
+        if state.cursor > state.saved_cursor:
+            atomic_write_json(self._dir(scope_key) / "cursor.json", {"cursor": state.cursor})
+            state.saved_cursor = state.cursor
 
     def _save(self, scope_key: str, state: _ScopeVectors) -> None:
+        """Checkpoint: a new vector generation, then meta.json, then the cursor (caller
+        holds ``state.lock``)."""
+        started = time.monotonic()
         directory = self._dir(scope_key)
         directory.mkdir(parents=True, exist_ok=True)
-        old = state.generation
         state.generation += 1
         path = directory / f"vectors-{state.generation}.bin"
         state.index.save_index(str(path))
@@ -302,4 +399,11 @@ class SemanticIndex:
             ],
         }
         atomic_write_json(directory / "meta.json", meta)
-        (directory / f"vectors-{old}.bin").unlink(missing_ok=True)
+        # Older generations, including any a crash left behind, are no longer referenced.
+        for stale in directory.glob("vectors-*.bin"):
+            if stale != path:
+                stale.unlink(missing_ok=True)
+        self._write_cursor(scope_key, state)
+        state.unsaved = 0
+        state.saved_at = time.monotonic()
+        state.save_seconds = state.saved_at - started

@@ -55,27 +55,31 @@ class Projector:
             self.catch_up(scope)
 
     def catch_up(self, scope: tuple[str, str], progress: Progress | None = None) -> None:
+        """Apply the journal past the lowest channel cursor, in batches of touched records.
+
+        Each batch is labelled with the cursor of its last event, so a channel that
+        already stands at or past it skips the batch (no re-embedding after a lexical-
+        only rebuild), and a crash between batches resumes at the last applied one."""
         with self._lock:
             key = scope_key(scope)
-            start = min(self.ranker.projection_cursor(key).values())
+            after = min(self.ranker.projection_cursor(key).values())
             head = self.store.scope_cursor(scope)
-            if start >= head:
+            if after >= head:
                 return
-            touched: list[str] = []
-            for event in self.store.events(scope, after=start):
+            batch: dict[str, None] = {}
+            for event in self.store.events(scope, after=after):
                 if event.cursor > head:
                     break
                 if event.kind in RANKING_EVENTS:
-                    touched.append(event.subject)
-            touched = list(dict.fromkeys(touched))
-            if not touched:
-                self.ranker.apply(key, [], [], through_cursor=head)
-            for offset in range(0, len(touched), BATCH):
-                batch = touched[offset : offset + BATCH]
-                through = head if offset + BATCH >= len(touched) else start
-                self._apply(scope, key, batch, through, start)
-                if progress is not None:
-                    progress(len(batch))
+                    batch[event.subject] = None
+                if len(batch) >= BATCH:
+                    self._apply(scope, key, list(batch), event.cursor, after)
+                    if progress is not None:
+                        progress(len(batch))
+                    after, batch = event.cursor, {}
+            self._apply(scope, key, list(batch), head, after)
+            if progress is not None and batch:
+                progress(len(batch))
 
     def _apply(
         self, scope: tuple[str, str], key: str, record_ids: list[str], through: int, after: int

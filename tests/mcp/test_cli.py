@@ -43,8 +43,11 @@ def test_host_secret(tmp_path, monkeypatch):
     assert path.read_text().strip() == secret  # never overwritten
 
 
-def test_serve_refuses_without_secret(tmp_path, monkeypatch):
+def test_serve_refuses_a_host_secret_others_can_read(tmp_path, monkeypatch):
     monkeypatch.delenv("ENGRAM_HOST_SECRET", raising=False)
+    secret = tmp_path / "host_secret"
+    secret.write_text("ab" * 32 + "\n")
+    secret.chmod(0o644)
     result = runner.invoke(app, ["serve", "--data-dir", str(tmp_path), "--no-model"])
     assert result.exit_code == 2
 
@@ -91,9 +94,8 @@ async def test_engram_serve_http_subprocess(tmp_path):
 
     root = Path(__file__).resolve().parents[2]
     data = tmp_path / "data"
-    assert runner.invoke(app, ["admin", "host-secret", "-d", str(data)]).exit_code == 0
     assert runner.invoke(app, ["admin", "tenant", "enable", "acme", "-d", str(data)]).exit_code == 0
-    secret = (data / "host_secret").read_text().strip().encode()
+    assert not (data / "host_secret").exists()  # a fresh data dir: serve creates it
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(root)}
     env.pop("ENGRAM_HOST_SECRET", None)
@@ -113,6 +115,8 @@ async def test_engram_serve_http_subprocess(tmp_path):
                 pass
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.1)
+        assert (data / "host_secret").stat().st_mode & 0o777 == 0o600
+        secret = (data / "host_secret").read_text().strip().encode()
         async with connect(base + "/mcp", token(secret=secret, tools=["engram_memory_search"]), "auto") as client:
             assert [t.name for t in (await client.list_tools()).tools] == ["engram_memory_search"]
     finally:

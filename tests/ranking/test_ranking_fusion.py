@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import re
+from pathlib import Path
 
+import numpy as np
 import pytest
+from ranking_support import doc
 
-from ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Profile, fuse, recency
+from ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Profile, Ranker, fuse, recency
 from ranking.lexical import LexicalHit
 from ranking.semantic import SemanticHit
 
@@ -91,3 +96,119 @@ def test_profile_digest_is_canonical_and_pinned():
     assert HYBRID_PROFILE.config_digest() != LEXICAL_PROFILE.config_digest()
     with pytest.raises(TypeError):
         LEXICAL_PROFILE.config["lexical_cap"] = 1  # type: ignore[index]
+
+
+# -- one channel useless: hybrid must not fall below the channel that works ---------------
+#
+# Small labelled sets through the Ranker's own search path. In the first the semantic
+# channel is pure noise (a random vector per text); in the second the lexical channel is
+# (queries share no term with their relevant records, only with distractors) while a
+# synonym-aware test encoder makes the semantic channel right.
+
+
+class RandomTestEncoder:
+    """Pure noise: a pseudo-random unit vector per distinct text (deterministic)."""
+
+    dim = 64
+
+    def encode(self, texts):
+        rows = []
+        for text in texts:
+            seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+            v = np.random.default_rng(seed).standard_normal(self.dim)
+            rows.append(v / np.linalg.norm(v))
+        return np.asarray(rows, dtype=np.float32).reshape(len(texts), self.dim)
+
+
+# concept -> (word used in records, word used in queries): never the same word.
+CONCEPTS = {
+    "car": ("automobile", "vehicle"), "doctor": ("physician", "medic"), "bill": ("invoice", "statement"),
+    "buy": ("purchase", "acquire"), "house": ("residence", "dwelling"), "baby": ("infant", "newborn"),
+    "dog": ("canine", "puppy"), "lawyer": ("attorney", "counsel"), "drink": ("beverage", "refreshment"),
+    "trip": ("voyage", "journey"), "pay": ("salary", "wages"), "fix": ("repair", "mend"),
+    "error": ("mistake", "blunder"), "big": ("enormous", "huge"), "fast": ("rapid", "quick"),
+    "shop": ("store", "boutique"), "talk": ("conversation", "chat"), "sick": ("ill", "unwell"),
+}
+_CONCEPT_OF = {w: c for c, pair in CONCEPTS.items() for w in pair}
+
+
+class ConceptTestEncoder:
+    """Synonym-aware: a record word and its query synonym map to the same dimension;
+    every other word is ignored (so shared filler words carry no semantic signal)."""
+
+    dim = 64
+
+    def encode(self, texts):
+        order = sorted(CONCEPTS)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in re.findall(r"\w+", text.lower()):
+                if word in _CONCEPT_OF:
+                    out[row, order.index(_CONCEPT_OF[word])] += 1.0
+            norm = np.linalg.norm(out[row])
+            if norm > 0:
+                out[row] /= norm
+            else:
+                out[row, self.dim - 1] = 1.0
+        return out
+
+
+def _mrr(ranker: Ranker, profile: Profile, labelled: list[tuple[str, str]]) -> float:
+    total = 0.0
+    for query, target in labelled:
+        order = [c.record_id for c in ranker.search("s", query, profile, valid_as_of_ms=0).candidates]
+        total += 1.0 / (order.index(target) + 1) if target in order else 0.0
+    return total / len(labelled)
+
+
+SEMANTIC_ONLY = Profile(
+    name="semantic_only_test",
+    version="1",
+    config={**HYBRID_PROFILE.config, "field_weights": {k: 0.0 for k in HYBRID_PROFILE.config["field_weights"]}},
+)
+
+
+def _concept_pairs():
+    names = sorted(CONCEPTS)
+    return [(names[i], names[(i + 7) % len(names)]) for i in range(len(names))]
+
+
+def test_noise_semantic_channel_does_not_pull_hybrid_below_lexical(tmp_path: Path):
+    """Each query shares two terms with its record and one with a few distractors."""
+    ranker = Ranker(tmp_path / "idx", RandomTestEncoder())
+    fillers = ["budget", "deploy", "meeting", "ledger", "garden", "printer"]
+    docs, labelled = [], []
+    for i, (a, b) in enumerate(_concept_pairs()):
+        rec_a, rec_b = CONCEPTS[a][0], CONCEPTS[b][0]
+        filler = fillers[i % len(fillers)]
+        docs.append(doc("s", f"mem_{i:02d}", f"Notes on the {rec_a} and the {rec_b} from last week."))
+        docs.append(doc("s", f"mem_{i:02d}_x", f"The {filler} review mentioned the {rec_a} once."))
+        docs.append(doc("s", f"mem_{i:02d}_y", f"A {filler} update about the {rec_b} schedule."))
+        labelled.append((f"{rec_a} {rec_b}", f"mem_{i:02d}"))
+    ranker.apply("s", docs, [], 1)
+    lexical = _mrr(ranker, LEXICAL_PROFILE, labelled)
+    hybrid = _mrr(ranker, HYBRID_PROFILE, labelled)
+    ranker.close()
+    assert lexical > 0.9
+    assert hybrid >= lexical
+
+
+def test_useless_lexical_channel_does_not_pull_hybrid_below_semantic(tmp_path: Path):
+    """Queries use synonyms of their record's words and filler words of distractors only."""
+    ranker = Ranker(tmp_path / "idx", ConceptTestEncoder())
+    fillers = ["budget", "deploy", "meeting", "garden", "printer", "weekly"]
+    docs, labelled = [], []
+    names = sorted(CONCEPTS)
+    for i, (a, b) in enumerate(_concept_pairs()):
+        filler = fillers[i % len(fillers)]
+        other = names[(i + 3) % len(names)]
+        docs.append(doc("s", f"mem_{i:02d}", f"The {CONCEPTS[a][0]} and the {CONCEPTS[b][0]} were discussed."))
+        docs.append(doc("s", f"mem_{i:02d}_x", f"{filler} {filler} notes on the {CONCEPTS[other][0]}."))
+        labelled.append((f"{CONCEPTS[a][1]} {CONCEPTS[b][1]} {filler}", f"mem_{i:02d}"))
+    ranker.apply("s", docs, [], 1)
+    assert _mrr(ranker, LEXICAL_PROFILE, labelled) < 0.2  # the lexical channel only finds distractors
+    semantic = _mrr(ranker, SEMANTIC_ONLY, labelled)
+    hybrid = _mrr(ranker, HYBRID_PROFILE, labelled)
+    ranker.close()
+    assert semantic > 0.9
+    assert hybrid >= semantic

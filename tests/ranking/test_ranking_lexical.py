@@ -7,7 +7,7 @@ import shutil
 import threading
 from pathlib import Path
 
-from conftest import doc
+from ranking_support import doc
 
 from ranking.lexical import LexicalIndex
 from ranking.profiles import LEXICAL_PROFILE
@@ -188,4 +188,14 @@ def test_reset_drops_every_scope_and_legacy_files_are_removed(tmp_path: Path):
     assert index.search("A", "payment", WEIGHTS, 10) == []
     seed_a(index)  # usable again after a reset
     assert len(index.search("A", "payment", WEIGHTS, 10)) == 3
+    index.close()
+
+
+def test_query_drops_stop_words_unless_nothing_else_is_left(tmp_path: Path):
+    index = LexicalIndex(tmp_path / "lexical")
+    assert index.query_tokens("The effect of the payments on it") == ["effect", "payment"]
+    assert index.query_tokens("To be or not to be") == ["to", "be", "or", "not", "to", "be"]  # kept
+    index.apply("A", [doc("A", "w1", "to be or not to be"), doc("A", "w2", "payment effects report")], [], 1)
+    assert [h.record_id for h in index.search("A", "the effect of the payment", WEIGHTS, 10)] == ["w2"]
+    assert [h.record_id for h in index.search("A", "not to be", WEIGHTS, 10)] == ["w1"]
     index.close()

@@ -6,7 +6,7 @@ import random
 from pathlib import Path
 
 import pytest
-from conftest import doc
+from ranking_support import doc
 
 from ranking import HYBRID_PROFILE, LEXICAL_PROFILE, MiniLMEncoder, Ranker
 

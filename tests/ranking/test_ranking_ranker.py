@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import HashingTestEncoder, doc
+from ranking_support import HashingTestEncoder, doc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -189,3 +189,31 @@ def test_semantic_search_scores_exactly_when_the_graph_cannot_fill_k(tmp_path, m
     assert [h.record_id for h in hits] == [h.record_id for h in expected]
     assert hits[0].record_id == "r25" and abs(hits[0].similarity - 1.0) < 1e-5
     assert all(int(h.record_id[1:]) >= 20 for h in hits)
+
+
+def test_a_channel_already_through_a_batch_skips_it(tmp_path: Path) -> None:
+    """After a lexical-only rebuild the semantic channel, still at the head, must not
+    embed the journal again; the lexical channel catches up alone."""
+
+    class CountingEncoder(HashingTestEncoder):
+        texts = 0
+
+        def encode(self, texts):
+            CountingEncoder.texts += len(texts)
+            return super().encode(texts)
+
+    ranker = Ranker(tmp_path, CountingEncoder())
+    docs = [doc("s1", f"r{i}", f"tidal gauge {i}") for i in range(5)]
+    ranker.apply("s1", docs, [], through_cursor=5)
+    embedded = CountingEncoder.texts
+    assert embedded >= 5
+
+    ranker.apply("s1", docs, [], through_cursor=5, after_cursor=0)  # a replayed batch
+    assert CountingEncoder.texts == embedded
+
+    ranker._lexical.reset()  # noqa: SLF001 - the lexical projection lost, semantic intact
+    assert ranker.projection_cursor("s1") == {"lexical": 0, "semantic": 5}
+    ranker.apply("s1", docs, [], through_cursor=5, after_cursor=0)
+    assert CountingEncoder.texts == embedded
+    hits = ranker.search("s1", "tidal gauge", LEXICAL_PROFILE, valid_as_of_ms=0).candidates
+    assert {c.record_id for c in hits} == {f"r{i}" for i in range(5)}

@@ -1,0 +1,193 @@
+"""Semantic checkpoints: deferred saving, crash recovery, purge durability, bulk cost,
+and searches served while an apply is still embedding."""
+
+from __future__ import annotations
+
+import gc
+import json
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+from ranking_support import HashingTestEncoder, doc
+
+from ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Ranker
+from ranking.semantic import SemanticIndex
+
+SECRET = "zyxquorblat"
+
+
+def ids(ranker: Ranker, scope: str, query: str, profile=HYBRID_PROFILE) -> list[str]:
+    return [c.record_id for c in ranker.search(scope, query, profile, valid_as_of_ms=0).candidates]
+
+
+def semantic_ids(ranker: Ranker, scope: str, query: str) -> list[str]:
+    vector = ranker._query_vector(query)  # noqa: SLF001 - the semantic channel alone
+    return [h.record_id for h in ranker._semantic.search(scope, vector, 50)]  # noqa: SLF001
+
+
+def semantic_dir(root: Path) -> Path:
+    (directory,) = [p for p in (root / "semantic").iterdir() if p.is_dir()]
+    return directory
+
+
+def _bytes_under(root: Path, needle: bytes) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+class SlowEncoder(HashingTestEncoder):
+    """Sleeps while embedding any text that mentions ``slowdoc`` (never a query)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.embedding = threading.Event()
+
+    def encode(self, texts):
+        if any("slowdoc" in t for t in texts):
+            self.embedding.set()
+            time.sleep(self.seconds)
+        return super().encode(texts)
+
+
+def test_search_during_a_slow_apply_is_served(tmp_path: Path):
+    """While apply has committed lexically and is still embedding, the semantic cursor
+    trails the lexical one; that is no health problem (the engine's lag bound decides)."""
+    encoder = SlowEncoder(1.5)
+    ranker = Ranker(tmp_path / "idx", encoder)
+    ranker.apply("s", [doc("s", "mem_1", "payment service deploy friday")], [], 1)
+    batch = [doc("s", f"mem_slow{i}", f"slowdoc payment ledger {i}") for i in range(3)]
+    worker = threading.Thread(target=ranker.apply, args=("s", batch, [], 2))
+    worker.start()
+    try:
+        assert encoder.embedding.wait(10)
+        assert ranker.projection_cursor("s") == {"lexical": 2, "semantic": 1}
+        assert ranker.semantic_health("s") is None
+        result = ranker.search("s", "payment", HYBRID_PROFILE, valid_as_of_ms=0)
+        assert result.channels == ("lexical", "semantic")
+        found = {c.record_id for c in result.candidates}
+        assert "mem_1" in found and found <= {"mem_1", "mem_slow0", "mem_slow1", "mem_slow2"}
+        assert worker.is_alive()  # the search was served during the apply, not after it
+    finally:
+        worker.join(30)
+    assert ranker.projection_cursor("s") == {"lexical": 2, "semantic": 2}
+    assert "mem_slow1" in semantic_ids(ranker, "s", "slowdoc ledger 1")
+    ranker.close()
+
+
+def test_apply_defers_saving_until_a_checkpoint(tmp_path: Path):
+    root = tmp_path / "idx"
+    ranker = Ranker(root, HashingTestEncoder(), checkpoint_records=5, checkpoint_seconds=3600,
+                    checkpoint_spacing=0)
+    ranker.apply("s", [doc("s", f"mem_{i}", f"alpha note {i}") for i in range(3)], [], 3)
+    directory = semantic_dir(root)
+
+    def on_disk() -> tuple[int, int]:
+        meta = json.loads((directory / "meta.json").read_text())
+        return json.loads((directory / "cursor.json").read_text())["cursor"], len(meta["records"])
+
+    assert on_disk() == (3, 3)  # a scope never saved is saved on its first apply
+    ranker.apply("s", [doc("s", "mem_3", "alpha note 3")], [], 4)
+    ranker.apply("s", [doc("s", "mem_4", "alpha note 4")], ["mem_0"], 5)  # 3 records unsaved
+    assert ranker.projection_cursor("s") == {"lexical": 5, "semantic": 5}
+    assert on_disk() == (3, 3)
+    assert sorted(semantic_ids(ranker, "s", "alpha note")) == ["mem_1", "mem_2", "mem_3", "mem_4"]
+    ranker.apply("s", [doc("s", f"mem_{i}", f"alpha note {i}") for i in range(5, 7)], [], 7)  # 5 records
+    assert on_disk() == (7, 6)
+    assert len(list(directory.glob("vectors-*.bin"))) == 1
+    ranker.apply("s", [doc("s", "mem_7", "alpha note 7")], [], 8)
+    assert on_disk() == (7, 6)  # not yet
+    ranker.checkpoint()
+    assert on_disk() == (8, 7)
+    ranker.apply("s", [], ["never-indexed"], 9)  # nothing unsaved: the cursor is written at once
+    assert on_disk() == (9, 7)
+    ranker.apply("s", [doc("s", "mem_8", "alpha note 8")], [], 10)
+    ranker.close()
+    assert on_disk() == (10, 8)
+
+
+def test_crash_reopens_at_the_checkpoint_and_reapplying_heals(tmp_path: Path):
+    root = tmp_path / "idx"
+    first = [doc("s", f"mem_{i}", f"alpha note {i}") for i in range(3)]
+    later = [doc("s", "mem_3", "beta gamma report"), doc("s", "mem_1", "beta rewritten note")]
+    ranker = Ranker(root, HashingTestEncoder(), checkpoint_records=10_000, checkpoint_seconds=3600)
+    ranker.apply("s", first, [], 3)
+    ranker.checkpoint()
+    ranker.apply("s", later, ["mem_2"], 5)  # applied in memory only
+    assert ranker.projection_cursor("s") == {"lexical": 5, "semantic": 5}
+    assert sorted(semantic_ids(ranker, "s", "beta")) == ["mem_0", "mem_1", "mem_3"]
+    del ranker  # a crash: no close, no checkpoint
+    gc.collect()
+
+    reopened = Ranker(root, HashingTestEncoder(), checkpoint_records=10_000, checkpoint_seconds=3600)
+    assert reopened.projection_cursor("s") == {"lexical": 5, "semantic": 3}
+    assert reopened.semantic_health("s") is None
+    assert sorted(semantic_ids(reopened, "s", "alpha note")) == ["mem_0", "mem_1", "mem_2"]  # as checkpointed
+    # The projector re-applies from the lowest cursor; lexical repeats it harmlessly.
+    reopened.apply("s", later, ["mem_2"], 5, after_cursor=3)
+    assert reopened.projection_cursor("s") == {"lexical": 5, "semantic": 5}
+    assert sorted(semantic_ids(reopened, "s", "beta")) == ["mem_0", "mem_1", "mem_3"]
+    assert sorted(ids(reopened, "s", "beta", LEXICAL_PROFILE)) == ["mem_1", "mem_3"]  # no duplicates
+    reopened.close()
+
+    again = Ranker(root, HashingTestEncoder())
+    assert again.projection_cursor("s") == {"lexical": 5, "semantic": 5}
+    assert sorted(semantic_ids(again, "s", "beta")) == ["mem_0", "mem_1", "mem_3"]
+    again.close()
+
+
+def test_purge_reaches_the_disk_with_unsaved_changes_pending(tmp_path: Path):
+    root = tmp_path / "idx"
+    ranker = Ranker(root, HashingTestEncoder(), checkpoint_records=10_000, checkpoint_seconds=3600)
+    ranker.apply("s", [doc("s", "mem_keep", "payment service notes"),
+                       doc("s", "mem_gone", f"the {SECRET} payment incident")], [], 2)
+    ranker.checkpoint()
+    assert _bytes_under(semantic_dir(root), b"mem_gone")  # in the saved label map
+    ranker.apply("s", [doc("s", "mem_new", "payment ledger")], ["mem_gone"], 3)  # unsaved
+    assert ranker.purge("s", ["mem_gone"]) is True
+    assert _bytes_under(tmp_path, SECRET.encode()) == []
+    assert _bytes_under(tmp_path, b"mem_gone") == []
+    directory = semantic_dir(root)
+    assert json.loads((directory / "cursor.json").read_text())["cursor"] == 3
+    assert len(list(directory.glob("vectors-*.bin"))) == 1
+    del ranker  # even without close, what purge saved is what reopens
+    gc.collect()
+    reopened = Ranker(root, HashingTestEncoder())
+    assert reopened.projection_cursor("s") == {"lexical": 3, "semantic": 3}
+    assert sorted(ids(reopened, "s", "payment")) == ["mem_keep", "mem_new"]
+    reopened.close()
+
+
+def test_bulk_apply_cost_stays_roughly_linear(tmp_path: Path, capsys):
+    """40 batches of 500: saves are spaced out, so late batches cost about what early
+    ones do (timings printed, only a loose bound asserted)."""
+    dim = 32
+    ranker = Ranker(tmp_path / "idx", None, dim=dim)
+    rng = np.random.default_rng(0)
+    saves = {"n": 0}
+    real_save = SemanticIndex._save
+
+    def counting(self, scope_key, state):
+        saves["n"] += 1
+        real_save(self, scope_key, state)
+
+    ranker._semantic._save = counting.__get__(ranker._semantic)  # noqa: SLF001
+    batches, size = 40, 500
+    times = []
+    for b in range(batches):
+        docs = [doc("bulk", f"mem_{b}_{i}", f"note {i} of batch {b} topic{i % 7}") for i in range(size)]
+        vectors = rng.normal(size=(size, 1, dim)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=2, keepdims=True)
+        started = time.perf_counter()
+        ranker.apply("bulk", docs, [], (b + 1) * size, vectors=list(vectors))
+        times.append(time.perf_counter() - started)
+    started = time.perf_counter()
+    ranker.close()
+    closing = time.perf_counter() - started
+    first, last = sum(times[:10]), sum(times[-10:])
+    with capsys.disabled():
+        print(f"\nbulk {batches}x{size}: total {sum(times):.2f}s, first 10 batches {first:.2f}s, "
+              f"last 10 {last:.2f}s, {saves['n']} semantic saves, close {closing:.2f}s")
+    assert ranker.projection_cursor("bulk") == {"lexical": batches * size, "semantic": batches * size}
+    assert saves["n"] <= batches // 2 + 1
+    assert last < 6 * first + 2.0
