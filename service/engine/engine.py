@@ -55,7 +55,7 @@ class Engine:
         """Open (or create) the data directory, then load the model and let every
         projection catch up with the journal (in a thread when `background`)."""
         data_dir = Path(data_dir)
-        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         store = SqliteStore(data_dir / DB_FILE)
         vault = BodyVault(KeyRing(data_dir / "keys"), store)
         if encoder is None and load_model:

@@ -9,6 +9,7 @@ destroyed key's bytes leave the disk (see `purge_freed_pages`).
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import uuid
@@ -248,6 +249,9 @@ class SqliteStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        if not path.exists():
+            # Owner-only from the first byte: SQLite gives -wal and -shm the same mode.
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
         self._write_lock = threading.RLock()
         self._local = threading.local()
         self._writer = self._connect()

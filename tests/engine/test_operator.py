@@ -171,3 +171,16 @@ def test_rebuild_after_losing_the_index_directory(engine, data_dir) -> None:
         assert set(search_ids(reopened, OTHER, "osprey billing")) == {state["live"][-1]}
     finally:
         reopened.close()
+
+
+def test_store_files_are_owner_only(tmp_path) -> None:
+    """The database holds sealed bodies and wrapped keys: no one else may read it."""
+    from service.engine import Engine
+
+    engine = Engine.open(tmp_path / "fresh", load_model=False)
+    try:
+        for name in ("engram.db", "engram.db-wal"):
+            path = tmp_path / "fresh" / name
+            assert path.stat().st_mode & 0o077 == 0, name
+    finally:
+        engine.close()
