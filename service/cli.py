@@ -348,6 +348,33 @@ def transition(
         typer.echo(engine.transition((tenant, workspace), record_id, operation, reason_ref))
 
 
+@admin.command("replay-search")
+def replay_search(
+    tenant: Annotated[str, typer.Argument(help="Tenant id of the search.")],
+    workspace: Annotated[str, typer.Argument(help="Workspace id of the search.")],
+    arguments: Annotated[Path, typer.Argument(help="JSON file: the search's arguments (without page_cursor).")],
+    receipt: Annotated[Path, typer.Argument(help="JSON file: the rank_receipt it returned.")],
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+    load_model: ModelOption = True,
+) -> None:
+    """Re-run a search pinned to its rank receipt and compare ordered_ids_digest.
+
+    Exits 0 when the order matches, 1 otherwise; the output says whether the profile and
+    the scope's journal were unchanged since the receipt (the conditions for a match).
+    """
+    from service.engine.context import CallContext
+
+    args = json.loads(arguments.read_text())
+    pinned = json.loads(receipt.read_text())
+    ctx = CallContext(tenant=tenant, workspace=workspace, principal="operator", agent_id="operator",
+                      session="replay", purpose=str(args.get("purpose_ref", "")))
+    with _engine(data_dir, load_model=load_model) as engine:
+        outcome = engine.replay_search(ctx, args, pinned)
+        _print_json(outcome)
+    if not outcome["match"]:
+        raise typer.Exit(1)
+
+
 @admin.command("expire")
 def expire(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
     """Expire every record whose retention expires_at has passed."""

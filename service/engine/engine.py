@@ -132,6 +132,11 @@ class Engine:
     def expire_due(self) -> list[tuple[tuple[str, str], str]]:
         return operator.expire_due(self.parts)
 
+    def replay_search(self, ctx: CallContext, arguments: dict[str, Any], receipt: dict[str, Any]) -> dict[str, Any]:
+        """Re-run a search pinned to a rank receipt (operator surface; see search.replay)."""
+        args = parse_arguments(SEARCH, arguments)
+        return search.replay(self.parts, ctx, args, receipt)  # type: ignore[arg-type]
+
     def rotate_kek(self) -> str:
         return self.parts.vault.ring.rotate(self.parts.store)
 

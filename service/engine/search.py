@@ -24,7 +24,7 @@ from models.inputs import SearchInput
 from models.tools import SEARCH
 from ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Profile, RankedList, SemanticUnavailable
 
-from .clock import instant, now_ms
+from .clock import instant, now_ms, parse_instant
 from .context import CallContext
 from .paging import PagePosition, Snapshot
 from .parts import Parts
@@ -71,10 +71,12 @@ def _rank(parts: Parts, ctx: CallContext, args: SearchInput, valid_as_of: int) -
             valid_as_of_ms=valid_as_of, candidate_cap=CANDIDATE_CAP)
 
 
-def _snapshot_for(parts: Parts, ctx: CallContext, args: SearchInput, binding: str) -> tuple[Snapshot, PagePosition]:
+def _snapshot_for(
+    parts: Parts, ctx: CallContext, args: SearchInput, binding: str, pinned_valid_as_of: int | None
+) -> tuple[Snapshot, PagePosition]:
     if args.page_cursor is None:
         parts.projector.try_catch_up(ctx.scope)
-        valid_as_of = now_ms()
+        valid_as_of = now_ms() if pinned_valid_as_of is None else pinned_valid_as_of
         system_as_of = parts.store.scope_cursor(ctx.scope)
         snap = parts.snapshots.put(_rank(parts, ctx, args, valid_as_of), system_as_of, valid_as_of)
         return snap, PagePosition(snap.snapshot_id, 0, 0)
@@ -82,11 +84,15 @@ def _snapshot_for(parts: Parts, ctx: CallContext, args: SearchInput, binding: st
     return parts.snapshots.get(position.snapshot_id), position
 
 
-def search(parts: Parts, ctx: CallContext, args: SearchInput) -> dict[str, Any]:
+def search(
+    parts: Parts, ctx: CallContext, args: SearchInput, *, valid_as_of_ms: int | None = None
+) -> dict[str, Any]:
+    """`valid_as_of_ms` pins the first page's valid time (receipt replay); callers on
+    the agent path leave it to the clock."""
     request = request_fields(args)
     binding = digest(DigestKind.QUERY, {"scope": scope_key(ctx.scope), "request": request,
                                         "purpose": ctx.purpose})
-    snap, position = _snapshot_for(parts, ctx, args, binding)
+    snap, position = _snapshot_for(parts, ctx, args, binding, valid_as_of_ms)
     ranked = snap.ranked
     ordered = ranked.candidates
 
@@ -185,3 +191,24 @@ def _receipt(
             "issued_at": instant(at),
         },
     )
+
+
+def replay(parts: Parts, ctx: CallContext, args: SearchInput, receipt: dict[str, Any]) -> dict[str, Any]:
+    """Re-run the first page a rank receipt describes, pinned to its valid_as_of, and
+    compare. The order can only match while the scope's projection is unchanged since
+    the receipt's system_as_of and the profile configuration is the same; the answer
+    says which of those held, so a mismatch is explained rather than just reported."""
+    if args.page_cursor is not None:
+        raise ContractError(ErrorCode.INVALID_SCHEMA)
+    if digest(DigestKind.REQUEST, args.model_dump(exclude_none=True)) != receipt["request_digest"]:
+        raise ContractError(ErrorCode.DIGEST_CONFLICT)
+    again = search(parts, ctx, args, valid_as_of_ms=parse_instant(receipt["valid_as_of"]))["rank_receipt"]
+    return {
+        "match": again["ordered_ids_digest"] == receipt["ordered_ids_digest"],
+        "ordered_ids_digest": again["ordered_ids_digest"],
+        "expected_ordered_ids_digest": receipt["ordered_ids_digest"],
+        "same_profile": (again["profile"], again["profile_version"], again["profile_config_digest"])
+        == (receipt["profile"], receipt["profile_version"], receipt["profile_config_digest"]),
+        "journal_unchanged": again["system_as_of"] == receipt["system_as_of"],
+        "system_as_of": again["system_as_of"],
+    }

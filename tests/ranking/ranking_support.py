@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -49,3 +50,8 @@ def doc(scope: str, record_id: str, primary: str, *, valid_time_ms: int = 0, **f
         source_refs=fields.get("source_refs", ""),
         valid_time_ms=valid_time_ms,
     )
+
+
+def bytes_under(root: Path, needle: bytes) -> list[Path]:
+    """Every file under `root` whose raw bytes contain `needle` (for purge checks)."""
+    return [p for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]

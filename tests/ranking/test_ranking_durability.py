@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from ranking_support import HashingTestEncoder, doc
+from ranking_support import HashingTestEncoder, bytes_under, doc
 
 from ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Ranker
 from ranking.semantic import SemanticIndex
@@ -31,9 +31,6 @@ def semantic_dir(root: Path) -> Path:
     (directory,) = [p for p in (root / "semantic").iterdir() if p.is_dir()]
     return directory
 
-
-def _bytes_under(root: Path, needle: bytes) -> list[Path]:
-    return [p for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
 
 
 class SlowEncoder(HashingTestEncoder):
@@ -142,11 +139,11 @@ def test_purge_reaches_the_disk_with_unsaved_changes_pending(tmp_path: Path):
     ranker.apply("s", [doc("s", "mem_keep", "payment service notes"),
                        doc("s", "mem_gone", f"the {SECRET} payment incident")], [], 2)
     ranker.checkpoint()
-    assert _bytes_under(semantic_dir(root), b"mem_gone")  # in the saved label map
+    assert bytes_under(semantic_dir(root), b"mem_gone")  # in the saved label map
     ranker.apply("s", [doc("s", "mem_new", "payment ledger")], ["mem_gone"], 3)  # unsaved
     assert ranker.purge("s", ["mem_gone"]) is True
-    assert _bytes_under(tmp_path, SECRET.encode()) == []
-    assert _bytes_under(tmp_path, b"mem_gone") == []
+    assert bytes_under(tmp_path, SECRET.encode()) == []
+    assert bytes_under(tmp_path, b"mem_gone") == []
     directory = semantic_dir(root)
     assert json.loads((directory / "cursor.json").read_text())["cursor"] == 3
     assert len(list(directory.glob("vectors-*.bin"))) == 1

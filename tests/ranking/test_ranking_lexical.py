@@ -34,7 +34,7 @@ def seed_a(index: LexicalIndex) -> None:
         [
             doc("A", "a1", "deploy the payment service on friday", decision="blue green rollout"),
             doc("A", "a2", "payment cache warms slowly", evidence="cache metrics"),
-            doc("A", "a3", f"the {SECRET} payment incident report", context="postmortem"),
+            doc("A", "a3-purged-zq", f"the {SECRET} payment incident report", context="postmortem"),
             doc("A", "a4", "unrelated note about lunch"),
         ],
         [],
@@ -76,11 +76,11 @@ def test_purge_rewrites_only_its_scope(tmp_path: Path):
     before_b = snapshot(scope_dir(root, "B"))
     assert any(SECRET.encode() in data for _, data in snapshot(scope_dir(root, "A")).values())
 
-    index.apply("A", [], ["a3"], 5)
-    index.purge("A", ["a3"])
+    index.apply("A", [], ["a3-purged-zq"], 5)
+    index.purge("A", ["a3-purged-zq"])
 
     assert snapshot(scope_dir(root, "B")) == before_b
-    leftovers = [p for p in root.rglob("*") if p.is_file() and (SECRET.encode() in p.read_bytes() or b"a3" in p.read_bytes())]
+    leftovers = [p for p in root.rglob("*") if p.is_file() and (SECRET.encode() in p.read_bytes() or b"a3-purged-zq" in p.read_bytes())]  # a short id would match hex segment names
     assert leftovers == []
     assert {r for r, _ in scored(index, "A", "payment")} == {"a1", "a2"}
     assert len(scored(index, "B", "ledger")) == 51

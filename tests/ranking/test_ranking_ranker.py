@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ranking_support import HashingTestEncoder, doc
+from ranking_support import HashingTestEncoder, bytes_under, doc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -93,18 +93,15 @@ def test_upsert_replaces_text_and_removal_hides_at_once(ranker: Ranker):
     assert "mem_a1" not in ids(ranker, "scopeA", "checkout rollback")
 
 
-def _bytes_under(root: Path, needle: bytes) -> list[Path]:
-    return [p for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
-
 
 def test_purge_leaves_no_byte_of_the_record(tmp_path: Path):
     ranker = Ranker(tmp_path / "idx", HashingTestEncoder())
     seed(ranker)
-    assert _bytes_under(tmp_path, SECRET.encode())  # stored text is on disk before purge
+    assert bytes_under(tmp_path, SECRET.encode())  # stored text is on disk before purge
     ranker.apply("scopeA", [], ["mem_a3"], 4)
     assert ranker.purge("scopeA", ["mem_a3"]) is True
-    assert _bytes_under(tmp_path, SECRET.encode()) == []
-    assert _bytes_under(tmp_path, b"mem_a3") == []
+    assert bytes_under(tmp_path, SECRET.encode()) == []
+    assert bytes_under(tmp_path, b"mem_a3") == []
     assert ids(ranker, "scopeA", "payment", LEXICAL_PROFILE) == ["mem_a1"]
     assert ids(ranker, "scopeB", "payment") == ["mem_b1"]
     ranker.close()

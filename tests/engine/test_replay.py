@@ -1,0 +1,62 @@
+"""A rank receipt can be replayed: the same ranking pinned to its valid_as_of gives the
+same ordered_ids_digest while the scope is unchanged, and says why when it is not."""
+
+from __future__ import annotations
+
+import pytest
+from engine_support import SEARCH, ContractError, ErrorCode, accept, context
+
+from service.engine.clock import now_ms
+
+
+def test_replay_matches_then_explains_a_change(engine) -> None:
+    ctx = context()
+    for i in range(6):
+        accept(engine, ctx, f"harbour crane maintenance log entry {i}", t=now_ms() - i * 86_400_000)
+    arguments = {"query": "harbour crane maintenance", "purpose_ref": ctx.purpose, "limit": 4}
+    receipt = engine.execute(SEARCH, ctx, arguments)["rank_receipt"]
+
+    same = engine.replay_search(ctx, arguments, receipt)
+    assert same["match"] and same["same_profile"] and same["journal_unchanged"]
+
+    accept(engine, ctx, "harbour crane maintenance harbour crane maintenance checklist")
+    moved = engine.replay_search(ctx, arguments, receipt)
+    assert not moved["journal_unchanged"]
+    assert not moved["match"]  # the new, better-matching record leads the page now
+
+
+def test_replay_refuses_other_arguments(engine) -> None:
+    ctx = context()
+    accept(engine, ctx, "tidal gauge calibration")
+    arguments = {"query": "tidal gauge", "purpose_ref": ctx.purpose}
+    receipt = engine.execute(SEARCH, ctx, arguments)["rank_receipt"]
+    with pytest.raises(ContractError) as caught:
+        engine.replay_search(ctx, {**arguments, "limit": 3}, receipt)
+    assert caught.value.code == ErrorCode.DIGEST_CONFLICT
+
+
+def test_replay_search_command(tmp_path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from service.cli import app
+    from service.engine import Engine
+
+    data = tmp_path / "data"
+    ctx = context()
+    engine = Engine.open(data, load_model=False)  # lexical-only, as the command opens it
+    try:
+        accept(engine, ctx, "ferry timetable for the winter season")
+        arguments = {"query": "ferry timetable", "purpose_ref": ctx.purpose}
+        receipt = engine.execute(SEARCH, ctx, arguments)["rank_receipt"]
+    finally:
+        engine.close()
+    (tmp_path / "args.json").write_text(json.dumps(arguments))
+    (tmp_path / "receipt.json").write_text(json.dumps(receipt))
+    result = CliRunner().invoke(app, [
+        "admin", "replay-search", ctx.tenant, ctx.workspace, str(tmp_path / "args.json"),
+        str(tmp_path / "receipt.json"), "-d", str(data), "--no-model",
+    ])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["match"] is True
