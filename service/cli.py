@@ -348,6 +348,24 @@ def transition(
         typer.echo(engine.transition((tenant, workspace), record_id, operation, reason_ref))
 
 
+@admin.command("adjudicate")
+def adjudicate(
+    decision: Annotated[str, typer.Argument(help="accept | reject")],
+    tenant: Annotated[str, typer.Argument(help="Tenant id.")],
+    workspace: Annotated[str, typer.Argument(help="Workspace id.")],
+    candidate_id: Annotated[str, typer.Argument(help="A candidate held as pending_adjudication.")],
+    reason_ref: Annotated[str, typer.Option(help="Opaque reason reference for the journal.")] = "operator",
+    data_dir: DataDir = DEFAULT_DATA_DIR,
+) -> None:
+    """Decide a candidate the admission policy held for a human (e.g. content equal to a
+    forgotten record). Its body key is destroyed either way."""
+    if decision not in ("accept", "reject"):
+        _err("engram: decision must be accept or reject")
+        raise typer.Exit(2)
+    with _engine(data_dir) as engine:
+        _print_json(engine.adjudicate((tenant, workspace), candidate_id, decision, reason_ref))
+
+
 @admin.command("replay-search")
 def replay_search(
     tenant: Annotated[str, typer.Argument(help="Tenant id of the search.")],

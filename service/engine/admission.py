@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from models.codes import ContractError, ErrorCode
+from models.digests import DigestKind, seal_receipt
 from models.inputs import AdmissionInput
 from models.tools import REQUEST_ADMISSION
 
-from service.store.base import RecordRow
+from service.store.base import CandidateRow, JournalEvent, RecordRow, Transaction
 
 from .clock import instant, now_ms, parse_instant
 from .context import CallContext
@@ -22,6 +23,7 @@ from .gates import check_confirmation, needs_confirmation
 from .idempotency import encode_result, find_replay, intent_hash
 from .lifecycle import require_pending
 from .parts import Parts
+from .policy import Decision
 from .records import candidate_aad, record_aad, record_id, transaction_receipt
 from .sealing import SealBroken
 
@@ -37,6 +39,59 @@ def record_row(
         valid["t"], valid.get("t_end"), parse_instant(expires) if expires else None,
         cursor, instant(at_ms), candidate_id,
     )
+
+
+def settle(
+    parts: Parts, tx: Transaction, candidate: CandidateRow, body: dict[str, Any],
+    decision: Decision, receipt: dict[str, Any], principal: str, at: int,
+) -> tuple[str, str | None, list[JournalEvent]]:
+    """Apply a decision to a candidate whose body is open: (status, record_id, events).
+
+    accept makes a record sealed under a new data key (or, when an accepted_current
+    record already has this payload, answers duplicate_exact with it); reject ends the
+    candidate; adjudication_required holds it with its body. Every outcome but the hold
+    destroys the candidate's body key."""
+    scope = candidate.scope
+    existing = tx.accepted_with_payload(scope, candidate.payload_digest)
+    if decision == "adjudication_required":
+        status, new_state = "pending_adjudication", "pending_adjudication"
+    elif decision == "reject":
+        status, new_state = "rejected", "rejected"
+    elif existing is not None:
+        status, new_state = "duplicate_exact", "accepted"
+    else:
+        status, new_state = "accepted", "accepted"
+    keep_body = new_state == "pending_adjudication"
+    events = [tx.append_event(
+        scope, f"candidate_{new_state}", candidate.candidate_id,
+        {"decision_receipt": receipt, "principal": principal}, instant(at))]
+    rid = existing
+    if status == "accepted":
+        rid = record_id(candidate.record_digest)
+        record_body = {**body, "accepted_at": instant(at)}
+        key_id, sealed = parts.vault.seal_json(tx, record_body, record_aad(scope, rid))
+        event = tx.append_event(
+            scope, "record_accepted", rid,
+            {"candidate_id": candidate.candidate_id, "record_digest": candidate.record_digest,
+             "payload_digest": candidate.payload_digest},
+            instant(at))
+        events.append(event)
+        tx.insert_record(record_row(
+            scope, rid, record_body, r_digest=candidate.record_digest,
+            p_digest=candidate.payload_digest, key_id=key_id, sealed=sealed,
+            cursor=event.cursor, at_ms=at, candidate_id=candidate.candidate_id))
+    if not keep_body and candidate.key_id is not None:
+        tx.destroy_key(candidate.key_id)
+    tx.set_candidate_state(scope, candidate.candidate_id, new_state, drop_body=not keep_body)
+    return status, rid, events
+
+
+def open_candidate(parts: Parts, candidate: CandidateRow) -> dict[str, Any]:
+    try:
+        return parts.vault.open_json(
+            candidate.key_id, candidate.sealed, candidate_aad(candidate.scope, candidate.candidate_id))
+    except SealBroken:
+        raise ContractError(ErrorCode.BLOB_MISSING) from None
 
 
 def request_admission(parts: Parts, ctx: CallContext, args: AdmissionInput) -> dict[str, Any]:
@@ -57,50 +112,14 @@ def request_admission(parts: Parts, ctx: CallContext, args: AdmissionInput) -> d
                 lambda ref: tx.claim_confirmation(ref, at),
             )
         require_pending(candidate.state)
-        try:
-            body = parts.vault.open_json(
-                candidate.key_id, candidate.sealed, candidate_aad(scope, candidate.candidate_id))
-        except SealBroken:
-            raise ContractError(ErrorCode.BLOB_MISSING) from None
+        body = open_candidate(parts, candidate)
         decision = policy.decide(body["payload"], body["evidence"])
         receipt = policy.decision_receipt(candidate.record_digest, decision, at)
         policy.check_fresh(receipt, at, now_ms())
 
-        outcome: dict[str, Any]
-        events: list[Any] = []
-        existing = tx.accepted_with_payload(scope, candidate.payload_digest)
         if decision == "accept" and tx.tombstoned_payload(scope, candidate.payload_digest):
             decision = "adjudication_required"
-        if decision == "adjudication_required":
-            status, new_state = "pending_adjudication", "pending_adjudication"
-        elif decision == "reject":
-            status, new_state = "rejected", "rejected"
-        elif existing is not None:
-            status, new_state = "duplicate_exact", "accepted"
-        else:
-            status, new_state = "accepted", "accepted"
-        keep_body = new_state == "pending_adjudication"
-        events.append(tx.append_event(
-            scope, f"candidate_{new_state}", candidate.candidate_id,
-            {"decision_receipt": receipt, "principal": ctx.principal}, instant(at)))
-        rid = existing
-        if status == "accepted":
-            rid = record_id(candidate.record_digest)
-            record_body = {**body, "accepted_at": instant(at)}
-            key_id, sealed = parts.vault.seal_json(tx, record_body, record_aad(scope, rid))
-            event = tx.append_event(
-                scope, "record_accepted", rid,
-                {"candidate_id": candidate.candidate_id, "record_digest": candidate.record_digest,
-                 "payload_digest": candidate.payload_digest},
-                instant(at))
-            events.append(event)
-            tx.insert_record(record_row(
-                scope, rid, record_body, r_digest=candidate.record_digest,
-                p_digest=candidate.payload_digest, key_id=key_id, sealed=sealed,
-                cursor=event.cursor, at_ms=at, candidate_id=candidate.candidate_id))
-        if not keep_body and candidate.key_id is not None:
-            tx.destroy_key(candidate.key_id)
-        tx.set_candidate_state(scope, candidate.candidate_id, new_state, drop_body=not keep_body)
+        status, rid, events = settle(parts, tx, candidate, body, decision, receipt, ctx.principal, at)
         last = events[-1]
         outcome = {
             "status": status,
@@ -119,3 +138,28 @@ def request_admission(parts: Parts, ctx: CallContext, args: AdmissionInput) -> d
         parts.projector.catch_up(scope)
     parts.store.purge_freed_pages()
     return result
+
+
+def adjudicate(parts: Parts, scope: tuple[str, str], candidate_id: str, decision: Decision, reason_ref: str) -> dict[str, Any]:
+    """The operator's decision on a candidate held for adjudication (never on the agent
+    path): accept or reject, with a decision receipt naming the operator."""
+    if decision == "adjudication_required":
+        raise ContractError(ErrorCode.ILLEGAL_TRANSITION)
+    with parts.store.transaction() as tx:
+        at = now_ms()
+        candidate = tx.candidate(scope, candidate_id)
+        if candidate is None:
+            raise ContractError(ErrorCode.NOT_FOUND)
+        if candidate.state != "pending_adjudication":
+            raise ContractError(ErrorCode.ILLEGAL_TRANSITION)
+        body = open_candidate(parts, candidate)
+        receipt = seal_receipt(DigestKind.DECISION_RECEIPT, {
+            "policy_id": "engram.operator-adjudication", "policy_version": "1",
+            "record_digest": candidate.record_digest, "decision": decision,
+            "reason_ref": reason_ref, "issued_at": instant(at),
+        })
+        status, rid, _ = settle(parts, tx, candidate, body, decision, receipt, "operator", at)
+    if status == "accepted":
+        parts.projector.catch_up(scope)
+    parts.store.purge_freed_pages()
+    return {"status": status, "candidate_id": candidate_id, "record_id": rid}

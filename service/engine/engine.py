@@ -129,6 +129,10 @@ class Engine:
         """dispute | resolve | supersede | expire | invalidate-trust one record."""
         return operator.transition(self.parts, scope, record_id, operation, reason_ref)
 
+    def adjudicate(self, scope: tuple[str, str], candidate_id: str, decision: str, reason_ref: str) -> dict[str, Any]:
+        """Accept or reject a candidate held as pending_adjudication."""
+        return admission.adjudicate(self.parts, scope, candidate_id, decision, reason_ref)  # type: ignore[arg-type]
+
     def expire_due(self) -> list[tuple[tuple[str, str], str]]:
         return operator.expire_due(self.parts)
 
