@@ -61,7 +61,9 @@ SEMANTIC_ONLY = Profile(
         **dict(HYBRID_PROFILE.config),
         "field_weights": {name: 0.0 for name in HYBRID_PROFILE.config["field_weights"]},
         "semantic_cap": DEPTH,
-        "fusion": {**dict(HYBRID_PROFILE.config["fusion"]), "method": "rrf"},
+        # the channel alone, unfloored: the floor is part of fusion, not of the channel
+        "fusion": {**dict(HYBRID_PROFILE.config["fusion"]), "method": "rrf",
+                   "semantic_only_min_similarity": -1.0},
     },
 )
 

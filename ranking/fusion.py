@@ -194,10 +194,16 @@ def fuse(
     recency_weight = float(config["recency_weight"])
     half_life = float(config["recency_half_life_ms"])
     decimals = int(config["score_decimals"])
+    # A candidate only the semantic channel proposes, with a cosine below this floor, is
+    # a nearest neighbour, not a match: without it a query about nothing in memory
+    # would still fill the page with whatever lies closest.
+    floor = float(config.get("fusion", {}).get("semantic_only_min_similarity", -1.0))
     out: list[Contribution] = []
     for record_id, score in fused.items():
         lex_entry = lex_by_id.get(record_id)
         sem_entry = sem_by_id.get(record_id)
+        if lex_entry is None and sem_entry is not None and sem_entry[1].similarity < floor:
+            continue
         valid_time = (lex_entry or sem_entry)[1].valid_time_ms  # type: ignore[index]
         fresh = recency(valid_time, valid_as_of_ms, half_life)
         normalised = score / top if top > 0 else 0.0

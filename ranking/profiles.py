@@ -80,8 +80,10 @@ _HYBRID_CONFIG: dict[str, Any] = {
         "rrf_k": 60,
         # share of the confidence-weighted reciprocal-rank term in the adaptive blend
         "rank_blend": 0.2,
+        # semantic-only candidates below this cosine are dropped (no keyword, no meaning)
+        "semantic_only_min_similarity": 0.2,
     },
 }
 
 LEXICAL_PROFILE = Profile(name="lexical", version="1", config=_LEXICAL_CONFIG)
-HYBRID_PROFILE = Profile(name="lexical_and_semantic", version="2", config=_HYBRID_CONFIG)
+HYBRID_PROFILE = Profile(name="lexical_and_semantic", version="3", config=_HYBRID_CONFIG)

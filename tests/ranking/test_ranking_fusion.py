@@ -212,3 +212,20 @@ def test_useless_lexical_channel_does_not_pull_hybrid_below_semantic(tmp_path: P
     ranker.close()
     assert semantic > 0.9
     assert hybrid >= semantic
+
+
+def test_semantic_only_neighbours_below_the_floor_are_not_matches() -> None:
+    """A query about nothing in memory gets no semantic-only filler, while a keyword hit
+    and a close semantic neighbour both stay."""
+    from ranking import HYBRID_PROFILE
+    from ranking.fusion import fuse
+    from ranking.lexical import LexicalHit
+    from ranking.semantic import SemanticHit
+
+    lexical = [LexicalHit("kw", 3.0, 0)]
+    semantic = [SemanticHit("close", 0.62, 0), SemanticHit("kw", 0.30, 0), SemanticHit("far", 0.05, 0)]
+    similarity = {"close": 0.62, "kw": 0.30, "far": 0.05}
+    kept = {c.record_id for c in fuse(lexical, semantic, similarity, HYBRID_PROFILE.config, 0)}
+    assert kept == {"kw", "close"}
+    nothing = fuse([], [SemanticHit("far", 0.05, 0)], {"far": 0.05}, HYBRID_PROFILE.config, 0)
+    assert nothing == []
