@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import importlib.util
 import json
 import os
@@ -41,6 +40,7 @@ from models.codes import MESSAGES, RETRIABLE, ErrorCode  # noqa: E402
 from models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, TOOLS, WITHDRAW  # noqa: E402
 from service.engine.gates import operation_digest  # noqa: E402
 from service.mcp.host_context import HEADER, mint_token  # noqa: E402
+from tests.engine import factories  # noqa: E402
 
 PURPOSE = "purpose:test"
 ALL_TOOLS = sorted(TOOLS)
@@ -147,33 +147,14 @@ def key(prefix: str = "k") -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
-def sha(text: str) -> str:
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-
-
 def capture_args(text: str, *, idem: str | None = None, extra_text: str | None = None) -> dict[str, Any]:
-    now = int(time.time() * 1000)
-    components = [{"component_id": "c1", "kind": "decision", "text": text, "citation_ids": ["cit1"]}]
+    """A well-formed capture of `text`, valid from now (the engine tests' builder)."""
+    extra = None
     if extra_text is not None:
-        components.append({"component_id": "c2", "kind": "context", "text": extra_text, "citation_ids": ["cit1"]})
-    return {
-        "idempotency_key": idem or key("capture"),
-        "payload": {
-            "schema_version": 2,
-            "purpose_ref": PURPOSE,
-            "valid_time": {"t": now},
-            "components": components,
-            "primary_component_id": "c1",
-            "primary_event": {"at": now, "type_ref": "event:decision", "citation_id": "cit1"},
-            "citations": [{
-                "citation_id": "cit1",
-                "source_ref": "doc:adr-7",
-                "locator": {"scheme": "url", "value": "https://example.org/adr/7"},
-                "content_digest": sha(text),
-            }],
-        },
-        "evidence": {"evidence_ref": "ev:adr-7", "evidence_digest": sha("ev" + text), "citation_ids": ["cit1"]},
-    }
+        extra = [{"component_id": "c2", "kind": "context", "text": extra_text, "citation_ids": ["cit1"]}]
+    return factories.capture_args(
+        text, idempotency_key=idem or key("capture"), extra_components=extra, t=int(time.time() * 1000)
+    )
 
 
 def unique_token() -> str:
