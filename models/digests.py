@@ -33,7 +33,6 @@ class DigestKind(StrEnum):
     REVALIDATION_RECEIPT = "revalidation-receipt"
     REDACTION_RECEIPT = "redaction-receipt"
     RANK_RECEIPT = "rank-receipt"
-    PROFILE_CONFIG = "profile-config"
     PROJECTION_RECEIPT = "projection-receipt"
     COVERAGE_RECEIPT = "coverage-receipt"
     REQUEST = "request"

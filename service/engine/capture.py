@@ -23,7 +23,7 @@ from .idempotency import encode_result, find_replay, intent_hash
 from .parts import Parts
 from .policy import HostPolicy
 from .records import authorization_receipt, candidate_aad, evidence_digest, payload_digest, record_digest, transaction_receipt
-from .secrets import find_secret
+from .secrets import find_secret_in
 
 
 def _strings(value: Any) -> list[str]:
@@ -38,9 +38,9 @@ def _strings(value: Any) -> list[str]:
 
 def refuse_secrets(arguments: dict[str, Any]) -> None:
     """Section 4: every string the candidate would keep is scanned before any write."""
-    for text in _strings({"payload": arguments["payload"], "evidence": arguments["evidence"]}):
-        if find_secret(text) is not None:
-            raise ContractError(ErrorCode.SECRET_DETECTED)
+    scanned = _strings({"payload": arguments["payload"], "evidence": arguments["evidence"]})
+    if find_secret_in(scanned) is not None:
+        raise ContractError(ErrorCode.SECRET_DETECTED)
 
 
 def resolve_retention(payload: dict[str, Any], policy: HostPolicy, at_ms: int) -> dict[str, Any]:

@@ -23,7 +23,6 @@ from models.digests import DigestKind, digest
 from .base import CandidateRow, CommitUncertain, JournalEvent, RecordRow, Scope, StoreUnavailable
 
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tenants (
   tenant TEXT PRIMARY KEY, enabled INTEGER NOT NULL, changed_at TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS scopes (
@@ -351,24 +350,13 @@ class SqliteStore:
         return [(r[0], r[1]) for r in self._read("SELECT tenant, workspace FROM scopes")]
 
     def events(self, scope: Scope, after: int = 0) -> Iterator[JournalEvent]:
-        last = after
-        while True:  # paged so a million-event journal never sits in memory at once
-            rows = self._read(
-                "SELECT * FROM journal WHERE tenant=? AND workspace=? AND cursor>?"
-                " ORDER BY cursor LIMIT 2000",
-                (*scope, last),
-            )
-            if not rows:
-                return
-            for row in rows:
-                yield _event(row)
-            last = rows[-1]["cursor"]
+        return (_event(row) for row in self._journal_rows(scope, after))
 
     def verify_chain(self, scope: Scope) -> bool:
         """Recompute every event digest and link of a scope's journal."""
         prev: str | None = None
         expected = 1
-        for row in self._iter_rows(scope):
+        for row in self._journal_rows(scope):
             body = json.loads(row["body"])
             recomputed = event_digest(
                 scope, row["cursor"], row["event_id"], row["kind"], row["subject"], body,
@@ -379,8 +367,9 @@ class SqliteStore:
             prev, expected = row["event_digest"], expected + 1
         return True
 
-    def _iter_rows(self, scope: Scope) -> Iterator[sqlite3.Row]:
-        last = 0
+    def _journal_rows(self, scope: Scope, after: int = 0) -> Iterator[sqlite3.Row]:
+        """Paged, so a million-event journal never sits in memory at once."""
+        last = after
         while rows := self._read(
             "SELECT * FROM journal WHERE tenant=? AND workspace=? AND cursor>?"
             " ORDER BY cursor LIMIT 2000",
@@ -443,10 +432,6 @@ class SqliteStore:
             yield from (_record(r) for r in rows)
             last = rows[-1][2]
 
-    def candidate_ids_with_body(self) -> list[tuple[Scope, str]]:
-        return [((r[0], r[1]), r[2]) for r in self._read(
-            "SELECT tenant, workspace, candidate_id FROM candidates WHERE sealed IS NOT NULL")]
-
     # tenants ----------------------------------------------------------------------------
     def tenant_enabled(self, tenant: str) -> bool:
         rows = self._read("SELECT enabled FROM tenants WHERE tenant=?", (tenant,))
@@ -458,18 +443,6 @@ class SqliteStore:
                 "INSERT INTO tenants VALUES (?,?,?) ON CONFLICT(tenant)"
                 " DO UPDATE SET enabled=excluded.enabled, changed_at=excluded.changed_at",
                 (tenant, int(enabled), at),
-            )
-
-    # meta ---------------------------------------------------------------------------
-    def meta(self, key: str) -> str | None:
-        rows = self._read("SELECT v FROM meta WHERE k=?", (key,))
-        return rows[0][0] if rows else None
-
-    def set_meta(self, key: str, value: str) -> None:
-        with self.transaction() as tx:
-            tx.conn.execute(
-                "INSERT INTO meta VALUES (?,?) ON CONFLICT(k) DO UPDATE SET v=excluded.v",
-                (key, value),
             )
 
     # physical hygiene and backup -----------------------------------------------------------
