@@ -6,9 +6,9 @@ scores, and a purge (which rewrites an index) would cost as much as the whole co
 With one index per scope, no call reads, ranks or counts another scope's data, and a
 purge rewrites only the forgotten record's scope.
 
-Files per scope (``root/<sha256(scope)[:32]>/``): ``index/`` (the Tantivy index, created
-on the scope's first upsert, never by a search) and ``cursor.json`` (the projection
-cursor, written after the commit it covers and never moved backwards). Indexes are opened
+Files per scope (``root/<sha256(scope)[:32]>/``): ``index-v2/`` (the Tantivy index,
+created on the scope's first upsert, never by a search) and ``cursor.json`` (the
+projection cursor, written after the commit it covers and never moved backwards). Indexes are opened
 lazily and kept in a bounded LRU (:data:`MAX_OPEN_INDEXES`); writers, which hold a lock
 file and a few threads each, are kept for at most :data:`MAX_OPEN_WRITERS` scopes. A
 writer is only ever closed under its scope's lock, and an index leaves the cache only
@@ -20,6 +20,10 @@ carries its scope and every query still requires it (a zero-weight filter that l
 BM25 scores unchanged), so a document could not be returned for another scope even if a
 directory were mixed up.
 
+Record ids are read back from four u64 fast columns (:mod:`ranking.record_words`)
+rather than from each hit's stored document; an id not in the canonical form falls back
+to the stored field.
+
 Text fields are *stored* so that :meth:`LexicalIndex.purge` can rewrite a scope's index
 without the purged documents: tantivy-py exposes no explicit merge, and a deleted
 document's terms and stored bytes survive in its segment until that segment is rewritten.
@@ -27,10 +31,11 @@ A purge therefore deletes every document of the scope's index, re-adds the live 
 the stored fields in the same commit (Tantivy drops segments left with no live
 documents), and collects the old files.
 
-Layout change: earlier versions kept one shared index directly under the lexical root and
-cursors in ``lexical_cursors.json`` beside it. Such files are deleted on open (they would
-otherwise keep bytes of records forgotten later); lexical cursors then read 0 and the
-projector rebuilds each scope from its journal on the scope's next catch-up.
+Layout changes: earlier versions kept one shared index directly under the lexical root
+and cursors in ``lexical_cursors.json`` beside it, and later a per-scope ``index/`` with
+no id columns. Such files are deleted on open (they would otherwise keep bytes of records
+forgotten later); the scope's lexical cursor then reads 0 and the projector rebuilds the
+scope from its journal on its next catch-up.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from typing import Iterator, Mapping, Sequence
 
 import tantivy
 
+from ranking import record_words
 from ranking.documents import IndexDocument
 from ranking.storage import atomic_write_json, read_json
 
@@ -55,6 +61,9 @@ WRITER_HEAP_BYTES = 64_000_000
 MAX_OPEN_INDEXES = 64
 MAX_OPEN_WRITERS = 8
 LEGACY_CURSOR_FILE = "lexical_cursors.json"
+INDEX_DIR = "index-v2"
+LEGACY_INDEX_DIR = "index"
+ID_COLUMNS = tuple(f"rid{i}" for i in range(record_words.WORDS))
 
 
 def _analyzer(*, drop_stopwords: bool = False) -> tantivy.TextAnalyzer:
@@ -80,6 +89,8 @@ def _schema() -> tantivy.Schema:
     for name in TEXT_FIELDS:
         builder.add_text_field(name, stored=True, tokenizer_name=ANALYZER, index_option="freq")
     builder.add_integer_field("valid_time_ms", stored=True, fast=True)
+    for name in ID_COLUMNS:
+        builder.add_unsigned_field(name, fast=True)
     return builder.build()
 
 
@@ -152,7 +163,7 @@ class LexicalIndex:
         with self._locked(scope_key, create=True) as entry:
             assert entry is not None
             if upserts and entry.index is None:
-                entry.index = self._open_index(entry.directory / "index", create=True)
+                entry.index = self._open_index(entry.directory / INDEX_DIR, create=True)
             if entry.index is not None and (upserts or removals):
                 writer = self._live_writer(entry)
                 try:
@@ -257,10 +268,22 @@ class LexicalIndex:
         addresses = [address for _, address in hits]
         times = searcher.fast_field_values("valid_time_ms", addresses)
         out = [
-            LexicalHit(searcher.doc(address)["record_id"][0], float(score), int(valid_time or 0))
-            for (score, address), valid_time in zip(hits, times)
+            LexicalHit(record_id, float(score), int(valid_time or 0))
+            for (score, _), valid_time, record_id in zip(hits, times, self._record_ids(searcher, addresses))
         ]
         out.sort(key=lambda h: (-h.score, h.record_id))
+        return out
+
+    @staticmethod
+    def _record_ids(searcher: tantivy.Searcher, addresses: list[tantivy.DocAddress]) -> list[str]:
+        """Each hit's record id from the id columns, from the stored field where absent."""
+        rows = list(zip(*(searcher.fast_field_values(name, addresses) for name in ID_COLUMNS)))
+        packed = [i for i, words in enumerate(rows) if None not in words]
+        out = [""] * len(rows)
+        for i, record_id in zip(packed, record_words.unpack_many([rows[i] for i in packed])):
+            out[i] = record_id
+        for i in set(range(len(rows))) - set(packed):
+            out[i] = searcher.doc(addresses[i])["record_id"][0]
         return out
 
     def _query_clauses(
@@ -314,7 +337,7 @@ class LexicalIndex:
                 self._entries.move_to_end(scope_key)
                 return entry
             directory = self._dir(scope_key)
-            index = self._open_index(directory / "index", create=False)
+            index = self._open_index(directory / INDEX_DIR, create=False)
             if index is None and not create:
                 return None
             entry = _Scope(scope_key, directory, index, self.cursor(scope_key))
@@ -403,12 +426,17 @@ class LexicalIndex:
             writer.wait_merging_threads()
 
     def _drop_legacy_layout(self) -> None:
-        """Delete the pre-per-scope shared index (its files sat directly under the root)."""
+        """Delete indexes of older layouts: the pre-per-scope shared index (its files sat
+        directly under the root) and per-scope indexes without id columns, with their
+        cursors, before any cursor is read."""
         if (self._root / "meta.json").is_file():
             for path in self._root.iterdir():
                 if path.is_file():
                     path.unlink(missing_ok=True)
         (self._root.parent / LEGACY_CURSOR_FILE).unlink(missing_ok=True)
+        for legacy in self._root.glob(f"*/{LEGACY_INDEX_DIR}"):
+            shutil.rmtree(legacy)
+            (legacy.parent / "cursor.json").unlink(missing_ok=True)
 
     # -- internals --------------------------------------------------------------------
 
@@ -428,6 +456,7 @@ class LexicalIndex:
         for name in TEXT_FIELDS:
             out.add_text(name, getattr(doc, name))
         out.add_integer("valid_time_ms", int(doc.valid_time_ms))
+        LexicalIndex._add_id_columns(out, doc.record_id)
         return out
 
     @staticmethod
@@ -438,7 +467,14 @@ class LexicalIndex:
                 out.add_text(name, value)
         for value in stored.get_all("valid_time_ms"):
             out.add_integer("valid_time_ms", value)
+        LexicalIndex._add_id_columns(out, stored["record_id"][0])
         return out
+
+    @staticmethod
+    def _add_id_columns(out: tantivy.Document, record_id: str) -> None:
+        words = record_words.pack(record_id)
+        for name, word in zip(ID_COLUMNS, words or ()):
+            out.add_unsigned(name, word)
 
     def _advance(self, entry: _Scope, through_cursor: int) -> None:
         """Move the scope's cursor forward only (caller holds ``entry.lock``)."""

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ranking_support import doc
 
-from ranking.lexical import LexicalIndex
+from ranking.lexical import INDEX_DIR, LEGACY_INDEX_DIR, LexicalIndex
+from ranking import record_words
 from ranking.profiles import LEXICAL_PROFILE
 
 WEIGHTS = dict(LEXICAL_PROFILE.config["field_weights"])
@@ -153,7 +154,7 @@ def test_unknown_scope_creates_nothing_and_empty_apply_only_moves_the_cursor(tmp
     assert list(root.iterdir()) == []
     index.apply("quiet", [], ["nothing"], 7)
     assert index.cursor("quiet") == 7
-    assert not (scope_dir(root, "quiet") / "index").exists()
+    assert not (scope_dir(root, "quiet") / INDEX_DIR).exists()
     assert index.search("quiet", "anything", WEIGHTS, 10) == []
     index.close()
 
@@ -164,8 +165,8 @@ def test_mixed_up_directory_returns_nothing_of_another_scope(tmp_path: Path):
     seed_a(index)
     index.apply("B", [doc("B", "b1", "payment secrets of tenant b")], [], 1)
     index.close()
-    shutil.rmtree(scope_dir(root, "A") / "index")
-    shutil.copytree(scope_dir(root, "B") / "index", scope_dir(root, "A") / "index")
+    shutil.rmtree(scope_dir(root, "A") / INDEX_DIR)
+    shutil.copytree(scope_dir(root, "B") / INDEX_DIR, scope_dir(root, "A") / INDEX_DIR)
     reopened = LexicalIndex(root)
     assert reopened.search("A", "payment secrets", WEIGHTS, 10) == []
     reopened.close()
@@ -188,6 +189,33 @@ def test_reset_drops_every_scope_and_legacy_files_are_removed(tmp_path: Path):
     assert index.search("A", "payment", WEIGHTS, 10) == []
     seed_a(index)  # usable again after a reset
     assert len(index.search("A", "payment", WEIGHTS, 10)) == 3
+    index.close()
+
+
+def test_per_scope_index_without_id_columns_is_dropped_with_its_cursor(tmp_path: Path):
+    root = tmp_path / "lexical"
+    index = LexicalIndex(root)
+    seed_a(index)
+    index.close()
+    (scope_dir(root, "A") / INDEX_DIR).rename(scope_dir(root, "A") / LEGACY_INDEX_DIR)  # the old layout
+    reopened = LexicalIndex(root)
+    assert not (scope_dir(root, "A") / LEGACY_INDEX_DIR).exists()
+    assert reopened.cursor("A") == 0  # so the projector re-applies the scope's journal
+    seed_a(reopened)
+    assert len(reopened.search("A", "payment", WEIGHTS, 10)) == 3
+    reopened.close()
+
+
+def test_canonical_and_other_ids_come_back_exactly_also_after_a_purge(tmp_path: Path):
+    canonical = [record_words.unpack((i, 2**64 - 1 - i, 7 * i, 2**63 + i)) for i in range(3)]
+    index = LexicalIndex(tmp_path / "lexical")
+    docs = [doc("A", rid, f"ledger payment note {n}") for n, rid in enumerate([*canonical, "plain-id", "mem_short"])]
+    index.apply("A", docs, [], 1)
+    found = {h.record_id for h in index.search("A", "ledger payment", WEIGHTS, 10)}
+    assert found == {*canonical, "plain-id", "mem_short"}
+    index.purge("A", [canonical[1]])
+    found = {h.record_id for h in index.search("A", "ledger payment", WEIGHTS, 10)}
+    assert found == {canonical[0], canonical[2], "plain-id", "mem_short"}
     index.close()
 
 
