@@ -8,6 +8,7 @@ import hashlib
 import math
 
 import pytest
+import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,7 +19,7 @@ from engine_support import (
 
 from models.digests import (
     MAX_SAFE_INTEGER, CanonicalizationRefused, DigestKind, canonical_bytes, digest, receipt_digest,
-    record_id_for, seal_receipt,
+    _normalised, record_id_for, seal_receipt,
 )
 from models.outputs import AdmissionOutput, CaptureOutput, ForgetOutput, GetOutput, SearchOutput, WithdrawOutput
 from service.engine.records import REDACTION_POLICY
@@ -114,6 +115,28 @@ def test_key_order_independence(doc: dict, seed) -> None:
     shuffled = {k: doc[k] for k in keys}
     assert digest(DigestKind.PAYLOAD, shuffled) == digest(DigestKind.PAYLOAD, doc)
     assert canonical_bytes(shuffled) == canonical_bytes(doc)
+
+
+any_text = st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=12)
+wide_docs = st.recursive(
+    st.one_of(
+        st.none(), st.booleans(), st.integers(-MAX_SAFE_INTEGER, MAX_SAFE_INTEGER), any_text,
+        st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: not (f == 0 and math.copysign(1, f) < 0)),
+        st.sampled_from([1.0, 0.0, 0.5, 1e-4, 9.999e-5, 1e16, 9999999999999998.0, 2.0**53, 2.0**53 + 2, 0.1 + 0.2,
+                         "\"\\\n\x7f\u2028", "cafe\u0301", "\U0001F600"]),
+    ),
+    lambda c: st.one_of(st.lists(c, max_size=5), st.dictionaries(st.one_of(any_text, st.sampled_from(
+        ["\ue000", "\U0001F600", "a\u0301"])), c, max_size=5)),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(doc=wide_docs)
+def test_fast_path_writes_exactly_what_the_full_canonicaliser_writes(doc: object) -> None:
+    # Floats, unnormalised text, non-BMP keys, escapes and nesting are where a
+    # json.dumps shortcut could drift from RFC 8785.
+    assert canonical_bytes(doc) == rfc8785.dumps(_normalised(doc))
 
 
 def test_nfc_normalisation_of_values_and_keys() -> None:
