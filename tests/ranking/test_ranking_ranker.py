@@ -151,10 +151,12 @@ def test_reopen_keeps_documents_vectors_and_cursors(tmp_path: Path):
 
 
 def test_bulk_apply_with_many_documents(ranker: Ranker):
-    docs = [doc("bulk", f"mem_{i:05d}", f"note {i} about topic{i % 7}") for i in range(1500)]
+    docs = [doc("bulk", f"mem_{i:05d}", f"note {i} about topic{i % 11}") for i in range(1500)]
     ranker.apply("bulk", docs, [], 1500)
     found = ranker.search("bulk", "topic3", LEXICAL_PROFILE, valid_as_of_ms=0).candidates
-    assert len(found) == len([i for i in range(1500) if i % 7 == 3])
+    assert {c.record_id for c in found} == {f"mem_{i:05d}" for i in range(1500) if i % 11 == 3}
+    capped = ranker.search("bulk", "note", LEXICAL_PROFILE, valid_as_of_ms=0).candidates
+    assert len(capped) == LEXICAL_PROFILE.config["lexical_cap"] < 1500
 
 
 def test_semantic_search_scores_exactly_when_the_graph_cannot_fill_k(tmp_path, monkeypatch) -> None:
