@@ -30,6 +30,7 @@ def bench(
     encoder_sample: Annotated[int, typer.Option("--encoder-sample", min=0)] = 256,
     batch_size: Annotated[Optional[int], typer.Option("--batch-size", min=1)] = None,
     keep: Annotated[bool, typer.Option("--keep/--no-keep", help="Keep the scratch data.")] = False,
+    reuse: Annotated[bool, typer.Option("--reuse/--no-reuse", help="Measure again on sizes already ingested in the scratch directory (implies --keep).")] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
 ) -> None:
     """Run the benchmark for each size and write OUT/bench.json, OUT/report.md, OUT/cost_growth.png."""
@@ -44,9 +45,9 @@ def bench(
     scratch = work or out / "work"
     try:
         run_bench(size_list, out, scratch, queries=queries, clients=clients, calls=calls,
-                  encoder_sample=encoder_sample, batch_size=batch_size, progress=progress, load=load,
+                  encoder_sample=encoder_sample, batch_size=batch_size, progress=progress, load=load, reuse=reuse,
                   say=lambda m: console.print(m, markup=False, highlight=False))
     finally:
-        if not keep:
+        if not (keep or reuse):
             shutil.rmtree(scratch, ignore_errors=True)
     console.print((out / "report.md").read_text() if (out / "report.md").exists() else "no report", markup=False)

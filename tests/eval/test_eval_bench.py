@@ -32,10 +32,20 @@ def test_tiny_bench_run(tmp_path: Path, encoder):
     assert entry["ingest"]["ingested"] == 400
     assert entry["hnsw_recall"]["aligned_labels"] is True
     assert entry["hnsw_recall"]["ef128"]["recall@10"] > 0.9
-    for name in ("engine_hybrid", "engine_lexical", "raw_encoder_query", "raw_tantivy_top1000", "raw_hnsw_k10_ef128"):
+    for name in ("engine_hybrid", "engine_lexical", "raw_encoder_query", "raw_tantivy_candidates",
+                 "raw_hnsw_candidates", "raw_hnsw_k10_ef128"):
         assert entry["latency"][name]["p50_ms"] > 0
+    ratios = entry["ratios_p50"]
+    assert ratios["engine_hybrid_over_raw_sum"] > 0 and ratios["mcp_hybrid_over_raw_sum"] > 0
+    assert result["encoder_bound_ingest"]["ingest_over_raw_encoder"] > 0
     assert entry["disk_mb"]["total_mb"] > 0 and entry["rss_mb"]["peak_during_ingest"] > 0
     load = result["load"]
-    assert load.get("skipped") or (load["admitted_not_readable"] == 0 and load["calls_completed"] > 0)
+    assert "skipped" not in load, load
+    assert load["admitted_not_readable"] == 0 and load["calls_completed"] > 0 and not load["errors"]
     assert json.loads((out / "bench.json").read_text())["sizes"][0]["size"] == 400
     assert (out / "report.md").exists() and (out / "cost_growth.png").stat().st_size > 0
+
+    again = run_bench([400], tmp_path / "again", tmp_path / "work", queries=12, encoder_sample=0, load=False,
+                      reuse=True, progress=False, encoder=encoder, say=lambda _m: None)["sizes"][0]
+    assert again["reused_ingest"] is True and again["ingest"] == entry["ingest"]
+    assert again["hnsw_recall"]["aligned_labels"] is True
