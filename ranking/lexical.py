@@ -8,11 +8,12 @@ purge rewrites only the forgotten record's scope.
 
 Files per scope (``root/<sha256(scope)[:32]>/``): ``index-v2/`` (the Tantivy index,
 created on the scope's first upsert, never by a search) and ``cursor.json`` (the
-projection cursor, written after the commit it covers and never moved backwards). Indexes are opened
-lazily and kept in a bounded LRU (:data:`MAX_OPEN_INDEXES`); writers, which hold a lock
-file and a few threads each, are kept for at most :data:`MAX_OPEN_WRITERS` scopes. A
-writer is only ever closed under its scope's lock, and an index leaves the cache only
-after its writer is closed, so two writers never race for one scope's lock file.
+projection cursor, written after the commit it covers and never moved backwards).
+Indexes are opened lazily and kept in a bounded LRU (:data:`MAX_OPEN_INDEXES`); writers,
+which hold a lock file and a few threads each, are kept for at most
+:data:`MAX_OPEN_WRITERS` scopes. A writer is only ever closed under its scope's lock, and
+an index leaves the cache only after its writer is closed, so two writers never race for
+one scope's lock file.
 
 Queries are built by this module from analyzed tokens (term queries), never by the query
 parser, so no user string can name a field or use a wildcard. Every document still
