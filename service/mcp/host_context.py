@@ -47,6 +47,7 @@ write the launching process's environment and files).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
@@ -229,13 +230,38 @@ def verify_token(token: str | None, secret: bytes, *, now_s: float | None = None
     """Verify a compact HS256 JWS and its claims; raise `ContextUnavailable` otherwise."""
     if not token or not isinstance(token, str) or len(token) > MAX_TOKEN_BYTES:
         raise ContextUnavailable("missing")
+    signed = _signed_context(token, secret)
+    now = time.time() if now_s is None else now_s
+    if signed.iat > now + LEEWAY_S or signed.exp <= now:
+        raise ContextUnavailable("expired")
+    if signed.nbf is not None and (not isinstance(signed.nbf, (int, float)) or signed.nbf > now + LEEWAY_S):
+        raise ContextUnavailable("not yet valid")
+    return VerifiedContext(signed.context, float(signed.exp))
+
+
+@dataclass(frozen=True)
+class _SignedContext:
+    context: CallContext
+    iat: float
+    exp: float
+    nbf: Any
+
+
+@functools.lru_cache(maxsize=4096)
+def _signed_context(token: str, secret: bytes) -> _SignedContext:
+    """Everything about a token that does not depend on the clock, cached per token.
+
+    A host sends the same token on every call of a session, and pyjwt's checks cost
+    about half a millisecond a call; the same bytes under the same secret always verify
+    the same way, and the clock checks are redone by :func:`verify_token` every time.
+    Failures raise, so they are never cached.
+    """
     try:
         header = jwt.get_unverified_header(token)
     except jwt.PyJWTError:
         raise ContextUnavailable("malformed") from None
     if header.get("alg") != ALGORITHM or "crit" in header:
         raise ContextUnavailable("algorithm")
-    now = time.time() if now_s is None else now_s
     try:
         claims = jwt.decode(
             token,
@@ -243,7 +269,7 @@ def verify_token(token: str | None, secret: bytes, *, now_s: float | None = None
             algorithms=[ALGORITHM],
             options={
                 "require": ["iat", "exp"],
-                "verify_exp": False,  # checked below against our clock
+                "verify_exp": False,  # checked by verify_token against our clock
                 "verify_iat": False,
                 "verify_nbf": False,
                 "verify_aud": False,
@@ -258,12 +284,7 @@ def verify_token(token: str | None, secret: bytes, *, now_s: float | None = None
             raise ContextUnavailable("times")
     if not (iat <= exp and exp - iat <= MAX_LIFETIME_S):
         raise ContextUnavailable("lifetime")
-    if iat > now + LEEWAY_S or exp <= now:
-        raise ContextUnavailable("expired")
-    nbf = claims.get("nbf")
-    if nbf is not None and (not isinstance(nbf, (int, float)) or nbf > now + LEEWAY_S):
-        raise ContextUnavailable("not yet valid")
-    return VerifiedContext(context_from_claims(claims), float(exp))
+    return _SignedContext(context_from_claims(claims), iat, exp, claims.get("nbf"))
 
 
 def mint_token(claims: Mapping[str, Any], secret: bytes, *, ttl_s: int = 300, now_s: float | None = None) -> str:

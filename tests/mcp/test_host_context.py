@@ -49,6 +49,15 @@ def test_roundtrip():
     assert verified.expires_at_s == NOW + 300
 
 
+def test_a_token_verified_once_is_still_judged_by_the_clock_and_the_secret_every_time():
+    tok = mint_token(claims(), SECRET, now_s=NOW)
+    assert verify_token(tok, SECRET, now_s=NOW + 1).context.tenant == "acme"
+    assert _reject(tok, now=NOW + 300) == "expired"  # same token, later clock
+    assert _reject(tok, now=NOW - 120) == "expired"  # issued in the future for this clock
+    assert _reject(tok, secret=b"another-secret-0123456789abcdef-0123456789") == "signature"
+    assert verify_token(tok, SECRET, now_s=NOW + 2).context.tenant == "acme"
+
+
 def _reject(tok, now=NOW + 1, secret=SECRET):
     with pytest.raises(ContextUnavailable) as info:
         verify_token(tok, secret, now_s=now)
