@@ -181,7 +181,8 @@ def fuse(
     """Order the union of both hit lists; ``semantic`` None means a lexical-only profile.
 
     ``lexical`` and ``semantic`` are best-first; ``similarity`` holds the exact cosine of
-    any candidate the semantic channel can score (used for explanation and fusion).
+    lexical candidates the semantic channel did not return (used for explanation and
+    fusion); a semantic hit's own similarity always wins over an entry there.
     """
     if semantic is None:
         fused = _lexical_norm(lexical)

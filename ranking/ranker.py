@@ -191,8 +191,10 @@ class Ranker:
                 semantic = self._semantic.search(
                     scope_key, vector, min(candidate_cap, int(config["semantic_cap"]))
                 )
+                # Semantic hits carry their similarity; only lexical-only candidates
+                # need theirs computed, so both channels judge the same candidates.
                 similarity = self._semantic.similarities(
-                    scope_key, vector, sorted({h.record_id for h in lexical} | {h.record_id for h in semantic})
+                    scope_key, vector, sorted({h.record_id for h in lexical} - {h.record_id for h in semantic})
                 )
             except CorruptIndex as exc:
                 raise SemanticUnavailable(f"index corrupt: {exc}") from exc
