@@ -21,6 +21,7 @@ leads while the batch is still being embedded.
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +73,10 @@ class Ranker:
         self._root = Path(root)
         self._encoder = encoder
         self._dim = dim or (encoder.dim if encoder is not None else 384)
-        self._root.mkdir(parents=True, exist_ok=True)
+        # Tantivy writes its files (stored record text among them) with the process
+        # umask; a private root keeps every one of them out of other users' reach.
+        self._root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self._root, 0o700)
         self._lexical = LexicalIndex(self._root / "lexical")
         self._semantic = SemanticIndex(
             self._root / "semantic",

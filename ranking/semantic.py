@@ -48,7 +48,7 @@ from typing import Sequence
 import hnswlib
 import numpy as np
 
-from ranking.storage import atomic_write_json, read_json
+from ranking.storage import atomic_write, atomic_write_json, read_json
 
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 200
@@ -63,6 +63,9 @@ CHECKPOINT_SECONDS = 30.0
 # passed since that save, so saving costs at most about a tenth of apply time however
 # large the scope grows (bulk loading stays linear; the window grows with save cost).
 CHECKPOINT_SPACING = 9.0
+# Vectors are read back from a loaded index this many at a time: hnswlib's get_items
+# builds Python lists before its numpy array, about 12 GB at once for a million vectors.
+LOAD_CHUNK = 16_384
 
 
 class SemanticUnavailable(Exception):
@@ -352,8 +355,9 @@ class SemanticIndex:
         if not set(state.label_record) <= present:
             raise CorruptIndex("vector labels missing from index")
         live = sorted(state.label_record)
-        if live:
-            state.vectors[live] = index.get_items(live, return_type="numpy")
+        for start in range(0, len(live), LOAD_CHUNK):
+            chunk = live[start : start + LOAD_CHUNK]
+            state.vectors[chunk] = index.get_items(chunk, return_type="numpy")
         state.cursor = state.saved_cursor = self._disk_cursor(scope_key)
         try:  # when the files were saved, on the monotonic clock
             age = max(0.0, time.time() - (directory / "meta.json").stat().st_mtime)
@@ -386,7 +390,9 @@ class SemanticIndex:
         directory.mkdir(parents=True, exist_ok=True)
         state.generation += 1
         path = directory / f"vectors-{state.generation}.bin"
-        state.index.save_index(str(path))
+        # Through a private temporary file, fsync'd, so meta.json never names a vector
+        # file that is not durable, and no other user can read the vectors.
+        atomic_write(path, lambda tmp: state.index.save_index(str(tmp)))
         meta = {
             "scope_key": scope_key,
             "generation": state.generation,

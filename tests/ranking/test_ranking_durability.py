@@ -188,3 +188,24 @@ def test_bulk_apply_cost_stays_roughly_linear(tmp_path: Path, capsys):
     assert ranker.projection_cursor("bulk") == {"lexical": batches * size, "semantic": batches * size}
     assert saves["n"] <= batches // 2 + 1
     assert last < 6 * first + 2.0
+
+
+def test_reload_reads_vectors_back_in_chunks_exactly_and_files_stay_private(tmp_path: Path, monkeypatch):
+    import ranking.semantic as semantic
+
+    root = tmp_path / "idx"
+    ranker = Ranker(root, HashingTestEncoder())
+    ranker.apply("s", [doc("s", f"mem_{i}", f"note {i} about topic{i % 5}") for i in range(40)], [], 40)
+    ranker.apply("s", [], ["mem_7"], 41)  # a hidden label is not read back
+    ranker.close()
+    before = ranker._semantic._scope("s").vectors.copy()  # noqa: SLF001
+    monkeypatch.setattr(semantic, "LOAD_CHUNK", 3)  # many chunks, one short
+    reopened = Ranker(root, HashingTestEncoder())
+    state = reopened._semantic._scope("s")  # noqa: SLF001
+    live = sorted(state.label_record)
+    assert len(live) == 39 and np.array_equal(state.vectors[live], before[live])
+    assert sorted(semantic_ids(reopened, "s", "topic3")) == sorted(semantic_ids(ranker, "s", "topic3"))
+    for path in semantic_dir(root).iterdir():
+        assert path.stat().st_mode & 0o077 == 0, path.name
+    assert root.stat().st_mode & 0o077 == 0  # and nothing below the root is reachable
+    reopened.close()
