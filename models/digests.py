@@ -88,8 +88,8 @@ _FIXED_FLOATS = (1e-4, 1e16)  # where Python's repr and ECMAScript both write pl
 
 
 def _dumps_form(value: Any) -> Any:
-    """`value` in a form whose compact, key-sorted `json.dumps` is exactly its JCS bytes,
-    or _NeedsFullCanonicaliser.
+    """`value` in a form whose compact, key-sorted `json.dumps` is exactly its JCS bytes;
+    raises _NeedsFullCanonicaliser when there is no such form.
 
     Why: the pure-Python canonicaliser costs about a millisecond a search (rank receipts
     and response digests cover hundreds of ids and scores). The two writers agree on:

@@ -31,10 +31,10 @@ def pack(record_id: str) -> tuple[int, int, int, int] | None:
     """The id's 32 digest bytes as four big-endian u64 words, or None if not canonical."""
     if not _CANONICAL.match(record_id):
         return None
-    raw = base64.b32decode(record_id[len(PREFIX):].upper() + "====")
-    if len(raw) != 32 or unpack(_LAYOUT.unpack(raw)) != record_id:
+    words = _LAYOUT.unpack(base64.b32decode(record_id[len(PREFIX):].upper() + "===="))
+    if unpack(words) != record_id:
         return None  # trailing bits set: not the unique encoding of these bytes
-    return _LAYOUT.unpack(raw)
+    return words
 
 
 def unpack(words: tuple[int, ...] | list[int]) -> str:

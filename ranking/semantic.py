@@ -405,8 +405,9 @@ class SemanticIndex:
             ],
         }
         atomic_write_json(directory / "meta.json", meta)
-        # Older generations, including any a crash left behind, are no longer referenced.
-        for stale in directory.glob("vectors-*.bin"):
+        # Older generations, and temporary files a crash left behind (they may hold
+        # vectors of records forgotten since), are no longer referenced.
+        for stale in [*directory.glob("vectors-*.bin"), *directory.glob(".*.tmp")]:
             if stale != path:
                 stale.unlink(missing_ok=True)
         self._write_cursor(scope_key, state)

@@ -209,3 +209,16 @@ def test_reload_reads_vectors_back_in_chunks_exactly_and_files_stay_private(tmp_
         assert path.stat().st_mode & 0o077 == 0, path.name
     assert root.stat().st_mode & 0o077 == 0  # and nothing below the root is reachable
     reopened.close()
+
+
+def test_a_save_removes_temporary_files_a_crash_left_behind(tmp_path: Path):
+    root = tmp_path / "idx"
+    ranker = Ranker(root, HashingTestEncoder())
+    ranker.apply("s", [doc("s", "mem_1", f"{SECRET} note")], [], 1)
+    ranker.checkpoint()
+    leftover = semantic_dir(root) / ".vectors-9.bin.crashed.tmp"  # as atomic_write names them
+    leftover.write_bytes(SECRET.encode())
+    ranker.apply("s", [doc("s", "mem_2", "another note")], [], 2)
+    ranker.checkpoint()
+    assert not leftover.exists()
+    ranker.close()
