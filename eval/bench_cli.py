@@ -23,15 +23,15 @@ def bench(
     sizes: Annotated[str, typer.Option("--sizes", help="Comma-separated corpus sizes.")] = "10000,100000",
     out: Annotated[Path, typer.Option("--out", help="Output directory (bench.json, report.md, plots).")] = Path("./bench-out"),
     work: Annotated[Optional[Path], typer.Option("--work", help="Scratch directory for data (default OUT/work).")] = None,
-    queries: Annotated[int, typer.Option("--queries", min=10)] = 200,
+    queries: Annotated[int, typer.Option("--queries", min=10, help="Search queries timed per size (synthetic, drawn like the corpus).")] = 200,
     clients: Annotated[int, typer.Option("--clients", min=1, help="Concurrent MCP clients in the load run.")] = 8,
-    calls: Annotated[int, typer.Option("--calls", min=1, help="Tool calls in the load run, in all.")] = 400,
+    calls: Annotated[int, typer.Option("--calls", min=1, help="Client steps in the load run, in all (a capture step also requests admission).")] = 400,
     load: Annotated[bool, typer.Option("--load/--no-load", help="Run the MCP-over-HTTP load run.")] = True,
-    encoder_sample: Annotated[int, typer.Option("--encoder-sample", min=0)] = 256,
-    batch_size: Annotated[Optional[int], typer.Option("--batch-size", min=1)] = None,
+    encoder_sample: Annotated[int, typer.Option("--encoder-sample", min=0, help="Records of real text ingested with the real model, against the encoder alone (0 skips).")] = 256,
+    batch_size: Annotated[Optional[int], typer.Option("--batch-size", min=1, help="Records per ingest transaction (default: size/20, 1,000 to 20,000).")] = None,
     keep: Annotated[bool, typer.Option("--keep/--no-keep", help="Keep the scratch data.")] = False,
     reuse: Annotated[bool, typer.Option("--reuse/--no-reuse", help="Measure again on sizes already ingested in the scratch directory (implies --keep).")] = False,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bars while ingesting.")] = True,
 ) -> None:
     """Run the benchmark for each size and write OUT/bench.json, OUT/report.md, OUT/cost_growth.png."""
     import shutil
