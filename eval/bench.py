@@ -194,8 +194,8 @@ def corpus_spec(size: int, encoder: Any) -> CorpusSpec:
 
 
 def raw_tantivy(ranker: Any, key: str, weights: Any) -> Callable[[str, int], Any]:
-    """Tantivy alone: the lexical channel's query (analysed the same way) at depth k,
-    without reading ids or stored fields."""
+    """Tantivy alone: the lexical channel's scoring clauses (analysed the same way,
+    without the channel's scope filter) at depth k, reading no ids or stored fields."""
     lexical = ranker._lexical  # noqa: SLF001
     searcher = lexical._lookup(key, create=False).index.searcher()  # noqa: SLF001
 
