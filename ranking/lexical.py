@@ -148,6 +148,15 @@ class LexicalIndex:
     # -- projection -------------------------------------------------------------------
 
     def cursor(self, scope_key: str) -> int:
+        """The scope's applied cursor: in memory once the scope is open (every search
+        and apply asks), else read from its file."""
+        with self._scopes_lock:
+            entry = self._entries.get(scope_key)
+        if entry is not None:
+            return entry.cursor
+        return self._disk_cursor(scope_key)
+
+    def _disk_cursor(self, scope_key: str) -> int:
         value = read_json(self._dir(scope_key) / "cursor.json")
         return int(value["cursor"]) if value else 0
 
@@ -279,13 +288,11 @@ class LexicalIndex:
     def _record_ids(searcher: tantivy.Searcher, addresses: list[tantivy.DocAddress]) -> list[str]:
         """Each hit's record id from the id columns, from the stored field where absent."""
         rows = list(zip(*(searcher.fast_field_values(name, addresses) for name in ID_COLUMNS)))
-        packed = [i for i, words in enumerate(rows) if None not in words]
-        out = [""] * len(rows)
-        for i, record_id in zip(packed, record_words.unpack_many([rows[i] for i in packed])):
-            out[i] = record_id
-        for i in set(range(len(rows))) - set(packed):
-            out[i] = searcher.doc(addresses[i])["record_id"][0]
-        return out
+        decoded = iter(record_words.unpack_many([words for words in rows if None not in words]))
+        return [
+            next(decoded) if None not in words else searcher.doc(address)["record_id"][0]
+            for address, words in zip(addresses, rows)
+        ]
 
     def _query_clauses(
         self, counts: Counter[str], field_weights: Mapping[str, float]
@@ -341,7 +348,7 @@ class LexicalIndex:
             index = self._open_index(directory / INDEX_DIR, create=False)
             if index is None and not create:
                 return None
-            entry = _Scope(scope_key, directory, index, self.cursor(scope_key))
+            entry = _Scope(scope_key, directory, index, self._disk_cursor(scope_key))
             self._entries[scope_key] = entry
             self._evict_locked()
             return entry
