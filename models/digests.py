@@ -50,10 +50,8 @@ class CanonicalizationRefused(ValueError):
 
 def _normalised(value: Any) -> Any:
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise CanonicalizationRefused("unpaired surrogate") from exc
+        if not _encodable(value):
+            raise CanonicalizationRefused("unpaired surrogate")
         return unicodedata.normalize("NFC", value)
     if isinstance(value, bool) or value is None:
         return value
