@@ -137,7 +137,7 @@ def serve(
         load_host_secret,
     )
 
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     if stdio:
         try:
             secret: bytes | None = load_host_secret(data_dir)

@@ -6,6 +6,7 @@ trusts the CallContext it is given: verifying the host is the front end's job.
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 from collections.abc import Callable
@@ -56,6 +57,7 @@ class Engine:
         projection catch up with the journal (in a thread when `background`)."""
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(data_dir, 0o700)  # also when a caller created it first, with its umask
         store = SqliteStore(data_dir / DB_FILE)
         vault = BodyVault(KeyRing(data_dir / "keys"), store)
         if encoder is None and load_model:
@@ -148,7 +150,7 @@ class Engine:
         """A consistent online backup: the database and the key directory. Indexes are
         projections and are rebuilt on restore."""
         dest = Path(dest)
-        dest.mkdir(parents=True, exist_ok=False)
+        dest.mkdir(parents=True, exist_ok=False, mode=0o700)
         self.parts.store.backup(str(dest / DB_FILE))
         shutil.copytree(self.parts.data_dir / "keys", dest / "keys")
         for name in ("host_policy.json", "admission_policy.json"):

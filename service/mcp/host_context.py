@@ -113,7 +113,7 @@ def create_host_secret(data_dir: Path) -> tuple[Path, bool]:
     Returns the path and whether it was created now.
     """
     path = secret_path(data_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:

@@ -177,10 +177,12 @@ def test_store_files_are_owner_only(tmp_path) -> None:
     """The database holds sealed bodies and wrapped keys: no one else may read it."""
     from service.engine import Engine
 
+    (tmp_path / "fresh").mkdir(mode=0o755)  # as a caller with a loose umask would
+    (tmp_path / "fresh").chmod(0o755)
     engine = Engine.open(tmp_path / "fresh", load_model=False)
     try:
-        for name in ("engram.db", "engram.db-wal"):
+        for name in ("", "engram.db", "engram.db-wal"):
             path = tmp_path / "fresh" / name
-            assert path.stat().st_mode & 0o077 == 0, name
+            assert path.stat().st_mode & 0o077 == 0, name or "the data directory"
     finally:
         engine.close()
