@@ -232,10 +232,11 @@ def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size:
     hits = [len(engine.execute("engram_memory_search", ctx, search_args(q, "lexical_and_semantic"))["records"])
             for q in texts[:20]]
     config = HYBRID_PROFILE.config
-    lexical_k, semantic_k = int(config["lexical_cap"]), int(config["semantic_cap"])
-    tantivy_alone = raw_tantivy(ranker, key, config["field_weights"])
+    assert config.semantic is not None
+    lexical_k, semantic_k = config.lexical.cap, config.semantic.cap
+    tantivy_alone = raw_tantivy(ranker, key, config.lexical.field_weights)
     lexical_raw = timed(lambda q: tantivy_alone(q, lexical_k), texts)
-    lexical_channel = timed(lambda q: ranker._lexical.search(key, q, config["field_weights"], lexical_k), texts)  # noqa: SLF001
+    lexical_channel = timed(lambda q: ranker._lexical.search(key, q, config.lexical.field_weights, lexical_k), texts)  # noqa: SLF001
     state = ranker._semantic._scope(key)  # noqa: SLF001
     state.index.set_ef(max(128, semantic_k))
     hnsw_candidates = timed(lambda v: state.index.knn_query(v.reshape(1, -1), k=semantic_k), list(qvecs))

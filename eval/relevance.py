@@ -35,6 +35,7 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from index_data.ingest import ingest_corpus
 from index_data.readers import read_beir
 from index_data.records import DEFAULT_PURPOSE, RefusedRecord, record_id_for
 from ranking import HYBRID_PROFILE, Profile
+from ranking.profiles import FieldWeights, FusionConfig, FusionMethod, SemanticConfig
 from service.engine import CallContext
 from service.engine.clock import now_ms
 from service.engine.records import scope_key
@@ -56,15 +58,14 @@ EVAL_TENANT = "eval"
 
 SEMANTIC_ONLY = Profile(
     name="eval_semantic_only",
-    version="1",
-    config={
-        **dict(HYBRID_PROFILE.config),
-        "field_weights": {name: 0.0 for name in HYBRID_PROFILE.config["field_weights"]},
-        "semantic_cap": DEPTH,
+    version="2",
+    config=replace(
+        HYBRID_PROFILE.config,
+        lexical=replace(HYBRID_PROFILE.config.lexical, field_weights=FieldWeights(0.0, 0.0, 0.0, 0.0, 0.0)),
+        semantic=SemanticConfig(cap=DEPTH),
         # the channel alone, unfloored: the floor is part of fusion, not of the channel
-        "fusion": {**dict(HYBRID_PROFILE.config["fusion"]), "method": "rrf",
-                   "semantic_only_min_similarity": -1.0},
-    },
+        fusion=FusionConfig(method=FusionMethod.RRF, semantic_only_min_similarity=None),
+    ),
 )
 
 

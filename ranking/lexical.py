@@ -48,12 +48,13 @@ from collections import Counter, OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Iterator, Sequence
 
 import tantivy
 
 from ranking import record_words
 from ranking.documents import IndexDocument
+from ranking.profiles import FieldWeights
 from ranking.storage import atomic_write_json, read_json
 
 TEXT_FIELDS = ("primary", "decision", "evidence", "context", "source_refs")
@@ -248,7 +249,7 @@ class LexicalIndex:
         return self._query_analyzer.analyze(query) or self.tokens(query)
 
     def search(
-        self, scope_key: str, query: str, field_weights: Mapping[str, float], limit: int
+        self, scope_key: str, query: str, field_weights: FieldWeights, limit: int
     ) -> list[LexicalHit]:
         """BM25 hits of ``query`` inside ``scope_key`` only, best first (ties: record_id)."""
         if limit <= 0:
@@ -295,23 +296,18 @@ class LexicalIndex:
         ]
 
     def _query_clauses(
-        self, counts: Counter[str], field_weights: Mapping[str, float]
+        self, counts: Counter[str], field_weights: FieldWeights
     ) -> list[tuple[tantivy.Occur, tantivy.Query]]:
         """One SHOULD clause per (distinct token, weighted field), boosted by the field
         weight times the token's count in the query.
 
-        Measured through the Ranker (lexical profile, nDCG@10 on the dev collections,
-        cranfield / cisi / medline / npl / adi, mean): count boost with stop words dropped
-        0.371 / 0.367 / 0.698 / 0.434 / 0.488, 0.4716 (kept); count boost with stop words
-        0.370 / 0.360 / 0.689 / 0.436 / 0.478, 0.4663 (before); one unboosted clause per
-        distinct token 0.369 / 0.294 / 0.713 / 0.438 / 0.470, 0.4568 (long CISI queries
-        repeat their content words, and the repeat carries weight); sqrt, 1+log and
-        BM25 k3-saturated counts fell in between.
+        Repeated query words keep their weight (long queries repeat their content words);
+        the alternatives measured are in ``eval/RESULTS.md``.
         """
         clauses = []
         for token, count in sorted(counts.items()):
             for name in TEXT_FIELDS:
-                weight = float(field_weights.get(name, 0.0)) * count
+                weight = field_weights.get(name) * count
                 if weight > 0:
                     term = tantivy.Query.term_query(self._schema, name, token, index_option="freq")
                     clauses.append((tantivy.Occur.Should, tantivy.Query.boost_query(term, weight)))

@@ -185,15 +185,15 @@ class Ranker:
     ) -> RankedList:
         config = profile.config
         lexical = self._lexical.search(
-            scope_key, query, config["field_weights"], min(candidate_cap, int(config["lexical_cap"]))
+            scope_key, query, config.lexical.field_weights, min(candidate_cap, config.lexical.cap)
         )
         semantic = None
         similarity: dict[str, float] = {}
-        if profile.needs_semantic:
+        if config.semantic is not None:
             vector = self._query_vector(query)
             try:
                 semantic = self._semantic.search(
-                    scope_key, vector, min(candidate_cap, int(config["semantic_cap"]))
+                    scope_key, vector, min(candidate_cap, config.semantic.cap)
                 )
                 # Semantic hits carry their similarity; only lexical-only candidates
                 # need theirs computed, so both channels judge the same candidates.

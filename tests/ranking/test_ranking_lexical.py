@@ -13,7 +13,7 @@ from ranking.lexical import INDEX_DIR, LEGACY_INDEX_DIR, LexicalIndex
 from ranking import record_words
 from ranking.profiles import LEXICAL_PROFILE
 
-WEIGHTS = dict(LEXICAL_PROFILE.config["field_weights"])
+WEIGHTS = LEXICAL_PROFILE.config.lexical.field_weights
 SECRET = "zyxquorblat"
 
 
