@@ -42,6 +42,8 @@ class DigestKind(StrEnum):
     PACKET = "packet"
     RESPONSE = "response"
     QUERY = "query"
+    IDEMPOTENCY_KEY = "idempotency-key"
+    CONFIRMATION_REF = "confirmation-ref"
 
 
 class CanonicalizationRefused(ValueError):

@@ -19,13 +19,14 @@ from service.store.base import CandidateRow, JournalEvent, RecordRow, Transactio
 
 from .clock import instant, now_ms, parse_instant
 from .context import CallContext
-from .gates import check_confirmation, needs_confirmation
-from .idempotency import encode_result, find_replay, intent_hash
+from .gates import check_confirmation, claim_key, needs_confirmation
+from .idempotency import find_replay, intent_hash, reserve
 from .lifecycle import require_pending
 from .parts import Parts
 from .policy import Decision
 from .records import candidate_aad, record_aad, record_id, transaction_receipt
 from .sealing import SealBroken
+from .secrets import refuse_secrets
 
 
 def record_row(
@@ -109,7 +110,7 @@ def request_admission(parts: Parts, ctx: CallContext, args: AdmissionInput) -> d
         if needs_confirmation(REQUEST_ADMISSION, ctx):
             check_confirmation(
                 ctx, REQUEST_ADMISSION, args.candidate_id, arguments, at,
-                lambda ref: tx.claim_confirmation(ref, at),
+                lambda ref: tx.claim_confirmation(claim_key(ctx, ref), at),
             )
         require_pending(candidate.state)
         body = open_candidate(parts, candidate)
@@ -132,8 +133,7 @@ def request_admission(parts: Parts, ctx: CallContext, args: AdmissionInput) -> d
         if rid is not None:
             outcome["record_id"] = rid
         result = {"outcome": outcome, "replayed": False}
-        tx.reserve(scope, ctx.principal, args.idempotency_key, REQUEST_ADMISSION, intent,
-                   encode_result(result))
+        reserve(tx, scope, ctx.principal, args.idempotency_key, REQUEST_ADMISSION, intent, result)
     if status == "accepted":
         parts.projector.catch_up(scope)
     parts.store.purge_freed_pages()
@@ -145,6 +145,7 @@ def adjudicate(parts: Parts, scope: tuple[str, str], candidate_id: str, decision
     path): accept or reject, with a decision receipt naming the operator."""
     if decision == "adjudication_required":
         raise ContractError(ErrorCode.ILLEGAL_TRANSITION)
+    refuse_secrets(reason_ref)  # kept in the decision receipt
     with parts.store.transaction() as tx:
         at = now_ms()
         candidate = tx.candidate(scope, candidate_id)

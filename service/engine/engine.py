@@ -28,6 +28,7 @@ from .parts import Parts
 from .policy import load_admission_policy, load_host_policy
 from .projector import Projector
 from .sealing import BodyVault, KeyRing
+from .secrets import refuse_secrets
 
 Operation = Callable[[Parts, CallContext, Any], dict[str, Any]]
 
@@ -39,6 +40,8 @@ OPERATIONS: dict[str, Operation] = {
     WITHDRAW: transitions.withdraw,
     FORGET: transitions.forget,
 }
+#: Tools whose arguments the service keeps (journal, sealed bodies), so they are scanned.
+KEPT_ARGUMENTS = frozenset({CAPTURE, REQUEST_ADMISSION, WITHDRAW, FORGET})
 DB_FILE = "engram.db"
 
 
@@ -97,6 +100,10 @@ class Engine:
         if tool not in OPERATIONS:
             raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
         args = parse_arguments(tool, arguments)
+        if tool in KEPT_ARGUMENTS:
+            # Every string a mutation keeps (payload, evidence, locators, reason refs) is
+            # scanned; the idempotency key is kept only as a digest.
+            refuse_secrets(args.model_dump(exclude_none=True, exclude={"idempotency_key"}))
         try:
             return OPERATIONS[tool](self.parts, ctx, args)
         except StoreUnavailable:

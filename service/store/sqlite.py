@@ -55,6 +55,7 @@ CREATE TABLE IF NOT EXISTS pending_purges (
   tenant TEXT NOT NULL, workspace TEXT NOT NULL, record_id TEXT NOT NULL,
   PRIMARY KEY (tenant, workspace, record_id));
 CREATE TABLE IF NOT EXISTS confirmations (ref TEXT PRIMARY KEY, used_at_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 _CANDIDATE_COLUMNS = (
@@ -256,6 +257,25 @@ class SqliteStore:
         self._writer = self._connect()
         with self._write_lock:
             self._writer.executescript(SCHEMA)
+            self._migrate_idempotency_keys()
+
+    def _migrate_idempotency_keys(self) -> None:
+        """Stores written before keys were kept as digests hold them as sent: replace
+        each by its digest, once, in one transaction (see engine/idempotency.py)."""
+        conn = self._writer
+        if conn.execute("SELECT 1 FROM meta WHERE name='idempotency_keys'").fetchone():
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            rows = conn.execute("SELECT rowid, key FROM idempotency").fetchall()
+            for rowid, key in rows:
+                conn.execute("UPDATE idempotency SET key=? WHERE rowid=?",
+                             (digest(DigestKind.IDEMPOTENCY_KEY, key), rowid))
+            conn.execute("INSERT INTO meta VALUES ('idempotency_keys', 'digest')")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
 
     def _connect(self) -> sqlite3.Connection:
         try:
