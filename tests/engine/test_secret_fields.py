@@ -103,7 +103,7 @@ def test_legacy_raw_keys_are_migrated(data_dir: Path) -> None:
     # Put the database back the way an older version wrote it: the key as sent.
     conn = sqlite3.connect(data_dir / DB_FILE)
     conn.execute("UPDATE idempotency SET key=?", (idem,))
-    conn.execute("DELETE FROM meta WHERE name='idempotency_keys'")
+    conn.execute("DELETE FROM schema_migrations WHERE version >= 2")
     conn.commit()
     conn.close()
     eng = open_engine(data_dir)
