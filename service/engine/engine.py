@@ -94,8 +94,9 @@ class Engine:
         load = getattr(self._encoder, "load", None)
         if load is not None:
             load()
-        for scope in self.parts.store.scopes():
-            self.parts.projector.catch_up(scope)
+        with self.parts.projector.running("warm-up"):
+            for scope in self.parts.store.scopes():
+                self.parts.projector.catch_up(scope)
         self.sweep_invalidations()
         self._ready.set()
 
@@ -127,8 +128,15 @@ class Engine:
         lexical-only by the operator's choice, which is ready; a configured model that
         failed is not."""
         reasons = []
-        if not self._ready.is_set():
-            reasons.append("projections catching up or model loading")
+        projector = self.parts.projector
+        if not self._ready.is_set() or projector.long_projection is not None:
+            behind = projector.behind()
+            what = projector.long_projection or "model loading"
+            if behind:
+                scopes = ", ".join(f"{t}/{w} ({lag} events behind)" for (t, w), lag in behind)
+                reasons.append(f"projections catching up ({what}): {scopes}")
+            else:
+                reasons.append(f"{what} in progress")
         elif self._encoder is not None and self.parts.ranker.semantic_health() is not None:
             reasons.append("semantic channel unavailable")
         return {"ready": not reasons, "reasons": reasons}
