@@ -44,6 +44,7 @@ class DigestKind(StrEnum):
     QUERY = "query"
     IDEMPOTENCY_KEY = "idempotency-key"
     CONFIRMATION_REF = "confirmation-ref"
+    POLICY = "policy"
 
 
 class CanonicalizationRefused(ValueError):

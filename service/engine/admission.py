@@ -23,7 +23,7 @@ from .gates import check_confirmation, claim_key, needs_confirmation
 from .idempotency import find_replay, intent_hash, reserve
 from .lifecycle import require_pending
 from .parts import Parts
-from .policy import Decision
+from .policy import Decision, check_fresh
 from .records import candidate_aad, record_aad, record_id, transaction_receipt
 from .sealing import SealBroken
 from .secrets import refuse_secrets
@@ -98,7 +98,7 @@ def open_candidate(parts: Parts, candidate: CandidateRow) -> dict[str, Any]:
 def request_admission(parts: Parts, ctx: CallContext, args: AdmissionInput) -> dict[str, Any]:
     arguments = args.model_dump(exclude_none=True)
     intent = intent_hash(REQUEST_ADMISSION, arguments)
-    scope, policy = ctx.scope, parts.admission_policy
+    scope = ctx.scope
     with parts.store.transaction() as tx:
         at = now_ms()
         replay = find_replay(tx, scope, ctx.principal, args.idempotency_key, REQUEST_ADMISSION, intent)
@@ -114,9 +114,9 @@ def request_admission(parts: Parts, ctx: CallContext, args: AdmissionInput) -> d
             )
         require_pending(candidate.state)
         body = open_candidate(parts, candidate)
+        policy = parts.policies.admission()
         decision = policy.decide(body["payload"], body["evidence"])
         receipt = policy.decision_receipt(candidate.record_digest, decision, at)
-        policy.check_fresh(receipt, at, now_ms())
 
         if decision == "accept" and tx.tombstoned_payload(scope, candidate.payload_digest):
             decision = "adjudication_required"
@@ -134,6 +134,9 @@ def request_admission(parts: Parts, ctx: CallContext, args: AdmissionInput) -> d
             outcome["record_id"] = rid
         result = {"outcome": outcome, "replayed": False}
         reserve(tx, scope, ctx.principal, args.idempotency_key, REQUEST_ADMISSION, intent, result)
+        # Last before commit: the policy is read again, so a decision taken under a
+        # policy replaced meanwhile (or older than the bound) commits nothing.
+        check_fresh(policy, receipt, at, now_ms(), parts.policies.admission)
     if status == "accepted":
         parts.projector.catch_up(scope)
     parts.store.purge_freed_pages()

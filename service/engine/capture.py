@@ -50,7 +50,7 @@ def capture(parts: Parts, ctx: CallContext, args: CaptureInput) -> dict[str, Any
         replay = find_replay(tx, scope, ctx.principal, args.idempotency_key, CAPTURE, intent)
         if replay is not None:
             return replay
-        retention = resolve_retention(arguments["payload"], parts.host_policy, at)
+        retention = resolve_retention(arguments["payload"], parts.policies.host(), at)
         if needs_confirmation(CAPTURE, ctx):
             check_confirmation(
                 ctx, CAPTURE, args.idempotency_key, arguments, at,

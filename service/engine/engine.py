@@ -25,7 +25,7 @@ from .clock import instant, now_ms
 from .context import CallContext
 from .paging import SnapshotCache
 from .parts import Parts
-from .policy import load_admission_policy, load_host_policy
+from .policy import Policies
 from .projector import Projector
 from .sealing import BodyVault, KeyRing
 from .secrets import refuse_secrets
@@ -74,8 +74,7 @@ class Engine:
         parts = Parts(
             data_dir=data_dir, store=store, vault=vault, ranker=ranker,
             projector=Projector(store, vault, ranker),
-            host_policy=load_host_policy(data_dir),
-            admission_policy=load_admission_policy(data_dir),
+            policies=Policies(data_dir),
             snapshots=SnapshotCache(),
         )
         engine = cls(parts, encoder)
