@@ -93,6 +93,9 @@ class Engine:
         load = getattr(self._encoder, "load", None)
         if load is not None:
             load()
+        ring = self.parts.vault.ring
+        if ring.pending_rotation():  # a rotation was interrupted: finish it
+            ring.finish_rotation(self.parts.store)
         with self.parts.projector.running("warm-up"):
             for scope in self.parts.store.scopes():
                 self.parts.projector.catch_up(scope)
