@@ -24,6 +24,8 @@ from typing import Annotated, Any
 
 import typer
 
+from service.settings import LogFormat, LogLevel, field_help
+
 app = typer.Typer(
     name="engram",
     help="Governed, multi-tenant memory for AI agents, served over MCP.",
@@ -51,37 +53,32 @@ PLUGINS: dict[str, tuple[str, str]] = {
 }
 
 DataDir = Annotated[
-    Path,
-    typer.Option(
-        "--data-dir",
-        "-d",
-        envvar="ENGRAM_DATA_DIR",
-        help="Data directory (store, indexes, keys, host_secret, audit.jsonl).",
-    ),
+    Path | None,
+    typer.Option("--data-dir", "-d", help=field_help("data_dir"), show_default=False),
 ]
-DEFAULT_DATA_DIR = Path("./data")
 
 
 def _err(message: str) -> None:
     typer.echo(message, err=True)
 
 
-def _open_engine(data_dir: Path, *, load_model: bool = False, background: bool = False) -> Any:
+def _open_engine(settings: Any, *, background: bool = False) -> Any:
+    """The engine the settings describe (data directory, model)."""
     from service.engine.engine import Engine
 
     if background:
-        return Engine.open(data_dir, load_model=load_model, background=True)
-    return Engine.open(data_dir, load_model=load_model)
+        return Engine.open(settings.data_dir, load_model=settings.load_model, background=True)
+    return Engine.open(settings.data_dir, load_model=settings.load_model)
 
 
 @contextlib.contextmanager
-def _engine(data_dir: Path, *, load_model: bool = False) -> Iterator[Any]:
+def _engine(data_dir: Path | None, *, load_model: bool = False) -> Iterator[Any]:
     """An engine for one operator command, closed afterwards; contract errors exit 1."""
     from models.codes import ContractError
 
     engine = None
     try:
-        engine = _open_engine(data_dir, load_model=load_model)
+        engine = _open_engine(_settings(data_dir=data_dir, load_model=load_model))
         yield engine
     except ContractError as exc:
         _err(f"engram: {exc.code.value}: {exc.message}")
@@ -98,11 +95,38 @@ def _print_json(value: Any) -> None:
 # --------------------------------------------------------------------------- serve
 
 
+def _settings(config: Path | None = None, **flags: Any) -> Any:
+    """The `Settings` for this command: flags over ENGRAM_* over the config file; bad
+    values exit 2 with pydantic's explanation."""
+    from pydantic import ValidationError
+
+    from service.settings import ConfigFileMissing, load_settings
+
+    try:
+        return load_settings(config, **flags)
+    except ConfigFileMissing as exc:
+        _err(f"engram: config file {exc} not found")
+        raise typer.Exit(2) from None
+    except ValidationError as exc:
+        _err(f"engram: bad configuration: {exc}")
+        raise typer.Exit(2) from None
+
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", envvar="ENGRAM_CONFIG", help="TOML file of settings (keys: the option names "
+                 "with underscores, e.g. data_dir, rate, log_format); flags and ENGRAM_* override it."),
+]
+
+
 @app.command()
 def serve(
-    host: Annotated[str, typer.Option(help="Interface to listen on. Loopback keeps DNS-rebinding protection on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8765,
-    data_dir: DataDir = DEFAULT_DATA_DIR,
+    config: ConfigOption = None,
+    host: Annotated[str | None, typer.Option(help=field_help("host"), show_default=False)] = None,
+    port: Annotated[int | None, typer.Option(help=field_help("port"), show_default=False)] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", "-d", help=field_help("data_dir"), show_default=False)
+    ] = None,
     stdio: Annotated[
         bool,
         typer.Option(
@@ -112,24 +136,26 @@ def serve(
         ),
     ] = False,
     load_model: Annotated[
-        bool, typer.Option("--model/--no-model", help="Load the embedding model (semantic channel).")
-    ] = True,
-    rate: Annotated[float, typer.Option(help="Per-principal calls per second (0 disables the limit).")] = 20.0,
-    burst: Annotated[int, typer.Option(help="Per-principal burst size.")] = 40,
-    deadline_ms: Annotated[
-        int, typer.Option(help="Default per-call deadline when the context carries no deadline_ms.")
-    ] = 30_000,
-    allowed_host: Annotated[
-        list[str] | None,
-        typer.Option(help="Host header value to accept (repeatable, e.g. memory.internal:8765); turns "
-                     "DNS-rebinding protection on for a non-loopback --host."),
+        bool | None, typer.Option("--model/--no-model", help=field_help("load_model"), show_default=False)
     ] = None,
-    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    rate: Annotated[float | None, typer.Option(help=field_help("rate"), show_default=False)] = None,
+    burst: Annotated[int | None, typer.Option(help=field_help("burst"), show_default=False)] = None,
+    deadline_ms: Annotated[int | None, typer.Option(help=field_help("deadline_ms"), show_default=False)] = None,
+    allowed_host: Annotated[
+        list[str] | None, typer.Option(help=field_help("allowed_hosts") + " Repeatable.", show_default=False)
+    ] = None,
+    log_level: Annotated[
+        LogLevel | None, typer.Option(help=field_help("log_level"), show_default=False, case_sensitive=False)
+    ] = None,
+    log_format: Annotated[
+        LogFormat | None, typer.Option(help=field_help("log_format"), show_default=False, case_sensitive=False)
+    ] = None,
 ) -> None:
     """Serve the six memory tools over MCP (streamable HTTP at /mcp, or --stdio).
 
-    Every HTTP call must carry the host's signed context in the X-Engram-Context header (see service/mcp/host_context.py). /healthz, /readyz and /metrics serve probes; /docs documents them.
+    Every HTTP call must carry the host's signed context in the X-Engram-Context header (see service/mcp/host_context.py). /healthz, /readyz and /metrics serve probes; /docs documents them. Every option also comes from ENGRAM_<OPTION> or the --config file.
     """
+    from service.logs import configure_logging
     from service.mcp.host_context import (
         ContextUnavailable,
         binding_from_env,
@@ -137,6 +163,12 @@ def serve(
         load_host_secret,
     )
 
+    settings = _settings(
+        config, host=host, port=port, data_dir=data_dir, load_model=load_model, rate=rate, burst=burst,
+        deadline_ms=deadline_ms, allowed_hosts=allowed_host or None, log_level=log_level, log_format=log_format,
+    )
+    configure_logging(settings.log_level, settings.log_format)
+    data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     if stdio:
         try:
@@ -150,11 +182,9 @@ def serve(
             raise typer.Exit(2) from None
         from service.mcp.stdio import serve_stdio
 
-        engine = _open_engine(data_dir, load_model=load_model)
+        engine = _open_engine(settings)
         try:
-            serve_stdio(
-                engine, binding, data_dir=data_dir, rate_per_s=rate, burst=burst, default_deadline_ms=deadline_ms
-            )
+            serve_stdio(engine, binding, settings)
         finally:
             engine.close()
         return
@@ -169,7 +199,7 @@ def serve(
     except RuntimeError as exc:
         _err(f"engram: {exc}")
         raise typer.Exit(2) from None
-    if host not in ("127.0.0.1", "localhost", "::1") and not allowed_host:
+    if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.allowed_hosts:
         _err("engram: warning: non-loopback host without --allowed-host: DNS-rebinding protection is off")
 
     import uvicorn
@@ -177,19 +207,11 @@ def serve(
     from service.mcp.app import create_app
 
     # Warm up in the background: /readyz answers 503 until projections caught up.
-    engine = _open_engine(data_dir, load_model=load_model, background=True)
-    application = create_app(
-        engine,
-        host_secret=secret,
-        data_dir=data_dir,
-        host=host,
-        allowed_hosts=allowed_host or None,
-        rate_per_s=rate,
-        burst=burst,
-        default_deadline_ms=deadline_ms,
-        close_engine=True,
-    )
-    uvicorn.run(application, host=host, port=port, log_level=log_level)
+    engine = _open_engine(settings, background=True)
+    application = create_app(engine, settings, host_secret=secret, close_engine=True)
+    # log_config=None: uvicorn's loggers propagate to the handler configured above.
+    uvicorn.run(application, host=settings.host, port=settings.port, log_config=None,
+                log_level=settings.log_level.value)
 
 
 # --------------------------------------------------------------------------- admin
@@ -197,7 +219,7 @@ def serve(
 
 @admin.command("host-secret")
 def host_secret(
-    data_dir: DataDir = DEFAULT_DATA_DIR,
+    data_dir: DataDir = None,
     show: Annotated[bool, typer.Option("--show", help="Also print the secret itself (handle with care).")] = False,
 ) -> None:
     """Create the host secret (mode 0600) if missing, and print its path.
@@ -206,6 +228,7 @@ def host_secret(
     """
     from service.mcp.host_context import create_host_secret, load_host_secret
 
+    data_dir = _settings(data_dir=data_dir).data_dir
     path, created = create_host_secret(data_dir)
     typer.echo(str(path.resolve()))
     _err("created" if created else "exists (unchanged)")
@@ -216,7 +239,7 @@ def host_secret(
 @tenant_app.command("enable")
 def tenant_enable(
     tenant: Annotated[str, typer.Argument(help="Tenant id, as the host binds it in the context.")],
-    data_dir: DataDir = DEFAULT_DATA_DIR,
+    data_dir: DataDir = None,
 ) -> None:
     """Opt TENANT in: its calls are served (tools still need per-tool grants)."""
     _set_tenant(data_dir, tenant, True)
@@ -225,7 +248,7 @@ def tenant_enable(
 @tenant_app.command("disable")
 def tenant_disable(
     tenant: Annotated[str, typer.Argument(help="Tenant id.")],
-    data_dir: DataDir = DEFAULT_DATA_DIR,
+    data_dir: DataDir = None,
 ) -> None:
     """Opt TENANT out: every call in its scope becomes -32603 (its data is kept)."""
     _set_tenant(data_dir, tenant, False)
@@ -234,14 +257,14 @@ def tenant_disable(
 @tenant_app.command("status")
 def tenant_status(
     tenant: Annotated[str, typer.Argument(help="Tenant id.")],
-    data_dir: DataDir = DEFAULT_DATA_DIR,
+    data_dir: DataDir = None,
 ) -> None:
     """Print whether TENANT is opted in."""
     with _engine(data_dir) as engine:
         typer.echo("enabled" if engine.tenant_enabled(tenant) else "disabled")
 
 
-def _set_tenant(data_dir: Path, tenant: str, enabled: bool) -> None:
+def _set_tenant(data_dir: Path | None, tenant: str, enabled: bool) -> None:
     with _engine(data_dir) as engine:
         engine.set_tenant_enabled(tenant, enabled)
     typer.echo(f"{tenant}: {'enabled' if enabled else 'disabled'}")
@@ -255,7 +278,7 @@ ModelOption = Annotated[
 
 
 @admin.command("rotate-kek")
-def rotate_kek(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
+def rotate_kek(data_dir: DataDir = None) -> None:
     """Rotate the key-encryption key: re-wrap every data key under a fresh KEK; print its id."""
     with _engine(data_dir) as engine:
         typer.echo(engine.rotate_kek())
@@ -264,7 +287,7 @@ def rotate_kek(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
 @admin.command("backup")
 def backup(
     dest: Annotated[Path, typer.Argument(help="New directory to write the backup into (must not exist).")],
-    data_dir: DataDir = DEFAULT_DATA_DIR,
+    data_dir: DataDir = None,
 ) -> None:
     """Online, consistent backup of the store and keys (indexes are rebuilt on restore)."""
     with _engine(data_dir) as engine:
@@ -291,7 +314,7 @@ def restore(
 
 
 @admin.command("verify-journal")
-def verify_journal(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
+def verify_journal(data_dir: DataDir = None) -> None:
     """Verify the hash chain of every scope's journal; exit 1 if any is broken."""
     with _engine(data_dir) as engine:
         result = engine.verify_journal()
@@ -301,7 +324,7 @@ def verify_journal(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
 
 
 @admin.command("rebuild-projections")
-def rebuild_projections(data_dir: DataDir = DEFAULT_DATA_DIR, load_model: ModelOption = True) -> None:
+def rebuild_projections(data_dir: DataDir = None, load_model: ModelOption = True) -> None:
     """Replay the journal into fresh lexical and vector indexes."""
     with _engine(data_dir, load_model=load_model) as engine:
         engine.rebuild_projections(lambda n: _err(f"applied {n} events"))
@@ -309,7 +332,7 @@ def rebuild_projections(data_dir: DataDir = DEFAULT_DATA_DIR, load_model: ModelO
 
 
 @admin.command("sweep-invalidations")
-def sweep_invalidations(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
+def sweep_invalidations(data_dir: DataDir = None) -> None:
     """Finish physical purges left pending (tombstoned records still in an index file)."""
     with _engine(data_dir) as engine:
         typer.echo(f"swept {engine.sweep_invalidations()} scope(s)")
@@ -320,7 +343,7 @@ def history(
     tenant: Annotated[str, typer.Argument(help="Tenant id.")],
     workspace: Annotated[str, typer.Argument(help="Workspace id.")],
     subject: Annotated[str, typer.Argument(help="A record_id or candidate_id.")],
-    data_dir: DataDir = DEFAULT_DATA_DIR,
+    data_dir: DataDir = None,
 ) -> None:
     """Print every journal event about one record or candidate (digests, never content)."""
     with _engine(data_dir) as engine:
@@ -336,7 +359,7 @@ def transition(
     workspace: Annotated[str, typer.Argument(help="Workspace id.")],
     record_id: Annotated[str, typer.Argument(help="The record to move.")],
     reason_ref: Annotated[str, typer.Option(help="Opaque reason reference for the journal.")] = "operator",
-    data_dir: DataDir = DEFAULT_DATA_DIR,
+    data_dir: DataDir = None,
 ) -> None:
     """Move a record between non-terminal states; only accepted_current is ever disclosed."""
     from service.engine.lifecycle import OPERATOR_TRANSITIONS
@@ -355,7 +378,7 @@ def adjudicate(
     workspace: Annotated[str, typer.Argument(help="Workspace id.")],
     candidate_id: Annotated[str, typer.Argument(help="A candidate held as pending_adjudication.")],
     reason_ref: Annotated[str, typer.Option(help="Opaque reason reference for the journal.")] = "operator",
-    data_dir: DataDir = DEFAULT_DATA_DIR,
+    data_dir: DataDir = None,
 ) -> None:
     """Decide a candidate the admission policy held for a human (e.g. content equal to a
     forgotten record). Its body key is destroyed either way."""
@@ -372,7 +395,7 @@ def replay_search(
     workspace: Annotated[str, typer.Argument(help="Workspace id of the search.")],
     arguments: Annotated[Path, typer.Argument(help="JSON file: the search's arguments (without page_cursor).")],
     receipt: Annotated[Path, typer.Argument(help="JSON file: the rank_receipt it returned.")],
-    data_dir: DataDir = DEFAULT_DATA_DIR,
+    data_dir: DataDir = None,
     load_model: ModelOption = True,
 ) -> None:
     """Re-run a search pinned to its rank receipt and compare ordered_ids_digest.
@@ -394,7 +417,7 @@ def replay_search(
 
 
 @admin.command("expire")
-def expire(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
+def expire(data_dir: DataDir = None) -> None:
     """Expire every record whose retention expires_at has passed."""
     with _engine(data_dir) as engine:
         expired = engine.expire_due()
