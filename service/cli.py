@@ -18,10 +18,12 @@ import importlib
 import json
 import os
 import sys
-from pathlib import Path
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import typer
 
 from service.settings import LogFormat, LogLevel, field_help
@@ -34,7 +36,8 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 admin = typer.Typer(
-    help="Operator commands (never reachable from the agent path).",
+    help="Operator commands (never reachable from the agent path). --database-url and "
+    "--key-dir (or their ENGRAM_ variables) select the store every admin command opens.",
     no_args_is_help=True,
 )
 tenant_app = typer.Typer(
@@ -56,6 +59,35 @@ DataDir = Annotated[
     Path | None,
     typer.Option("--data-dir", "-d", help=field_help("data_dir"), show_default=False),
 ]
+DatabaseUrl = Annotated[
+    str | None, typer.Option("--database-url", help=field_help("database_url"), show_default=False)
+]
+KeyDir = Annotated[Path | None, typer.Option("--key-dir", help=field_help("key_dir"), show_default=False)]
+
+
+@dataclass(frozen=True)
+class StoreChoice:
+    """The admin group's --database-url/--key-dir flags (None: not given, so the
+    environment, the config file or the default decides)."""
+
+    database_url: str | None = None
+    key_dir: Path | None = None
+
+
+@admin.callback()
+def _admin_store(ctx: typer.Context, database_url: DatabaseUrl = None, key_dir: KeyDir = None) -> None:
+    """Operator commands (never reachable from the agent path)."""
+    ctx.obj = StoreChoice(database_url, key_dir)
+
+
+def _store_choice() -> StoreChoice:
+    """The admin group's --database-url/--key-dir for the running command."""
+    ctx = click.get_current_context(silent=True)
+    while ctx is not None:
+        if isinstance(ctx.obj, StoreChoice):
+            return ctx.obj
+        ctx = ctx.parent
+    return StoreChoice()
 
 
 def _err(message: str) -> None:
@@ -63,12 +95,17 @@ def _err(message: str) -> None:
 
 
 def _open_engine(settings: Any, *, background: bool = False) -> Any:
-    """The engine the settings describe (data directory, model)."""
+    """The engine the settings describe (data directory, store, keys, model); a
+    database this release cannot read exits 2 with the reason."""
     from service.engine.engine import Engine
+    from service.store import SchemaTooNew
 
-    if background:
-        return Engine.open(settings.data_dir, load_model=settings.load_model, background=True)
-    return Engine.open(settings.data_dir, load_model=settings.load_model)
+    try:
+        return Engine.open(settings.data_dir, load_model=settings.load_model, background=background,
+                           database_url=settings.database_url, key_dir=settings.key_dir)
+    except SchemaTooNew as exc:
+        _err(f"engram: {exc}")
+        raise typer.Exit(2) from None
 
 
 @contextlib.contextmanager
@@ -78,7 +115,9 @@ def _engine(data_dir: Path | None, *, load_model: bool = False) -> Iterator[Any]
 
     engine = None
     try:
-        engine = _open_engine(_settings(data_dir=data_dir, load_model=load_model))
+        choice = _store_choice()
+        engine = _open_engine(_settings(data_dir=data_dir, load_model=load_model,
+                                        database_url=choice.database_url, key_dir=choice.key_dir))
         yield engine
     except ContractError as exc:
         _err(f"engram: {exc.code.value}: {exc.message}")
@@ -150,6 +189,8 @@ def serve(
     log_format: Annotated[
         LogFormat | None, typer.Option(help=field_help("log_format"), show_default=False, case_sensitive=False)
     ] = None,
+    database_url: DatabaseUrl = None,
+    key_dir: KeyDir = None,
 ) -> None:
     """Serve the six memory tools over MCP (streamable HTTP at /mcp, or --stdio).
 
@@ -166,6 +207,7 @@ def serve(
     settings = _settings(
         config, host=host, port=port, data_dir=data_dir, load_model=load_model, rate=rate, burst=burst,
         deadline_ms=deadline_ms, allowed_hosts=allowed_host or None, log_level=log_level, log_format=log_format,
+        database_url=database_url, key_dir=key_dir,
     )
     configure_logging(settings.log_level, settings.log_format)
     data_dir = settings.data_dir

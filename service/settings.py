@@ -81,6 +81,16 @@ class Settings(BaseSettings):
         description="Host header values to accept (e.g. memory.internal:8765); turns DNS-rebinding "
         "protection on for a non-loopback host.",
     )
+    database_url: str | None = Field(
+        None,
+        description="PostgreSQL store shared by several replicas (postgresql://user@host/db); "
+        "none: SQLite in the data directory.",
+    )
+    key_dir: Path | None = Field(
+        None,
+        description="Directory of the key-encryption key files (none: <data-dir>/keys). Every replica "
+        "of one database must use the same key files.",
+    )
     log_level: LogLevel = Field(LogLevel.INFO, description="Log threshold of engram.* and the HTTP server.")
     log_format: LogFormat = Field(LogFormat.TEXT, description="Log lines as text or as one JSON object each.")
 
