@@ -32,6 +32,9 @@ def eval_command(
     """Ingest DATASET (or reuse it), run every judged query, write report.json/.md and plots."""
     from rich.console import Console
 
+    from .extra import require_eval_extra
+
+    require_eval_extra("eval")
     from .relevance import run_relevance
     from .report import markdown, write_outputs
 
