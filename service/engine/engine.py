@@ -15,7 +15,7 @@ from typing import Any
 
 from models.codes import ContractError, ErrorCode
 from models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW, parse_arguments
-from ranking import Encoder, MiniLMEncoder, Ranker
+from ranking import Device, Encoder, MiniLMEncoder, Ranker
 
 from service.store.base import CommitUncertain, StoreUnavailable
 from service.store.sqlite import SqliteStore
@@ -40,6 +40,7 @@ OPERATIONS: dict[str, Operation] = {
     FORGET: transitions.forget,
 }
 DB_FILE = "engram.db"
+MODELS_DIR = "models"  # derived model files (the ONNX export); never backed up
 
 
 class Engine:
@@ -51,17 +52,20 @@ class Engine:
     @classmethod
     def open(
         cls, data_dir: Path, *, load_model: bool = True, encoder: Encoder | None = None,
-        background: bool = False,
+        background: bool = False, device: Device | str = Device.AUTO,
     ) -> Engine:
         """Open (or create) the data directory, then load the model and let every
-        projection catch up with the journal (in a thread when `background`)."""
+        projection catch up with the journal (in a thread when `background`).
+
+        ``device``: where the model's torch backend runs (queries go through ONNX
+        Runtime on the CPU, exported into ``data_dir/models`` on first start)."""
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(data_dir, 0o700)  # also when a caller created it first, with its umask
         store = SqliteStore(data_dir / DB_FILE)
         vault = BodyVault(KeyRing(data_dir / "keys"), store)
         if encoder is None and load_model:
-            encoder = MiniLMEncoder()
+            encoder = MiniLMEncoder(data_dir / MODELS_DIR, device=device)
         ranker = Ranker(data_dir / "index", encoder)
         parts = Parts(
             data_dir=data_dir, store=store, vault=vault, ranker=ranker,
