@@ -15,19 +15,20 @@ from typing import Any
 
 from models.codes import ContractError, ErrorCode
 from models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW, parse_arguments
-from ranking import Encoder, MiniLMEncoder, Ranker
+from ranking import Device, Encoder, MiniLMEncoder, Ranker
 
+from service.store import open_store
 from service.store.base import CommitUncertain, StoreUnavailable
-from service.store.sqlite import SqliteStore
 
 from . import admission, capture, operator, reading, search, transitions
 from .clock import instant, now_ms
 from .context import CallContext
 from .paging import SnapshotCache
 from .parts import Parts
-from .policy import load_admission_policy, load_host_policy
+from .policy import Policies
 from .projector import Projector
 from .sealing import BodyVault, KeyRing
+from .secrets import refuse_secrets
 
 Operation = Callable[[Parts, CallContext, Any], dict[str, Any]]
 
@@ -39,7 +40,10 @@ OPERATIONS: dict[str, Operation] = {
     WITHDRAW: transitions.withdraw,
     FORGET: transitions.forget,
 }
+#: Tools whose arguments the service keeps (journal, sealed bodies), so they are scanned.
+KEPT_ARGUMENTS = frozenset({CAPTURE, REQUEST_ADMISSION, WITHDRAW, FORGET})
 DB_FILE = "engram.db"
+MODELS_DIR = "models"  # derived model files (the ONNX export); never backed up
 
 
 class Engine:
@@ -51,23 +55,30 @@ class Engine:
     @classmethod
     def open(
         cls, data_dir: Path, *, load_model: bool = True, encoder: Encoder | None = None,
-        background: bool = False,
+        background: bool = False, database_url: str | None = None, key_dir: Path | None = None,
+        device: Device | str = Device.AUTO,
     ) -> Engine:
         """Open (or create) the data directory, then load the model and let every
-        projection catch up with the journal (in a thread when `background`)."""
+        projection catch up with the journal (in a thread when `background`).
+
+        The store is SQLite in the data directory, or the PostgreSQL database at
+        `database_url` that several replicas share; the data directory then holds only
+        this replica's projections. `key_dir` (default `<data_dir>/keys`) holds the KEK
+        files: replicas of one database share it. ``device``: where the model's torch
+        backend runs (queries go through ONNX Runtime on the CPU, exported into
+        ``data_dir/models`` on first start)."""
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(data_dir, 0o700)  # also when a caller created it first, with its umask
-        store = SqliteStore(data_dir / DB_FILE)
-        vault = BodyVault(KeyRing(data_dir / "keys"), store)
+        store = open_store(data_dir / DB_FILE, database_url)
+        vault = BodyVault(KeyRing(Path(key_dir) if key_dir is not None else data_dir / "keys"), store)
         if encoder is None and load_model:
-            encoder = MiniLMEncoder()
+            encoder = MiniLMEncoder(data_dir / MODELS_DIR, device=device)
         ranker = Ranker(data_dir / "index", encoder)
         parts = Parts(
             data_dir=data_dir, store=store, vault=vault, ranker=ranker,
             projector=Projector(store, vault, ranker),
-            host_policy=load_host_policy(data_dir),
-            admission_policy=load_admission_policy(data_dir),
+            policies=Policies(data_dir),
             snapshots=SnapshotCache(),
         )
         engine = cls(parts, encoder)
@@ -86,8 +97,12 @@ class Engine:
         load = getattr(self._encoder, "load", None)
         if load is not None:
             load()
-        for scope in self.parts.store.scopes():
-            self.parts.projector.catch_up(scope)
+        ring = self.parts.vault.ring
+        if ring.pending_rotation():  # a rotation was interrupted: finish it
+            ring.finish_rotation(self.parts.store)
+        with self.parts.projector.running("warm-up"):
+            for scope in self.parts.store.scopes():
+                self.parts.projector.catch_up(scope)
         self.sweep_invalidations()
         self._ready.set()
 
@@ -97,6 +112,10 @@ class Engine:
         if tool not in OPERATIONS:
             raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
         args = parse_arguments(tool, arguments)
+        if tool in KEPT_ARGUMENTS:
+            # Every string a mutation keeps (payload, evidence, locators, reason refs) is
+            # scanned; the idempotency key is kept only as a digest.
+            refuse_secrets(args.model_dump(exclude_none=True, exclude={"idempotency_key"}))
         try:
             return OPERATIONS[tool](self.parts, ctx, args)
         except StoreUnavailable:
@@ -115,8 +134,15 @@ class Engine:
         lexical-only by the operator's choice, which is ready; a configured model that
         failed is not."""
         reasons = []
-        if not self._ready.is_set():
-            reasons.append("projections catching up or model loading")
+        projector = self.parts.projector
+        if not self._ready.is_set() or projector.long_projection is not None:
+            behind = projector.behind()
+            what = projector.long_projection or "model loading"
+            if behind:
+                scopes = ", ".join(f"{t}/{w} ({lag} events behind)" for (t, w), lag in behind)
+                reasons.append(f"projections catching up ({what}): {scopes}")
+            else:
+                reasons.append(f"{what} in progress")
         elif self._encoder is not None and self.parts.ranker.semantic_health() is not None:
             reasons.append("semantic channel unavailable")
         return {"ready": not reasons, "reasons": reasons}
@@ -152,7 +178,7 @@ class Engine:
         dest = Path(dest)
         dest.mkdir(parents=True, exist_ok=False, mode=0o700)
         self.parts.store.backup(str(dest / DB_FILE))
-        shutil.copytree(self.parts.data_dir / "keys", dest / "keys")
+        shutil.copytree(self.parts.vault.ring.key_dir, dest / "keys")
         for name in ("host_policy.json", "admission_policy.json"):
             if (self.parts.data_dir / name).exists():
                 shutil.copy2(self.parts.data_dir / name, dest / name)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from ranking import Ranker
 
-from service.store.sqlite import SqliteStore
+from service.store.base import Store
 
-from .policy import AdmissionPolicy, HostPolicy
+from .policy import Policies
 from .paging import SnapshotCache
 from .projector import Projector
 from .sealing import BodyVault
@@ -19,11 +19,10 @@ from .sweeper import Sweeper
 @dataclass
 class Parts:
     data_dir: Path
-    store: SqliteStore
+    store: Store
     vault: BodyVault
     ranker: Ranker
     projector: Projector
-    host_policy: HostPolicy
-    admission_policy: AdmissionPolicy
+    policies: Policies
     snapshots: SnapshotCache
     sweeper: Sweeper = field(default_factory=Sweeper)
