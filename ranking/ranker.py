@@ -210,6 +210,10 @@ class Ranker:
             candidate_ids=sorted(c.record_id for c in candidates),
         )
 
+    def lexical_present(self, scope_key: str) -> bool:
+        """Whether the lexical channel has an index for ``scope_key`` on disk."""
+        return self._lexical.present(scope_key)
+
     def semantic_health(self, scope_key: str | None = None) -> str | None:
         """None when the semantic channel can serve ``scope_key``, else a short reason."""
         if self._encoder is None:
