@@ -16,13 +16,14 @@ from models.tools import CAPTURE
 
 from service.store.base import CandidateRow
 
+from .acceptance import DEFAULT_RETENTION
 from .clock import instant, now_ms, parse_instant
 from .context import CallContext
 from .gates import check_confirmation, needs_confirmation
 from .idempotency import encode_result, find_replay, intent_hash
 from .parts import Parts
 from .policy import HostPolicy
-from .records import authorization_receipt, candidate_aad, evidence_digest, payload_digest, record_digest, transaction_receipt
+from .records import Trust, authorization_receipt, candidate_aad, evidence_digest, payload_digest, record_digest, transaction_receipt
 from .secrets import find_secret_in
 
 
@@ -36,16 +37,20 @@ def _strings(value: Any) -> list[str]:
     return []
 
 
+def holds_secret(payload: dict[str, Any], evidence: dict[str, Any]) -> bool:
+    """Section 4: every string a candidate or record would keep is scanned before any
+    write (the agent path and bulk ingestion apply this one rule)."""
+    return find_secret_in(_strings({"payload": payload, "evidence": evidence})) is not None
+
+
 def refuse_secrets(arguments: dict[str, Any]) -> None:
-    """Section 4: every string the candidate would keep is scanned before any write."""
-    scanned = _strings({"payload": arguments["payload"], "evidence": arguments["evidence"]})
-    if find_secret_in(scanned) is not None:
+    if holds_secret(arguments["payload"], arguments["evidence"]):
         raise ContractError(ErrorCode.SECRET_DETECTED)
 
 
 def resolve_retention(payload: dict[str, Any], policy: HostPolicy, at_ms: int) -> dict[str, Any]:
     """The retention the record will carry: omitted means make-ineligible, no expiry."""
-    retention = payload.get("retention") or {"derivative_rule": "make-ineligible"}
+    retention = payload.get("retention") or dict(DEFAULT_RETENTION)
     if retention["derivative_rule"] == "retain" and not policy.allow_retain:
         raise ContractError(ErrorCode.UNAUTHORIZED)
     if "expires_at" in retention:
@@ -85,7 +90,7 @@ def capture(parts: Parts, ctx: CallContext, args: CaptureInput) -> dict[str, Any
             "evidence": arguments["evidence"],
             "retention": retention,
             "authorization_receipt": auth,
-            "trust": "asserted",
+            "trust": Trust.ASSERTED.value,
             "actor": {"principal": ctx.principal, "agent_id": ctx.agent_id, "session": ctx.session},
             "recorded_at": instant(at),
         }

@@ -55,6 +55,7 @@ CREATE TABLE IF NOT EXISTS pending_purges (
   tenant TEXT NOT NULL, workspace TEXT NOT NULL, record_id TEXT NOT NULL,
   PRIMARY KEY (tenant, workspace, record_id));
 CREATE TABLE IF NOT EXISTS confirmations (ref TEXT PRIMARY KEY, used_at_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS receipts (digest TEXT PRIMARY KEY, body TEXT NOT NULL);
 """
 
 _CANDIDATE_COLUMNS = (
@@ -140,6 +141,15 @@ class _Tx:
 
     def destroy_key(self, key_id: str) -> None:
         self.conn.execute("DELETE FROM keys WHERE key_id=?", (key_id,))
+
+    # receipts ------------------------------------------------------------------------
+    def put_receipt(self, receipt: dict[str, Any]) -> str:
+        digest_ = receipt["receipt_digest"]
+        self.conn.execute(
+            "INSERT INTO receipts VALUES (?,?) ON CONFLICT(digest) DO NOTHING",
+            (digest_, json.dumps(receipt, sort_keys=True, separators=(",", ":"))),
+        )
+        return digest_
 
     # candidates and records --------------------------------------------------------
     def insert_candidate(self, row: CandidateRow) -> None:
@@ -340,6 +350,11 @@ class SqliteStore:
                 "UPDATE keys SET wrapped=?, kek_id=? WHERE key_id=?",
                 [(wrapped, kek_id, key_id) for key_id, wrapped, kek_id in rows],
             )
+
+    # receipts --------------------------------------------------------------------------
+    def receipt(self, receipt_digest: str) -> dict[str, Any] | None:
+        rows = self._read("SELECT body FROM receipts WHERE digest=?", (receipt_digest,))
+        return json.loads(rows[0][0]) if rows else None
 
     # journal and scopes ---------------------------------------------------------------
     def scope_cursor(self, scope: Scope) -> int:
