@@ -276,7 +276,7 @@ def encoder_bound_ingest(work: Path, encoder: Any, sample: int, say: Callable[[s
     """Ingest rate when the real model embeds each record (no precomputed vectors)."""
     from service.engine.engine import Engine
 
-    cran = Path("/work/shared/data/cranfield")
+    cran = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cranfield"  # ../shared, when present
     if (cran / "corpus.jsonl").exists():
         records, source = [r for r in read_beir(cran) if r.text.strip()][:sample], "cranfield abstracts"
     else:

@@ -8,7 +8,7 @@ from typing import Any
 
 from .metrics import METRICS, NDCG10
 
-REFERENCE = {  # /work/shared/data/README.md: raw engines alone, nDCG@10
+REFERENCE = {  # ../shared/data/README.md: raw engines alone, nDCG@10
     "cranfield": (0.368, 0.382, 0.416),
     "cisi": (0.309, 0.419, 0.428),
     "medline": (0.704, 0.788, 0.792),

@@ -22,7 +22,7 @@ def main(root: str) -> None:
             reports.append(json.loads(path.read_text()))
     print("# Relevance through engram_memory_search\n")
     print("Reproduce (one collection; each gets its own engine directory under --data-dir):\n")
-    print("```\nengram eval --dataset /work/shared/data/<name> --data-dir ./eval-data --out eval/results/<name>\n```\n")
+    print("```\nengram eval --dataset ../shared/data/<name> --data-dir ./eval-data --out eval/results/<name>\n```\n")
     print("lexical = the engine's lexical profile (engine opened without the model); semantic = the ranker's "
           "semantic channel alone (best-passage cosine, same HNSW index); hybrid = engram_memory_search with "
           "minimum_channels lexical_and_semantic. Depth 100 through paging. nDCG@10 linear gain (trec_eval "

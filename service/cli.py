@@ -18,10 +18,12 @@ import importlib
 import json
 import os
 import sys
-from pathlib import Path
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import typer
 
 app = typer.Typer(
@@ -32,7 +34,8 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 admin = typer.Typer(
-    help="Operator commands (never reachable from the agent path).",
+    help="Operator commands (never reachable from the agent path). --database-url and "
+    "--key-dir (or their ENGRAM_ variables) select the store every admin command opens.",
     no_args_is_help=True,
 )
 tenant_app = typer.Typer(
@@ -65,18 +68,69 @@ DataDir = Annotated[
     ),
 ]
 DEFAULT_DATA_DIR = Path("./data")
+DatabaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        envvar="ENGRAM_DATABASE_URL",
+        help="PostgreSQL store shared by several replicas (postgresql://user@host/db). "
+        "Default: SQLite in the data directory.",
+    ),
+]
+KeyDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--key-dir",
+        envvar="ENGRAM_KEY_DIR",
+        help="Directory of the key-encryption key files (default <data-dir>/keys). "
+        "Every replica of one database must use the same key files.",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class StoreChoice:
+    """Which system of record a command opens: the data directory's SQLite file, or a
+    shared PostgreSQL database with its shared key directory."""
+
+    database_url: str | None = None
+    key_dir: Path | None = None
+
+
+@admin.callback()
+def _admin_store(ctx: typer.Context, database_url: DatabaseUrl = None, key_dir: KeyDir = None) -> None:
+    """Operator commands (never reachable from the agent path)."""
+    ctx.obj = StoreChoice(database_url, key_dir)
+
+
+def _store_choice() -> StoreChoice:
+    """The admin group's --database-url/--key-dir for the running command."""
+    ctx = click.get_current_context(silent=True)
+    while ctx is not None:
+        if isinstance(ctx.obj, StoreChoice):
+            return ctx.obj
+        ctx = ctx.parent
+    return StoreChoice()
 
 
 def _err(message: str) -> None:
     typer.echo(message, err=True)
 
 
-def _open_engine(data_dir: Path, *, load_model: bool = False, background: bool = False) -> Any:
+def _open_engine(
+    data_dir: Path, *, load_model: bool = False, background: bool = False, store: StoreChoice | None = None,
+) -> Any:
+    """Open the engine; a database this release cannot read exits 2 with the reason."""
     from service.engine.engine import Engine
+    from service.store import SchemaTooNew
 
-    if background:
-        return Engine.open(data_dir, load_model=load_model, background=True)
-    return Engine.open(data_dir, load_model=load_model)
+    choice = store or _store_choice()
+    try:
+        return Engine.open(data_dir, load_model=load_model, background=background,
+                           database_url=choice.database_url, key_dir=choice.key_dir)
+    except SchemaTooNew as exc:
+        _err(f"engram: {exc}")
+        raise typer.Exit(2) from None
 
 
 @contextlib.contextmanager
@@ -130,6 +184,8 @@ def serve(
                      "DNS-rebinding protection on for a non-loopback --host."),
     ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    database_url: DatabaseUrl = None,
+    key_dir: KeyDir = None,
 ) -> None:
     """Serve the six memory tools over MCP (streamable HTTP at /mcp, or --stdio).
 
@@ -155,7 +211,7 @@ def serve(
             raise typer.Exit(2) from None
         from service.mcp.stdio import serve_stdio
 
-        engine = _open_engine(data_dir, load_model=load_model)
+        engine = _open_engine(data_dir, load_model=load_model, store=StoreChoice(database_url, key_dir))
         try:
             serve_stdio(
                 engine, binding, data_dir=data_dir, rate_per_s=rate, burst=burst, default_deadline_ms=deadline_ms
@@ -182,7 +238,8 @@ def serve(
     from service.mcp.app import create_app
 
     # Warm up in the background: /readyz answers 503 until projections caught up.
-    engine = _open_engine(data_dir, load_model=load_model, background=True)
+    engine = _open_engine(data_dir, load_model=load_model, background=True,
+                          store=StoreChoice(database_url, key_dir))
     application = create_app(
         engine,
         host_secret=secret,

@@ -19,8 +19,8 @@ from models.codes import ContractError, ErrorCode
 from models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW, parse_arguments
 from ranking import Encoder, MiniLMEncoder, Ranker, SemanticUnavailable
 
+from service.store import open_store
 from service.store.base import CommitUncertain, StoreUnavailable
-from service.store.sqlite import SqliteStore
 
 from . import admission, capture, export, ingestion, operator, reading, search, transitions
 from .clock import instant, now_ms
@@ -53,15 +53,20 @@ class Engine:
     @classmethod
     def open(
         cls, data_dir: Path, *, load_model: bool = True, encoder: Encoder | None = None,
-        background: bool = False,
+        background: bool = False, database_url: str | None = None, key_dir: Path | None = None,
     ) -> Engine:
         """Open (or create) the data directory, then load the model and let every
-        projection catch up with the journal (in a thread when `background`)."""
+        projection catch up with the journal (in a thread when `background`).
+
+        The store is SQLite in the data directory, or the PostgreSQL database at
+        `database_url` that several replicas share; the data directory then holds only
+        this replica's projections. `key_dir` (default `<data_dir>/keys`) holds the KEK
+        files: replicas of one database share it."""
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(data_dir, 0o700)  # also when a caller created it first, with its umask
-        store = SqliteStore(data_dir / DB_FILE)
-        vault = BodyVault(KeyRing(data_dir / "keys"), store)
+        store = open_store(data_dir / DB_FILE, database_url)
+        vault = BodyVault(KeyRing(Path(key_dir) if key_dir is not None else data_dir / "keys"), store)
         if encoder is None and load_model:
             encoder = MiniLMEncoder()
         ranker = Ranker(data_dir / "index", encoder)
@@ -198,7 +203,7 @@ class Engine:
         dest = Path(dest)
         dest.mkdir(parents=True, exist_ok=False, mode=0o700)
         self.parts.store.backup(str(dest / DB_FILE))
-        shutil.copytree(self.parts.data_dir / "keys", dest / "keys")
+        shutil.copytree(self.parts.vault.ring.key_dir, dest / "keys")
         for name in ("host_policy.json", "admission_policy.json"):
             if (self.parts.data_dir / name).exists():
                 shutil.copy2(self.parts.data_dir / name, dest / name)

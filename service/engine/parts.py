@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ranking import Ranker
 
-from service.store.sqlite import SqliteStore
+from service.store.base import Store
 
 from .policy import AdmissionPolicy, HostPolicy
 from .paging import SnapshotCache
@@ -19,7 +19,7 @@ from .sweeper import Sweeper
 @dataclass
 class Parts:
     data_dir: Path
-    store: SqliteStore
+    store: Store
     vault: BodyVault
     ranker: Ranker
     projector: Projector

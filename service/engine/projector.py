@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 from ranking import IndexDocument, Ranker
 
-from service.store.sqlite import SqliteStore
+from service.store.base import Store
 
 from .records import index_document, record_aad, scope_key
 from .sealing import BodyVault, SealBroken
@@ -30,7 +30,7 @@ Progress = Callable[[int], None]
 
 
 class Projector:
-    def __init__(self, store: SqliteStore, vault: BodyVault, ranker: Ranker) -> None:
+    def __init__(self, store: Store, vault: BodyVault, ranker: Ranker) -> None:
         self.store = store
         self.vault = vault
         self.ranker = ranker

@@ -18,45 +18,50 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from models.digests import DigestKind, digest
-
 from .base import CandidateRow, CommitUncertain, JournalEvent, RecordRow, Scope, StoreUnavailable
+from .journal import StoredEvent, chain_intact, event_digest
+from .migrations import VERSION_TABLE, Migration, pending
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS tenants (
-  tenant TEXT PRIMARY KEY, enabled INTEGER NOT NULL, changed_at TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS scopes (
-  tenant TEXT NOT NULL, workspace TEXT NOT NULL, cursor INTEGER NOT NULL,
-  head_digest TEXT, PRIMARY KEY (tenant, workspace));
-CREATE TABLE IF NOT EXISTS journal (
-  tenant TEXT NOT NULL, workspace TEXT NOT NULL, cursor INTEGER NOT NULL,
-  event_id TEXT NOT NULL, kind TEXT NOT NULL, subject TEXT NOT NULL, body TEXT NOT NULL,
-  event_digest TEXT NOT NULL, prev_digest TEXT, recorded_at TEXT NOT NULL,
-  PRIMARY KEY (tenant, workspace, cursor));
-CREATE TABLE IF NOT EXISTS keys (
-  key_id TEXT PRIMARY KEY, wrapped BLOB NOT NULL, kek_id TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS candidates (
-  tenant TEXT NOT NULL, workspace TEXT NOT NULL, candidate_id TEXT NOT NULL,
-  state TEXT NOT NULL, key_id TEXT, sealed BLOB, record_digest TEXT NOT NULL,
-  payload_digest TEXT NOT NULL, principal TEXT NOT NULL, created_cursor INTEGER NOT NULL,
-  PRIMARY KEY (tenant, workspace, candidate_id));
-CREATE TABLE IF NOT EXISTS records (
-  tenant TEXT NOT NULL, workspace TEXT NOT NULL, record_id TEXT NOT NULL,
-  state TEXT NOT NULL, record_digest TEXT NOT NULL, payload_digest TEXT NOT NULL,
-  key_id TEXT, sealed BLOB, valid_from_ms INTEGER NOT NULL, valid_to_ms INTEGER,
-  expires_at_ms INTEGER, accepted_cursor INTEGER NOT NULL, accepted_at TEXT NOT NULL,
-  candidate_id TEXT, PRIMARY KEY (tenant, workspace, record_id));
-CREATE INDEX IF NOT EXISTS records_payload ON records (tenant, workspace, payload_digest);
-CREATE TABLE IF NOT EXISTS idempotency (
-  tenant TEXT NOT NULL, workspace TEXT NOT NULL, principal TEXT NOT NULL, key TEXT NOT NULL,
-  tool TEXT NOT NULL, intent TEXT NOT NULL, response TEXT NOT NULL,
-  PRIMARY KEY (tenant, workspace, principal, key));
-CREATE TABLE IF NOT EXISTS pending_purges (
-  tenant TEXT NOT NULL, workspace TEXT NOT NULL, record_id TEXT NOT NULL,
-  PRIMARY KEY (tenant, workspace, record_id));
-CREATE TABLE IF NOT EXISTS confirmations (ref TEXT PRIMARY KEY, used_at_ms INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS receipts (digest TEXT PRIMARY KEY, body TEXT NOT NULL);
-"""
+SQLITE_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "initial", (
+        "CREATE TABLE IF NOT EXISTS tenants ("
+        "tenant TEXT PRIMARY KEY, enabled INTEGER NOT NULL, changed_at TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS scopes ("
+        "tenant TEXT NOT NULL, workspace TEXT NOT NULL, cursor INTEGER NOT NULL, "
+        "head_digest TEXT, PRIMARY KEY (tenant, workspace))",
+        "CREATE TABLE IF NOT EXISTS journal ("
+        "tenant TEXT NOT NULL, workspace TEXT NOT NULL, cursor INTEGER NOT NULL, "
+        "event_id TEXT NOT NULL, kind TEXT NOT NULL, subject TEXT NOT NULL, body TEXT NOT NULL, "
+        "event_digest TEXT NOT NULL, prev_digest TEXT, recorded_at TEXT NOT NULL, "
+        "PRIMARY KEY (tenant, workspace, cursor))",
+        "CREATE TABLE IF NOT EXISTS keys ("
+        "key_id TEXT PRIMARY KEY, wrapped BLOB NOT NULL, kek_id TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS candidates ("
+        "tenant TEXT NOT NULL, workspace TEXT NOT NULL, candidate_id TEXT NOT NULL, "
+        "state TEXT NOT NULL, key_id TEXT, sealed BLOB, record_digest TEXT NOT NULL, "
+        "payload_digest TEXT NOT NULL, principal TEXT NOT NULL, created_cursor INTEGER NOT NULL, "
+        "PRIMARY KEY (tenant, workspace, candidate_id))",
+        "CREATE TABLE IF NOT EXISTS records ("
+        "tenant TEXT NOT NULL, workspace TEXT NOT NULL, record_id TEXT NOT NULL, "
+        "state TEXT NOT NULL, record_digest TEXT NOT NULL, payload_digest TEXT NOT NULL, "
+        "key_id TEXT, sealed BLOB, valid_from_ms INTEGER NOT NULL, valid_to_ms INTEGER, "
+        "expires_at_ms INTEGER, accepted_cursor INTEGER NOT NULL, accepted_at TEXT NOT NULL, "
+        "candidate_id TEXT, PRIMARY KEY (tenant, workspace, record_id))",
+        "CREATE INDEX IF NOT EXISTS records_payload ON records (tenant, workspace, payload_digest)",
+        "CREATE TABLE IF NOT EXISTS idempotency ("
+        "tenant TEXT NOT NULL, workspace TEXT NOT NULL, principal TEXT NOT NULL, key TEXT NOT NULL, "
+        "tool TEXT NOT NULL, intent TEXT NOT NULL, response TEXT NOT NULL, "
+        "PRIMARY KEY (tenant, workspace, principal, key))",
+        "CREATE TABLE IF NOT EXISTS pending_purges ("
+        "tenant TEXT NOT NULL, workspace TEXT NOT NULL, record_id TEXT NOT NULL, "
+        "PRIMARY KEY (tenant, workspace, record_id))",
+        "CREATE TABLE IF NOT EXISTS confirmations (ref TEXT PRIMARY KEY, used_at_ms INTEGER NOT NULL)",
+    )),
+    # Receipts kept once, referenced by digest from record bodies (Transaction.put_receipt).
+    Migration(2, "receipts", (
+        "CREATE TABLE IF NOT EXISTS receipts (digest TEXT PRIMARY KEY, body TEXT NOT NULL)",
+    )),
+)
 
 _CANDIDATE_COLUMNS = (
     "tenant, workspace, candidate_id, state, key_id, sealed, record_digest, payload_digest,"
@@ -88,21 +93,6 @@ def _event(row: sqlite3.Row) -> JournalEvent:
         body=json.loads(row["body"]),
         event_digest=row["event_digest"],
         recorded_at=row["recorded_at"],
-    )
-
-
-def event_digest(
-    scope: Scope, cursor: int, event_id: str, kind: str, subject: str,
-    body: dict[str, Any], prev_digest: str | None, recorded_at: str,
-) -> str:
-    """Digest of one journal event, chained to its predecessor in the scope."""
-    return digest(
-        DigestKind.EVENT,
-        {
-            "tenant": scope[0], "workspace": scope[1], "cursor": str(cursor),
-            "event_id": event_id, "kind": kind, "subject": subject, "body": body,
-            "prev_digest": prev_digest, "recorded_at": recorded_at,
-        },
     )
 
 
@@ -264,8 +254,26 @@ class SqliteStore:
         self._write_lock = threading.RLock()
         self._local = threading.local()
         self._writer = self._connect()
-        with self._write_lock:
-            self._writer.executescript(SCHEMA)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Apply the steps this database lacks, each in its own transaction."""
+        self._writer.execute(
+            f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} ("
+            "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+        )
+        for step in pending(self.schema_version(), SQLITE_MIGRATIONS):
+            with self.transaction() as tx:
+                for statement in step.statements:
+                    tx.conn.execute(statement)
+                tx.conn.execute(
+                    f"INSERT INTO {VERSION_TABLE} VALUES (?,?,datetime('now'))", (step.version, step.name)
+                )
+
+    def schema_version(self) -> int:
+        """The highest migration step applied to this database."""
+        row = self._writer.execute(f"SELECT COALESCE(MAX(version), 0) FROM {VERSION_TABLE}").fetchone()
+        return int(row[0])
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -369,18 +377,10 @@ class SqliteStore:
 
     def verify_chain(self, scope: Scope) -> bool:
         """Recompute every event digest and link of a scope's journal."""
-        prev: str | None = None
-        expected = 1
-        for row in self._journal_rows(scope):
-            body = json.loads(row["body"])
-            recomputed = event_digest(
-                scope, row["cursor"], row["event_id"], row["kind"], row["subject"], body,
-                row["prev_digest"], row["recorded_at"],
-            )
-            if row["cursor"] != expected or row["prev_digest"] != prev or recomputed != row["event_digest"]:
-                return False
-            prev, expected = row["event_digest"], expected + 1
-        return True
+        return chain_intact(scope, (
+            StoredEvent(r["cursor"], r["event_id"], r["kind"], r["subject"], json.loads(r["body"]),
+                        r["event_digest"], r["prev_digest"], r["recorded_at"])
+            for r in self._journal_rows(scope)))
 
     def _journal_rows(self, scope: Scope, after: int = 0) -> Iterator[sqlite3.Row]:
         """Paged, so a million-event journal never sits in memory at once."""

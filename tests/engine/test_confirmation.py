@@ -93,8 +93,10 @@ def test_boundaries_that_are_still_usable(engine, tool: str) -> None:
         {"approved_at_ms": now_ms() + 2_000, "expires_at_ms": now_ms() + 60_000},  # small skew
     ):
         target, args = target_for(engine, ctx, tool)
-        fields = dict(overrides)
-        engine.execute(tool, good(ctx, tool, target, args, **fields), args)
+        out = engine.execute(tool, good(ctx, tool, target, args, **overrides), args)
+        assert out["replayed"] is False
+        assert out["receipt"]["to_state"] == ("withdrawn" if tool == WITHDRAW else "tombstoned")
+        assert state_of(engine, ctx, tool, target) == out["receipt"]["to_state"]
 
 
 @pytest.mark.parametrize("tool", [WITHDRAW, FORGET])
@@ -114,7 +116,10 @@ def test_a_refused_attempt_does_not_burn_the_confirmation(engine) -> None:
     ctx_wrong = good(ctx, FORGET, rid, args, ref="ref-keep",
                      operation_digest=operation_digest(FORGET, {**args, "reason_ref": "x"}))
     assert error_of(engine.execute, FORGET, ctx_wrong, args).code is GATE
-    engine.execute(FORGET, good(ctx, FORGET, rid, args, ref="ref-keep"), args)
+    assert state_of(engine, ctx, FORGET, rid) == "accepted_current"
+    out = engine.execute(FORGET, good(ctx, FORGET, rid, args, ref="ref-keep"), args)
+    assert out["receipt"]["to_state"] == "tombstoned"
+    assert state_of(engine, ctx, FORGET, rid) == "tombstoned"
 
 
 def test_the_factory_confirmation_works(engine) -> None:

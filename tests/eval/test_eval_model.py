@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-ADI = Path("/work/shared/data/adi")
+ADI = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "adi"  # ../shared beside the repo
 
 
 @pytest.mark.model

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 
 import pytest
 from hypothesis import given, settings
@@ -61,7 +63,12 @@ def check(c: Confirmation | None, *, tool=FORGET, target="mem_abc", args=ARGS, n
 
 
 def test_operation_digest_formula():
-    assert operation_digest(FORGET, ARGS) == digest(DigestKind.OPERATION, {"tool": FORGET, "arguments": ARGS})
+    # Recomputed from the documented formula by hand (ASCII-only arguments, so JCS is
+    # sorted keys, no whitespace), not through the function under test.
+    jcs = json.dumps({"arguments": ARGS, "tool": FORGET}, sort_keys=True, separators=(",", ":"))
+    expected = "sha256:" + hashlib.sha256(b"engram/operation/v1\0" + jcs.encode()).hexdigest()
+    assert operation_digest(FORGET, ARGS) == expected
+    assert digest(DigestKind.OPERATION, {"tool": FORGET, "arguments": ARGS}) == expected
     assert operation_digest(FORGET, ARGS).startswith("sha256:")
     # Key order does not matter (JCS); any value change does.
     assert operation_digest(FORGET, dict(reversed(list(ARGS.items())))) == operation_digest(FORGET, ARGS)
@@ -133,8 +140,18 @@ def test_gate_failed_variants(variant):
 
 
 def test_boundaries_are_inclusive():
-    check(conf(approved_at_ms=NOW - USE_WITHIN_MS, expires_at_ms=NOW))
-    check(conf(approved_at_ms=NOW - 1_000, expires_at_ms=NOW - 1_000 + MAX_TTL_MS))
+    for i, c in enumerate((
+        conf(ref="edge-use-within", approved_at_ms=NOW - USE_WITHIN_MS, expires_at_ms=NOW),
+        conf(ref="edge-max-ttl", approved_at_ms=NOW - 1_000, expires_at_ms=NOW - 1_000 + MAX_TTL_MS),
+    )):
+        ledger = Ledger()
+        check(c, ledger=ledger)
+        assert ledger.used == {c.ref}, i  # passed every check and was claimed
+    # one millisecond past either edge is refused
+    for c in (conf(approved_at_ms=NOW - USE_WITHIN_MS - 1, expires_at_ms=NOW),
+              conf(approved_at_ms=NOW - 1_000, expires_at_ms=NOW - 1_000 + MAX_TTL_MS + 1)):
+        with pytest.raises(ContractError):
+            check(c)
 
 
 def test_unencodable_arguments_fail_the_gate():

@@ -165,7 +165,7 @@ def unique_token() -> str:
 # --------------------------------------------------------------------------- checks
 
 _AUDIT_RE = re.compile(r"^aud_[0-9a-f]{32}$")
-LEAK_MARKERS = ("Traceback", 'File "', "Error:", "Exception", "/work/", "/tmp/", "site-packages", "sqlite", ", line ")
+LEAK_MARKERS = ("Traceback", 'File "', "Error:", "Exception", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "/tmp/", "site-packages", "sqlite", ", line ")
 
 
 def check_envelope(tool: str, result: Any) -> dict[str, Any]:
