@@ -339,6 +339,7 @@ def load_run(engine: Any, data_dir: Path, texts: list[str], *, clients: int, cal
 
         from models.tools import TOOLS
         from service.mcp.app import create_app
+        from service.settings import Settings
         from service.mcp.host_context import HEADER, mint_token
     except Exception as exc:  # noqa: BLE001 - report why the HTTP run could not happen
         return {"skipped": f"MCP app unavailable: {type(exc).__name__}: {exc}"}
@@ -349,7 +350,7 @@ def load_run(engine: Any, data_dir: Path, texts: list[str], *, clients: int, cal
 
     secret = os.urandom(32)
     engine.set_tenant_enabled(BENCH_SCOPE[0], True)
-    app = create_app(engine, host_secret=secret, data_dir=data_dir, rate_per_s=1e6, burst=1_000_000)
+    app = create_app(engine, Settings(data_dir=data_dir, rate=0), host_secret=secret)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

@@ -38,6 +38,9 @@ def bench(
 
     from rich.console import Console
 
+    from .extra import require_eval_extra
+
+    require_eval_extra("bench")
     from .bench import run_bench
 
     console = Console(stderr=True)

@@ -24,7 +24,7 @@ app = typer.Typer(
 @app.callback(invoke_without_command=True)
 def eval_command(
     dataset: Annotated[Path, typer.Option("--dataset", help="BEIR directory (corpus.jsonl, queries.jsonl, qrels/test.tsv).")],
-    data_dir: Annotated[Path, typer.Option("--data-dir", "-d", help="Root of the per-collection engine directories (the embedding cache).")] = Path("./eval-data"),
+    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", "-d", help="Root of the per-collection engine directories (the embedding cache); default: <ENGRAM_DATA_DIR, else ./data>/eval.")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Output directory (default ./eval-out/<dataset>).")] = None,
     channels: Annotated[str, typer.Option("--channels", help="Comma-separated: lexical,semantic,hybrid.")] = "lexical,semantic,hybrid",
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
@@ -32,6 +32,9 @@ def eval_command(
     """Ingest DATASET (or reuse it), run every judged query, write report.json/.md and plots."""
     from rich.console import Console
 
+    from .extra import require_eval_extra
+
+    require_eval_extra("eval")
     from .relevance import run_relevance
     from .report import markdown, write_outputs
 
@@ -40,6 +43,10 @@ def eval_command(
         typer.echo(f"engram eval: {dataset} is not a BEIR directory", err=True)
         raise typer.Exit(2)
     out = out or Path("./eval-out") / dataset.name
+    if data_dir is None:
+        from service.settings import load_settings
+
+        data_dir = load_settings().data_dir / "eval"
     chosen = [c.strip() for c in channels.split(",") if c.strip()]
     # One engine directory per collection: BM25 statistics are index-wide across scopes,
     # so collections sharing a lexical index would score each other's term counts.

@@ -42,6 +42,9 @@ class DigestKind(StrEnum):
     PACKET = "packet"
     RESPONSE = "response"
     QUERY = "query"
+    IDEMPOTENCY_KEY = "idempotency-key"
+    CONFIRMATION_REF = "confirmation-ref"
+    POLICY = "policy"
 
 
 class CanonicalizationRefused(ValueError):

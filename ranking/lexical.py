@@ -156,6 +156,10 @@ class LexicalIndex:
             return entry.cursor
         return self._disk_cursor(scope_key)
 
+    def present(self, scope_key: str) -> bool:
+        """Whether the scope has an index on disk (none until its first document)."""
+        return (self._dir(scope_key) / INDEX_DIR / "meta.json").is_file()
+
     def _disk_cursor(self, scope_key: str) -> int:
         value = read_json(self._dir(scope_key) / "cursor.json")
         return int(value["cursor"]) if value else 0

@@ -243,6 +243,10 @@ class Ranker:
             label_record=lambda label: semantic.label_record(scope_key, label),
         )
 
+    def lexical_present(self, scope_key: str) -> bool:
+        """Whether the lexical channel has an index for ``scope_key`` on disk."""
+        return self._lexical.present(scope_key)
+
     def semantic_health(self, scope_key: str | None = None) -> str | None:
         """None when the semantic channel can serve ``scope_key``, else a short reason."""
         if self._encoder is None:

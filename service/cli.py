@@ -26,6 +26,8 @@ from typing import Annotated, Any
 import click
 import typer
 
+from service.settings import LogFormat, LogLevel, field_help
+
 app = typer.Typer(
     name="engram",
     help="Governed, multi-tenant memory for AI agents, served over MCP.",
@@ -59,39 +61,19 @@ ADMIN_PLUGINS: dict[str, tuple[str, str]] = {
 }
 
 DataDir = Annotated[
-    Path,
-    typer.Option(
-        "--data-dir",
-        "-d",
-        envvar="ENGRAM_DATA_DIR",
-        help="Data directory (store, indexes, keys, host_secret, audit.jsonl).",
-    ),
-]
-DEFAULT_DATA_DIR = Path("./data")
-DatabaseUrl = Annotated[
-    str | None,
-    typer.Option(
-        "--database-url",
-        envvar="ENGRAM_DATABASE_URL",
-        help="PostgreSQL store shared by several replicas (postgresql://user@host/db). "
-        "Default: SQLite in the data directory.",
-    ),
-]
-KeyDir = Annotated[
     Path | None,
-    typer.Option(
-        "--key-dir",
-        envvar="ENGRAM_KEY_DIR",
-        help="Directory of the key-encryption key files (default <data-dir>/keys). "
-        "Every replica of one database must use the same key files.",
-    ),
+    typer.Option("--data-dir", "-d", help=field_help("data_dir"), show_default=False),
 ]
+DatabaseUrl = Annotated[
+    str | None, typer.Option("--database-url", help=field_help("database_url"), show_default=False)
+]
+KeyDir = Annotated[Path | None, typer.Option("--key-dir", help=field_help("key_dir"), show_default=False)]
 
 
 @dataclass(frozen=True)
 class StoreChoice:
-    """Which system of record a command opens: the data directory's SQLite file, or a
-    shared PostgreSQL database with its shared key directory."""
+    """The admin group's --database-url/--key-dir flags (None: not given, so the
+    environment, the config file or the default decides)."""
 
     database_url: str | None = None
     key_dir: Path | None = None
@@ -117,30 +99,30 @@ def _err(message: str) -> None:
     typer.echo(message, err=True)
 
 
-def _open_engine(
-    data_dir: Path, *, load_model: bool = False, background: bool = False, store: StoreChoice | None = None,
-) -> Any:
-    """Open the engine; a database this release cannot read exits 2 with the reason."""
+def _open_engine(settings: Any, *, background: bool = False) -> Any:
+    """The engine the settings describe (data directory, store, keys, model); a
+    database this release cannot read exits 2 with the reason."""
     from service.engine.engine import Engine
     from service.store import SchemaTooNew
 
-    choice = store or _store_choice()
     try:
-        return Engine.open(data_dir, load_model=load_model, background=background,
-                           database_url=choice.database_url, key_dir=choice.key_dir)
+        return Engine.open(settings.data_dir, load_model=settings.load_model, background=background,
+                           database_url=settings.database_url, key_dir=settings.key_dir)
     except SchemaTooNew as exc:
         _err(f"engram: {exc}")
         raise typer.Exit(2) from None
 
 
 @contextlib.contextmanager
-def _engine(data_dir: Path, *, load_model: bool = False) -> Iterator[Any]:
+def _engine(data_dir: Path | None, *, load_model: bool = False) -> Iterator[Any]:
     """An engine for one operator command, closed afterwards; contract errors exit 1."""
     from models.codes import ContractError
 
     engine = None
     try:
-        engine = _open_engine(data_dir, load_model=load_model)
+        choice = _store_choice()
+        engine = _open_engine(_settings(data_dir=data_dir, load_model=load_model,
+                                        database_url=choice.database_url, key_dir=choice.key_dir))
         yield engine
     except ContractError as exc:
         _err(f"engram: {exc.code.value}: {exc.message}")
@@ -157,11 +139,38 @@ def _print_json(value: Any) -> None:
 # --------------------------------------------------------------------------- serve
 
 
+def _settings(config: Path | None = None, **flags: Any) -> Any:
+    """The `Settings` for this command: flags over ENGRAM_* over the config file; bad
+    values exit 2 with pydantic's explanation."""
+    from pydantic import ValidationError
+
+    from service.settings import ConfigFileMissing, load_settings
+
+    try:
+        return load_settings(config, **flags)
+    except ConfigFileMissing as exc:
+        _err(f"engram: config file {exc} not found")
+        raise typer.Exit(2) from None
+    except ValidationError as exc:
+        _err(f"engram: bad configuration: {exc}")
+        raise typer.Exit(2) from None
+
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", envvar="ENGRAM_CONFIG", help="TOML file of settings (keys: the option names "
+                 "with underscores, e.g. data_dir, rate, log_format); flags and ENGRAM_* override it."),
+]
+
+
 @app.command()
 def serve(
-    host: Annotated[str, typer.Option(help="Interface to listen on. Loopback keeps DNS-rebinding protection on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8765,
-    data_dir: DataDir = DEFAULT_DATA_DIR,
+    config: ConfigOption = None,
+    host: Annotated[str | None, typer.Option(help=field_help("host"), show_default=False)] = None,
+    port: Annotated[int | None, typer.Option(help=field_help("port"), show_default=False)] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", "-d", help=field_help("data_dir"), show_default=False)
+    ] = None,
     stdio: Annotated[
         bool,
         typer.Option(
@@ -171,26 +180,28 @@ def serve(
         ),
     ] = False,
     load_model: Annotated[
-        bool, typer.Option("--model/--no-model", help="Load the embedding model (semantic channel).")
-    ] = True,
-    rate: Annotated[float, typer.Option(help="Per-principal calls per second (0 disables the limit).")] = 20.0,
-    burst: Annotated[int, typer.Option(help="Per-principal burst size.")] = 40,
-    deadline_ms: Annotated[
-        int, typer.Option(help="Default per-call deadline when the context carries no deadline_ms.")
-    ] = 30_000,
-    allowed_host: Annotated[
-        list[str] | None,
-        typer.Option(help="Host header value to accept (repeatable, e.g. memory.internal:8765); turns "
-                     "DNS-rebinding protection on for a non-loopback --host."),
+        bool | None, typer.Option("--model/--no-model", help=field_help("load_model"), show_default=False)
     ] = None,
-    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    rate: Annotated[float | None, typer.Option(help=field_help("rate"), show_default=False)] = None,
+    burst: Annotated[int | None, typer.Option(help=field_help("burst"), show_default=False)] = None,
+    deadline_ms: Annotated[int | None, typer.Option(help=field_help("deadline_ms"), show_default=False)] = None,
+    allowed_host: Annotated[
+        list[str] | None, typer.Option(help=field_help("allowed_hosts") + " Repeatable.", show_default=False)
+    ] = None,
+    log_level: Annotated[
+        LogLevel | None, typer.Option(help=field_help("log_level"), show_default=False, case_sensitive=False)
+    ] = None,
+    log_format: Annotated[
+        LogFormat | None, typer.Option(help=field_help("log_format"), show_default=False, case_sensitive=False)
+    ] = None,
     database_url: DatabaseUrl = None,
     key_dir: KeyDir = None,
 ) -> None:
     """Serve the six memory tools over MCP (streamable HTTP at /mcp, or --stdio).
 
-    Every HTTP call must carry the host's signed context in the X-Engram-Context header (see service/mcp/host_context.py). /healthz, /readyz and /metrics serve probes; /docs documents them.
+    Every HTTP call must carry the host's signed context in the X-Engram-Context header (see service/mcp/host_context.py). /healthz, /readyz and /metrics serve probes; /docs documents them. Every option also comes from ENGRAM_<OPTION> or the --config file.
     """
+    from service.logs import configure_logging
     from service.mcp.host_context import (
         ContextUnavailable,
         binding_from_env,
@@ -198,6 +209,13 @@ def serve(
         load_host_secret,
     )
 
+    settings = _settings(
+        config, host=host, port=port, data_dir=data_dir, load_model=load_model, rate=rate, burst=burst,
+        deadline_ms=deadline_ms, allowed_hosts=allowed_host or None, log_level=log_level, log_format=log_format,
+        database_url=database_url, key_dir=key_dir,
+    )
+    configure_logging(settings.log_level, settings.log_format)
+    data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     if stdio:
         try:
@@ -211,11 +229,9 @@ def serve(
             raise typer.Exit(2) from None
         from service.mcp.stdio import serve_stdio
 
-        engine = _open_engine(data_dir, load_model=load_model, store=StoreChoice(database_url, key_dir))
+        engine = _open_engine(settings)
         try:
-            serve_stdio(
-                engine, binding, data_dir=data_dir, rate_per_s=rate, burst=burst, default_deadline_ms=deadline_ms
-            )
+            serve_stdio(engine, binding, settings)
         finally:
             engine.close()
         return
@@ -230,7 +246,7 @@ def serve(
     except RuntimeError as exc:
         _err(f"engram: {exc}")
         raise typer.Exit(2) from None
-    if host not in ("127.0.0.1", "localhost", "::1") and not allowed_host:
+    if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.allowed_hosts:
         _err("engram: warning: non-loopback host without --allowed-host: DNS-rebinding protection is off")
 
     import uvicorn
@@ -238,20 +254,11 @@ def serve(
     from service.mcp.app import create_app
 
     # Warm up in the background: /readyz answers 503 until projections caught up.
-    engine = _open_engine(data_dir, load_model=load_model, background=True,
-                          store=StoreChoice(database_url, key_dir))
-    application = create_app(
-        engine,
-        host_secret=secret,
-        data_dir=data_dir,
-        host=host,
-        allowed_hosts=allowed_host or None,
-        rate_per_s=rate,
-        burst=burst,
-        default_deadline_ms=deadline_ms,
-        close_engine=True,
-    )
-    uvicorn.run(application, host=host, port=port, log_level=log_level)
+    engine = _open_engine(settings, background=True)
+    application = create_app(engine, settings, host_secret=secret, close_engine=True)
+    # log_config=None: uvicorn's loggers propagate to the handler configured above.
+    uvicorn.run(application, host=settings.host, port=settings.port, log_config=None,
+                log_level=settings.log_level.value)
 
 
 # --------------------------------------------------------------------------- admin
@@ -259,7 +266,7 @@ def serve(
 
 @admin.command("host-secret")
 def host_secret(
-    data_dir: DataDir = DEFAULT_DATA_DIR,
+    data_dir: DataDir = None,
     show: Annotated[bool, typer.Option("--show", help="Also print the secret itself (handle with care).")] = False,
 ) -> None:
     """Create the host secret (mode 0600) if missing, and print its path.
@@ -268,6 +275,7 @@ def host_secret(
     """
     from service.mcp.host_context import create_host_secret, load_host_secret
 
+    data_dir = _settings(data_dir=data_dir).data_dir
     path, created = create_host_secret(data_dir)
     typer.echo(str(path.resolve()))
     _err("created" if created else "exists (unchanged)")
@@ -278,7 +286,7 @@ def host_secret(
 @tenant_app.command("enable")
 def tenant_enable(
     tenant: Annotated[str, typer.Argument(help="Tenant id, as the host binds it in the context.")],
-    data_dir: DataDir = DEFAULT_DATA_DIR,
+    data_dir: DataDir = None,
 ) -> None:
     """Opt TENANT in: its calls are served (tools still need per-tool grants)."""
     _set_tenant(data_dir, tenant, True)
@@ -287,7 +295,7 @@ def tenant_enable(
 @tenant_app.command("disable")
 def tenant_disable(
     tenant: Annotated[str, typer.Argument(help="Tenant id.")],
-    data_dir: DataDir = DEFAULT_DATA_DIR,
+    data_dir: DataDir = None,
 ) -> None:
     """Opt TENANT out: every call in its scope becomes -32603 (its data is kept)."""
     _set_tenant(data_dir, tenant, False)
@@ -296,17 +304,236 @@ def tenant_disable(
 @tenant_app.command("status")
 def tenant_status(
     tenant: Annotated[str, typer.Argument(help="Tenant id.")],
-    data_dir: DataDir = DEFAULT_DATA_DIR,
+    data_dir: DataDir = None,
 ) -> None:
     """Print whether TENANT is opted in."""
     with _engine(data_dir) as engine:
         typer.echo("enabled" if engine.tenant_enabled(tenant) else "disabled")
 
 
-def _set_tenant(data_dir: Path, tenant: str, enabled: bool) -> None:
+def _set_tenant(data_dir: Path | None, tenant: str, enabled: bool) -> None:
     with _engine(data_dir) as engine:
         engine.set_tenant_enabled(tenant, enabled)
     typer.echo(f"{tenant}: {'enabled' if enabled else 'disabled'}")
+
+
+# --------------------------------------------------------------------------- local clients
+
+context_app = typer.Typer(
+    help="Contexts for MCP clients: the local stdio binding, and signed contexts for HTTP.",
+    no_args_is_help=True,
+)
+admin.add_typer(context_app, name="context")
+
+
+def _tool_list(values: list[str] | None, default: list[str]) -> list[str]:
+    from models.tools import TOOLS
+
+    chosen = default if not values else [v.strip() for item in values for v in item.split(",") if v.strip()]
+    unknown = sorted(set(chosen) - set(TOOLS))
+    if unknown:
+        _err(f"engram: unknown tool(s) {', '.join(unknown)}; one of {', '.join(sorted(TOOLS))}")
+        raise typer.Exit(2)
+    return chosen
+
+
+ToolsOption = Annotated[
+    list[str] | None,
+    typer.Option("--tool", help="Granted tool (repeatable or comma-separated; default: all six)."),
+]
+ConfirmOption = Annotated[
+    list[str] | None,
+    typer.Option("--confirm", help="Tool that needs a confirmation besides withdraw and forget: "
+                 "engram_memory_capture and/or engram_memory_request_admission (repeatable)."),
+]
+
+
+@context_app.command("init")
+def context_init(
+    tenant: Annotated[str, typer.Option(help="Tenant of the local scope (opted in by this command).")] = "local",
+    workspace: Annotated[str, typer.Option(help="Workspace of the local scope.")] = "default",
+    principal: Annotated[str | None, typer.Option(help="Actor recorded for every call (default: your login name).")] = None,
+    agent_id: Annotated[str, typer.Option(help="Agent id recorded for every call.")] = "mcp-client",
+    purpose: Annotated[str, typer.Option(help="The bound purpose: every purpose_ref must equal it.")] = "purpose:local",
+    tools: ToolsOption = None,
+    confirm: ConfirmOption = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing local context file.")] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """Create the local scope for stdio MCP clients: opt the tenant in and write the
+    long-lived binding (claims, no expiry) to <data-dir>/contexts/local.json (mode 0600).
+
+    `engram connect CLIENT` then points a desktop client at it; nothing needs re-minting.
+    """
+    from models.tools import TOOLS
+    from service.mcp.host_context import ContextUnavailable
+    from service.mcp.local_context import context_path, local_claims, write_context_file
+
+    settings = _settings(data_dir=data_dir)
+    try:
+        claims = local_claims(
+            tenant=tenant, workspace=workspace, principal=principal, agent_id=agent_id, purpose=purpose,
+            tools=_tool_list(tools, sorted(TOOLS)), confirm=_tool_list(confirm, []),
+        )
+    except ContextUnavailable as exc:
+        _err(f"engram: invalid context ({exc.reason})")
+        raise typer.Exit(2) from None
+    path = context_path(settings.data_dir)
+    if path.exists() and not force:
+        _err(f"engram: {path} exists (unchanged; --force replaces it)")
+    else:
+        write_context_file(path, claims)
+        _err(f"wrote {path} (mode 0600)")
+    with _engine(settings.data_dir) as engine:
+        engine.set_tenant_enabled(tenant, True)
+    typer.echo(str(path.resolve()))
+
+
+@context_app.command("mint")
+def context_mint(
+    tenant: Annotated[str | None, typer.Option(help="Tenant (default: the local context's).")] = None,
+    workspace: Annotated[str | None, typer.Option(help="Workspace (default: the local context's).")] = None,
+    principal: Annotated[str | None, typer.Option(help="Principal (default: the local context's).")] = None,
+    purpose: Annotated[str | None, typer.Option(help="Purpose (default: the local context's).")] = None,
+    tools: ToolsOption = None,
+    ttl: Annotated[int, typer.Option(min=1, max=86_400, help="Lifetime of the token in seconds (at most 24 h).")] = 3600,
+    deadline_ms: Annotated[int | None, typer.Option(min=1, max=600_000, help="deadline_ms claim.")] = None,
+    confirm_tool: Annotated[
+        str | None, typer.Option(help="Also approve ONE call of this tool (withdraw, forget, or a confirmable "
+                                 "capture/request_admission); needs --arguments.")
+    ] = None,
+    arguments: Annotated[
+        Path | None, typer.Option(help="JSON file: the exact arguments of the call to approve.")
+    ] = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Print an HS256 context for the X-Engram-Context header, signed with the host secret.
+
+    Claims default to the local context (engram admin context init); with --confirm-tool
+    and --arguments it carries a confirmation bound to that tool, its target and the
+    operation digest of exactly those arguments (valid 300 s, usable once within 30 s).
+    """
+    from models.tools import TOOLS
+    from service.mcp.host_context import ContextUnavailable, load_host_secret
+    from service.mcp.local_context import (
+        confirmation_claim,
+        context_path,
+        local_claims,
+        mint_context,
+        read_context_file,
+    )
+
+    settings = _settings(data_dir=data_dir)
+    path = context_path(settings.data_dir)
+    base: dict[str, Any] = read_context_file(path) if path.exists() else {}
+    if "tenant" not in base and tenant is None:
+        _err(f"engram: no {path}: run `engram admin context init` or give --tenant")
+        raise typer.Exit(2)
+    try:
+        secret = load_host_secret(settings.data_dir)
+    except RuntimeError as exc:
+        _err(f"engram: {exc}")
+        raise typer.Exit(2) from None
+    confirmation = None
+    if confirm_tool is not None:
+        if arguments is None:
+            _err("engram: --confirm-tool needs --arguments")
+            raise typer.Exit(2)
+        try:
+            confirmation = confirmation_claim(confirm_tool, json.loads(arguments.read_text()))
+        except KeyError:
+            _err(f"engram: {confirm_tool} takes no confirmation")
+            raise typer.Exit(2) from None
+        except ValueError as exc:
+            _err(f"engram: {exc}")
+            raise typer.Exit(2) from None
+    try:
+        claims = local_claims(
+            tenant=tenant or base["tenant"],
+            workspace=workspace or base.get("workspace", "default"),
+            principal=principal or base.get("principal"),
+            agent_id=base.get("agent_id", "mcp-client"),
+            session=base.get("session", "local"),
+            purpose=purpose or base.get("purpose", "purpose:local"),
+            tools=_tool_list(tools, base.get("tools") or sorted(TOOLS)),
+            confirm=base.get("confirm", []),
+        )
+        typer.echo(mint_context(claims, secret, ttl_s=ttl, confirmation=confirmation, deadline_ms=deadline_ms))
+    except ContextUnavailable as exc:
+        _err(f"engram: invalid context ({exc.reason})")
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def connect(
+    client: Annotated[str, typer.Argument(help="claude-desktop | claude-code | cursor | vscode | inspector")],
+    write: Annotated[bool, typer.Option("--write", help="Merge the entry into the client's config file "
+                                        "(other servers are kept) instead of printing it.")] = False,
+    name: Annotated[str, typer.Option(help="Server name in the client's config.")] = "engram",
+    config_path: Annotated[Path | None, typer.Option(help="The client's config file (default: where the "
+                                                     "client looks).")] = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Print (or --write) the config entry that makes CLIENT launch `engram serve --stdio`
+    on the local scope. Run `engram admin context init` first.
+
+    Files: claude-desktop its claude_desktop_config.json; claude-code ./.mcp.json; cursor
+    ~/.cursor/mcp.json; vscode ./.vscode/mcp.json; inspector ./mcp-inspector.json (use it
+    with `npx @modelcontextprotocol/inspector --config mcp-inspector.json --server engram`).
+    """
+    from service.mcp.client_config import (
+        ConfigFileInvalid,
+        McpClient,
+        client_format,
+        inspector_command,
+        merge_entry,
+        stdio_launch,
+    )
+    from service.mcp.local_context import context_path
+
+    try:
+        chosen = McpClient(client)
+    except ValueError:
+        _err(f"engram: unknown client {client!r}; one of {', '.join(c.value for c in McpClient)}")
+        raise typer.Exit(2) from None
+    settings = _settings(data_dir=data_dir)
+    context_file = context_path(settings.data_dir)
+    if not context_file.exists():
+        _err(f"engram: no {context_file}: run `engram admin context init` first")
+        raise typer.Exit(2)
+    launch = stdio_launch(_engram_command(), settings.data_dir, context_file)
+    fmt = client_format(chosen)
+    target = config_path or fmt.path
+    entry = launch.entry(fmt)
+    if not write:
+        typer.echo(json.dumps({fmt.servers_key: {name: entry}}, indent=2))
+        if chosen is McpClient.INSPECTOR:
+            import shlex
+
+            typer.echo("# or directly: " + shlex.join(inspector_command(launch)))
+        _err(f"(merge into {target}, or rerun with --write)")
+        return
+    try:
+        replaced = merge_entry(target, fmt, name, entry)
+    except ConfigFileInvalid:
+        _err(f"engram: {target} is not a JSON object with a {fmt.servers_key!r} object; left unchanged")
+        raise typer.Exit(1) from None
+    typer.echo(f"{'updated' if replaced else 'added'} {name!r} in {target}")
+
+
+def _engram_command() -> list[str]:
+    """How a client should start this same installation of engram."""
+    import shutil
+
+    invoked = Path(sys.argv[0])
+    if invoked.name == "engram" and invoked.exists():
+        return [str(invoked.resolve())]
+    if invoked.name == "cli.py":  # python -m service.cli
+        return [sys.executable, "-m", "service.cli"]
+    found = shutil.which("engram")
+    if found:
+        return [str(Path(found).resolve())]
+    return [sys.executable, "-m", "service.cli"]
 
 
 # --------------------------------------------------------------------------- operators
@@ -317,7 +544,7 @@ ModelOption = Annotated[
 
 
 @admin.command("rotate-kek")
-def rotate_kek(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
+def rotate_kek(data_dir: DataDir = None) -> None:
     """Rotate the key-encryption key: re-wrap every data key under a fresh KEK; print its id."""
     with _engine(data_dir) as engine:
         typer.echo(engine.rotate_kek())
@@ -326,7 +553,7 @@ def rotate_kek(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
 @admin.command("backup")
 def backup(
     dest: Annotated[Path, typer.Argument(help="New directory to write the backup into (must not exist).")],
-    data_dir: DataDir = DEFAULT_DATA_DIR,
+    data_dir: DataDir = None,
 ) -> None:
     """Online, consistent backup of the store and keys (indexes are rebuilt on restore)."""
     with _engine(data_dir) as engine:
@@ -353,7 +580,7 @@ def restore(
 
 
 @admin.command("verify-journal")
-def verify_journal(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
+def verify_journal(data_dir: DataDir = None) -> None:
     """Verify the hash chain of every scope's journal; exit 1 if any is broken."""
     with _engine(data_dir) as engine:
         result = engine.verify_journal()
@@ -363,7 +590,7 @@ def verify_journal(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
 
 
 @admin.command("rebuild-projections")
-def rebuild_projections(data_dir: DataDir = DEFAULT_DATA_DIR, load_model: ModelOption = True) -> None:
+def rebuild_projections(data_dir: DataDir = None, load_model: ModelOption = True) -> None:
     """Replay the journal into fresh lexical and vector indexes."""
     with _engine(data_dir, load_model=load_model) as engine:
         engine.rebuild_projections(lambda n: _err(f"applied {n} events"))
@@ -371,7 +598,7 @@ def rebuild_projections(data_dir: DataDir = DEFAULT_DATA_DIR, load_model: ModelO
 
 
 @admin.command("sweep-invalidations")
-def sweep_invalidations(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
+def sweep_invalidations(data_dir: DataDir = None) -> None:
     """Finish physical purges left pending (tombstoned records still in an index file)."""
     with _engine(data_dir) as engine:
         typer.echo(f"swept {engine.sweep_invalidations()} scope(s)")
@@ -382,7 +609,7 @@ def history(
     tenant: Annotated[str, typer.Argument(help="Tenant id.")],
     workspace: Annotated[str, typer.Argument(help="Workspace id.")],
     subject: Annotated[str, typer.Argument(help="A record_id or candidate_id.")],
-    data_dir: DataDir = DEFAULT_DATA_DIR,
+    data_dir: DataDir = None,
 ) -> None:
     """Print every journal event about one record or candidate (digests, never content)."""
     with _engine(data_dir) as engine:
@@ -398,7 +625,7 @@ def transition(
     workspace: Annotated[str, typer.Argument(help="Workspace id.")],
     record_id: Annotated[str, typer.Argument(help="The record to move.")],
     reason_ref: Annotated[str, typer.Option(help="Opaque reason reference for the journal.")] = "operator",
-    data_dir: DataDir = DEFAULT_DATA_DIR,
+    data_dir: DataDir = None,
 ) -> None:
     """Move a record between non-terminal states; only accepted_current is ever disclosed."""
     from service.engine.lifecycle import OPERATOR_TRANSITIONS
@@ -417,7 +644,7 @@ def adjudicate(
     workspace: Annotated[str, typer.Argument(help="Workspace id.")],
     candidate_id: Annotated[str, typer.Argument(help="A candidate held as pending_adjudication.")],
     reason_ref: Annotated[str, typer.Option(help="Opaque reason reference for the journal.")] = "operator",
-    data_dir: DataDir = DEFAULT_DATA_DIR,
+    data_dir: DataDir = None,
 ) -> None:
     """Decide a candidate the admission policy held for a human (e.g. content equal to a
     forgotten record). Its body key is destroyed either way."""
@@ -434,7 +661,7 @@ def replay_search(
     workspace: Annotated[str, typer.Argument(help="Workspace id of the search.")],
     arguments: Annotated[Path, typer.Argument(help="JSON file: the search's arguments (without page_cursor).")],
     receipt: Annotated[Path, typer.Argument(help="JSON file: the rank_receipt it returned.")],
-    data_dir: DataDir = DEFAULT_DATA_DIR,
+    data_dir: DataDir = None,
     load_model: ModelOption = True,
 ) -> None:
     """Re-run a search pinned to its rank receipt and compare ordered_ids_digest.
@@ -456,7 +683,7 @@ def replay_search(
 
 
 @admin.command("expire")
-def expire(data_dir: DataDir = DEFAULT_DATA_DIR) -> None:
+def expire(data_dir: DataDir = None) -> None:
     """Expire every record whose retention expires_at has passed."""
     with _engine(data_dir) as engine:
         expired = engine.expire_due()

@@ -20,13 +20,14 @@ from service.store.base import CandidateRow, JournalEvent, Transaction
 from .acceptance import Acceptance, accept_records
 from .clock import instant, now_ms
 from .context import CallContext
-from .gates import check_confirmation, needs_confirmation
-from .idempotency import encode_result, find_replay, intent_hash
+from .gates import check_confirmation, claim_key, needs_confirmation
+from .idempotency import find_replay, intent_hash, reserve
 from .lifecycle import require_pending
 from .parts import Parts
-from .policy import Decision
+from .policy import Decision, check_fresh
 from .records import Trust, candidate_aad, evidence_digest, transaction_receipt
 from .sealing import SealBroken
+from .secrets import refuse_secrets
 
 
 def settle(
@@ -36,9 +37,9 @@ def settle(
     """Apply a decision to a candidate whose body is open: (status, record_id, events).
 
     accept makes a record through the one write path of :mod:`.acceptance` (or, when an
-    accepted_current record already has this payload, answers duplicate_exact with it); reject ends the
-    candidate; adjudication_required holds it with its body. Every outcome but the hold
-    destroys the candidate's body key."""
+    accepted_current record already has this payload, answers duplicate_exact with it);
+    reject ends the candidate; adjudication_required holds it with its body. Every
+    outcome but the hold destroys the candidate's body key."""
     scope = candidate.scope
     existing = tx.accepted_with_payload(scope, candidate.payload_digest)
     if decision == "adjudication_required":
@@ -81,7 +82,7 @@ def open_candidate(parts: Parts, candidate: CandidateRow) -> dict[str, Any]:
 def request_admission(parts: Parts, ctx: CallContext, args: AdmissionInput) -> dict[str, Any]:
     arguments = args.model_dump(exclude_none=True)
     intent = intent_hash(REQUEST_ADMISSION, arguments)
-    scope, policy = ctx.scope, parts.admission_policy
+    scope = ctx.scope
     with parts.store.transaction() as tx:
         at = now_ms()
         replay = find_replay(tx, scope, ctx.principal, args.idempotency_key, REQUEST_ADMISSION, intent)
@@ -93,13 +94,13 @@ def request_admission(parts: Parts, ctx: CallContext, args: AdmissionInput) -> d
         if needs_confirmation(REQUEST_ADMISSION, ctx):
             check_confirmation(
                 ctx, REQUEST_ADMISSION, args.candidate_id, arguments, at,
-                lambda ref: tx.claim_confirmation(ref, at),
+                lambda ref: tx.claim_confirmation(claim_key(ctx, ref), at),
             )
         require_pending(candidate.state)
         body = open_candidate(parts, candidate)
+        policy = parts.policies.admission()
         decision = policy.decide(body["payload"], body["evidence"])
         receipt = policy.decision_receipt(candidate.record_digest, decision, at)
-        policy.check_fresh(receipt, at, now_ms())
 
         if decision == "accept" and tx.tombstoned_payload(scope, candidate.payload_digest):
             decision = "adjudication_required"
@@ -116,8 +117,10 @@ def request_admission(parts: Parts, ctx: CallContext, args: AdmissionInput) -> d
         if rid is not None:
             outcome["record_id"] = rid
         result = {"outcome": outcome, "replayed": False}
-        tx.reserve(scope, ctx.principal, args.idempotency_key, REQUEST_ADMISSION, intent,
-                   encode_result(result))
+        reserve(tx, scope, ctx.principal, args.idempotency_key, REQUEST_ADMISSION, intent, result)
+        # Last before commit: the policy is read again, so a decision taken under a
+        # policy replaced meanwhile (or older than the bound) commits nothing.
+        check_fresh(policy, receipt, at, now_ms(), parts.policies.admission)
     if status == "accepted":
         parts.projector.catch_up(scope)
     parts.store.purge_freed_pages()
@@ -129,6 +132,7 @@ def adjudicate(parts: Parts, scope: tuple[str, str], candidate_id: str, decision
     path): accept or reject, with a decision receipt naming the operator."""
     if decision == "adjudication_required":
         raise ContractError(ErrorCode.ILLEGAL_TRANSITION)
+    refuse_secrets(reason_ref)  # kept in the decision receipt
     with parts.store.transaction() as tx:
         at = now_ms()
         candidate = tx.candidate(scope, candidate_id)

@@ -19,33 +19,11 @@ from service.store.base import CandidateRow
 from .acceptance import DEFAULT_RETENTION
 from .clock import instant, now_ms, parse_instant
 from .context import CallContext
-from .gates import check_confirmation, needs_confirmation
-from .idempotency import encode_result, find_replay, intent_hash
+from .gates import check_confirmation, claim_key, needs_confirmation
+from .idempotency import find_replay, intent_hash, reserve
 from .parts import Parts
 from .policy import HostPolicy
 from .records import Trust, authorization_receipt, candidate_aad, evidence_digest, payload_digest, record_digest, transaction_receipt
-from .secrets import find_secret_in
-
-
-def _strings(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [s for item in value.values() for s in _strings(item)]
-    if isinstance(value, list):
-        return [s for item in value for s in _strings(item)]
-    return []
-
-
-def holds_secret(payload: dict[str, Any], evidence: dict[str, Any]) -> bool:
-    """Section 4: every string a candidate or record would keep is scanned before any
-    write (the agent path and bulk ingestion apply this one rule)."""
-    return find_secret_in(_strings({"payload": payload, "evidence": evidence})) is not None
-
-
-def refuse_secrets(arguments: dict[str, Any]) -> None:
-    if holds_secret(arguments["payload"], arguments["evidence"]):
-        raise ContractError(ErrorCode.SECRET_DETECTED)
 
 
 def resolve_retention(payload: dict[str, Any], policy: HostPolicy, at_ms: int) -> dict[str, Any]:
@@ -67,18 +45,17 @@ def resolve_retention(payload: dict[str, Any], policy: HostPolicy, at_ms: int) -
 def capture(parts: Parts, ctx: CallContext, args: CaptureInput) -> dict[str, Any]:
     arguments = args.model_dump(exclude_none=True)
     at = now_ms()
-    refuse_secrets(arguments)
     intent = intent_hash(CAPTURE, arguments)
     scope = ctx.scope
     with parts.store.transaction() as tx:
         replay = find_replay(tx, scope, ctx.principal, args.idempotency_key, CAPTURE, intent)
         if replay is not None:
             return replay
-        retention = resolve_retention(arguments["payload"], parts.host_policy, at)
+        retention = resolve_retention(arguments["payload"], parts.policies.host(), at)
         if needs_confirmation(CAPTURE, ctx):
             check_confirmation(
                 ctx, CAPTURE, args.idempotency_key, arguments, at,
-                lambda ref: tx.claim_confirmation(ref, at),
+                lambda ref: tx.claim_confirmation(claim_key(ctx, ref), at),
             )
         candidate_id = "cand_" + b32encode(secrets.token_bytes(20)).decode().lower()
         p_digest = payload_digest(arguments["payload"])
@@ -118,5 +95,5 @@ def capture(parts: Parts, ctx: CallContext, args: CaptureInput) -> dict[str, Any
             "transaction_receipt_digest": transaction_receipt(
                 CAPTURE, [event.event_digest], event.cursor, at)["receipt_digest"],
         }
-        tx.reserve(scope, ctx.principal, args.idempotency_key, CAPTURE, intent, encode_result(result))
+        reserve(tx, scope, ctx.principal, args.idempotency_key, CAPTURE, intent, result)
     return result

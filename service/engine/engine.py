@@ -27,9 +27,10 @@ from .clock import instant, now_ms
 from .context import CallContext
 from .paging import SnapshotCache
 from .parts import Parts
-from .policy import load_admission_policy, load_host_policy
+from .policy import Policies
 from .projector import Projector
 from .sealing import BodyVault, KeyRing
+from .secrets import refuse_secrets
 
 Operation = Callable[[Parts, CallContext, Any], dict[str, Any]]
 
@@ -41,6 +42,8 @@ OPERATIONS: dict[str, Operation] = {
     WITHDRAW: transitions.withdraw,
     FORGET: transitions.forget,
 }
+#: Tools whose arguments the service keeps (journal, sealed bodies), so they are scanned.
+KEPT_ARGUMENTS = frozenset({CAPTURE, REQUEST_ADMISSION, WITHDRAW, FORGET})
 DB_FILE = "engram.db"
 
 
@@ -73,8 +76,7 @@ class Engine:
         parts = Parts(
             data_dir=data_dir, store=store, vault=vault, ranker=ranker,
             projector=Projector(store, vault, ranker),
-            host_policy=load_host_policy(data_dir),
-            admission_policy=load_admission_policy(data_dir),
+            policies=Policies(data_dir),
             snapshots=SnapshotCache(),
         )
         engine = cls(parts, encoder)
@@ -99,8 +101,12 @@ class Engine:
         load = getattr(self._encoder, "load", None)
         if load is not None:
             load()
-        for scope in self.parts.store.scopes():
-            self.parts.projector.catch_up(scope)
+        ring = self.parts.vault.ring
+        if ring.pending_rotation():  # a rotation was interrupted: finish it
+            ring.finish_rotation(self.parts.store)
+        with self.parts.projector.running("warm-up"):
+            for scope in self.parts.store.scopes():
+                self.parts.projector.catch_up(scope)
         self.sweep_invalidations()
         self._ready.set()
 
@@ -110,6 +116,10 @@ class Engine:
         if tool not in OPERATIONS:
             raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
         args = parse_arguments(tool, arguments)
+        if tool in KEPT_ARGUMENTS:
+            # Every string a mutation keeps (payload, evidence, locators, reason refs) is
+            # scanned; the idempotency key is kept only as a digest.
+            refuse_secrets(args.model_dump(exclude_none=True, exclude={"idempotency_key"}))
         try:
             return OPERATIONS[tool](self.parts, ctx, args)
         except StoreUnavailable:
@@ -128,8 +138,15 @@ class Engine:
         lexical-only by the operator's choice, which is ready; a configured model that
         failed is not."""
         reasons = []
-        if not self._ready.is_set():
-            reasons.append("projections catching up or model loading")
+        projector = self.parts.projector
+        if not self._ready.is_set() or projector.long_projection is not None:
+            behind = projector.behind()
+            what = projector.long_projection or "model loading"
+            if behind:
+                scopes = ", ".join(f"{t}/{w} ({lag} events behind)" for (t, w), lag in behind)
+                reasons.append(f"projections catching up ({what}): {scopes}")
+            else:
+                reasons.append(f"{what} in progress")
         elif self._encoder is not None and self.parts.ranker.semantic_health() is not None:
             reasons.append("semantic channel unavailable")
         return {"ready": not reasons, "reasons": reasons}

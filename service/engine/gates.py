@@ -86,6 +86,12 @@ def operation_digest(tool: str, arguments: Mapping[str, Any]) -> str:
     return digest(DigestKind.OPERATION, {"tool": tool, "arguments": dict(arguments)})
 
 
+def claim_key(ctx: CallContext, ref: str) -> str:
+    """The used-once ledger's key for `ref`: namespaced by tenant, so one tenant's refs
+    can neither collide with nor be burned by another's."""
+    return digest(DigestKind.CONFIRMATION_REF, {"tenant": ctx.tenant, "ref": ref})
+
+
 def _gate_failed() -> ContractError:
     return ContractError(ErrorCode.GATE_FAILED)
 

@@ -4,7 +4,8 @@ The intent hash covers the tool, the target and the content of the call (everyth
 but the key itself), so the same key with other content, another target or another
 tool is DIGEST_CONFLICT. The reservation and the first result are written in the same
 transaction as the effect: a crash leaves either both or neither, so a retry can never
-duplicate an effect or lose one.
+duplicate an effect or lose one. The key itself is kept only as a digest
+(`key_digest`): an agent may put anything in it, and the store is not the place for it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ from models.digests import DigestKind, digest
 from models.tools import CAPTURE
 
 from service.store.base import Scope, Transaction
+
+
+def key_digest(key: str) -> str:
+    """What the store keeps in place of an idempotency key."""
+    return digest(DigestKind.IDEMPOTENCY_KEY, key)
 
 
 def intent_hash(tool: str, arguments: dict[str, Any]) -> str:
@@ -36,7 +42,7 @@ def find_replay(
 ) -> dict[str, Any] | None:
     """The replayed result when this key already committed the same intent; None when
     the key is new; DIGEST_CONFLICT when it committed something else."""
-    found = tx.reservation(scope, principal, key)
+    found = tx.reservation(scope, principal, key_digest(key))
     if found is None:
         return None
     first_tool, first_intent, response = found
@@ -49,3 +55,16 @@ def encode_result(result: dict[str, Any]) -> str:
     # Key order is kept (not sorted): a replay must serialise to the same bytes as the
     # first answer, and JSON objects decode in the order they were written.
     return json.dumps(result, separators=(",", ":"), ensure_ascii=False)
+
+
+def reserve(
+    tx: Transaction, scope: Scope, principal: str, key: str, tool: str, intent: str,
+    result: dict[str, Any],
+) -> None:
+    """Bind `key` (as its digest) to this intent and its first result, in `tx`."""
+    tx.reserve(scope, principal, key_digest(key), tool, intent, encode_result(result))
+
+
+def rewrite(tx: Transaction, scope: Scope, principal: str, key: str, result: dict[str, Any]) -> None:
+    """Replace the first result a reservation replays (a physical outcome now known)."""
+    tx.update_reservation(scope, principal, key_digest(key), encode_result(result))

@@ -30,16 +30,17 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from models.codes import ContractError
 from models.digests import DigestKind, digest, seal_receipt
 from ranking import IndexDocument
 
 from .acceptance import DEFAULT_RETENTION, Acceptance, accept_records
-from .capture import holds_secret
 from .clock import instant, now_ms
 from .context import CallContext
 from .parts import Parts
 from .records import (Trust, authorization_receipt, evidence_digest, index_document, payload_digest,
                       record_digest, record_id, scope_key)
+from .secrets import refuse_secrets
 
 INGEST_TOOL = "engram_operator_ingest"
 INGEST_POLICY = "engram.operator-ingest"
@@ -113,6 +114,15 @@ def identify(scope: tuple[str, str], submission: Submission) -> tuple[str, str, 
     return p_digest, e_digest, r_digest, record_id(r_digest)
 
 
+def _holds_secret(sub: Submission) -> bool:
+    """The agent path's rule (every kept string, keys included), as a verdict."""
+    try:
+        refuse_secrets({"payload": sub.payload, "evidence": sub.evidence, "retention": sub.retention})
+    except ContractError:
+        return True
+    return False
+
+
 def prepare(parts: Parts, scope: tuple[str, str], submissions: Sequence[Submission], *,
             scan_secrets: bool = True) -> PreparedBatch:
     """Scan, digest and de-duplicate a batch; writes nothing."""
@@ -120,7 +130,7 @@ def prepare(parts: Parts, scope: tuple[str, str], submissions: Sequence[Submissi
     batch = PreparedBatch(scope, [])
     candidates: dict[str, PreparedRecord] = {}
     for position, sub in enumerate(submissions):
-        if scan_secrets and holds_secret(sub.payload, sub.evidence):
+        if scan_secrets and _holds_secret(sub):
             batch.refused[Refusal.SECRET.value] += 1
             continue
         p_digest, e_digest, r_digest, rid = identify(scope, sub)

@@ -13,10 +13,12 @@ from models.codes import ContractError, ErrorCode
 from .clock import instant, now_ms
 from .lifecycle import operator_target
 from .parts import Parts
+from .secrets import refuse_secrets
 
 
 def transition(parts: Parts, scope: tuple[str, str], record_id: str, operation: str, reason_ref: str) -> str:
     """Apply one operator transition; returns the new state."""
+    refuse_secrets(reason_ref)  # the journal can never be erased
     with parts.store.transaction() as tx:
         record = tx.record(scope, record_id)
         if record is None:

@@ -9,7 +9,7 @@ from ranking import Ranker
 
 from service.store.base import Store
 
-from .policy import AdmissionPolicy, HostPolicy
+from .policy import Policies
 from .paging import SnapshotCache
 from .projector import Projector
 from .sealing import BodyVault
@@ -23,7 +23,6 @@ class Parts:
     vault: BodyVault
     ranker: Ranker
     projector: Projector
-    host_policy: HostPolicy
-    admission_policy: AdmissionPolicy
+    policies: Policies
     snapshots: SnapshotCache
     sweeper: Sweeper = field(default_factory=Sweeper)

@@ -35,6 +35,32 @@ class Projector:
         self.vault = vault
         self.ranker = ranker
         self._lock = threading.Lock()
+        self._long: str | None = None  # the long projection running now, if any
+
+    @property
+    def long_projection(self) -> str | None:
+        """"warm-up" or "rebuild" while one runs (readiness reports it), else None."""
+        return self._long
+
+    @contextmanager
+    def running(self, name: str) -> Iterator[None]:
+        """Mark a long projection (warm-up, rebuild) for readiness while it runs."""
+        self._long = name
+        try:
+            yield
+        finally:
+            self._long = None
+
+    def behind(self, limit: int = 10) -> list[tuple[tuple[str, str], int]]:
+        """Up to `limit` scopes whose lexical channel trails the journal, with the lag."""
+        out = []
+        for scope in self.store.scopes():
+            lag = self.lag(scope).get("lexical", 0)
+            if lag > 0:
+                out.append((scope, lag))
+                if len(out) >= limit:
+                    break
+        return out
 
     def lag(self, scope: tuple[str, str]) -> dict[str, int]:
         """Journal events each channel has not applied yet."""
@@ -48,12 +74,17 @@ class Projector:
         with self._lock:
             yield
 
-    def try_catch_up(self, scope: tuple[str, str]) -> None:
-        """Catch up unless a long projection (ingest, rebuild) holds the lock: a search
-        must not queue behind it; the lag bound decides whether semantic can serve."""
-        if self._lock.acquire(blocking=False):
-            self._lock.release()
-            self.catch_up(scope)
+    def try_catch_up(self, scope: tuple[str, str], wait_s: float = 0.0) -> bool:
+        """Catch up unless a long projection (warm-up, ingest, rebuild) holds the lock
+        for more than `wait_s`: a search must not queue behind it. Returns whether it
+        caught up; when not, the caller judges the lag (search answers PROJECTION_STALE
+        rather than an empty list from an index that is behind)."""
+        acquired = self._lock.acquire(timeout=wait_s) if wait_s > 0 else self._lock.acquire(blocking=False)
+        if not acquired:
+            return False
+        self._lock.release()
+        self.catch_up(scope)
+        return True
 
     def catch_up(self, scope: tuple[str, str], progress: Progress | None = None) -> None:
         """Apply the journal past the lowest channel cursor, in batches of touched records.
@@ -103,7 +134,8 @@ class Projector:
 
     def rebuild(self, progress: Progress | None = None) -> None:
         """Drop every index and replay all scopes' journals into fresh ones."""
-        with self._lock:
-            self.ranker.reset()
-        for scope in self.store.scopes():
-            self.catch_up(scope, progress)
+        with self.running("rebuild"):
+            with self._lock:
+                self.ranker.reset()
+            for scope in self.store.scopes():
+                self.catch_up(scope, progress)

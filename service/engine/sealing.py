@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from service.store.base import Store
 
 NONCE_BYTES = 12
+REWRAP_BATCH = 1000
 
 
 class SealBroken(Exception):
@@ -42,12 +43,17 @@ class KeyRing:
         return f"kek-{time.time_ns():020d}"
 
     def _write_kek(self, kek_id: str, material: bytes) -> None:
+        """Write-then-rename: a KEK file is whole or absent, whenever the process dies."""
         path = self.key_dir / f"{kek_id}.key"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        partial = path.with_name(path.name + ".partial")
+        partial.unlink(missing_ok=True)
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as handle:
             handle.write(material)
             handle.flush()
             os.fsync(handle.fileno())
+        os.rename(partial, path)
+        _fsync_dir(self.key_dir)
 
     @property
     def active_id(self) -> str:
@@ -61,27 +67,70 @@ class KeyRing:
     def unwrap(self, wrapped: bytes, kek_id: str, key_id: str) -> bytes:
         kek = self._keks.get(kek_id)
         if kek is None:
-            raise SealBroken()
+            path = self.key_dir / f"{kek_id}.key"
+            if not path.is_file():
+                raise SealBroken()
+            kek = self._keks[kek_id] = path.read_bytes()
         try:
             return AESGCM(kek).decrypt(wrapped[:NONCE_BYTES], wrapped[NONCE_BYTES:], key_id.encode())
         except Exception as exc:  # InvalidTag and malformed input alike
             raise SealBroken() from exc
 
     def rotate(self, store: Store) -> str:
-        """New KEK; every live data key rewrapped under it; older KEK files removed."""
+        """Make a fresh KEK active, then rewrap every data key under it (see
+        `finish_rotation`). Crash-safe at every point: the new KEK file is durable before
+        any key uses it, and an older KEK file is deleted only once no key needs it, so
+        an interrupted rotation leaves every key openable and the next open resumes it."""
         new_id = self._next_id()
-        self._write_kek(new_id, AESGCM.generate_key(bit_length=256))
-        self._keks[new_id] = (self.key_dir / f"{new_id}.key").read_bytes()
-        rows = []
-        for key_id, wrapped, kek_id in store.all_wrapped_keys():
-            data_key = self.unwrap(wrapped, kek_id, key_id)
-            rewrapped, _ = self.wrap(data_key, key_id)
-            rows.append((key_id, rewrapped, new_id))
-        store.rewrap_keys(rows)
-        for old in [k for k in self._keks if k != new_id]:
-            (self.key_dir / f"{old}.key").unlink()
-            del self._keks[old]
+        material = AESGCM.generate_key(bit_length=256)
+        self._write_kek(new_id, material)
+        self._keks[new_id] = material
+        self.finish_rotation(store)
         return new_id
+
+    def pending_rotation(self) -> bool:
+        """Whether older KEK files are still kept (a rotation has not finished)."""
+        return len(self._keks) > 1
+
+    def finish_rotation(self, store: Store) -> int:
+        """Rewrap every data key not under the active KEK, in batches, then delete the
+        KEK files no key uses any more. Idempotent and resumable; returns how many keys
+        were rewrapped. Keys that cannot be opened keep their KEK file (nothing is lost)."""
+        active = self.active_id
+        rewrapped = 0
+        stuck: set[str] = set()
+        while True:
+            stale = [r for r in store.all_wrapped_keys() if r[2] != active and r[0] not in stuck]
+            if not stale:
+                break
+            for start in range(0, len(stale), REWRAP_BATCH):
+                rows = []
+                for key_id, wrapped, kek_id in stale[start : start + REWRAP_BATCH]:
+                    try:
+                        data_key = self.unwrap(wrapped, kek_id, key_id)
+                    except SealBroken:
+                        stuck.add(key_id)
+                        continue
+                    rows.append((key_id, self.wrap(data_key, key_id)[0], active))
+                store.rewrap_keys(rows)
+                rewrapped += len(rows)
+        # Inside a write transaction, no writer that wrapped under an older KEK before
+        # it stopped being active can still be uncommitted: what is read now is final.
+        with store.transaction():
+            needed = {kek_id for _, _, kek_id in store.all_wrapped_keys()} | {active}
+            for old in [k for k in self._keks if k not in needed]:
+                (self.key_dir / f"{old}.key").unlink(missing_ok=True)
+                del self._keks[old]
+            _fsync_dir(self.key_dir)
+        return rewrapped
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def new_data_key() -> tuple[str, bytes]:

@@ -23,6 +23,7 @@ from models.envelope import success_size
 from models.inputs import SearchInput
 from models.tools import SEARCH
 from ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Profile, RankedList, SemanticUnavailable
+from ranking.profiles import LEXICAL
 
 from .clock import instant, now_ms, parse_instant
 from .context import CallContext
@@ -33,6 +34,12 @@ from .records import authorization_receipt, scope_key
 
 CANDIDATE_CAP = 1000
 SEMANTIC_LAG_BOUND = 1000
+#: Journal events the lexical channel may trail by when this search could not catch it
+#: up itself (a warm-up or rebuild holds the projector): none. Past it the answer is
+#: PROJECTION_STALE, never an empty list from an index that has not seen the records.
+LEXICAL_LAG_BOUND = 0
+#: How long a search waits for a short catch-up another call is running.
+CATCH_UP_WAIT_S = 0.25
 
 
 def semantic_problem(parts: Parts, scope: tuple[str, str]) -> str | None:
@@ -43,6 +50,26 @@ def semantic_problem(parts: Parts, scope: tuple[str, str]) -> str | None:
     if parts.projector.lag(scope).get("semantic", 0) > SEMANTIC_LAG_BOUND:
         return "semantic projection lags the journal"
     return None
+
+
+def require_current_projection(parts: Parts, scope: tuple[str, str]) -> None:
+    """Catch the scope's projections up, or refuse: PROJECTION_STALE (retriable) while
+    the lexical channel trails the journal and cannot be caught up now (warm-up,
+    rebuild, a dropped legacy layout being re-projected)."""
+    if parts.projector.try_catch_up(scope, CATCH_UP_WAIT_S):
+        return
+    if parts.projector.lag(scope).get(LEXICAL, 0) > LEXICAL_LAG_BOUND:
+        raise ContractError(ErrorCode.PROJECTION_STALE)
+
+
+def require_index_present(parts: Parts, scope: tuple[str, str]) -> None:
+    """A scope that holds current records but has no lexical index on disk has lost its
+    index: RANKING_UNAVAILABLE (retriable; `engram admin rebuild-projections`), never
+    an empty list that reads as "no match"."""
+    if parts.ranker.lexical_present(scope_key(scope)):
+        return
+    if parts.store.live_count(scope) > 0:
+        raise ContractError(ErrorCode.RANKING_UNAVAILABLE)
 
 
 def choose_profile(parts: Parts, scope: tuple[str, str], minimum: str) -> Profile:
@@ -75,7 +102,8 @@ def _snapshot_for(
     parts: Parts, ctx: CallContext, args: SearchInput, binding: str, pinned_valid_as_of: int | None
 ) -> tuple[Snapshot, PagePosition]:
     if args.page_cursor is None:
-        parts.projector.try_catch_up(ctx.scope)
+        require_current_projection(parts, ctx.scope)
+        require_index_present(parts, ctx.scope)
         valid_as_of = now_ms() if pinned_valid_as_of is None else pinned_valid_as_of
         system_as_of = parts.store.scope_cursor(ctx.scope)
         snap = parts.snapshots.put(_rank(parts, ctx, args, valid_as_of), system_as_of, valid_as_of)

@@ -42,7 +42,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["find_secret", "find_secret_in", "RULE_NAMES"]
+from models.codes import ContractError, ErrorCode
+
+__all__ = ["find_secret", "find_secret_in", "refuse_secrets", "RULE_NAMES", "DETECTOR_FAILED", "DETECTOR_UNAVAILABLE"]
 
 
 # --------------------------------------------------------------------------------------
@@ -611,6 +613,57 @@ _CONTEXT_RULES: list[_Rule] = [
 ]
 
 
+# Credentials stated in prose: "password: hunter2", "the admin password is hunter2",
+# "my api key is sk-...". The value counts when it looks made up (a digit, an inner
+# capital, a symbol) or is quoted, or, for a plain word, when a first-person owner
+# discloses it at the end of a sentence ("my password is swordfish."); "the password is
+# required", "the password is hashed with bcrypt" and "your password is too short" are
+# descriptions and pass.
+_PROSE_CONNECTOR = (
+    r"s?(?:[ \t]+(?:is|was)(?:[ \t]+(?:now|still|just|set[ \t]+to))?[ \t]*:?|[ \t]*:)[ \t]*"
+    r"(?:(?P<q>[\"'`\u201c\u2018])(?P<qv>[^\"'`\u201d\u2019\r\n]{3,128}?)[\"'`\u201d\u2019]"
+    r"|(?P<v>[^\s\"'`\u201c\u201d]{4,128}))"
+)
+_PROSE_OWNER_RE = re.compile(r"(?:^|[\s(])(?:my|our)[ \t]+(?:[a-z\-]+[ \t]+)?$")
+_PROSE_DESCRIPTION_RE = re.compile(
+    r"^(?:sha|md5|bcrypt|scrypt|argon|pbkdf|aes|rsa|hmac|utf|base64|\d+(?:[\-.]\d+)*(?:[\-]?[a-z]+)?$)",
+)
+_SENTENCE_END_RE = re.compile(r"[ \t]*(?:[.!;]|$|\n)")
+_CODE_VALUE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\[|\.[A-Za-z_]|::|->)")
+
+
+def _prose_ok(m: re.Match[str], text: str) -> bool:
+    quoted = m.group("qv") is not None
+    value = _g(m, text, "qv" if quoted else "v")
+    if not quoted:
+        value = value.rstrip(".,;:!?)]")
+    if len(value) < 4 or _looks_placeholder(value, quoted) or _descriptive(value):
+        return False
+    if _PROSE_DESCRIPTION_RE.match(value.lower()) or (not quoted and _CODE_VALUE_RE.match(value)):
+        return False
+    if quoted:
+        return True
+    inner = value[1:]
+    if _has_digit(value) or _has_upper(inner) or any(c not in _ALNUM for c in value):
+        return True
+    if not value.isalpha() or len(value) < 6:
+        return False
+    owner = _PROSE_OWNER_RE.search(_window_before(text, m.start(), 40).lower()) is not None
+    return owner and _SENTENCE_END_RE.match(text, m.end()) is not None
+
+
+_PROSE_RULES: list[_Rule] = [
+    _r("prose-credential", keyword + _PROSE_CONNECTOR, lower=True, boundary=_LETTERS, check=_prose_ok,
+       triggers=triggers)
+    for keyword, triggers in (
+        (r"pass(?:word|wd|phrase|code)", ("pass",)),
+        (r"pwd", ("pwd",)),
+        (r"api[ _\-]?key", ("api",)),
+        (r"(?:access|secret)[ _\-]key", ("access", "secret")),
+    )
+]
+
+
 _ENV_RULE = _Rule(
     "env-secret",
     _ENV_RE,
@@ -806,7 +859,14 @@ def _any_gate(*gates: Gate) -> Gate:
 _ALWAYS: Gate = lambda s: True  # noqa: E731
 
 
+#: Rule names for a detector that cannot judge: the text is refused, never passed as clean.
+DETECTOR_UNAVAILABLE = "detector-unavailable"
+DETECTOR_FAILED = "detector-failed"
+_DETECTOR_FAULT: str | None = None
+
+
 def _load_detect_secrets() -> list[tuple[str, Any, tuple[str, ...] | None, Gate]]:
+    global _DETECTOR_FAULT
     try:
         from detect_secrets.plugins.artifactory import ArtifactoryDetector
         from detect_secrets.plugins.aws import AWSKeyDetector
@@ -830,7 +890,8 @@ def _load_detect_secrets() -> list[tuple[str, Any, tuple[str, ...] | None, Gate]
         from detect_secrets.plugins.stripe import StripeDetector
         from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
         from detect_secrets.plugins.twilio import TwilioKeyDetector
-    except Exception:  # pragma: no cover - detect-secrets is a declared dependency
+    except Exception:  # detect-secrets is a declared dependency: without it, fail closed
+        _DETECTOR_FAULT = DETECTOR_UNAVAILABLE
         return []
     # Each plugin runs only when its gate (a literal-led regex or a long-run test) says
     # it could match. This keeps the assignment-style plugins (whose patterns start with
@@ -878,7 +939,8 @@ def _load_detect_secrets() -> list[tuple[str, Any, tuple[str, ...] | None, Gate]
     for cls, triggers, gate in spec:
         try:
             plugin = cls()
-        except Exception:  # pragma: no cover
+        except Exception:  # a plugin that cannot start leaves a hole: fail closed
+            _DETECTOR_FAULT = DETECTOR_UNAVAILABLE
             continue
         out.append(("ds-" + _slug(cls.secret_type), plugin, triggers, gate))
     return out
@@ -903,9 +965,10 @@ RULE_NAMES: tuple[str, ...] = tuple(
     dict.fromkeys(
         [r.name for r in _PREFIX_RULES]
         + [r.name for r in _CONTEXT_RULES]
+        + [r.name for r in _PROSE_RULES]
         + ["connection-string", "url-credentials", "secret-assignment", "env-secret"]
         + [name for name, _, _, _ in _DS_PLUGINS]
-        + ["high-entropy-token", "high-entropy-hex"]
+        + ["high-entropy-token", "high-entropy-hex", DETECTOR_UNAVAILABLE, DETECTOR_FAILED]
     )
 )
 
@@ -941,8 +1004,8 @@ def _plugin_step(name: str, plugin: Any, gate: Gate) -> Callable[[_Scan], str | 
             for found in plugin.analyze_string(scan.text):
                 if extra is None or extra(found):
                     return name
-        except Exception:  # pragma: no cover - a plugin bug must not leak the text
-            return None
+        except Exception:  # a plugin bug must not leak the text, nor pass it as clean
+            return DETECTOR_FAILED
         return None
 
     return step
@@ -956,6 +1019,7 @@ _STEPS: list[tuple[tuple[str, ...], Callable[[_Scan], str | None]]] = (
     + [(r.triggers, _rule_step(r)) for r in _CONTEXT_RULES]
     + [(("://",), _url_step)]
     + [(r.triggers, _rule_step(r)) for r in _ASSIGN_RULES]
+    + [(r.triggers, _rule_step(r)) for r in _PROSE_RULES]
     + [(_ENV_RULE.triggers, _rule_step(_ENV_RULE))]
     + [(triggers or ("",), _plugin_step(name, plugin, gate)) for name, plugin, triggers, gate in _DS_PLUGINS]
 )
@@ -986,9 +1050,14 @@ def find_secret(text: str) -> str | None:
     "pem-private-key"), or None. Never returns or logs the secret itself."""
     if not isinstance(text, str):
         raise TypeError("find_secret expects str")
+    if _DETECTOR_FAULT is not None and text:
+        return _DETECTOR_FAULT
     if len(text) < 8:
         return None
-    return _scan(text)
+    try:
+        return _scan(text)
+    except Exception:  # a rule bug fails closed: the text is refused, not passed
+        return DETECTOR_FAILED
 
 
 def find_secret_in(texts: Iterable[str]) -> str | None:
@@ -999,3 +1068,24 @@ def find_secret_in(texts: Iterable[str]) -> str | None:
             if hit is not None:
                 return hit
     return None
+
+
+def _strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+def refuse_secrets(value: Any) -> None:
+    """Contract section 4: raise SECRET_DETECTED when any string in `value` (keys and
+    values, however deeply nested) looks like a secret, or the detector cannot judge.
+    Callers pass everything the service would keep (journal reasons, locators, refs),
+    before any write."""
+    if find_secret_in(_strings(value)) is not None:
+        raise ContractError(ErrorCode.SECRET_DETECTED)

@@ -21,8 +21,8 @@ from service.store.base import JournalEvent, Transaction
 
 from .clock import instant, now_ms
 from .context import CallContext
-from .gates import check_confirmation
-from .idempotency import encode_result, find_replay, intent_hash
+from .gates import check_confirmation, claim_key
+from .idempotency import find_replay, intent_hash, reserve, rewrite
 from .lifecycle import require_forgettable, require_pending
 from .parts import Parts
 from .records import authorization_receipt, scope_key, transaction_receipt
@@ -53,7 +53,7 @@ def _transition(
         if replay is not None:
             return replay, True
         from_state, to_state, event = effect(tx, at)
-        check_confirmation(ctx, tool, target, arguments, at, lambda ref: tx.claim_confirmation(ref, at))
+        check_confirmation(ctx, tool, target, arguments, at, lambda ref: tx.claim_confirmation(claim_key(ctx, ref), at))
         auth = authorization_receipt(ctx, tool, at)
         receipt = {
             "event_id": event.event_id,
@@ -67,13 +67,13 @@ def _transition(
                 tool, [event.event_digest], event.cursor, at)["receipt_digest"],
         }
         result = {"receipt": receipt, "replayed": False, **physical}
-        tx.reserve(ctx.scope, ctx.principal, key, tool, intent, encode_result(result))
+        reserve(tx, ctx.scope, ctx.principal, key, tool, intent, result)
     return result, False
 
 
 def _finish(parts: Parts, ctx: CallContext, key: str, result: dict[str, Any]) -> dict[str, Any]:
     with parts.store.transaction() as tx:
-        tx.update_reservation(ctx.scope, ctx.principal, key, encode_result(result))
+        rewrite(tx, ctx.scope, ctx.principal, key, result)
     return result
 
 

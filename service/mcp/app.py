@@ -23,7 +23,9 @@ from .duplicate_keys import DuplicateKeyMarker
 from .host_context import HeaderBinding
 from .metrics import Metrics
 from .rate_limit import TokenBucketLimiter
-from .server import DEFAULT_DEADLINE_MS, EngineLike, ToolFrontEnd
+from service.settings import Settings
+
+from .server import EngineLike, ToolFrontEnd
 
 logger = logging.getLogger("engram.mcp")
 
@@ -45,35 +47,29 @@ def _transport_security(host: str, allowed_hosts: list[str] | None) -> Transport
 
 def create_app(
     engine: EngineLike,
+    settings: Settings,
     *,
     host_secret: bytes,
-    data_dir: Path | None = None,
     audit_path: Path | None = None,
-    host: str = "127.0.0.1",
-    allowed_hosts: list[str] | None = None,
-    rate_per_s: float = 20.0,
-    burst: int = 40,
-    default_deadline_ms: int = DEFAULT_DEADLINE_MS,
     close_engine: bool = False,
 ) -> FastAPI:
     """Build the app for `engine`, verifying contexts with `host_secret`.
 
-    The audit log goes to `audit_path`, else `<data_dir>/audit.jsonl`, else nowhere.
-    `rate_per_s`/`burst` set the per-principal token bucket (`rate_per_s <= 0` turns it
-    off); `default_deadline_ms` applies when the context carries no `deadline_ms`.
+    `settings` gives the host and allowed hosts (DNS-rebinding protection), the
+    per-principal token bucket (`rate`, `burst`; rate 0 turns it off) and the default
+    deadline. The audit log goes to `audit_path`, else `<data_dir>/audit.jsonl`.
     With `close_engine`, the engine is closed when the app shuts down.
     """
-    if audit_path is None and data_dir is not None:
-        audit_path = Path(data_dir) / AUDIT_FILE
-    audit = AuditLog(audit_path) if audit_path is not None else None
+    host, allowed_hosts = settings.host, settings.allowed_hosts
+    audit = AuditLog(audit_path if audit_path is not None else Path(settings.data_dir) / AUDIT_FILE)
     metrics = Metrics()
     front = ToolFrontEnd(
         engine,
         HeaderBinding(host_secret),
         audit=audit,
         metrics=metrics,
-        limiter=TokenBucketLimiter(rate=rate_per_s, burst=burst),
-        default_deadline_ms=default_deadline_ms,
+        limiter=TokenBucketLimiter(rate=settings.rate, burst=settings.burst),
+        default_deadline_ms=settings.deadline_ms,
     )
     # The engine may report per-channel ranking latency (lexical, semantic, fusion).
     hook = getattr(engine, "set_channel_latency_observer", None)
@@ -90,8 +86,7 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         async with server.session_manager.run():
             yield
-        if audit is not None:
-            audit.close()
+        audit.close()
         if close_engine and hasattr(engine, "close"):
             await anyio.to_thread.run_sync(engine.close)
 

@@ -52,7 +52,6 @@ INTERNAL_ERROR = -32603
 UNKNOWN_TOOL = -32602
 UNKNOWN_TOOL_MESSAGE = "Unknown tool"
 INTERNAL_ERROR_MESSAGE = "Internal server error"
-DEFAULT_DEADLINE_MS = 30_000
 
 INSTRUCTIONS = (
     "Governed memory for durable, cited knowledge (decisions, verified facts, conventions, "
@@ -143,8 +142,8 @@ class ToolFrontEnd:
         *,
         audit: AuditLog | None = None,
         metrics: Metrics | None = None,
+        default_deadline_ms: int,
         limiter: TokenBucketLimiter | None = None,
-        default_deadline_ms: int = DEFAULT_DEADLINE_MS,
         tools: Mapping[str, ToolSpec] = TOOLS,
     ) -> None:
         self.engine = engine
@@ -205,7 +204,7 @@ class ToolFrontEnd:
                 raise MCPError(code=UNKNOWN_TOOL, message=UNKNOWN_TOOL_MESSAGE)
             check_purpose(ctx, name, arguments)
         except ContextUnavailable as exc:
-            logger.info("tools/call refused: %s", exc.reason)
+            logger.info("tools/call %s refused: %s", tool_label, exc.reason)
             await self._record(audit_id, tool_label, str(ContextUnavailable.code), started, ctx, arguments, None)
             raise MCPError(code=ContextUnavailable.code, message=ContextUnavailable.message) from None
         except MCPError as exc:

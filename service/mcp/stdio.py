@@ -17,7 +17,9 @@ from mcp.server.stdio import stdio_server
 from .audit import AUDIT_FILE, AuditLog
 from .host_context import StaticBinding
 from .rate_limit import TokenBucketLimiter
-from .server import DEFAULT_DEADLINE_MS, EngineLike, ToolFrontEnd
+from service.settings import Settings
+
+from .server import EngineLike, ToolFrontEnd
 
 
 async def _serve(front: ToolFrontEnd) -> None:
@@ -29,23 +31,18 @@ async def _serve(front: ToolFrontEnd) -> None:
 def serve_stdio(
     engine: EngineLike,
     binding: StaticBinding,
-    *,
-    data_dir: Path | None = None,
-    rate_per_s: float = 20.0,
-    burst: int = 40,
-    default_deadline_ms: int = DEFAULT_DEADLINE_MS,
+    settings: Settings,
 ) -> None:
-    """Serve until stdin closes."""
-    audit = AuditLog(Path(data_dir) / AUDIT_FILE) if data_dir is not None else None
+    """Serve until stdin closes; audit lines go to `<data_dir>/audit.jsonl`."""
+    audit = AuditLog(Path(settings.data_dir) / AUDIT_FILE)
     front = ToolFrontEnd(
         engine,
         binding,
         audit=audit,
-        limiter=TokenBucketLimiter(rate=rate_per_s, burst=burst),
-        default_deadline_ms=default_deadline_ms,
+        limiter=TokenBucketLimiter(rate=settings.rate, burst=settings.burst),
+        default_deadline_ms=settings.deadline_ms,
     )
     try:
         anyio.run(_serve, front)
     finally:
-        if audit is not None:
-            audit.close()
+        audit.close()

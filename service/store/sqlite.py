@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from models.digests import DigestKind, digest
+
 from .base import CandidateRow, CommitUncertain, JournalEvent, RecordRow, Scope, StoreUnavailable
 from .journal import StoredEvent, chain_intact, event_digest
 from .migrations import VERSION_TABLE, Migration, pending
@@ -57,11 +59,20 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
         "PRIMARY KEY (tenant, workspace, record_id))",
         "CREATE TABLE IF NOT EXISTS confirmations (ref TEXT PRIMARY KEY, used_at_ms INTEGER NOT NULL)",
     )),
+    # Idempotency keys are kept as digests (engine/idempotency.py key_digest); rows an
+    # older release wrote hold the key as sent.
+    Migration(2, "idempotency keys as digests", (
+        "UPDATE idempotency SET key = engram_idempotency_key_digest(key)",
+    )),
     # Receipts kept once, referenced by digest from record bodies (Transaction.put_receipt).
-    Migration(2, "receipts", (
+    Migration(3, "receipts", (
         "CREATE TABLE IF NOT EXISTS receipts (digest TEXT PRIMARY KEY, body TEXT NOT NULL)",
     )),
 )
+
+
+def _idempotency_key_digest(key: str) -> str:
+    return digest(DigestKind.IDEMPOTENCY_KEY, key)
 
 _CANDIDATE_COLUMNS = (
     "tenant, workspace, candidate_id, state, key_id, sealed, record_digest, payload_digest,"
@@ -281,6 +292,7 @@ class SqliteStore:
                 self.path, isolation_level=None, check_same_thread=False, timeout=5.0
             )
             conn.row_factory = sqlite3.Row
+            conn.create_function("engram_idempotency_key_digest", 1, _idempotency_key_digest, deterministic=True)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute("PRAGMA secure_delete=ON")

@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from mcp_support import SECRET, FakeEngine, ServerThread  # noqa: E402
 
 from service.mcp.app import create_app  # noqa: E402
+from service.settings import Settings  # noqa: E402
 
 
 @pytest.fixture
@@ -25,7 +26,7 @@ def fake_engine() -> FakeEngine:
 @pytest.fixture(scope="session")
 def fake_server(fake_engine: FakeEngine, tmp_path_factory: pytest.TempPathFactory):
     data_dir = tmp_path_factory.mktemp("fake-data")
-    app = create_app(fake_engine, host_secret=SECRET, data_dir=data_dir, rate_per_s=1.0, burst=8)
+    app = create_app(fake_engine, Settings(data_dir=data_dir, rate=1.0, burst=8), host_secret=SECRET)
     with ServerThread(app) as running:
         running.data_dir = data_dir
         yield running

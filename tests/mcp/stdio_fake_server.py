@@ -11,5 +11,6 @@ from mcp_support import SECRET, FakeEngine  # noqa: E402
 
 from service.mcp.host_context import binding_from_env  # noqa: E402
 from service.mcp.stdio import serve_stdio  # noqa: E402
+from service.settings import Settings  # noqa: E402
 
-serve_stdio(FakeEngine(), binding_from_env(os.environ, SECRET), data_dir=Path(os.environ["FAKE_DATA_DIR"]))
+serve_stdio(FakeEngine(), binding_from_env(os.environ, SECRET), Settings(data_dir=Path(os.environ["FAKE_DATA_DIR"])))

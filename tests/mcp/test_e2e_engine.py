@@ -28,12 +28,13 @@ PURPOSE = "purpose:test"
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):
     from service.mcp.app import create_app
+    from service.settings import Settings
 
     data_dir = tmp_path_factory.mktemp("engine-data")
     engine = engine_module.Engine.open(data_dir, load_model=False)
     for tenant in ("acme", "umbrella"):
         engine.set_tenant_enabled(tenant, True)
-    app = create_app(engine, host_secret=SECRET, data_dir=data_dir, rate_per_s=0)
+    app = create_app(engine, Settings(data_dir=data_dir, rate=0), host_secret=SECRET)
     with ServerThread(app) as running:
         running.data_dir = data_dir
         yield running

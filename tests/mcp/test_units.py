@@ -12,6 +12,7 @@ from starlette.testclient import TestClient
 from service.mcp.app import create_app
 from service.mcp.audit import AuditLog, audit_digest
 from service.mcp.rate_limit import TokenBucketLimiter
+from service.settings import Settings
 
 
 def test_token_bucket_refills():
@@ -57,8 +58,9 @@ def _post(client: TestClient, host: str) -> int:
     return client.post("/mcp", json=body, headers=headers).status_code
 
 
-def test_allowed_hosts_for_non_loopback():
-    app = create_app(FakeEngine(), host_secret=SECRET, host="0.0.0.0", allowed_hosts=["memory.internal:8765"])
+def test_allowed_hosts_for_non_loopback(tmp_path):
+    settings = Settings(data_dir=tmp_path, host="0.0.0.0", allowed_hosts=["memory.internal:8765"])
+    app = create_app(FakeEngine(), settings, host_secret=SECRET)
     with TestClient(app, base_url="http://memory.internal:8765") as client:
         assert _post(client, "memory.internal:8765") != 421
         assert _post(client, "evil.example:8765") == 421

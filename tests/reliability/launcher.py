@@ -19,6 +19,7 @@ from rel_support import SECRET, HashingTestEncoder  # noqa: E402
 
 from service.engine.engine import Engine  # noqa: E402
 from service.mcp.app import create_app  # noqa: E402
+from service.settings import Settings  # noqa: E402
 
 
 def main() -> None:
@@ -27,7 +28,7 @@ def main() -> None:
     for tenant in ("acme", "umbrella"):
         if not engine.tenant_enabled(tenant):
             engine.set_tenant_enabled(tenant, True)
-    app = create_app(engine, host_secret=SECRET, data_dir=data_dir, rate_per_s=0, close_engine=True)
+    app = create_app(engine, Settings(data_dir=data_dir, rate=0), host_secret=SECRET, close_engine=True)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
 
 

@@ -82,13 +82,14 @@ class Live:
     def __init__(self, data_dir: Path, encoder: object | None = "hashing") -> None:
         from service.engine.engine import Engine
         from service.mcp.app import create_app
+        from service.settings import Settings
 
         self.data_dir = data_dir
         enc = HashingTestEncoder() if encoder == "hashing" else encoder
         self.engine = Engine.open(data_dir, encoder=enc, load_model=False)
         for tenant in ("acme", "umbrella"):
             self.engine.set_tenant_enabled(tenant, True)
-        self.app = create_app(self.engine, host_secret=SECRET, data_dir=data_dir, rate_per_s=0)
+        self.app = create_app(self.engine, Settings(data_dir=data_dir, rate=0), host_secret=SECRET)
         self.thread = ServerThread(self.app)
 
     @property

@@ -1,0 +1,141 @@
+"""The service's configuration: one typed object, built once, handed down.
+
+Why one object: every serve option used to be a flag whose default was repeated in the
+CLI, the HTTP app and the stdio server. Here each option is declared once, with its
+default, bounds and help text; `load_settings` layers, highest first:
+
+1. command-line flags (passed in as keyword overrides; `None` means "not given"),
+2. the environment, ``ENGRAM_<FIELD>`` (e.g. ``ENGRAM_DATA_DIR``, ``ENGRAM_RATE``;
+   lists as JSON, ``ENGRAM_ALLOWED_HOSTS='["memory.internal:8765"]'``),
+3. a TOML config file (``--config FILE`` or ``ENGRAM_CONFIG``; top-level keys are the
+   field names, an unknown key is an error),
+4. the defaults below.
+
+The CLI builds it and hands it to `create_app` / `serve_stdio` and the engine; other
+rooms add a field here (with ``ENGRAM_*`` coming for free) instead of threading a new
+parameter through every layer.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+ENV_PREFIX = "ENGRAM_"
+CONFIG_ENV = "ENGRAM_CONFIG"
+
+_config_file: contextvars.ContextVar[Path | None] = contextvars.ContextVar("engram_config_file", default=None)
+
+
+class LogFormat(StrEnum):
+    """How log lines are written to stderr."""
+
+    TEXT = "text"
+    JSON = "json"
+
+
+class LogLevel(StrEnum):
+    """Threshold of the service's own loggers (``engram.*``) and the HTTP server's."""
+
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+class Settings(BaseSettings):
+    """Every option of `engram serve` (and the data directory every command uses)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        extra="forbid",
+        frozen=True,
+    )
+
+    data_dir: Path = Field(
+        Path("./data"), description="Data directory (store, indexes, keys, host_secret, audit.jsonl)."
+    )
+    host: str = Field(
+        "127.0.0.1", description="Interface to listen on. Loopback keeps DNS-rebinding protection on."
+    )
+    port: int = Field(8765, ge=0, le=65535, description="TCP port.")
+    load_model: bool = Field(True, description="Load the embedding model (semantic channel).")
+    rate: float = Field(20.0, ge=0, description="Per-principal calls per second (0 disables the limit).")
+    burst: int = Field(40, ge=1, description="Per-principal burst size.")
+    deadline_ms: int = Field(
+        30_000, ge=1, le=600_000, description="Per-call deadline when the context carries no deadline_ms."
+    )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host header values to accept (e.g. memory.internal:8765); turns DNS-rebinding "
+        "protection on for a non-loopback host.",
+    )
+    database_url: str | None = Field(
+        None,
+        description="PostgreSQL store shared by several replicas (postgresql://user@host/db); "
+        "none: SQLite in the data directory.",
+    )
+    key_dir: Path | None = Field(
+        None,
+        description="Directory of the key-encryption key files (none: <data-dir>/keys). Every replica "
+        "of one database must use the same key files.",
+    )
+    log_level: LogLevel = Field(LogLevel.INFO, description="Log threshold of engram.* and the HTTP server.")
+    log_format: LogFormat = Field(LogFormat.TEXT, description="Log lines as text or as one JSON object each.")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = _config_file.get()
+        if config_file is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=config_file))
+        return tuple(sources)
+
+
+class ConfigFileMissing(Exception):
+    """The named config file does not exist (a typo must not silently fall back)."""
+
+
+def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
+    """Flags over environment over config file over defaults; `None` overrides are unset.
+
+    `config` (else ``ENGRAM_CONFIG``) names the TOML file. Raises `ConfigFileMissing`
+    for a named file that is not there and pydantic's `ValidationError` for bad values.
+    """
+    if config is None and os.environ.get(CONFIG_ENV):
+        config = Path(os.environ[CONFIG_ENV])
+    if config is not None and not Path(config).is_file():
+        raise ConfigFileMissing(str(config))
+    token = _config_file.set(None if config is None else Path(config))
+    try:
+        return Settings(**{name: value for name, value in overrides.items() if value is not None})
+    finally:
+        _config_file.reset(token)
+
+
+def field_help(name: str) -> str:
+    """A CLI option's help: the field's description, its default and its variable."""
+    info = Settings.model_fields[name]
+    default = info.get_default(call_default_factory=True)
+    if isinstance(default, StrEnum):
+        default = default.value
+    shown = "none" if default in ([], None) else default
+    return f"{info.description} (default {shown}; env {ENV_PREFIX}{name.upper()})"
