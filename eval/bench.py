@@ -27,8 +27,7 @@ journal, both indexes). Then, in the same process:
 figures in ``ingest.json``) and measures again on it, so latency can be re-measured
 after a change without a long ingest.
 
-The raw-engine probes reach into ``Ranker`` internals (``_lexical``, ``_semantic``):
-they measure components, they are not a public path.
+The raw engines are reached through ``Ranker.raw_engines`` (:mod:`ranking.probes`).
 """
 
 from __future__ import annotations
@@ -49,7 +48,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import tantivy
 
 from index_data.ingest import ingest_corpus
 from index_data.readers import VectorSource, read_beir
@@ -193,19 +191,6 @@ def corpus_spec(size: int, encoder: Any) -> CorpusSpec:
     return CorpusSpec(size=size, dim=int(getattr(encoder, "dim", 384)), topics=300 if size >= 5000 else 20)
 
 
-def raw_tantivy(ranker: Any, key: str, weights: Any) -> Callable[[str, int], Any]:
-    """Tantivy alone: the lexical channel's scoring clauses (analysed the same way,
-    without the channel's scope filter) at depth k, reading no ids or stored fields."""
-    lexical = ranker._lexical  # noqa: SLF001
-    searcher = lexical._lookup(key, create=False).index.searcher()  # noqa: SLF001
-
-    def run(query: str, k: int) -> Any:
-        clauses = lexical._query_clauses(Counter(lexical.query_tokens(query)), weights)  # noqa: SLF001
-        return searcher.search(tantivy.Query.boolean_query(clauses), limit=k, count=False)
-
-    return run
-
-
 def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size: int | None,
                progress: bool, reuse: bool, say: Callable[[str], None]) -> tuple[dict[str, Any], Any]:
     from service.engine.engine import Engine
@@ -226,7 +211,7 @@ def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size:
     key = scope_key(BENCH_SCOPE)
     texts, qvecs = corpus.queries(queries)
     ctx = bench_context()
-    ranker = engine.parts.ranker
+    ranker = engine.ranker
     say(f"[n={size}] search latency ({queries} queries)")
     hybrid = timed(lambda q: engine.execute("engram_memory_search", ctx, search_args(q, "lexical_and_semantic")), texts)
     hits = [len(engine.execute("engram_memory_search", ctx, search_args(q, "lexical_and_semantic"))["records"])
@@ -234,33 +219,30 @@ def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size:
     config = HYBRID_PROFILE.config
     assert config.semantic is not None
     lexical_k, semantic_k = config.lexical.cap, config.semantic.cap
-    tantivy_alone = raw_tantivy(ranker, key, config.lexical.field_weights)
-    lexical_raw = timed(lambda q: tantivy_alone(q, lexical_k), texts)
-    lexical_channel = timed(lambda q: ranker._lexical.search(key, q, config.lexical.field_weights, lexical_k), texts)  # noqa: SLF001
-    state = ranker._semantic._scope(key)  # noqa: SLF001
-    state.index.set_ef(max(128, semantic_k))
-    hnsw_candidates = timed(lambda v: state.index.knn_query(v.reshape(1, -1), k=semantic_k), list(qvecs))
-    state.index.set_ef(128)
-    hnsw = timed(lambda v: state.index.knn_query(v.reshape(1, -1), k=10), list(qvecs))
+    raw = ranker.raw_engines(key, HYBRID_PROFILE)
+    lexical_raw = timed(lambda q: raw.tantivy(q, lexical_k), texts)
+    lexical_channel = timed(lambda q: raw.lexical_channel(q, lexical_k), texts)
+    hnsw_candidates = timed(lambda v: raw.knn(v, semantic_k, max(128, semantic_k)), list(qvecs))
+    hnsw = timed(lambda v: raw.knn(v, 10, 128), list(qvecs))
     encode = timed(lambda q: encoder.encode([q]), texts)
+    torch_backend = getattr(encoder, "torch", None)  # the bulk backend, for reference
+    encode_torch = timed(lambda q: torch_backend.encode([q]), texts) if torch_backend is not None else []
     ranker_hybrid = timed(lambda q: ranker.search(key, q, HYBRID_PROFILE, valid_as_of_ms=2_000_000_000_000), texts)
 
     # HNSW recall@10 against exact search; labels are ordinals when every record has one
     # vector and none was refused (checked).
     first = next(corpus.records())
-    aligned = not out["ingest"]["refused"] and state.label_record.get(0) == record_id_for(BENCH_SCOPE, first, PURPOSE)
+    aligned = not out["ingest"]["refused"] and raw.label_record(0) == record_id_for(BENCH_SCOPE, first, PURPOSE)
     recall: dict[str, Any] = {"aligned_labels": aligned}
     if aligned:
         sample = np.asarray(qvecs[: min(200, len(qvecs))])
         exact = exact_top_k(vectors, sample, 10)
         for ef in (16, 64, 128, 256):
-            state.index.set_ef(ef)
             t0 = time.perf_counter()
-            labels, _ = state.index.knn_query(sample, k=10)
+            labels = raw.knn(sample, 10, ef)
             per_q = (time.perf_counter() - t0) / len(sample) * 1000
             r = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(labels.tolist(), exact.tolist())]))
             recall[f"ef{ef}"] = {"recall@10": round(r, 4), "ms_per_query_batched": round(per_q, 3)}
-        state.index.set_ef(128)
     out["hnsw_recall"] = recall
     out.setdefault("rss_mb", {})["after_search"] = rss_mb()
     return out | {
@@ -270,6 +252,7 @@ def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size:
             "ranker_hybrid_no_store": percentiles(ranker_hybrid),
             "lexical_channel": percentiles(lexical_channel),
             "raw_encoder_query": percentiles(encode),
+            "raw_torch_encoder_query": percentiles(encode_torch),
             "raw_tantivy_candidates": percentiles(lexical_raw),
             "raw_hnsw_candidates": percentiles(hnsw_candidates),
             "raw_hnsw_k10_ef128": percentiles(hnsw),
@@ -411,6 +394,7 @@ def load_run(engine: Any, data_dir: Path, texts: list[str], *, clients: int, cal
     return {
         "transport": "MCP streamable HTTP on loopback (SDK client, protocol auto; clients in a child process)",
         "single_client_search_hybrid": percentiles(driven["single"]),
+        "bare_http_search_hybrid": percentiles(driven["bare"]),
         "clients": clients, "steps_planned": per_client * clients, "calls_completed": total,
         "wall_s": round(wall, 2), "throughput_calls_per_s": round(total / wall, 2) if wall else 0.0,
         "latency": {k: percentiles(v) for k, v in latencies.items() if v},
@@ -482,11 +466,39 @@ def drive_clients(url: str, header: str, tokens: list[str], texts: list[str], pe
                     if adm and adm["outcome"].get("record_id"):
                         admitted.append(adm["outcome"]["record_id"])
 
+    async def bare_http_searches() -> list[float]:
+        """The same searches as plain JSON-RPC POSTs (protocol 2026-07-28, one request
+        per exchange, no SDK on the client side): what the server itself costs."""
+        import mcp_types
+
+        version = "2026-07-28"
+        meta = {mcp_types.PROTOCOL_VERSION_META_KEY: version, mcp_types.CLIENT_CAPABILITIES_META_KEY: {},
+                mcp_types.CLIENT_INFO_META_KEY: {"name": "engram-bench", "version": "1"}}
+        headers = {header: tokens[-1], "Accept": "application/json, text/event-stream",
+                   "Content-Type": "application/json", "MCP-Protocol-Version": version,
+                   "Mcp-Method": "tools/call", "Mcp-Name": "engram_memory_search"}
+        samples: list[float] = []
+        async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120.0)) as http:
+            for n, query in enumerate([*texts[:3], *texts]):
+                body = {"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                        "params": {"name": "engram_memory_search", "_meta": meta,
+                                   "arguments": search_args(query, "lexical_and_semantic")}}
+                t = time.perf_counter()
+                response = await http.post(url, content=json.dumps(body))
+                elapsed = time.perf_counter() - t
+                ok = response.status_code == 200 and '"ok":true' in response.text
+                if not ok:
+                    errors[f"bare-http:{response.status_code}"] += 1
+                elif n >= 3:
+                    samples.append(elapsed)
+        return samples
+
     async def main() -> dict[str, Any]:
         single = await sequential_searches()
+        bare = await bare_http_searches()
         t = time.perf_counter()
         await asyncio.gather(*(one_client(c) for c in range(len(tokens) - 1)))
-        return {"single": single, "wall_s": time.perf_counter() - t}
+        return {"single": single, "bare": bare, "wall_s": time.perf_counter() - t}
 
     return {**asyncio.run(main()), "latencies": latencies, "errors": dict(errors), "admitted": admitted}
 
@@ -502,11 +514,13 @@ def run_bench(sizes: list[int], out: Path, work: Path, *, queries: int = 200, cl
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     if encoder is None:
-        encoder = MiniLMEncoder()
+        encoder = MiniLMEncoder(work / "models")
         t = time.perf_counter()
         encoder.load()
         say(f"model loaded in {time.perf_counter() - t:.1f} s")
-    result: dict[str, Any] = {"environment": {"cpu_count": os.cpu_count(), "encoder": type(encoder).__name__,
+    backend = getattr(encoder, "backend", None)
+    name = type(encoder).__name__ + (f" ({backend} for queries)" if backend else "")
+    result: dict[str, Any] = {"environment": {"cpu_count": os.cpu_count(), "encoder": name,
                                               "queries_per_size": queries,
                                               "loadavg_at_start": [round(x, 2) for x in os.getloadavg()]},
                               "sizes": []}
@@ -544,9 +558,18 @@ def raw_ratios(lat: dict[str, Any], load: dict[str, Any] | None) -> dict[str, fl
         "engine_lexical_over_raw_tantivy": round(lat["engine_lexical"]["p50_ms"] / lat["raw_tantivy_candidates"]["p50_ms"], 2),
         "encoder_share_of_engine_hybrid": round(lat["raw_encoder_query"]["p50_ms"] / lat["engine_hybrid"]["p50_ms"], 2),
     }
-    single = (load or {}).get("single_client_search_hybrid")
-    if single:
-        out["mcp_hybrid_over_raw_sum"] = round(single["p50_ms"] / raw_hybrid, 2)
+    torch_query = lat.get("raw_torch_encoder_query") or {}
+    if torch_query:
+        # The same engine against raw engines that encode the query with torch instead.
+        raw_torch = raw_hybrid - lat["raw_encoder_query"]["p50_ms"] + torch_query["p50_ms"]
+        out["raw_hybrid_sum_torch_ms"] = round(raw_torch, 3)
+        out["engine_hybrid_over_raw_sum_torch"] = round(lat["engine_hybrid"]["p50_ms"] / raw_torch, 2)
+    for name, key in (("single_client_search_hybrid", "mcp_hybrid_over_raw_sum"),
+                      ("bare_http_search_hybrid", "bare_http_hybrid_over_raw_sum")):
+        sample = (load or {}).get(name)
+        if sample:
+            out[key] = round(sample["p50_ms"] / raw_hybrid, 2)
+            out[key.replace("raw_sum", "engine")] = round(sample["p50_ms"] / lat["engine_hybrid"]["p50_ms"], 2)
     return out
 
 
@@ -593,10 +616,12 @@ def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
              f"{env['cpu_count']} CPUs, encoder {env['encoder']}, {env['queries_per_size']} queries per size. "
              "Synthetic corpus: Zipfian text, 300-topic low-rank 384-d vectors (eval/corpus_gen.py). "
              "Raw engines are asked for what the engine asks of them (candidate depths below); "
-             "'raw sum' = encoder + Tantivy + hnswlib p50.", "",
-             "| records | ingest rec/s | hybrid p50/p95/p99 ms | lexical p50/p95/p99 ms | encoder p50 | tantivy p50 | "
-             "hnsw p50 | raw sum | hybrid / raw sum | HNSW R@10 (ef128) | disk MiB | peak RSS MiB |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "'raw sum' = encoder + Tantivy + hnswlib p50, with the query encoder the engine uses (ONNX "
+             "Runtime); the torch columns put the torch encoder of the same weights in the raw sum instead.", "",
+             "| records | ingest rec/s | hybrid p50/p95/p99 ms | lexical p50/p95/p99 ms | encoder p50 | "
+             "torch encoder p50 | tantivy p50 | hnsw p50 | raw sum | hybrid / raw sum | hybrid / raw sum (torch) | "
+             "HNSW R@10 (ef128) | disk MiB | peak RSS MiB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in result["sizes"]:
         lat = e["latency"]
 
@@ -608,9 +633,10 @@ def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
         ratios = e["ratios_p50"]
         lines.append(
             f"| {e['size']:,} | {e['ingest_records_per_s']:,.0f} | {ppp('engine_hybrid')} | {ppp('engine_lexical')} | "
-            f"{lat['raw_encoder_query']['p50_ms']:.1f} | {lat['raw_tantivy_candidates']['p50_ms']:.2f} | "
+            f"{lat['raw_encoder_query']['p50_ms']:.1f} | {lat['raw_torch_encoder_query'].get('p50_ms', '-')} | "
+            f"{lat['raw_tantivy_candidates']['p50_ms']:.2f} | "
             f"{lat['raw_hnsw_candidates']['p50_ms']:.2f} | {ratios['raw_hybrid_sum_ms']:.1f} | "
-            f"{ratios['engine_hybrid_over_raw_sum']} | {rec} | "
+            f"{ratios['engine_hybrid_over_raw_sum']} | {ratios.get('engine_hybrid_over_raw_sum_torch', '-')} | {rec} | "
             f"{e['disk_mb']['total_mb']:,.0f} | {e['rss_mb']['peak_during_ingest']:,.0f} |")
     if result["sizes"]:
         depths = result["sizes"][0]["depths"]
@@ -629,10 +655,13 @@ def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
     load = result.get("load")
     if load:
         first = result["sizes"][0]["ratios_p50"] if result["sizes"] else {}
-        if "mcp_hybrid_over_raw_sum" in first:
-            single = load["single_client_search_hybrid"]
-            lines += ["", f"MCP over HTTP, one client, hybrid search: p50 {single['p50_ms']:.1f} ms, "
-                          f"p99 {single['p99_ms']:.1f} ms; {first['mcp_hybrid_over_raw_sum']} x the raw engines' sum."]
+        for name, label, key in (("single_client_search_hybrid", "SDK client", "mcp_hybrid"),
+                                 ("bare_http_search_hybrid", "bare HTTP client", "bare_http_hybrid")):
+            if f"{key}_over_raw_sum" in first:
+                sample = load[name]
+                lines += ["", f"MCP over HTTP, one {label}, hybrid search: p50 {sample['p50_ms']:.1f} ms, "
+                              f"p99 {sample['p99_ms']:.1f} ms; {first[f'{key}_over_raw_sum']} x the raw engines' "
+                              f"sum, {first[f'{key}_over_engine']} x the engine's own hybrid p50."]
         lines += ["", "## Load run", "", "```", json.dumps(load, indent=1), "```"]
     for plot in plots:
         lines += ["", f"![{plot}]({plot})"]

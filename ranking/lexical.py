@@ -48,7 +48,7 @@ from collections import Counter, OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import tantivy
 
@@ -240,6 +240,12 @@ class LexicalIndex:
 
     # -- search -----------------------------------------------------------------------
 
+    def open(self, scope_key: str) -> None:
+        """Open the scope's index and a searcher now, if it has one on disk."""
+        entry = self._lookup(scope_key, create=False)
+        if entry is not None and entry.index is not None:
+            entry.index.searcher()
+
     def tokens(self, text: str) -> list[str]:
         """``text`` analyzed as documents are (stemmed, stop words kept)."""
         return self._analyzer.analyze(text)
@@ -288,6 +294,21 @@ class LexicalIndex:
         ]
         out.sort(key=lambda h: (-h.score, h.record_id))
         return out
+
+    def raw_probe(self, scope_key: str, field_weights: FieldWeights) -> Callable[[str, int], Any]:
+        """Tantivy alone on this scope's index, for benchmarks: ``probe(query, k)`` runs the
+        channel's scoring clauses (analysed the same way) at depth ``k``, without the scope
+        filter, reading no record ids or stored fields."""
+        entry = self._lookup(scope_key, create=False)
+        if entry is None or entry.index is None:
+            raise KeyError(scope_key)
+        searcher = entry.index.searcher()
+
+        def probe(query: str, k: int) -> Any:
+            clauses = self._query_clauses(Counter(self.query_tokens(query)), field_weights)
+            return searcher.search(tantivy.Query.boolean_query(clauses), limit=k, count=False)
+
+        return probe
 
     @staticmethod
     def _record_ids(searcher: tantivy.Searcher, addresses: list[tantivy.DocAddress]) -> list[str]:

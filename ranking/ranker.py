@@ -33,13 +33,15 @@ from threadpoolctl import threadpool_limits
 from ranking.documents import IndexDocument, passages
 from ranking.encoder import Encoder
 from ranking.fusion import Contribution, fuse
-from ranking.lexical import LexicalIndex
-from ranking.profiles import LEXICAL, SEMANTIC, Profile
+from ranking.lexical import LexicalHit, LexicalIndex
+from ranking.probes import RawEngines
+from ranking.profiles import LEXICAL, SEMANTIC, Profile, SemanticConfig
 from ranking.semantic import (
     CHECKPOINT_RECORDS,
     CHECKPOINT_SECONDS,
     CHECKPOINT_SPACING,
     CorruptIndex,
+    SemanticHit,
     SemanticIndex,
     SemanticUnavailable,
 )
@@ -133,7 +135,7 @@ class Ranker:
         if not due(SEMANTIC):
             return
         try:
-            embedded = self._embed(upserts) if vectors is None else list(vectors)
+            embedded = self.embed(upserts) if vectors is None else list(vectors)
         except SemanticUnavailable:
             return
         self._semantic.apply(
@@ -172,6 +174,22 @@ class Ranker:
             finally:
                 self._lexical.close()
 
+    def embed(self, upserts: Sequence[IndexDocument]) -> list[np.ndarray]:
+        """Passage vectors for each document (one row per :func:`passages` window),
+        embedded in large batches: what ``apply`` computes when not given ``vectors``, so a
+        caller can embed ahead of ``apply`` (bulk ingestion overlaps it with writing).
+        Raises :class:`SemanticUnavailable` without a working encoder."""
+        windows = [passages(d.semantic_text()) for d in upserts]
+        flat = [w for ws in windows for w in ws]
+        rows = [self._encode(flat[i : i + EMBED_BATCH]) for i in range(0, len(flat), EMBED_BATCH)]
+        matrix = np.vstack(rows) if rows else np.zeros((0, self._dim), dtype=np.float32)
+        out: list[np.ndarray] = []
+        start = 0
+        for ws in windows:
+            out.append(matrix[start : start + len(ws)])
+            start += len(ws)
+        return out
+
     # -- search -----------------------------------------------------------------------
 
     def search(
@@ -182,26 +200,29 @@ class Ranker:
         *,
         valid_as_of_ms: int,
         candidate_cap: int = 1000,
+        fallback: Profile | None = None,
     ) -> RankedList:
+        """Fused candidates of ``profile``'s channels. When the semantic channel fails
+        (:class:`SemanticUnavailable`) and a lexical ``fallback`` profile is given, the
+        answer is ranked by it from the lexical hits already in hand, without searching
+        the lexical index again; without one the failure is raised."""
         config = profile.config
-        lexical = self._lexical.search(
-            scope_key, query, config.lexical.field_weights, min(candidate_cap, config.lexical.cap)
-        )
+        lexical_cap = min(candidate_cap, config.lexical.cap)
+        lexical = self._lexical.search(scope_key, query, config.lexical.field_weights, lexical_cap)
         semantic = None
         similarity: dict[str, float] = {}
         if config.semantic is not None:
-            vector = self._query_vector(query)
             try:
-                semantic = self._semantic.search(
-                    scope_key, vector, min(candidate_cap, config.semantic.cap)
+                semantic, similarity = self._semantic_candidates(
+                    scope_key, query, lexical, config.semantic, candidate_cap
                 )
-                # Semantic hits carry their similarity; only lexical-only candidates
-                # need theirs computed, so both channels judge the same candidates.
-                similarity = self._semantic.similarities(
-                    scope_key, vector, sorted({h.record_id for h in lexical} - {h.record_id for h in semantic})
-                )
-            except CorruptIndex as exc:
-                raise SemanticUnavailable(f"index corrupt: {exc}") from exc
+            except SemanticUnavailable:
+                if fallback is None or fallback.needs_semantic:
+                    raise
+                asked, profile, config = config, fallback, fallback.config
+                fallback_cap = min(candidate_cap, config.lexical.cap)
+                if fallback_cap != lexical_cap or config.lexical != asked.lexical:
+                    lexical = self._lexical.search(scope_key, query, config.lexical.field_weights, fallback_cap)
         candidates = fuse(lexical, semantic, similarity, config, valid_as_of_ms)
         return RankedList(
             profile=profile,
@@ -210,9 +231,50 @@ class Ranker:
             candidate_ids=sorted(c.record_id for c in candidates),
         )
 
+    def passage_vectors(self, scope_key: str, record_ids: Sequence[str]) -> list[np.ndarray | None]:
+        """Each record's indexed passage vectors (None where the semantic channel does not
+        hold the record): what an export hands to a later ingest as precomputed vectors."""
+        return [self._semantic.passage_vectors(scope_key, rid) for rid in record_ids]
+
+    def raw_engines(self, scope_key: str, profile: Profile) -> RawEngines:
+        """The scope's engines alone, asked what ``profile`` asks of them (benchmarks)."""
+        weights = profile.config.lexical.field_weights
+        lexical, semantic = self._lexical, self._semantic
+        return RawEngines(
+            tantivy=lexical.raw_probe(scope_key, weights),
+            lexical_channel=lambda query, k: lexical.search(scope_key, query, weights, k),
+            knn=lambda queries, k, ef: semantic.raw_knn(scope_key, queries, k, ef),
+            label_record=lambda label: semantic.label_record(scope_key, label),
+        )
+
     def lexical_present(self, scope_key: str) -> bool:
         """Whether the lexical channel has an index for ``scope_key`` on disk."""
         return self._lexical.present(scope_key)
+
+    def _semantic_candidates(
+        self, scope_key: str, query: str, lexical: Sequence[LexicalHit], config: SemanticConfig, candidate_cap: int
+    ) -> tuple[list[SemanticHit], dict[str, float]]:
+        """The semantic channel's hits, and exact similarities of lexical-only hits (so
+        both channels judge the same candidates)."""
+        vector = self._query_vector(query)
+        try:
+            semantic = self._semantic.search(scope_key, vector, min(candidate_cap, config.cap))
+            similarity = self._semantic.similarities(
+                scope_key, vector, sorted({h.record_id for h in lexical} - {h.record_id for h in semantic})
+            )
+        except CorruptIndex as exc:
+            raise SemanticUnavailable(f"index corrupt: {exc}") from exc
+        return semantic, similarity
+
+    def warm(self, scope_key: str) -> None:
+        """Open the scope's index readers now (the vector file is read and checked, the
+        Tantivy index opened), so its first search does not pay for it. A damaged vector
+        file is left for :meth:`semantic_health` to report."""
+        self._lexical.open(scope_key)
+        try:
+            self._semantic.check(scope_key)
+        except CorruptIndex:
+            pass
 
     def semantic_health(self, scope_key: str | None = None) -> str | None:
         """None when the semantic channel can serve ``scope_key``, else a short reason."""
@@ -231,19 +293,6 @@ class Ranker:
 
     def _query_vector(self, query: str) -> np.ndarray:
         return self._encode([query])[0]
-
-    def _embed(self, upserts: Sequence[IndexDocument]) -> list[np.ndarray]:
-        """Passage vectors for each document, embedded in large batches."""
-        windows = [passages(d.semantic_text()) for d in upserts]
-        flat = [w for ws in windows for w in ws]
-        rows = [self._encode(flat[i : i + EMBED_BATCH]) for i in range(0, len(flat), EMBED_BATCH)]
-        matrix = np.vstack(rows) if rows else np.zeros((0, self._dim), dtype=np.float32)
-        out: list[np.ndarray] = []
-        start = 0
-        for ws in windows:
-            out.append(matrix[start : start + len(ws)])
-            start += len(ws)
-        return out
 
     def _encode(self, texts: Sequence[str]) -> np.ndarray:
         if self._encoder is None:
