@@ -18,6 +18,7 @@ import numpy as np
 from models.codes import ContractError, ErrorCode
 from models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW, parse_arguments
 from ranking import Device, Encoder, MiniLMEncoder, Ranker, SemanticUnavailable
+from ranking.encoder import resolve_device
 
 from service.store import open_store
 from service.store.base import CommitUncertain, SharedStore, StoreUnavailable
@@ -30,6 +31,7 @@ from .parts import Parts
 from .policy import Policies
 from .projector import Projector
 from .replica import Replica, replica_id_for
+from .records import scope_key
 from .sealing import BodyVault, KeyRing
 from .secrets import refuse_secrets
 
@@ -73,6 +75,8 @@ class Engine:
         ``data_dir/models`` on first start). ``serve_replica`` (`engram serve` on a
         shared store): register this data directory as a replica that heartbeats,
         follows the journal and acknowledges purges; operator commands do not."""
+        if encoder is None and load_model and Device(device) not in (Device.AUTO, Device.CPU):
+            resolve_device(device)  # a named device this machine lacks fails here, before anything opens
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(data_dir, 0o700)  # also when a caller created it first, with its umask
@@ -117,6 +121,7 @@ class Engine:
         with self.parts.projector.running("warm-up"):
             for scope in self.parts.store.scopes():
                 self.parts.projector.catch_up(scope)
+                self.parts.ranker.warm(scope_key(scope))
         self.sweep_invalidations()  # a replica that was down purges what it missed, first
         if self._serve_replica and self.parts.replica is not None:
             self.parts.replica.follow(self.parts.projector.catch_up, self.sweep_invalidations)
