@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -36,6 +38,9 @@ from ranking.fusion import Contribution, fuse
 from ranking.lexical import LexicalIndex
 from ranking.probes import RawEngines
 from ranking.profiles import LEXICAL, SEMANTIC, Profile
+
+#: The search stage after the two channels, as the latency observer names it.
+FUSION = "fusion"
 from ranking.semantic import (
     CHECKPOINT_RECORDS,
     CHECKPOINT_SECONDS,
@@ -88,6 +93,9 @@ class Ranker:
         )
         self._encoder_error: str | None = None
         self._lifecycle = threading.Lock()
+        #: Called with (stage, seconds) after each search stage: lexical, semantic
+        #: (query encoding included), fusion. Set by the engine's owner (metrics).
+        self.observe_latency: Callable[[str, float], None] | None = None
         # The BLAS pool runs one thread. Ranking's numpy products are small (one query
         # against a few hundred vectors) and gain nothing from threads, while OpenBLAS
         # workers spin-wait after each call on the cores the encoder's OpenMP threads
@@ -201,11 +209,13 @@ class Ranker:
         candidate_cap: int = 1000,
     ) -> RankedList:
         config = profile.config
+        started = time.perf_counter()
         lexical = self._lexical.search(
             scope_key, query, config["field_weights"], min(candidate_cap, int(config["lexical_cap"]))
         )
         semantic = None
         similarity: dict[str, float] = {}
+        lexical_done = time.perf_counter()
         if profile.needs_semantic:
             vector = self._query_vector(query)
             try:
@@ -219,7 +229,14 @@ class Ranker:
                 )
             except CorruptIndex as exc:
                 raise SemanticUnavailable(f"index corrupt: {exc}") from exc
+        semantic_done = time.perf_counter()
         candidates = fuse(lexical, semantic, similarity, config, valid_as_of_ms)
+        observe = self.observe_latency
+        if observe is not None:
+            observe(LEXICAL, lexical_done - started)
+            if profile.needs_semantic:
+                observe(SEMANTIC, semantic_done - lexical_done)
+            observe(FUSION, time.perf_counter() - semantic_done)
         return RankedList(
             profile=profile,
             channels=profile.channels,
