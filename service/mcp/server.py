@@ -262,7 +262,12 @@ class ToolFrontEnd:
                 if run.abandoned:
                     return _SKIPPED
                 run.started = True
-            return self.engine.execute(name, ctx, arguments)
+            value = self.engine.execute(name, ctx, arguments)
+            if not isinstance(value, dict):
+                raise TypeError("engine returned no value")
+            # Serialised once, here in the worker rather than on the event loop: a value
+            # that cannot be is an internal fault.
+            return Answer.of(success_envelope(value, audit_id))
 
         try:
             with anyio.move_on_after(remaining) as scope:
@@ -277,10 +282,9 @@ class ToolFrontEnd:
                     else ErrorCode.DEADLINE_EXCEEDED
                 )
                 return Answer.of(failure_envelope(code, audit_id))
-            if value is _SKIPPED or not isinstance(value, dict):
+            if not isinstance(value, Answer):
                 raise TypeError("engine returned no value")
-            # Serialised once, here: a value that cannot be is an internal fault.
-            return Answer.of(success_envelope(value, audit_id))
+            return value
         except ContractError as exc:
             return Answer.of(failure_envelope(exc.code, audit_id))
         except Exception as exc:  # noqa: BLE001 - never leak internals
