@@ -313,21 +313,12 @@ class ToolFrontEnd:
                 return Answer.of(failure_envelope(ErrorCode.MUTATION_OUTCOME_UNKNOWN, audit_id))
             return Answer.of(failure_envelope(ErrorCode.STORE_UNAVAILABLE, audit_id))
 
-    async def _record(
-        self,
-        audit_id: str,
-        tool: str,
-        code: str,
-        started: float,
-        ctx: CallContext | None,
-        arguments: Any,
-        answer: Answer | None,
-    ) -> None:
+    async def _record(self, *line: Any) -> None:
+        """Metrics, then the audit line off the event loop (``line`` as for :meth:`_audit_line`)."""
+        _, tool, code, started, *_ = line
         self.metrics.observe_call(tool, code, time.monotonic() - started)
         if self.audit is not None:
-            await anyio.to_thread.run_sync(
-                self._audit_line, audit_id, tool, code, started, ctx, arguments, answer
-            )
+            await anyio.to_thread.run_sync(self._audit_line, *line)
 
     def _audit_line(
         self,
