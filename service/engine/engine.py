@@ -34,6 +34,7 @@ from .replica import Replica, replica_id_for
 from .records import scope_key
 from .sealing import BodyVault, KeyRing
 from .secrets import refuse_secrets
+from .stats import ScopeStats, scope_stats
 
 Operation = Callable[[Parts, CallContext, Any], dict[str, Any]]
 
@@ -167,6 +168,14 @@ class Engine:
         elif self._encoder is not None and self.parts.ranker.semantic_health() is not None:
             reasons.append("semantic channel unavailable")
         return {"ready": not reasons, "reasons": reasons}
+
+    def scope_stats(self) -> list[ScopeStats]:
+        """Per scope: candidates and records by state, projection lag by channel."""
+        return scope_stats(self.parts)
+
+    def set_channel_latency_observer(self, observe: Callable[[str, float], None] | None) -> None:
+        """`observe(channel, seconds)` after each ranking stage (lexical, semantic, fusion)."""
+        self.parts.ranker.observe_latency = observe
 
     # -- the operator surface (never reachable through MCP) ----------------------------------
     def prepare_batch(self, scope: tuple[str, str], submissions: Sequence[ingestion.Submission], *,

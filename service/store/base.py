@@ -69,6 +69,15 @@ class RecordRow:
     candidate_id: str | None
 
 
+@dataclass(frozen=True)
+class StateCounts:
+    """How many candidates and records of one scope are in each lifecycle state
+    (counts only: what the metrics endpoint reports)."""
+
+    candidates: dict[str, int]
+    records: dict[str, int]
+
+
 class Transaction(Protocol):
     """One atomic unit: every effect of a call, its journal events and its idempotency
     reservation commit together or not at all."""
@@ -121,6 +130,7 @@ class Store(Protocol):
     def due_for_expiry(self, at_ms: int) -> list[RecordRow]: ...
     def live_records(self, scope: Scope) -> Iterator[RecordRow]: ...
     def live_count(self, scope: Scope) -> int: ...
+    def state_counts(self, scope: Scope) -> StateCounts: ...
     def pending_purges(self) -> dict[Scope, list[str]]: ...
     def clear_pending_purges(self, scope: Scope, record_ids: list[str]) -> None: ...
     def tenant_enabled(self, tenant: str) -> bool: ...

@@ -35,7 +35,9 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from .base import BackupUnsupported, CandidateRow, CommitUncertain, JournalEvent, RecordRow, Scope, StoreUnavailable
+from .base import (
+    BackupUnsupported, CandidateRow, CommitUncertain, JournalEvent, RecordRow, Scope, StateCounts, StoreUnavailable,
+)
 from .journal import StoredEvent, chain_intact, event_digest
 from .migrations import VERSION_TABLE, Migration, pending
 
@@ -465,6 +467,13 @@ class PostgresStore:
         return int(self._read(
             "SELECT COUNT(*) FROM records WHERE tenant=%s AND workspace=%s AND state='accepted_current'",
             scope)[0][0])
+
+    def state_counts(self, scope: Scope) -> StateCounts:
+        by_state = "SELECT state, COUNT(*) FROM {} WHERE tenant=%s AND workspace=%s GROUP BY state"
+        return StateCounts(
+            candidates={state: int(n) for state, n in self._read(by_state.format("candidates"), scope)},
+            records={state: int(n) for state, n in self._read(by_state.format("records"), scope)},
+        )
 
     def pending_purges(self) -> dict[Scope, list[str]]:
         pending_: dict[Scope, list[str]] = {}
