@@ -122,6 +122,20 @@ class ProfileConfig:
         """JSON-ready dict form (enums as their values, tuples as lists), for the digest."""
         return _plain(dataclasses.asdict(self))
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ProfileConfig:
+        """The inverse of :meth:`as_dict` (a stored snapshot's profile read back)."""
+        lexical = dict(data["lexical"])
+        fusion = data.get("fusion")
+        return cls(
+            channels=tuple(Channel(c) for c in data["channels"]),
+            lexical=LexicalConfig(field_weights=FieldWeights(**lexical.pop("field_weights")), **lexical),
+            semantic=SemanticConfig(**data["semantic"]) if data.get("semantic") else None,
+            fusion=FusionConfig(**{**fusion, "method": FusionMethod(fusion["method"])}) if fusion else None,
+            recency=RecencyBlend(**data["recency"]),
+            score_decimals=int(data["score_decimals"]),
+        )
+
 
 def _plain(value: Any) -> Any:
     if isinstance(value, enum.Enum):
@@ -149,6 +163,13 @@ class Profile:
     @property
     def needs_semantic(self) -> bool:
         return SEMANTIC in self.channels
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "config": self.config.as_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Profile:
+        return cls(str(data["name"]), str(data["version"]), ProfileConfig.from_dict(data["config"]))
 
     def config_digest(self) -> str:
         """``sha256:`` + hex digest of the RFC 8785 canonical JSON of the config's dict form."""

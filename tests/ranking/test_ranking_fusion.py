@@ -113,6 +113,12 @@ def test_profile_digest_is_canonical_and_pinned():
         LEXICAL_PROFILE.config.lexical.cap = 1  # type: ignore[misc]
 
 
+def test_profile_round_trips_through_its_dict_form():
+    for profile in (LEXICAL_PROFILE, HYBRID_PROFILE):
+        back = Profile.from_dict(json.loads(json.dumps(profile.as_dict())))
+        assert back == profile and back.config_digest() == profile.config_digest()
+
+
 def test_profile_config_requires_fusion_exactly_with_semantic():
     with pytest.raises(ValueError):
         ProfileConfig(channels=(LEXICAL_PROFILE.channels[0], HYBRID_PROFILE.channels[1]))
