@@ -54,7 +54,7 @@ import tantivy
 
 from ranking import record_words
 from ranking.documents import IndexDocument
-from ranking.profiles import FieldWeights
+from ranking.profiles import LexicalConfig
 from ranking.storage import atomic_write_json, read_json
 
 TEXT_FIELDS = ("primary", "decision", "evidence", "context", "source_refs")
@@ -250,21 +250,33 @@ class LexicalIndex:
         """``text`` analyzed as documents are (stemmed, stop words kept)."""
         return self._analyzer.analyze(text)
 
-    def query_tokens(self, query: str) -> list[str]:
-        """The query's terms: stemmed, English stop words dropped unless nothing else is left.
+    def query_terms(self, query: str, config: LexicalConfig) -> dict[str, float]:
+        """Each distinct query term (stemmed as documents are) and its weight.
 
-        Stop words add noise that their (low) idf does not cancel once a query repeats
-        them; a query made only of stop words ("who is on it") still searches them.
+        A short query (at most ``config.long_query_tokens`` tokens) is a question or a
+        keyword list: every distinct term weighs 1, stop words included, exactly as plain
+        BM25 over the text ranks it. In short records (conversation turns, notes) a
+        function word still tells records apart, and dropping it lost to plain BM25 on
+        every conversation. A longer query is a description: its stop words are noise
+        that repetition would amplify, so they are dropped (unless nothing else is left),
+        and a content word said n times weighs ``n ** long_query_count_power``, since a
+        description repeats what it is about.
         """
-        return self._query_analyzer.analyze(query) or self.tokens(query)
+        tokens = self.tokens(query)
+        if len(tokens) <= config.long_query_tokens:
+            return dict.fromkeys(tokens, 1.0)
+        content = Counter(self._query_analyzer.analyze(query))
+        if not content:
+            return dict.fromkeys(tokens, 1.0)
+        return {token: count**config.long_query_count_power for token, count in content.items()}
 
     def search(
-        self, scope_key: str, query: str, field_weights: FieldWeights, limit: int
+        self, scope_key: str, query: str, config: LexicalConfig, limit: int
     ) -> list[LexicalHit]:
         """BM25 hits of ``query`` inside ``scope_key`` only, best first (ties: record_id)."""
         if limit <= 0:
             return []
-        clauses = self._query_clauses(Counter(self.query_tokens(query)), field_weights)
+        clauses = self._query_clauses(self.query_terms(query, config), config)
         if not clauses:
             return []
         entry = self._lookup(scope_key, create=False)
@@ -295,7 +307,7 @@ class LexicalIndex:
         out.sort(key=lambda h: (-h.score, h.record_id))
         return out
 
-    def raw_probe(self, scope_key: str, field_weights: FieldWeights) -> Callable[[str, int], Any]:
+    def raw_probe(self, scope_key: str, config: LexicalConfig) -> Callable[[str, int], Any]:
         """Tantivy alone on this scope's index, for benchmarks: ``probe(query, k)`` runs the
         channel's scoring clauses (analysed the same way) at depth ``k``, without the scope
         filter, reading no record ids or stored fields."""
@@ -305,7 +317,7 @@ class LexicalIndex:
         searcher = entry.index.searcher()
 
         def probe(query: str, k: int) -> Any:
-            clauses = self._query_clauses(Counter(self.query_tokens(query)), field_weights)
+            clauses = self._query_clauses(self.query_terms(query, config), config)
             return searcher.search(tantivy.Query.boolean_query(clauses), limit=k, count=False)
 
         return probe
@@ -321,18 +333,14 @@ class LexicalIndex:
         ]
 
     def _query_clauses(
-        self, counts: Counter[str], field_weights: FieldWeights
+        self, terms: dict[str, float], config: LexicalConfig
     ) -> list[tuple[tantivy.Occur, tantivy.Query]]:
-        """One SHOULD clause per (distinct token, weighted field), boosted by the field
-        weight times the token's count in the query.
-
-        Repeated query words keep their weight (long queries repeat their content words);
-        the alternatives measured are in ``eval/RESULTS.md``.
-        """
+        """One SHOULD clause per (term, weighted field), boosted by the field weight times
+        the term's weight (:meth:`query_terms`); alternatives measured: ``eval/RESULTS.md``."""
         clauses = []
-        for token, count in sorted(counts.items()):
+        for token, term_weight in sorted(terms.items()):
             for name in TEXT_FIELDS:
-                weight = field_weights.get(name) * count
+                weight = config.field_weights.get(name) * term_weight
                 if weight > 0:
                     term = tantivy.Query.term_query(self._schema, name, token, index_option="freq")
                     clauses.append((tantivy.Occur.Should, tantivy.Query.boost_query(term, weight)))

@@ -65,6 +65,12 @@ class LexicalConfig:
     # Candidates handed to fusion; every later step (id lookup, exact cosines, fusion,
     # digests) costs time in proportion to this depth.
     cap: int = 200
+    # A query of at most this many analysed tokens is a question: each distinct term
+    # counts once, stop words included, as plain BM25 ranks it. A longer one is a
+    # description: stop words are dropped and a content word said n times weighs
+    # n ** long_query_count_power (see LexicalIndex.query_terms).
+    long_query_tokens: int = 24
+    long_query_count_power: float = 0.5
 
 
 @dataclass(frozen=True)

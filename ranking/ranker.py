@@ -217,7 +217,7 @@ class Ranker:
         config = profile.config
         started = time.perf_counter()
         lexical_cap = min(candidate_cap, config.lexical.cap)
-        lexical = self._lexical.search(scope_key, query, config.lexical.field_weights, lexical_cap)
+        lexical = self._lexical.search(scope_key, query, config.lexical, lexical_cap)
         semantic = None
         similarity: dict[str, float] = {}
         lexical_done = time.perf_counter()
@@ -232,7 +232,7 @@ class Ranker:
                 asked, profile, config = config, fallback, fallback.config
                 fallback_cap = min(candidate_cap, config.lexical.cap)
                 if fallback_cap != lexical_cap or config.lexical != asked.lexical:
-                    lexical = self._lexical.search(scope_key, query, config.lexical.field_weights, fallback_cap)
+                    lexical = self._lexical.search(scope_key, query, config.lexical, fallback_cap)
         semantic_done = time.perf_counter()
         candidates = fuse(lexical, semantic, similarity, config, valid_as_of_ms)
         observe = self.observe_latency
@@ -255,7 +255,7 @@ class Ranker:
 
     def raw_engines(self, scope_key: str, profile: Profile) -> RawEngines:
         """The scope's engines alone, asked what ``profile`` asks of them (benchmarks)."""
-        weights = profile.config.lexical.field_weights
+        weights = profile.config.lexical
         lexical, semantic = self._lexical, self._semantic
         return RawEngines(
             tantivy=lexical.raw_probe(scope_key, weights),
