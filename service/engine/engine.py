@@ -29,6 +29,7 @@ from .paging import SnapshotCache
 from .parts import Parts
 from .policy import Policies
 from .projector import Projector
+from .records import scope_key
 from .sealing import BodyVault, KeyRing
 from .secrets import refuse_secrets
 
@@ -111,6 +112,7 @@ class Engine:
         with self.parts.projector.running("warm-up"):
             for scope in self.parts.store.scopes():
                 self.parts.projector.catch_up(scope)
+                self.parts.ranker.warm(scope_key(scope))
         self.sweep_invalidations()
         self._ready.set()
 

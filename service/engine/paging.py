@@ -20,13 +20,26 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from models.codes import ContractError, ErrorCode
+from models.digests import DigestKind, digest
 from ranking import RankedList
+
+from .clock import instant
 
 SNAPSHOT_TTL_S = 900.0
 MAX_SNAPSHOTS = 512
+
+
+@dataclass(frozen=True)
+class SnapshotDigests:
+    """The rank receipt's digests that are fixed for the life of a snapshot."""
+
+    snapshot_digest: str
+    candidate_ids_digest: str
+    profile_config_digest: str
 
 
 @dataclass(frozen=True)
@@ -36,6 +49,22 @@ class Snapshot:
     system_as_of: int
     valid_as_of_ms: int
     created: float
+
+    @cached_property
+    def digests(self) -> SnapshotDigests:
+        """Computed on first use, then shared by every budget pass and later page."""
+        profile_digest = self.ranked.profile.config_digest()
+        return SnapshotDigests(
+            snapshot_digest=digest(DigestKind.SNAPSHOT, {
+                "snapshot_id": self.snapshot_id,
+                "ordered_ids": [c.record_id for c in self.ranked.candidates],
+                "system_as_of": str(self.system_as_of),
+                "valid_as_of": instant(self.valid_as_of_ms),
+                "profile_config_digest": profile_digest,
+            }),
+            candidate_ids_digest=digest(DigestKind.IDS, sorted(self.ranked.candidate_ids)),
+            profile_config_digest=profile_digest,
+        )
 
 
 @dataclass(frozen=True)

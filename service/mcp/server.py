@@ -17,7 +17,6 @@ SDK's handshake era would otherwise answer code 0 with the exception text).
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import threading
@@ -38,8 +37,9 @@ from models.envelope import envelope_text, failure_envelope, success_envelope
 from models.tools import MUTATIONS, TOOLS, ToolSpec
 from service.engine.context import CallContext
 
-from .audit import AuditLog, audit_digest
+from .audit import AuditLog, audit_digest, audit_text_digest
 from .duplicate_keys import MARK_HEADER
+from .elicitation import HumanApproval, needs_confirmation
 from .host_context import ContextUnavailable, check_purpose
 from .metrics import Metrics
 from .rate_limit import TokenBucketLimiter
@@ -77,13 +77,25 @@ def new_audit_id() -> str:
     return "aud_" + secrets.token_hex(16)
 
 
-def envelope_result(envelope: dict[str, Any]) -> types.CallToolResult:
+@dataclass(frozen=True)
+class Answer:
+    """An envelope and its JSON text, serialised once: the text is the text content,
+    the proof that the envelope serialises, and what the audit line digests."""
+
+    envelope: dict[str, Any]
+    text: str
+
+    @classmethod
+    def of(cls, envelope: dict[str, Any]) -> Answer:
+        return cls(envelope, envelope_text(envelope))
+
+
+def envelope_result(answer: Answer) -> types.CallToolResult:
     """The MCP result for an envelope: structured copy, identical JSON text, isError."""
-    text = envelope_text(envelope)
     return types.CallToolResult(
-        content=[types.TextContent(text=text)],
-        structured_content=envelope,
-        is_error=not envelope["ok"],
+        content=[types.TextContent(text=answer.text)],
+        structured_content=answer.envelope,
+        is_error=not answer.envelope["ok"],
     )
 
 
@@ -144,6 +156,7 @@ class ToolFrontEnd:
         metrics: Metrics | None = None,
         default_deadline_ms: int,
         limiter: TokenBucketLimiter | None = None,
+        approval: HumanApproval | None = None,
         tools: Mapping[str, ToolSpec] = TOOLS,
     ) -> None:
         self.engine = engine
@@ -152,6 +165,7 @@ class ToolFrontEnd:
         self.metrics = metrics or Metrics()
         self.limiter = limiter or TokenBucketLimiter(rate=0, burst=1)
         self.default_deadline_ms = default_deadline_ms
+        self.approval = approval
         self.tools = dict(tools)
         self._definitions = {name: tool_definition(spec) for name, spec in self.tools.items()}
 
@@ -170,6 +184,8 @@ class ToolFrontEnd:
             get_tool_input_schema=lambda name: self.tools[name].input_schema if name in self.tools else None,
         )
         server.middleware.append(_NoLeakMiddleware())
+        if self.approval is not None:
+            server.middleware.append(self.approval.boundary(SERVER_NAME))
         return server
 
     # ----------------------------------------------------------------- context
@@ -191,7 +207,9 @@ class ToolFrontEnd:
 
     # ----------------------------------------------------------------- call
 
-    async def call_tool(self, rctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(
+        self, rctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
         started = time.monotonic()
         audit_id = new_audit_id()
         name = params.name
@@ -212,22 +230,31 @@ class ToolFrontEnd:
             raise
 
         if rctx.request is not None and rctx.request.headers.get(MARK_HEADER.decode()):
-            envelope = failure_envelope(ErrorCode.INVALID_SCHEMA, audit_id)
+            answer = Answer.of(failure_envelope(ErrorCode.INVALID_SCHEMA, audit_id))
         else:
-            envelope = await self._execute(name, ctx, arguments, audit_id, started)
+            if self.approval is not None and ctx.confirmation is None and needs_confirmation(name, ctx):
+                asked = await self.approval.confirm(rctx, params, name, ctx, arguments)
+                if isinstance(asked, types.InputRequiredResult):
+                    await self._record(audit_id, name, "input_required", started, ctx, arguments, None)
+                    return asked
+                if asked.confirmation is not None:
+                    started = time.monotonic()  # the deadline runs from the human's answer
+                ctx = asked
+            answer = await self._execute(name, ctx, arguments, audit_id, started)
+        envelope = answer.envelope
         code = "ok" if envelope["ok"] else envelope["error"]["code"]
-        await self._record(audit_id, name, code, started, ctx, arguments, envelope)
-        return envelope_result(envelope)
+        await self._record(audit_id, name, code, started, ctx, arguments, answer)
+        return envelope_result(answer)
 
     async def _execute(
         self, name: str, ctx: CallContext, arguments: Any, audit_id: str, started: float
-    ) -> dict[str, Any]:
+    ) -> Answer:
         if not self.limiter.allow((ctx.tenant, ctx.principal)):
-            return failure_envelope(ErrorCode.RATE_LIMITED, audit_id)
+            return Answer.of(failure_envelope(ErrorCode.RATE_LIMITED, audit_id))
         budget_ms = ctx.deadline_ms if ctx.deadline_ms is not None else self.default_deadline_ms
         remaining = started + budget_ms / 1000.0 - time.monotonic()
         if remaining <= 0:
-            return failure_envelope(ErrorCode.DEADLINE_EXCEEDED, audit_id)
+            return Answer.of(failure_envelope(ErrorCode.DEADLINE_EXCEEDED, audit_id))
         run = _Run()
 
         def work() -> Any:
@@ -249,20 +276,19 @@ class ToolFrontEnd:
                     if began and name in MUTATIONS
                     else ErrorCode.DEADLINE_EXCEEDED
                 )
-                return failure_envelope(code, audit_id)
+                return Answer.of(failure_envelope(code, audit_id))
             if value is _SKIPPED or not isinstance(value, dict):
                 raise TypeError("engine returned no value")
-            envelope = success_envelope(value, audit_id)
-            json.dumps(envelope)  # must serialise; otherwise it is an internal fault
-            return envelope
+            # Serialised once, here: a value that cannot be is an internal fault.
+            return Answer.of(success_envelope(value, audit_id))
         except ContractError as exc:
-            return failure_envelope(exc.code, audit_id)
+            return Answer.of(failure_envelope(exc.code, audit_id))
         except Exception as exc:  # noqa: BLE001 - never leak internals
             logger.error("engine failure in %s: %s", name, type(exc).__name__)
             if name in MUTATIONS and run.started:
                 # It may have committed before failing: tell the caller to retry with the same key.
-                return failure_envelope(ErrorCode.MUTATION_OUTCOME_UNKNOWN, audit_id)
-            return failure_envelope(ErrorCode.STORE_UNAVAILABLE, audit_id)
+                return Answer.of(failure_envelope(ErrorCode.MUTATION_OUTCOME_UNKNOWN, audit_id))
+            return Answer.of(failure_envelope(ErrorCode.STORE_UNAVAILABLE, audit_id))
 
     async def _record(
         self,
@@ -272,7 +298,7 @@ class ToolFrontEnd:
         started: float,
         ctx: CallContext | None,
         arguments: Any,
-        envelope: dict[str, Any] | None,
+        answer: Answer | None,
     ) -> None:
         elapsed = time.monotonic() - started
         self.metrics.observe_call(tool, code, elapsed)
@@ -289,7 +315,7 @@ class ToolFrontEnd:
                     workspace=ctx.workspace if ctx else None,
                     principal=ctx.principal if ctx else None,
                     arguments_digest=audit_digest("arguments", {"tool": tool, "arguments": arguments}),
-                    response_digest=None if envelope is None else audit_digest("response", envelope),
+                    response_digest=None if answer is None else audit_text_digest("response", answer.text),
                 )
             )
         except Exception as exc:  # noqa: BLE001 - auditing must not turn an answer into a leak

@@ -15,6 +15,7 @@ from mcp_support import ALL_TOOLS, MODES, SECRET, claims, connect, token
 
 from models.codes import ContractError, ErrorCode
 from models.tools import CAPTURE, FORGET, GET, SEARCH, WITHDRAW
+from service.mcp.audit import audit_text_digest
 from service.mcp.host_context import mint_token
 
 pytestmark = pytest.mark.anyio
@@ -238,7 +239,9 @@ async def test_audit_log_holds_no_content(fake, mode):
     (mine,) = [line for line in lines if line["auditId"] == audit_id]
     assert mine["tool"] == CAPTURE and mine["code"] == "ok"
     assert mine["tenant"] == "acme" and mine["workspace"] == "ws1"
-    assert mine["arguments_digest"].startswith("sha256:") and mine["response_digest"].startswith("sha256:")
+    assert mine["arguments_digest"].startswith("sha256:")
+    # the response digest pins the very text the caller was sent
+    assert mine["response_digest"] == audit_text_digest("response", result.content[0].text)
     assert set(mine) == {
         "time", "auditId", "tool", "tenant", "workspace", "principal", "code",
         "arguments_digest", "response_digest", "latency_ms",
