@@ -26,6 +26,7 @@ from typing import Annotated, Any
 import click
 import typer
 
+from models.device import Device
 from service.settings import LogFormat, LogLevel, field_help
 
 app = typer.Typer(
@@ -102,13 +103,14 @@ def _err(message: str) -> None:
 def _open_engine(settings: Any, *, background: bool = False) -> Any:
     """The engine the settings describe (data directory, store, keys, model); a
     database this release cannot read exits 2 with the reason."""
+    from ranking import DeviceUnavailable
     from service.engine.engine import Engine
     from service.store import SchemaTooNew
 
     try:
         return Engine.open(settings.data_dir, load_model=settings.load_model, background=background,
-                           database_url=settings.database_url, key_dir=settings.key_dir)
-    except SchemaTooNew as exc:
+                           database_url=settings.database_url, key_dir=settings.key_dir, device=settings.device)
+    except (SchemaTooNew, DeviceUnavailable) as exc:
         _err(f"engram: {exc}")
         raise typer.Exit(2) from None
 
@@ -182,6 +184,9 @@ def serve(
     load_model: Annotated[
         bool | None, typer.Option("--model/--no-model", help=field_help("load_model"), show_default=False)
     ] = None,
+    device: Annotated[
+        Device | None, typer.Option(help=field_help("device"), show_default=False, case_sensitive=False)
+    ] = None,
     rate: Annotated[float | None, typer.Option(help=field_help("rate"), show_default=False)] = None,
     burst: Annotated[int | None, typer.Option(help=field_help("burst"), show_default=False)] = None,
     deadline_ms: Annotated[int | None, typer.Option(help=field_help("deadline_ms"), show_default=False)] = None,
@@ -210,7 +215,7 @@ def serve(
     )
 
     settings = _settings(
-        config, host=host, port=port, data_dir=data_dir, load_model=load_model, rate=rate, burst=burst,
+        config, host=host, port=port, data_dir=data_dir, load_model=load_model, device=device, rate=rate, burst=burst,
         deadline_ms=deadline_ms, allowed_hosts=allowed_host or None, log_level=log_level, log_format=log_format,
         database_url=database_url, key_dir=key_dir,
     )

@@ -18,6 +18,7 @@ import numpy as np
 from models.codes import ContractError, ErrorCode
 from models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW, parse_arguments
 from ranking import Device, Encoder, MiniLMEncoder, Ranker, SemanticUnavailable
+from ranking.encoder import resolve_device
 
 from service.store import open_store
 from service.store.base import CommitUncertain, StoreUnavailable
@@ -70,6 +71,8 @@ class Engine:
         files: replicas of one database share it. ``device``: where the model's torch
         backend runs (queries go through ONNX Runtime on the CPU, exported into
         ``data_dir/models`` on first start)."""
+        if encoder is None and load_model and Device(device) not in (Device.AUTO, Device.CPU):
+            resolve_device(device)  # a named device this machine lacks fails here, before anything opens
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(data_dir, 0o700)  # also when a caller created it first, with its umask
