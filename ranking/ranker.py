@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -45,6 +47,9 @@ from ranking.semantic import (
     SemanticIndex,
     SemanticUnavailable,
 )
+
+#: The search stage after the two channels, as the latency observer names it.
+FUSION = "fusion"
 
 EMBED_BATCH = 256
 
@@ -89,6 +94,9 @@ class Ranker:
         )
         self._encoder_error: str | None = None
         self._lifecycle = threading.Lock()
+        #: Called with (stage, seconds) after each search stage: lexical, semantic
+        #: (query encoding included), fusion. Set by the engine's owner (metrics).
+        self.observe_latency: Callable[[str, float], None] | None = None
         # The BLAS pool runs one thread. Ranking's numpy products are small (one query
         # against a few hundred vectors) and gain nothing from threads, while OpenBLAS
         # workers spin-wait after each call on the cores the encoder's OpenMP threads
@@ -207,10 +215,12 @@ class Ranker:
         answer is ranked by it from the lexical hits already in hand, without searching
         the lexical index again; without one the failure is raised."""
         config = profile.config
+        started = time.perf_counter()
         lexical_cap = min(candidate_cap, int(config["lexical_cap"]))
         lexical = self._lexical.search(scope_key, query, config["field_weights"], lexical_cap)
         semantic = None
         similarity: dict[str, float] = {}
+        lexical_done = time.perf_counter()
         if profile.needs_semantic:
             try:
                 semantic, similarity = self._semantic_candidates(scope_key, query, lexical, config, candidate_cap)
@@ -221,7 +231,14 @@ class Ranker:
                 fallback_cap = min(candidate_cap, int(config["lexical_cap"]))
                 if fallback_cap != lexical_cap or dict(config["field_weights"]) != dict(asked["field_weights"]):
                     lexical = self._lexical.search(scope_key, query, config["field_weights"], fallback_cap)
+        semantic_done = time.perf_counter()
         candidates = fuse(lexical, semantic, similarity, config, valid_as_of_ms)
+        observe = self.observe_latency
+        if observe is not None:
+            observe(LEXICAL, lexical_done - started)
+            if semantic is not None:
+                observe(SEMANTIC, semantic_done - lexical_done)
+            observe(FUSION, time.perf_counter() - semantic_done)
         return RankedList(
             profile=profile,
             channels=profile.channels,

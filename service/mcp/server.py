@@ -22,7 +22,7 @@ import secrets
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import anyio
@@ -84,10 +84,16 @@ class Answer:
 
     envelope: dict[str, Any]
     text: str
+    audited: bool = False  # its audit line is already written (by the worker that ran it)
 
     @classmethod
     def of(cls, envelope: dict[str, Any]) -> Answer:
         return cls(envelope, envelope_text(envelope))
+
+    @property
+    def code(self) -> str:
+        """The outcome the audit line and the metrics record: "ok" or the error code."""
+        return "ok" if self.envelope["ok"] else self.envelope["error"]["code"]
 
 
 def envelope_result(answer: Answer) -> types.CallToolResult:
@@ -139,6 +145,7 @@ class _Run:
     lock: threading.Lock = field(default_factory=threading.Lock)
     started: bool = False
     abandoned: bool = False
+    answer: Answer | None = None  # set by the worker, which then audits it itself
 
 
 _SKIPPED = object()
@@ -241,9 +248,10 @@ class ToolFrontEnd:
                     started = time.monotonic()  # the deadline runs from the human's answer
                 ctx = asked
             answer = await self._execute(name, ctx, arguments, audit_id, started)
-        envelope = answer.envelope
-        code = "ok" if envelope["ok"] else envelope["error"]["code"]
-        await self._record(audit_id, name, code, started, ctx, arguments, answer)
+            if answer.audited:
+                self.metrics.observe_call(name, answer.code, time.monotonic() - started)
+                return envelope_result(answer)
+        await self._record(audit_id, name, answer.code, started, ctx, arguments, answer)
         return envelope_result(answer)
 
     async def _execute(
@@ -262,13 +270,31 @@ class ToolFrontEnd:
                 if run.abandoned:
                     return _SKIPPED
                 run.started = True
-            return self.engine.execute(name, ctx, arguments)
+            try:
+                value = self.engine.execute(name, ctx, arguments)
+            except ContractError as exc:
+                answer = Answer.of(failure_envelope(exc.code, audit_id))
+            else:
+                if not isinstance(value, dict):
+                    raise TypeError("engine returned no value")
+                # Serialised once, here in the worker rather than on the event loop: a
+                # value that cannot be is an internal fault.
+                answer = Answer.of(success_envelope(value, audit_id))
+            with run.lock:
+                if run.abandoned:  # the deadline answered first, and audits that answer
+                    return _SKIPPED
+                run.answer = answer
+            # The audit line is written in this same worker hop, before the answer leaves.
+            self._audit_line(audit_id, name, answer.code, started, ctx, arguments, answer)
+            return replace(answer, audited=True)
 
         try:
             with anyio.move_on_after(remaining) as scope:
                 value = await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
             if scope.cancelled_caught:
                 with run.lock:
+                    if run.answer is not None:  # finished as the deadline hit: that answer stands
+                        return replace(run.answer, audited=True)
                     run.abandoned = True
                     began = run.started
                 code = (
@@ -277,12 +303,9 @@ class ToolFrontEnd:
                     else ErrorCode.DEADLINE_EXCEEDED
                 )
                 return Answer.of(failure_envelope(code, audit_id))
-            if value is _SKIPPED or not isinstance(value, dict):
+            if not isinstance(value, Answer):
                 raise TypeError("engine returned no value")
-            # Serialised once, here: a value that cannot be is an internal fault.
-            return Answer.of(success_envelope(value, audit_id))
-        except ContractError as exc:
-            return Answer.of(failure_envelope(exc.code, audit_id))
+            return value
         except Exception as exc:  # noqa: BLE001 - never leak internals
             logger.error("engine failure in %s: %s", name, type(exc).__name__)
             if name in MUTATIONS and run.started:
@@ -290,7 +313,14 @@ class ToolFrontEnd:
                 return Answer.of(failure_envelope(ErrorCode.MUTATION_OUTCOME_UNKNOWN, audit_id))
             return Answer.of(failure_envelope(ErrorCode.STORE_UNAVAILABLE, audit_id))
 
-    async def _record(
+    async def _record(self, *line: Any) -> None:
+        """Metrics, then the audit line off the event loop (``line`` as for :meth:`_audit_line`)."""
+        _, tool, code, started, *_ = line
+        self.metrics.observe_call(tool, code, time.monotonic() - started)
+        if self.audit is not None:
+            await anyio.to_thread.run_sync(self._audit_line, *line)
+
+    def _audit_line(
         self,
         audit_id: str,
         tool: str,
@@ -300,23 +330,20 @@ class ToolFrontEnd:
         arguments: Any,
         answer: Answer | None,
     ) -> None:
-        elapsed = time.monotonic() - started
-        self.metrics.observe_call(tool, code, elapsed)
+        """Write the call's audit line (blocking: fsync'd); never raises."""
         if self.audit is None:
             return
         try:
-            await anyio.to_thread.run_sync(
-                lambda: self.audit.record(  # type: ignore[union-attr]
-                    audit_id=audit_id,
-                    tool=tool,
-                    code=code,
-                    latency_ms=elapsed * 1000.0,
-                    tenant=ctx.tenant if ctx else None,
-                    workspace=ctx.workspace if ctx else None,
-                    principal=ctx.principal if ctx else None,
-                    arguments_digest=audit_digest("arguments", {"tool": tool, "arguments": arguments}),
-                    response_digest=None if answer is None else audit_text_digest("response", answer.text),
-                )
+            self.audit.record(
+                audit_id=audit_id,
+                tool=tool,
+                code=code,
+                latency_ms=(time.monotonic() - started) * 1000.0,
+                tenant=ctx.tenant if ctx else None,
+                workspace=ctx.workspace if ctx else None,
+                principal=ctx.principal if ctx else None,
+                arguments_digest=audit_digest("arguments", {"tool": tool, "arguments": arguments}),
+                response_digest=None if answer is None else audit_text_digest("response", answer.text),
             )
         except Exception as exc:  # noqa: BLE001 - auditing must not turn an answer into a leak
             logger.error("audit write failed: %s", type(exc).__name__)

@@ -222,6 +222,12 @@ async def test_deadline(fake, fake_engine, mode):
     assert read.structured_content["error"]["code"] == "DEADLINE_EXCEEDED"
     assert read.structured_content["error"]["retriable"] is True
     assert write.structured_content["error"]["code"] == "MUTATION_OUTCOME_UNKNOWN"
+    time.sleep(0.8)  # the abandoned workers finish meanwhile: they must not audit as well
+    lines = [json.loads(line) for line in (fake.data_dir / "audit.jsonl").read_text().splitlines()]
+    for result in (read, write):
+        (line,) = [x for x in lines if x["auditId"] == result.structured_content["auditId"]]
+        assert line["code"] == result.structured_content["error"]["code"]
+        assert line["response_digest"] == audit_text_digest("response", result.content[0].text)
 
 
 @pytest.mark.parametrize("mode", MODES)
