@@ -17,9 +17,11 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import typer
+
+from service.settings import field_help
 
 app = typer.Typer(
     help="Export a scope's current records as record JSONL (and vectors) for `engram ingest`.",
@@ -88,21 +90,32 @@ def export(
     tenant: Annotated[str, typer.Argument(help="Tenant of the scope to export.")],
     workspace: Annotated[str, typer.Argument(help="Workspace of the scope to export.")],
     out: Annotated[Path, typer.Argument(help="Record JSONL file to write (replaced if present).")],
-    data_dir: Annotated[Path, typer.Option("--data-dir", "-d", envvar="ENGRAM_DATA_DIR",
-                                           help="Engine data directory.")] = Path("./data"),
+    ctx: typer.Context,
+    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", "-d", help=field_help("data_dir"),
+                                                     show_default=False)] = None,
     vectors: Annotated[bool, typer.Option(
         "--vectors/--no-vectors",
         help="Also write each record's indexed passage vectors to OUT with suffix .npz "
              "(for `engram ingest OUT --vectors OUT.npz`).")] = False,
 ) -> None:
-    """Write TENANT/WORKSPACE's current records to OUT as record JSONL."""
+    """Write TENANT/WORKSPACE's current records to OUT as record JSONL (the store is the
+    one `engram admin --database-url/--key-dir` name, as for every admin command)."""
     from models.codes import ContractError
     from service.engine.engine import Engine
+    from service.settings import load_settings
+    from service.store import SchemaTooNew, StoreUnavailable
 
-    if not data_dir.is_dir():
-        typer.echo(f"engram admin export: {data_dir} is not a data directory", err=True)
+    admin = ctx.parent.params if ctx.parent is not None else {}
+    settings = load_settings(data_dir=data_dir, database_url=admin.get("database_url"), key_dir=admin.get("key_dir"))
+    if not settings.data_dir.is_dir():
+        typer.echo(f"engram admin export: {settings.data_dir} is not a data directory", err=True)
         raise typer.Exit(2)
-    engine = Engine.open(data_dir, load_model=False)
+    try:
+        engine = Engine.open(settings.data_dir, load_model=False, database_url=settings.database_url,
+                             key_dir=settings.key_dir)
+    except (StoreUnavailable, SchemaTooNew) as exc:
+        typer.echo(f"engram admin export: store unavailable: {exc or type(exc).__name__}", err=True)
+        raise typer.Exit(2) from None
     try:
         summary = write_export(engine, (tenant, workspace), out, vectors=vectors)
     except ContractError as exc:
