@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -110,7 +111,7 @@ class VectorSource:
                 return cls(np.asarray(data["vectors"], dtype=np.float32), np.asarray(data["offsets"]))
         return cls(np.load(path, mmap_mode="r"))
 
-    def save(self, path: Path) -> None:
+    def save(self, path: Path | BinaryIO) -> None:
         if self.offsets is None:
             np.save(path, np.asarray(self.vectors, dtype=np.float32))
         else:

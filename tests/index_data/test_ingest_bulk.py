@@ -286,3 +286,17 @@ def test_ingest_runs_on_postgresql_like_on_sqlite(tmp_path: Path, encoder, postg
             eng.close()
     assert results[0][0] == 30 and results[0][1] == 30
     assert results[0] == results[1]
+    # `engram admin --database-url ... export` reads the PostgreSQL store, not the
+    # data directory's SQLite file: both exports are the same bytes.
+    from typer.testing import CliRunner
+
+    from service.cli import app
+
+    exports = []
+    for name, flags in (("sqlite", []), ("postgres", ["--database-url", url])):
+        out = tmp_path / f"{name}.jsonl"
+        result = CliRunner().invoke(app, ["admin", *flags, "export", *SCOPE, str(out), "--data-dir",
+                                          str(tmp_path / name)])
+        assert result.exit_code == 0, result.output
+        exports.append(out.read_bytes())
+    assert exports[0] == exports[1] and exports[0].count(b"\n") == 30
