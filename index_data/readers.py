@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -145,7 +146,7 @@ class VectorSource:
                 return cls(np.asarray(data["vectors"], dtype=np.float32), np.asarray(data["offsets"]))
         return cls(np.load(path, mmap_mode="r"))
 
-    def save(self, path: Path) -> None:
+    def save(self, path: Path | BinaryIO) -> None:
         if self.offsets is None:
             np.save(path, np.asarray(self.vectors, dtype=np.float32))
         else:
