@@ -14,6 +14,12 @@ REFERENCE = {  # ../shared/data/README.md: raw engines alone, nDCG@10
     "medline": (0.704, 0.788, 0.792),
     "npl": (0.436, 0.434, 0.496),
     "adi": (0.470, 0.498, 0.509),
+    # ../shared/data/locomo-dev/SOURCE.md: one scope per conversation
+    "conv-26": (0.414, 0.277, 0.373),
+    "conv-30": (0.513, 0.260, 0.451),
+    "conv-41": (0.469, 0.346, 0.461),
+    "conv-42": (0.441, 0.259, 0.381),
+    "conv-43": (0.449, 0.354, 0.462),
 }
 
 
@@ -102,27 +108,39 @@ def write_outputs(out: Path, report: dict[str, Any], details: dict[str, Any]) ->
     for channel, run in details.get("runs", {}).items():
         (out / f"run.{channel}.trec").write_text(trec_run(run, f"engram-{channel}"))
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / "per_query.json").write_text(json.dumps(details, indent=1) + "\n")
+    kept = {k: v for k, v in details.items() if k != "runs"}  # the runs are in run.<channel>.trec
+    (out / "per_query.json").write_text(json.dumps(kept, indent=1) + "\n")
     plots = _plots(out, report, details)
     (out / "report.md").write_text(markdown(report, details, plots))
 
 
+def label(report: dict[str, Any]) -> str:
+    """The collection's name, marked when its turns were ingested with context."""
+    turns = report.get("context_turns", 0)
+    return report["dataset"] + (f" +ctx{turns}" if turns else "")
+
+
 def results_table(reports: list[dict[str, Any]]) -> str:
-    """The cross-collection table for eval/RESULTS.md."""
+    """The cross-collection table for eval/RESULTS.md: every channel, both raw anchors,
+    and the paired test of hybrid against the better single channel."""
     head = ["| collection | docs | queries |"]
     sep = ["|---|---|---|"]
     for channel in ("lexical", "semantic", "hybrid"):
         head.append(f" {channel} nDCG@10 | {channel} R@100 | {channel} MRR@10 |")
         sep.append("---|---|---|")
-    head.append(" ref RRF nDCG@10 |")
-    sep.append("---|")
+    head.append(" raw BM25 nDCG@10 | naive RRF nDCG@10 | hybrid - best channel (p) |")
+    sep.append("---|---|---|")
     lines = ["".join(head), "".join(sep)]
     for rep in reports:
-        row = f"| {rep['dataset']} | {rep['docs']:,} | {rep['queries']} |"
+        row = f"| {label(rep)} | {rep['docs']:,} | {rep['queries']} |"
         for channel in ("lexical", "semantic", "hybrid"):
             v = rep["channels"].get(channel)
             row += (f" {v['ndcg@10']:.3f} | {v['recall@100']:.3f} | {v['mrr@10']:.3f} |" if v else " - | - | - |")
         ref = REFERENCE.get(rep["dataset"])
-        row += f" {ref[2]:.3f} |" if ref else " - |"
+        row += f" {ref[0]:.3f} | {ref[2]:.3f} |" if ref else " - | - |"
+        tests = rep.get("significance", {})
+        best = max(("lexical", "semantic"), key=lambda c: rep["channels"].get(c, {}).get("ndcg@10", -1.0))
+        test = tests.get(f"hybrid_vs_{best}")
+        row += f" {test['delta']:+.3f} ({test['p']:.3f}) |" if test else " - |"
         lines.append(row)
     return "\n".join(lines) + "\n"

@@ -9,9 +9,11 @@ import json
 import sys
 from pathlib import Path
 
-from .report import results_table
+from .report import label, results_table
 
-ORDER = ("cranfield", "cisi", "medline", "npl", "adi")
+CONVERSATIONS = tuple(f"conv-{n}" for n in (26, 30, 41, 42, 43))
+ORDER = ("cranfield", "cisi", "medline", "npl", "adi", *(f"locomo-dev/{c}" for c in CONVERSATIONS),
+         *(f"locomo-dev-ctx2/{c}" for c in CONVERSATIONS))
 
 
 def main(root: str) -> None:
@@ -21,18 +23,33 @@ def main(root: str) -> None:
         if path.exists():
             reports.append(json.loads(path.read_text()))
     print("# Relevance through engram_memory_search\n")
-    print("Reproduce (one collection; each gets its own engine directory under --data-dir):\n")
-    print("```\nengram eval --dataset ../shared/data/<name> --data-dir ./eval-data --out eval/results/<name>\n```\n")
+    print("Reproduce (one collection; each gets its own engine directory under --data-dir; `--vectors` "
+          "takes passage vectors computed once, `--context-turns 2` ingests each conversation turn with two "
+          "neighbouring turns on each side as context):\n")
+    print("```\nengram eval --dataset ../shared/data/<name> --data-dir ./eval-data --out eval/results/<name>\n"
+          "engram eval --dataset ../shared/data/locomo-dev/conv-26 --context-turns 2 --data-dir ./eval-data "
+          "--out eval/results/locomo-dev-ctx2/conv-26\n```\n")
     print("lexical = the engine's lexical profile (engine opened without the model); semantic = the ranker's "
           "semantic channel alone (best-passage cosine, same HNSW index); hybrid = engram_memory_search with "
           "minimum_channels lexical_and_semantic. Depth 100 through paging. nDCG@10 linear gain (trec_eval "
-          "ndcg_cut_10), recall@100, MRR@10; judged queries only. 'ref RRF' is the data README's naive "
-          "RRF (k=60) of raw BM25 and exact MiniLM.\n")
+          "ndcg_cut_10), recall@100, MRR@10; judged queries only. 'raw BM25' and 'naive RRF' are the data "
+          "READMEs' raw-engine anchors (Tantivy en_stem BM25 over title + text; RRF k=60 of BM25 and exact "
+          "MiniLM). The last column is hybrid minus the better single channel, with the two-sided p of a "
+          "paired randomisation test over the queries (10,000 sign flips). Full runs (every rank) are "
+          "written as run.<channel>.trec beside each report (not kept in git).\n")
     print(results_table(reports))
+    for group in ("locomo-dev", "locomo-dev-ctx2"):
+        members = [json.loads((Path(root) / group / c / "report.json").read_text()) for c in CONVERSATIONS
+                   if (Path(root) / group / c / "report.json").exists()]
+        if len(members) == len(CONVERSATIONS):
+            means = {ch: sum(m["channels"][ch]["ndcg@10"] for m in members) / len(members)
+                     for ch in ("lexical", "semantic", "hybrid")}
+            print(f"{group} mean nDCG@10 over the five conversations: " + ", ".join(
+                f"{ch} {v:.3f}" for ch, v in means.items()) + " (raw BM25 0.457, naive RRF 0.426).\n")
     lines = ["| collection | lexical ms/q | semantic ms/q | hybrid ms/q | ingest s |", "|---|---|---|---|---|"]
     for rep in reports:
         t = rep["timings"]
-        lines.append(f"| {rep['dataset']} | {t.get('lexical', {}).get('mean_ms', '-')} | "
+        lines.append(f"| {label(rep)} | {t.get('lexical', {}).get('mean_ms', '-')} | "
                      f"{t.get('semantic', {}).get('mean_ms', '-')} | {t.get('hybrid', {}).get('mean_ms', '-')} | "
                      f"{t.get('ingest', {}).get('seconds', '-')} |")
     print("\n".join(lines))
