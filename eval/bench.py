@@ -77,13 +77,21 @@ def percentiles(samples: list[float]) -> dict[str, float]:
 
 
 def timed(fn: Callable[[Any], Any], items: list[Any], warmup: int = 3) -> list[float]:
-    for item in items[:warmup]:
-        fn(item)
-    out = []
-    for item in items:
-        t = time.perf_counter()
-        fn(item)
-        out.append(time.perf_counter() - t)
+    return interleaved({"only": (fn, items)}, warmup)["only"]
+
+
+def interleaved(probes: dict[str, tuple[Callable[[Any], Any], list[Any]]], warmup: int = 3) -> dict[str, list[float]]:
+    """Seconds per item of each probe, the probes taking turns item by item, so a change
+    in machine load during the run weighs on every probe alike and their ratios hold."""
+    for fn, items in probes.values():
+        for item in items[:warmup]:
+            fn(item)
+    out: dict[str, list[float]] = {name: [] for name in probes}
+    for i in range(min(len(items) for _, items in probes.values())):
+        for name, (fn, items) in probes.items():
+            t = time.perf_counter()
+            fn(items[i])
+            out[name].append(time.perf_counter() - t)
     return out
 
 
@@ -213,20 +221,28 @@ def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size:
     ctx = bench_context()
     ranker = engine.ranker
     say(f"[n={size}] search latency ({queries} queries)")
-    hybrid = timed(lambda q: engine.execute("engram_memory_search", ctx, search_args(q, "lexical_and_semantic")), texts)
-    hits = [len(engine.execute("engram_memory_search", ctx, search_args(q, "lexical_and_semantic"))["records"])
-            for q in texts[:20]]
     config = HYBRID_PROFILE.config
     lexical_k, semantic_k = int(config["lexical_cap"]), int(config["semantic_cap"])
     raw = ranker.raw_engines(key, HYBRID_PROFILE)
-    lexical_raw = timed(lambda q: raw.tantivy(q, lexical_k), texts)
-    lexical_channel = timed(lambda q: raw.lexical_channel(q, lexical_k), texts)
-    hnsw_candidates = timed(lambda v: raw.knn(v, semantic_k, max(128, semantic_k)), list(qvecs))
-    hnsw = timed(lambda v: raw.knn(v, 10, 128), list(qvecs))
-    encode = timed(lambda q: encoder.encode([q]), texts)
+    vectors_q = list(qvecs)
+    probes: dict[str, tuple[Callable[[Any], Any], list[Any]]] = {
+        "engine_hybrid": (lambda q: engine.execute("engram_memory_search", ctx, search_args(q, "lexical_and_semantic")),
+                          texts),
+        "ranker_hybrid_no_store": (lambda q: ranker.search(key, q, HYBRID_PROFILE,
+                                                           valid_as_of_ms=2_000_000_000_000), texts),
+        "lexical_channel": (lambda q: raw.lexical_channel(q, lexical_k), texts),
+        "raw_encoder_query": (lambda q: encoder.encode([q]), texts),
+        "raw_tantivy_candidates": (lambda q: raw.tantivy(q, lexical_k), texts),
+        "raw_hnsw_candidates": (lambda v: raw.knn(v, semantic_k, max(128, semantic_k)), vectors_q),
+        "raw_hnsw_k10_ef128": (lambda v: raw.knn(v, 10, 128), vectors_q),
+    }
     torch_backend = getattr(encoder, "torch", None)  # the bulk backend, for reference
-    encode_torch = timed(lambda q: torch_backend.encode([q]), texts) if torch_backend is not None else []
-    ranker_hybrid = timed(lambda q: ranker.search(key, q, HYBRID_PROFILE, valid_as_of_ms=2_000_000_000_000), texts)
+    if torch_backend is not None:
+        probes["raw_torch_encoder_query"] = (lambda q: torch_backend.encode([q]), texts)
+    samples = interleaved(probes)
+    samples.setdefault("raw_torch_encoder_query", [])
+    hits = [len(engine.execute("engram_memory_search", ctx, search_args(q, "lexical_and_semantic"))["records"])
+            for q in texts[:20]]
 
     # HNSW recall@10 against exact search; labels are ordinals when every record has one
     # vector and none was refused (checked).
@@ -246,16 +262,7 @@ def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size:
     out.setdefault("rss_mb", {})["after_search"] = rss_mb()
     return out | {
         "depths": {"lexical": lexical_k, "semantic": semantic_k},
-        "latency": {
-            "engine_hybrid": percentiles(hybrid),
-            "ranker_hybrid_no_store": percentiles(ranker_hybrid),
-            "lexical_channel": percentiles(lexical_channel),
-            "raw_encoder_query": percentiles(encode),
-            "raw_torch_encoder_query": percentiles(encode_torch),
-            "raw_tantivy_candidates": percentiles(lexical_raw),
-            "raw_hnsw_candidates": percentiles(hnsw_candidates),
-            "raw_hnsw_k10_ef128": percentiles(hnsw),
-        },
+        "latency": {name: percentiles(values) for name, values in samples.items()},
         "hybrid_hits_first20": hits,
         "_texts": texts,
         "_root": str(root),
@@ -433,16 +440,6 @@ def drive_clients(url: str, header: str, tokens: list[str], texts: list[str], pe
             async with Client(streamable_http_client(url, http_client=http), mode="auto") as mcp_client:
                 yield mcp_client
 
-    async def sequential_searches() -> list[float]:
-        """One client alone: what a host sees per hybrid search, without contention."""
-        samples: list[float] = []
-        async with connected(tokens[-1]) as mcp_client:
-            for query in texts[:3]:
-                await call(mcp_client, [], "engram_memory_search", search_args(query, "lexical_and_semantic"))
-            for query in texts:
-                await call(mcp_client, samples, "engram_memory_search", search_args(query, "lexical_and_semantic"))
-        return samples
-
     async def one_client(client: int) -> None:
         async with connected(tokens[client]) as mcp_client:
             for i in range(per_client):
@@ -465,9 +462,11 @@ def drive_clients(url: str, header: str, tokens: list[str], texts: list[str], pe
                     if adm and adm["outcome"].get("record_id"):
                         admitted.append(adm["outcome"]["record_id"])
 
-    async def bare_http_searches() -> list[float]:
-        """The same searches as plain JSON-RPC POSTs (protocol 2026-07-28, one request
-        per exchange, no SDK on the client side): what the server itself costs."""
+    async def sequential_searches() -> tuple[list[float], list[float]]:
+        """One host alone, without contention: each query through the SDK client, then
+        as a plain JSON-RPC POST (protocol 2026-07-28, one request per exchange, no SDK
+        on the client side: what the server itself costs), taking turns so that load
+        drift weighs on both alike."""
         import mcp_types
 
         version = "2026-07-28"
@@ -476,25 +475,26 @@ def drive_clients(url: str, header: str, tokens: list[str], texts: list[str], pe
         headers = {header: tokens[-1], "Accept": "application/json, text/event-stream",
                    "Content-Type": "application/json", "MCP-Protocol-Version": version,
                    "Mcp-Method": "tools/call", "Mcp-Name": "engram_memory_search"}
-        samples: list[float] = []
-        async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120.0)) as http:
+        sdk: list[float] = []
+        bare: list[float] = []
+        async with connected(tokens[-1]) as mcp_client, \
+                httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120.0)) as http:
             for n, query in enumerate([*texts[:3], *texts]):
+                args = search_args(query, "lexical_and_semantic")
+                await call(mcp_client, sdk if n >= 3 else [], "engram_memory_search", args)
                 body = {"jsonrpc": "2.0", "id": n, "method": "tools/call",
-                        "params": {"name": "engram_memory_search", "_meta": meta,
-                                   "arguments": search_args(query, "lexical_and_semantic")}}
+                        "params": {"name": "engram_memory_search", "_meta": meta, "arguments": args}}
                 t = time.perf_counter()
                 response = await http.post(url, content=json.dumps(body))
                 elapsed = time.perf_counter() - t
-                ok = response.status_code == 200 and '"ok":true' in response.text
-                if not ok:
+                if response.status_code != 200 or '"ok":true' not in response.text:
                     errors[f"bare-http:{response.status_code}"] += 1
                 elif n >= 3:
-                    samples.append(elapsed)
-        return samples
+                    bare.append(elapsed)
+        return sdk, bare
 
     async def main() -> dict[str, Any]:
-        single = await sequential_searches()
-        bare = await bare_http_searches()
+        single, bare = await sequential_searches()
         t = time.perf_counter()
         await asyncio.gather(*(one_client(c) for c in range(len(tokens) - 1)))
         return {"single": single, "bare": bare, "wall_s": time.perf_counter() - t}
