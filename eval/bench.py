@@ -222,7 +222,8 @@ def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size:
     ranker = engine.ranker
     say(f"[n={size}] search latency ({queries} queries)")
     config = HYBRID_PROFILE.config
-    lexical_k, semantic_k = int(config["lexical_cap"]), int(config["semantic_cap"])
+    assert config.semantic is not None
+    lexical_k, semantic_k = config.lexical.cap, config.semantic.cap
     raw = ranker.raw_engines(key, HYBRID_PROFILE)
     vectors_q = list(qvecs)
     probes: dict[str, tuple[Callable[[Any], Any], list[Any]]] = {

@@ -47,6 +47,10 @@ def ingest(
     purpose: Annotated[str, typer.Option("--purpose", help="purpose_ref written in each payload.")] = "purpose:ingest",
     model: Annotated[bool, typer.Option("--model/--no-model",
                                         help="Load the embedding model (default: yes unless --vectors).")] = True,
+    context_turns: Annotated[int, typer.Option(
+        "--context-turns", min=0,
+        help="Attach up to N neighbouring turns on each side as context when a record is a conversation "
+             "turn (id <conversation>:D<session>:<turn>); 0 = off.")] = 0,
     progress: Annotated[bool, typer.Option("--progress/--no-progress",
                                            help="A progress bar with records/s on stderr.")] = True,
 ) -> None:
@@ -56,7 +60,7 @@ def ingest(
     from service.store import SchemaTooNew, StoreUnavailable
 
     from .ingest import ingest_corpus
-    from .readers import VectorSource, count_lines, read_dataset
+    from .readers import VectorSource, count_lines, read_dataset, with_context
 
     if not dataset.exists():
         typer.echo(f"engram ingest: {dataset} does not exist", err=True)
@@ -71,7 +75,7 @@ def ingest(
         raise typer.Exit(2) from None
     try:
         report = ingest_corpus(
-            engine, (tenant, workspace), read_dataset(dataset), vectors=source,
+            engine, (tenant, workspace), with_context(read_dataset(dataset), context_turns), vectors=source,
             batch_size=batch_size, depth=depth, progress=progress, purpose_ref=purpose, total=count_lines(dataset),
         )
     finally:

@@ -7,11 +7,9 @@ one small index.
 
 Records are embedded as passages (see :mod:`ranking.documents`): up to four overlapping
 180-word windows of primary + decision + evidence + context, and a record scores by its
-best passage, so text past the model's 256-token window stays searchable. Measured
-through this module on the dev collections (nDCG@10, passages vs head only): cisi 0.428
-vs 0.421, medline 0.791 vs 0.789, npl and adi equal, cranfield 0.353 vs 0.358; about
-1.2 vectors per record. Chunking was kept because a record's later text (decisions,
-evidence) would otherwise be invisible to this channel.
+best passage, so text past the model's 256-token window stays searchable: a record's
+later text (decisions, evidence) would otherwise be invisible to this channel (passages
+against head-only vectors, measured: ``eval/RESULTS.md``).
 
 Files per scope (``root/<sha256(scope)[:32]>/``): ``vectors-<generation>.bin`` (hnswlib),
 ``meta.json`` (scope key, generation, sha256 of the vector file, label map, valid times)

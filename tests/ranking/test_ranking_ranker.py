@@ -162,7 +162,7 @@ def test_bulk_apply_with_many_documents(ranker: Ranker):
     found = ranker.search("bulk", "topic3", LEXICAL_PROFILE, valid_as_of_ms=0).candidates
     assert {c.record_id for c in found} == {f"mem_{i:05d}" for i in range(1500) if i % 11 == 3}
     capped = ranker.search("bulk", "note", LEXICAL_PROFILE, valid_as_of_ms=0).candidates
-    assert len(capped) == LEXICAL_PROFILE.config["lexical_cap"] < 1500
+    assert len(capped) == LEXICAL_PROFILE.config.lexical.cap < 1500
 
 
 def test_semantic_search_scores_exactly_when_the_graph_cannot_fill_k(tmp_path, monkeypatch) -> None:
