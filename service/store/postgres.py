@@ -554,6 +554,11 @@ class PostgresStore:
                 "  SELECT 1 FROM purge_acks a WHERE a.tenant=p.tenant AND a.workspace=p.workspace"
                 "  AND a.record_id=p.record_id AND a.replica_id=r.replica_id))",
                 (*scope, list(record_ids)))
+            tx.conn.execute(  # acknowledgements of purges no longer pending
+                "DELETE FROM purge_acks a WHERE a.tenant=%s AND a.workspace=%s AND a.record_id = ANY(%s)"
+                " AND NOT EXISTS (SELECT 1 FROM pending_purges p WHERE p.tenant=a.tenant"
+                " AND p.workspace=a.workspace AND p.record_id=a.record_id)",
+                (*scope, list(record_ids)))
             rows = tx.conn.execute(
                 "SELECT p.record_id FROM pending_purges p WHERE p.tenant=%s AND p.workspace=%s"
                 " AND p.record_id = ANY(%s) AND EXISTS (SELECT 1 FROM unnest(%s::text[]) AS l(replica_id)"
