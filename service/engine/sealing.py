@@ -20,6 +20,9 @@ from service.store.base import Store
 
 NONCE_BYTES = 12
 REWRAP_BATCH = 1000
+#: The shred ledger: one JSON line per body whose key a forget or withdraw destroyed.
+#: It lives beside the KEKs, never in a backup's database, and a restore applies it.
+SHRED_LEDGER = "shreds.jsonl"
 
 
 class SealBroken(Exception):
@@ -123,6 +126,50 @@ class KeyRing:
                 del self._keks[old]
             _fsync_dir(self.key_dir)
         return rewrapped
+
+
+def record_shred(key_dir: Path, kind: str, scope: tuple[str, str], subject: str) -> None:
+    """Append one shred entry durably (fsync) before the destroying transaction commits."""
+    line = json.dumps({"kind": kind, "scope": list(scope), "subject": subject}, separators=(",", ":"))
+    fd = os.open(key_dir / SHRED_LEDGER, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, line.encode() + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def shred_entries(key_dir: Path) -> list[dict]:
+    """Every entry of the ledger (a torn last line, from a crash mid-append, is skipped)."""
+    path = key_dir / SHRED_LEDGER
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_bytes().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def copy_key_dir(source: Path, dest: Path) -> None:
+    """Copy KEK files and the shred ledger into `dest` (created 0700, files 0600); the
+    ledgers of both are merged, so no shred entry is ever dropped."""
+    dest.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for path in sorted(source.glob("kek-*.key")):
+        target = dest / path.name
+        if not target.exists():
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(path.read_bytes())
+                handle.flush()
+                os.fsync(handle.fileno())
+    known = {json.dumps(e, sort_keys=True) for e in shred_entries(dest)}
+    for entry in shred_entries(source):
+        if json.dumps(entry, sort_keys=True) not in known:
+            record_shred(dest, entry["kind"], tuple(entry["scope"]), entry["subject"])  # type: ignore[arg-type]
+    _fsync_dir(dest)
 
 
 def _fsync_dir(path: Path) -> None:

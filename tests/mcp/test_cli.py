@@ -72,9 +72,12 @@ def test_operator_commands(tmp_path):
     backup_dir = tmp_path / "backup"
     assert runner.invoke(app, ["admin", "backup", str(backup_dir), "-d", data]).exit_code == 0
     restored = tmp_path / "restored"
-    result = runner.invoke(app, ["admin", "restore", str(backup_dir), "-d", str(restored), "--no-model"])
+    keyless = runner.invoke(app, ["admin", "restore", str(backup_dir), "-d", str(restored), "--no-model"])
+    assert keyless.exit_code == 2 and "no key-encryption keys" in keyless.output
+    keys = ["--keys", str(tmp_path / "data" / "keys")]
+    result = runner.invoke(app, ["admin", "restore", str(backup_dir), "-d", str(restored), "--no-model", *keys])
     assert result.exit_code == 0, result.output
-    refused = runner.invoke(app, ["admin", "restore", str(backup_dir), "-d", str(restored), "--no-model"])
+    refused = runner.invoke(app, ["admin", "restore", str(backup_dir), "-d", str(restored), "--no-model", *keys])
     assert refused.exit_code == 1 and "RESTORE_REFUSED" in refused.output
     assert runner.invoke(app, ["admin", "tenant", "status", "acme", "-d", str(restored)]).output.strip() == "enabled"
     assert runner.invoke(app, ["admin", "history", "acme", "ws1", "mem_x", "-d", data]).output.strip() == "[]"
