@@ -27,11 +27,15 @@ from ranking import RankedList
 
 SNAPSHOT_TTL_S = 900.0
 MAX_SNAPSHOTS = 512
+#: One tenant's share of the cache: a tenant paging hard evicts its own oldest
+#: snapshots, never every other tenant's (which would turn their cursors STALE_PAGE).
+MAX_SNAPSHOTS_PER_TENANT = 64
 
 
 @dataclass(frozen=True)
 class Snapshot:
     snapshot_id: str
+    tenant: str
     ranked: RankedList
     system_as_of: int
     valid_as_of_ms: int
@@ -51,9 +55,13 @@ class SnapshotCache:
         self._items: OrderedDict[str, Snapshot] = OrderedDict()
         self._lock = threading.Lock()
 
-    def put(self, ranked: RankedList, system_as_of: int, valid_as_of_ms: int) -> Snapshot:
-        snap = Snapshot("snap_" + secrets.token_hex(12), ranked, system_as_of, valid_as_of_ms, time.monotonic())
+    def put(self, tenant: str, ranked: RankedList, system_as_of: int, valid_as_of_ms: int) -> Snapshot:
+        snap = Snapshot("snap_" + secrets.token_hex(12), tenant, ranked, system_as_of, valid_as_of_ms,
+                        time.monotonic())
         with self._lock:
+            own = [key for key, item in self._items.items() if item.tenant == tenant]
+            for key in own[: max(0, len(own) - MAX_SNAPSHOTS_PER_TENANT + 1)]:
+                del self._items[key]
             self._items[snap.snapshot_id] = snap
             while len(self._items) > MAX_SNAPSHOTS:
                 self._items.popitem(last=False)
