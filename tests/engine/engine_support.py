@@ -44,11 +44,32 @@ __all__ = [
 ]
 
 
+class Backend:
+    """The store the engines of the running test open: SQLite in the data directory
+    (database_url None), or the PostgreSQL database the `engine` fixture selected."""
+
+    database_url: str | None = None
+
+
 def open_engine(data_dir: Path, **kwargs: Any) -> Engine:
     if "encoder" not in kwargs and kwargs.get("load_model", True):
         kwargs["encoder"] = HashingTestEncoder()
     kwargs.setdefault("load_model", False)
+    if Backend.database_url is not None:
+        kwargs.setdefault("database_url", Backend.database_url)
     return Engine.open(Path(data_dir), **kwargs)
+
+
+def tamper(eng: Engine, statement: str) -> None:
+    """Run one raw SQL statement behind the engine's back (tampering tests), on
+    whichever store it opened."""
+    if Backend.database_url is None:
+        eng.parts.store._writer.execute(statement)  # noqa: SLF001
+        return
+    import psycopg
+
+    with psycopg.connect(Backend.database_url, autocommit=True) as conn:
+        conn.execute(statement)
 
 
 def error_of(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ContractError:

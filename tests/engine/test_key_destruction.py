@@ -42,6 +42,7 @@ def db_files(data_dir) -> set[str]:
     return {p.name for p in data_dir.iterdir() if p.name.startswith("engram.db")}
 
 
+@pytest.mark.sqlite_only("scans the SQLite database and WAL files for the destroyed bytes")
 def test_withdraw_destroys_the_candidate_key(engine, data_dir) -> None:
     ctx = context()
     _, cap = capture(engine, ctx, "A draft about the pelican exporter.")
@@ -124,6 +125,7 @@ def test_shredding_survives_a_reopen(data_dir) -> None:
         engine.close()
 
 
+@pytest.mark.sqlite_only("scans the SQLite database and WAL files for the destroyed bytes")
 def test_shredding_with_many_keys_and_large_bodies(engine, data_dir) -> None:
     """Keys spread over many b-tree pages and bodies in overflow pages: page splits and
     freed overflow chains must not leave copies of destroyed material behind."""

@@ -8,7 +8,7 @@ import pytest
 
 from engine_support import (
     CAPTURE, ContractError, ErrorCode, HashingTestEncoder, accept, admit, capture, context, forget,
-    get, open_engine, search, search_ids, withdraw,
+    get, open_engine, search, search_ids, tamper, withdraw,
 )
 
 from service.engine import Engine
@@ -71,6 +71,7 @@ def test_rotate_kek_keeps_every_live_body(engine, data_dir) -> None:
         reopened.close()
 
 
+@pytest.mark.sqlite_only("engram admin backup/restore copy the SQLite file; PostgreSQL is backed up with pg_dump")
 def test_backup_and_restore_keep_every_digest(engine, tmp_path) -> None:
     state = populate(engine)
     before_get = {rid: stable_get(engine, ctx_of(rid, state), rid) for rid in state["live"]}
@@ -98,6 +99,7 @@ def test_backup_and_restore_keep_every_digest(engine, tmp_path) -> None:
         restored.close()
 
 
+@pytest.mark.sqlite_only("engram admin backup/restore copy the SQLite file; PostgreSQL is backed up with pg_dump")
 def test_restore_into_a_non_empty_dir_is_refused(engine, tmp_path) -> None:
     populate(engine)
     backup = engine.backup(tmp_path / "backup")
@@ -110,6 +112,7 @@ def test_restore_into_a_non_empty_dir_is_refused(engine, tmp_path) -> None:
     assert sorted(p.name for p in target.iterdir()) == ["something"]
 
 
+@pytest.mark.sqlite_only("engram admin backup/restore copy the SQLite file; PostgreSQL is backed up with pg_dump")
 def test_restore_of_an_incomplete_backup_is_invalid(engine, tmp_path) -> None:
     populate(engine)
     backup = engine.backup(tmp_path / "backup")  # holds no KEK by default
@@ -119,6 +122,7 @@ def test_restore_of_an_incomplete_backup_is_invalid(engine, tmp_path) -> None:
     assert err.value.code is ErrorCode.BACKUP_INVALID
 
 
+@pytest.mark.sqlite_only("engram admin backup/restore copy the SQLite file; PostgreSQL is backed up with pg_dump")
 def test_restore_of_a_tampered_journal_is_invalid(engine, tmp_path) -> None:
     populate(engine)
     backup = engine.backup(tmp_path / "backup")
@@ -136,9 +140,8 @@ def test_restore_of_a_tampered_journal_is_invalid(engine, tmp_path) -> None:
 def test_verify_journal_detects_tampering(engine) -> None:
     populate(engine)
     assert all(engine.verify_journal().values())
-    engine.parts.store._writer.execute(
-        "UPDATE journal SET recorded_at = '2000-01-01T00:00:00.000Z' WHERE cursor = 2 AND workspace = 'ops'"
-        " AND tenant = 'acme'")
+    tamper(engine, "UPDATE journal SET recorded_at = '2000-01-01T00:00:00.000Z' WHERE cursor = 2"
+                   " AND workspace = 'ops' AND tenant = 'acme'")
     result = engine.verify_journal()
     assert result["acme/ops"] is False and result["beta/ops"] is True
 

@@ -22,7 +22,7 @@ def ranker(tmp_path: Path):
 
 
 @pytest.fixture(scope="session")
-def minilm() -> MiniLMEncoder:
-    encoder = MiniLMEncoder()
+def minilm(tmp_path_factory) -> MiniLMEncoder:
+    encoder = MiniLMEncoder(tmp_path_factory.mktemp("models"))
     encoder.load()
     return encoder

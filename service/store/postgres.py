@@ -1,0 +1,499 @@
+"""PostgreSQL store: the system of record that several `engram serve` replicas share.
+
+Same protocol and semantics as the SQLite store, over psycopg 3 and a connection pool:
+
+- Writers are serialised per scope, not globally: the first statement a write
+  transaction makes about a scope takes a transaction-scoped advisory lock on it. Every
+  later read of that transaction (READ COMMITTED: a fresh snapshot per statement) then
+  sees everything the previous holder committed, so "check the idempotency reservation,
+  then apply the effect, then reserve" is exactly-once across replicas, and the journal
+  cursor of a scope is gap-free (read, increment and write under the lock).
+- Confirmation refs are a primary key inserted with ON CONFLICT DO NOTHING: two replicas
+  racing on one ref serialise on the unique index and exactly one wins.
+- `reader()` is a REPEATABLE READ, READ ONLY transaction bound to the calling thread;
+  store-level reads made on that thread inside it use the same snapshot.
+- Errors: any failure before COMMIT is StoreUnavailable (rolled back); a COMMIT whose
+  connection broke is CommitUncertain.
+- `purge_freed_pages` vacuums the tables that held destroyed bytes (wrapped keys, sealed
+  bodies), so their dead tuples leave the heap. Like any WAL, PostgreSQL's keeps the old
+  row image until the segment is recycled; that image is a data key wrapped under the
+  KEK, which never lives in the database (README, scale-out).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg_pool import ConnectionPool
+
+from .base import BackupUnsupported, CandidateRow, CommitUncertain, JournalEvent, RecordRow, Scope, StoreUnavailable
+from .journal import StoredEvent, chain_intact, event_digest
+from .migrations import VERSION_TABLE, Migration, pending
+
+POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "initial", (
+        "CREATE TABLE IF NOT EXISTS tenants ("
+        "tenant TEXT PRIMARY KEY, enabled BOOLEAN NOT NULL, changed_at TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS scopes ("
+        "tenant TEXT NOT NULL, workspace TEXT NOT NULL, cursor BIGINT NOT NULL, "
+        "head_digest TEXT, PRIMARY KEY (tenant, workspace))",
+        "CREATE TABLE IF NOT EXISTS journal ("
+        "tenant TEXT NOT NULL, workspace TEXT NOT NULL, cursor BIGINT NOT NULL, "
+        "event_id TEXT NOT NULL, kind TEXT NOT NULL, subject TEXT NOT NULL, body TEXT NOT NULL, "
+        "event_digest TEXT NOT NULL, prev_digest TEXT, recorded_at TEXT NOT NULL, "
+        "PRIMARY KEY (tenant, workspace, cursor))",
+        "CREATE TABLE IF NOT EXISTS keys ("
+        "key_id TEXT PRIMARY KEY, wrapped BYTEA NOT NULL, kek_id TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS candidates ("
+        "tenant TEXT NOT NULL, workspace TEXT NOT NULL, candidate_id TEXT NOT NULL, "
+        "state TEXT NOT NULL, key_id TEXT, sealed BYTEA, record_digest TEXT NOT NULL, "
+        "payload_digest TEXT NOT NULL, principal TEXT NOT NULL, created_cursor BIGINT NOT NULL, "
+        "PRIMARY KEY (tenant, workspace, candidate_id))",
+        "CREATE TABLE IF NOT EXISTS records ("
+        "tenant TEXT NOT NULL, workspace TEXT NOT NULL, record_id TEXT NOT NULL, "
+        "state TEXT NOT NULL, record_digest TEXT NOT NULL, payload_digest TEXT NOT NULL, "
+        "key_id TEXT, sealed BYTEA, valid_from_ms BIGINT NOT NULL, valid_to_ms BIGINT, "
+        "expires_at_ms BIGINT, accepted_cursor BIGINT NOT NULL, accepted_at TEXT NOT NULL, "
+        "candidate_id TEXT, PRIMARY KEY (tenant, workspace, record_id))",
+        "CREATE INDEX IF NOT EXISTS records_payload ON records (tenant, workspace, payload_digest)",
+        "CREATE INDEX IF NOT EXISTS records_expiry ON records (expires_at_ms) WHERE state = 'accepted_current'",
+        "CREATE TABLE IF NOT EXISTS idempotency ("
+        "tenant TEXT NOT NULL, workspace TEXT NOT NULL, principal TEXT NOT NULL, key TEXT NOT NULL, "
+        "tool TEXT NOT NULL, intent TEXT NOT NULL, response TEXT NOT NULL, "
+        "PRIMARY KEY (tenant, workspace, principal, key))",
+        "CREATE TABLE IF NOT EXISTS pending_purges ("
+        "tenant TEXT NOT NULL, workspace TEXT NOT NULL, record_id TEXT NOT NULL, "
+        "PRIMARY KEY (tenant, workspace, record_id))",
+        "CREATE TABLE IF NOT EXISTS confirmations (ref TEXT PRIMARY KEY, used_at_ms BIGINT NOT NULL)",
+    )),
+)
+
+# One advisory-lock key space for migrations (scope locks hash the scope into another).
+_MIGRATION_LOCK = 0x656E6772616D  # "engram"
+POOL_SIZE = 8
+POOL_TIMEOUT_S = 10.0
+
+_CANDIDATE_COLUMNS = (
+    "tenant, workspace, candidate_id, state, key_id, sealed, record_digest, payload_digest,"
+    " principal, created_cursor"
+)
+_RECORD_COLUMNS = (
+    "tenant, workspace, record_id, state, record_digest, payload_digest, key_id, sealed,"
+    " valid_from_ms, valid_to_ms, expires_at_ms, accepted_cursor, accepted_at, candidate_id"
+)
+_JOURNAL_COLUMNS = "cursor, event_id, kind, subject, body, event_digest, prev_digest, recorded_at"
+
+
+def _candidate(row: tuple[Any, ...] | None) -> CandidateRow | None:
+    if row is None:
+        return None
+    return CandidateRow((row[0], row[1]), row[2], row[3], row[4], _bytes(row[5]), *row[6:])
+
+
+def _record(row: tuple[Any, ...]) -> RecordRow:
+    return RecordRow((row[0], row[1]), row[2], row[3], row[4], row[5], row[6], _bytes(row[7]), *row[8:])
+
+
+def _bytes(value: Any) -> bytes | None:
+    return None if value is None else bytes(value)
+
+
+def _scope_lock_key(scope: Scope) -> str:
+    return json.dumps(list(scope))
+
+
+class _PgTx:
+    """Statements of one transaction on one connection."""
+
+    def __init__(self, conn: psycopg.Connection[Any], *, writing: bool) -> None:
+        self.conn = conn
+        self._writing = writing
+        self._locked: set[Scope] = set()
+
+    def _scope(self, scope: Scope) -> None:
+        """Serialise writers of this scope (once per transaction; readers never wait)."""
+        if self._writing and scope not in self._locked:
+            self.conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (_scope_lock_key(scope),)
+            )
+            self._locked.add(scope)
+
+    def _one(self, query: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        return self.conn.execute(query, params).fetchone()
+
+    # journal -------------------------------------------------------------------
+    def append_event(
+        self, scope: Scope, kind: str, subject: str, body: dict[str, Any], recorded_at: str
+    ) -> JournalEvent:
+        self._scope(scope)
+        row = self._one("SELECT cursor, head_digest FROM scopes WHERE tenant=%s AND workspace=%s", scope)
+        previous, prev_digest = (row[0], row[1]) if row else (0, None)
+        cursor = previous + 1
+        event_id = "evt_" + uuid.uuid4().hex
+        digest_ = event_digest(scope, cursor, event_id, kind, subject, body, prev_digest, recorded_at)
+        self.conn.execute(
+            f"INSERT INTO journal (tenant, workspace, {_JOURNAL_COLUMNS})"
+            " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+            (*scope, cursor, event_id, kind, subject, json.dumps(body, sort_keys=True),
+             digest_, prev_digest, recorded_at),
+        )
+        self.conn.execute(
+            "INSERT INTO scopes VALUES (%s,%s,%s,%s) ON CONFLICT (tenant, workspace)"
+            " DO UPDATE SET cursor=excluded.cursor, head_digest=excluded.head_digest",
+            (*scope, cursor, digest_),
+        )
+        self.conn.execute("SELECT pg_notify('engram_journal', %s)", (_scope_lock_key(scope),))
+        return JournalEvent(scope, cursor, event_id, kind, subject, body, digest_, recorded_at)
+
+    # keys ----------------------------------------------------------------------
+    def put_key(self, key_id: str, wrapped: bytes, kek_id: str) -> None:
+        self.conn.execute("INSERT INTO keys VALUES (%s,%s,%s)", (key_id, wrapped, kek_id))
+
+    def destroy_key(self, key_id: str) -> None:
+        self.conn.execute("DELETE FROM keys WHERE key_id=%s", (key_id,))
+
+    # candidates and records --------------------------------------------------------
+    def insert_candidate(self, row: CandidateRow) -> None:
+        self._scope(row.scope)
+        self.conn.execute(
+            f"INSERT INTO candidates ({_CANDIDATE_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+            (*row.scope, row.candidate_id, row.state, row.key_id, row.sealed,
+             row.record_digest, row.payload_digest, row.principal, row.created_cursor),
+        )
+
+    def set_candidate_state(self, scope: Scope, candidate_id: str, state: str, *, drop_body: bool) -> None:
+        self._scope(scope)
+        body_sql = ", sealed=NULL, key_id=NULL" if drop_body else ""
+        self.conn.execute(
+            f"UPDATE candidates SET state=%s{body_sql} WHERE tenant=%s AND workspace=%s AND candidate_id=%s",
+            (state, *scope, candidate_id),
+        )
+
+    def insert_record(self, row: RecordRow) -> None:
+        self._scope(row.scope)
+        self.conn.execute(
+            f"INSERT INTO records ({_RECORD_COLUMNS})"
+            " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+            (*row.scope, row.record_id, row.state, row.record_digest, row.payload_digest,
+             row.key_id, row.sealed, row.valid_from_ms, row.valid_to_ms, row.expires_at_ms,
+             row.accepted_cursor, row.accepted_at, row.candidate_id),
+        )
+
+    def set_record_state(self, scope: Scope, record_id: str, state: str, *, drop_body: bool) -> None:
+        self._scope(scope)
+        body_sql = ", sealed=NULL, key_id=NULL" if drop_body else ""
+        self.conn.execute(
+            f"UPDATE records SET state=%s{body_sql} WHERE tenant=%s AND workspace=%s AND record_id=%s",
+            (state, *scope, record_id),
+        )
+
+    def add_pending_purge(self, scope: Scope, record_id: str) -> None:
+        self._scope(scope)
+        self.conn.execute(
+            "INSERT INTO pending_purges VALUES (%s,%s,%s) ON CONFLICT DO NOTHING", (*scope, record_id)
+        )
+
+    def candidate(self, scope: Scope, candidate_id: str) -> CandidateRow | None:
+        self._scope(scope)
+        return _candidate(self._one(
+            f"SELECT {_CANDIDATE_COLUMNS} FROM candidates WHERE tenant=%s AND workspace=%s AND candidate_id=%s",
+            (*scope, candidate_id)))
+
+    def record(self, scope: Scope, record_id: str) -> RecordRow | None:
+        self._scope(scope)
+        row = self._one(
+            f"SELECT {_RECORD_COLUMNS} FROM records WHERE tenant=%s AND workspace=%s AND record_id=%s",
+            (*scope, record_id))
+        return _record(row) if row else None
+
+    def accepted_with_payload(self, scope: Scope, payload_digest: str) -> str | None:
+        self._scope(scope)
+        row = self._one(
+            "SELECT record_id FROM records WHERE tenant=%s AND workspace=%s AND payload_digest=%s"
+            " AND state='accepted_current' ORDER BY record_id LIMIT 1",
+            (*scope, payload_digest))
+        return row[0] if row else None
+
+    def tombstoned_payload(self, scope: Scope, payload_digest: str) -> bool:
+        self._scope(scope)
+        return self._one(
+            "SELECT 1 FROM records WHERE tenant=%s AND workspace=%s AND payload_digest=%s"
+            " AND state='tombstoned' LIMIT 1",
+            (*scope, payload_digest)) is not None
+
+    # idempotency and confirmations ---------------------------------------------------
+    def reservation(self, scope: Scope, principal: str, key: str) -> tuple[str, str, str] | None:
+        self._scope(scope)
+        row = self._one(
+            "SELECT tool, intent, response FROM idempotency"
+            " WHERE tenant=%s AND workspace=%s AND principal=%s AND key=%s",
+            (*scope, principal, key))
+        return (row[0], row[1], row[2]) if row else None
+
+    def reserve(self, scope: Scope, principal: str, key: str, tool: str, intent: str, response: str) -> None:
+        self._scope(scope)
+        self.conn.execute(
+            "INSERT INTO idempotency VALUES (%s,%s,%s,%s,%s,%s,%s)",
+            (*scope, principal, key, tool, intent, response))
+
+    def update_reservation(self, scope: Scope, principal: str, key: str, response: str) -> None:
+        self._scope(scope)
+        self.conn.execute(
+            "UPDATE idempotency SET response=%s WHERE tenant=%s AND workspace=%s AND principal=%s AND key=%s",
+            (response, *scope, principal, key))
+
+    def claim_confirmation(self, ref: str, used_at_ms: int) -> bool:
+        cur = self.conn.execute(
+            "INSERT INTO confirmations VALUES (%s,%s) ON CONFLICT (ref) DO NOTHING", (ref, used_at_ms))
+        return cur.rowcount == 1
+
+
+class PostgresStore:
+    """The shared store at a `postgresql://` URL (schema migrated on open)."""
+
+    def __init__(self, url: str, *, pool_size: int = POOL_SIZE) -> None:
+        self.url = url
+        self._local = threading.local()
+        try:
+            self._pool = ConnectionPool(
+                url, min_size=1, max_size=pool_size, kwargs={"autocommit": True},
+                timeout=POOL_TIMEOUT_S, open=True, name="engram",
+            )
+            self._pool.wait(timeout=POOL_TIMEOUT_S)
+        except psycopg.Error as exc:
+            raise StoreUnavailable() from exc
+        except Exception as exc:  # PoolTimeout on an unreachable server
+            raise StoreUnavailable() from exc
+        self._migrate()
+
+    # connections and transactions ------------------------------------------------------
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """This thread's reader connection when inside `reader()`, else one from the pool."""
+        bound = getattr(self._local, "conn", None)
+        if bound is not None:
+            yield bound
+            return
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except psycopg.Error as exc:
+            raise StoreUnavailable() from exc
+
+    def _read(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        try:
+            with self._connection() as conn:
+                return conn.execute(query, params).fetchall()
+        except psycopg.Error as exc:
+            raise StoreUnavailable() from exc
+
+    def _migrate(self) -> None:
+        """Apply missing steps under an advisory lock, so replicas starting together
+        migrate once."""
+        with self.transaction() as tx:
+            tx.conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            tx.conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} ("
+                "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL)")
+            applied = tx.conn.execute(f"SELECT COALESCE(MAX(version), 0) FROM {VERSION_TABLE}").fetchone()
+            for step in pending(int(applied[0]), POSTGRES_MIGRATIONS):
+                for statement in step.statements:
+                    tx.conn.execute(statement)
+                tx.conn.execute(
+                    f"INSERT INTO {VERSION_TABLE} VALUES (%s,%s,now())", (step.version, step.name))
+
+    def schema_version(self) -> int:
+        return int(self._read(f"SELECT COALESCE(MAX(version), 0) FROM {VERSION_TABLE}")[0][0])
+
+    @contextmanager
+    def transaction(self) -> Iterator[_PgTx]:
+        """BEGIN ... COMMIT on a pooled connection; writers serialise per scope.
+
+        Store-level reads made on this thread inside the block use the same connection:
+        a writer holding a scope lock never waits for a second pooled connection."""
+        try:
+            with self._pool.connection() as conn:
+                try:
+                    conn.execute("BEGIN")
+                except psycopg.Error as exc:
+                    raise StoreUnavailable() from exc
+                outer = getattr(self._local, "conn", None)
+                self._local.conn = conn  # store-level reads inside see this transaction
+                try:
+                    yield _PgTx(conn, writing=True)
+                except psycopg.Error as exc:
+                    _rollback(conn)
+                    raise StoreUnavailable() from exc
+                except BaseException:
+                    _rollback(conn)
+                    raise
+                finally:
+                    self._local.conn = outer
+                try:
+                    conn.execute("COMMIT")
+                except psycopg.OperationalError as exc:
+                    raise CommitUncertain() from exc
+                except psycopg.Error as exc:
+                    _rollback(conn)
+                    raise StoreUnavailable() from exc
+        except psycopg.Error as exc:  # no connection to be had (pool timeout, server down)
+            raise StoreUnavailable() from exc
+
+    @contextmanager
+    def reader(self) -> Iterator[_PgTx]:
+        """One REPEATABLE READ snapshot, also used by this thread's store-level reads."""
+        if getattr(self._local, "conn", None) is not None:
+            yield _PgTx(self._local.conn, writing=False)  # nested: the outer snapshot
+            return
+        try:
+            with self._pool.connection() as conn:
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                self._local.conn = conn
+                try:
+                    yield _PgTx(conn, writing=False)
+                finally:
+                    self._local.conn = None
+                    _rollback(conn)
+        except psycopg.Error as exc:
+            raise StoreUnavailable() from exc
+
+    # keys ---------------------------------------------------------------------------
+    def wrapped_key(self, key_id: str) -> tuple[bytes, str] | None:
+        rows = self._read("SELECT wrapped, kek_id FROM keys WHERE key_id=%s", (key_id,))
+        return (bytes(rows[0][0]), rows[0][1]) if rows else None
+
+    def all_wrapped_keys(self) -> list[tuple[str, bytes, str]]:
+        return [(r[0], bytes(r[1]), r[2]) for r in self._read("SELECT key_id, wrapped, kek_id FROM keys")]
+
+    def rewrap_keys(self, rows: list[tuple[str, bytes, str]]) -> None:
+        with self.transaction() as tx, tx.conn.cursor() as cur:
+            cur.executemany(
+                "UPDATE keys SET wrapped=%s, kek_id=%s WHERE key_id=%s",
+                [(wrapped, kek_id, key_id) for key_id, wrapped, kek_id in rows])
+
+    # journal and scopes ---------------------------------------------------------------
+    def scope_cursor(self, scope: Scope) -> int:
+        rows = self._read("SELECT cursor FROM scopes WHERE tenant=%s AND workspace=%s", scope)
+        return int(rows[0][0]) if rows else 0
+
+    def scopes(self) -> list[Scope]:
+        return [(r[0], r[1]) for r in self._read("SELECT tenant, workspace FROM scopes ORDER BY tenant, workspace")]
+
+    def events(self, scope: Scope, after: int = 0) -> Iterator[JournalEvent]:
+        return (
+            JournalEvent(scope, e.cursor, e.event_id, e.kind, e.subject, e.body, e.event_digest, e.recorded_at)
+            for e in self._journal_rows(scope, after)
+        )
+
+    def verify_chain(self, scope: Scope) -> bool:
+        return chain_intact(scope, self._journal_rows(scope))
+
+    def _journal_rows(self, scope: Scope, after: int = 0) -> Iterator[StoredEvent]:
+        """Paged, so a million-event journal never sits in memory at once."""
+        last = after
+        while rows := self._read(
+            f"SELECT {_JOURNAL_COLUMNS} FROM journal WHERE tenant=%s AND workspace=%s AND cursor>%s"
+            " ORDER BY cursor LIMIT 2000",
+            (*scope, last),
+        ):
+            for r in rows:
+                yield StoredEvent(int(r[0]), r[1], r[2], r[3], json.loads(r[4]), r[5], r[6], r[7])
+            last = rows[-1][0]
+
+    # records ---------------------------------------------------------------------------
+    def records(self, scope: Scope, record_ids: list[str]) -> dict[str, RecordRow]:
+        if not record_ids:
+            return {}
+        return {
+            row[2]: _record(row)
+            for row in self._read(
+                f"SELECT {_RECORD_COLUMNS} FROM records WHERE tenant=%s AND workspace=%s"
+                " AND record_id = ANY(%s)",
+                (*scope, list(record_ids)))
+        }
+
+    def records_in_state(self, state: str, scope: Scope) -> list[RecordRow]:
+        return [_record(r) for r in self._read(
+            f"SELECT {_RECORD_COLUMNS} FROM records WHERE state=%s AND tenant=%s AND workspace=%s"
+            " ORDER BY record_id", (state, *scope))]
+
+    def live_count(self, scope: Scope) -> int:
+        return int(self._read(
+            "SELECT COUNT(*) FROM records WHERE tenant=%s AND workspace=%s AND state='accepted_current'",
+            scope)[0][0])
+
+    def pending_purges(self) -> dict[Scope, list[str]]:
+        pending_: dict[Scope, list[str]] = {}
+        for tenant, workspace, record_id in self._read(
+            "SELECT tenant, workspace, record_id FROM pending_purges ORDER BY tenant, workspace, record_id"
+        ):
+            pending_.setdefault((tenant, workspace), []).append(record_id)
+        return pending_
+
+    def clear_pending_purges(self, scope: Scope, record_ids: list[str]) -> None:
+        with self.transaction() as tx:
+            tx.conn.execute(
+                "DELETE FROM pending_purges WHERE tenant=%s AND workspace=%s AND record_id = ANY(%s)",
+                (*scope, list(record_ids)))
+
+    def due_for_expiry(self, at_ms: int) -> list[RecordRow]:
+        return [_record(r) for r in self._read(
+            f"SELECT {_RECORD_COLUMNS} FROM records WHERE state='accepted_current'"
+            " AND expires_at_ms IS NOT NULL AND expires_at_ms<=%s ORDER BY tenant, workspace, record_id",
+            (at_ms,))]
+
+    def live_records(self, scope: Scope) -> Iterator[RecordRow]:
+        last = ""
+        while rows := self._read(
+            f"SELECT {_RECORD_COLUMNS} FROM records WHERE tenant=%s AND workspace=%s"
+            " AND state='accepted_current' AND record_id>%s ORDER BY record_id LIMIT 2000",
+            (*scope, last),
+        ):
+            yield from (_record(r) for r in rows)
+            last = rows[-1][2]
+
+    # tenants ----------------------------------------------------------------------------
+    def tenant_enabled(self, tenant: str) -> bool:
+        rows = self._read("SELECT enabled FROM tenants WHERE tenant=%s", (tenant,))
+        return bool(rows and rows[0][0])
+
+    def set_tenant_enabled(self, tenant: str, enabled: bool, at: str) -> None:
+        with self.transaction() as tx:
+            tx.conn.execute(
+                "INSERT INTO tenants VALUES (%s,%s,%s) ON CONFLICT (tenant)"
+                " DO UPDATE SET enabled=excluded.enabled, changed_at=excluded.changed_at",
+                (tenant, enabled, at))
+
+    # physical hygiene and backup -----------------------------------------------------------
+    def purge_freed_pages(self) -> bool:
+        """VACUUM the tables that held destroyed bytes; False when the server refused
+        (retry later)."""
+        try:
+            with self._pool.connection() as conn:
+                for table in ("keys", "candidates", "records"):
+                    conn.execute(sql.SQL("VACUUM {}").format(sql.Identifier(table)))
+        except psycopg.Error:
+            return False
+        return True
+
+    def backup(self, dest_path: str) -> None:
+        raise BackupUnsupported(
+            "back up a PostgreSQL store with the database's own tools (pg_dump, or base backups"
+            " with WAL archiving) plus the key directory")
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def _rollback(conn: psycopg.Connection[Any]) -> None:
+    try:
+        conn.execute("ROLLBACK")
+    except psycopg.Error:
+        pass

@@ -1,0 +1,129 @@
+"""The real model's two backends agree, and the device choice never requires a GPU.
+
+Parity: the ONNX Runtime export (queries) and torch (bulk) must give the same vectors,
+cosine >= 0.999, on sample text kept here and, when the dev collections sit beside the
+repository (``../shared/data``), on every one of their queries.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ranking import Device, DeviceUnavailable, MiniLMEncoder
+from ranking.encoder import TorchMiniLM, choose_device, resolve_device
+from ranking.onnx_encoder import OnnxMiniLM, export_file
+
+SAMPLE = [
+    "vehicle ignition failure",
+    "what did Okonkwo17 do",
+    "ERR_4821x",
+    "Why was the billing ledger moved to serialisable transactions?",
+    "the effect of x-rays on bone density in growing children",
+    "   ",
+    "naïve café — ünïcödé, 日本語のテキスト, emoji 🚀",
+    "a " + "very long passage about nothing in particular " * 60,  # past the 256-token window
+]
+SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def test_auto_prefers_cuda_then_mps_then_cpu():
+    assert choose_device(Device.AUTO, cuda=True, mps=True) is Device.CUDA
+    assert choose_device("auto", cuda=False, mps=True) is Device.MPS
+    assert choose_device(Device.AUTO, cuda=False, mps=False) is Device.CPU
+
+
+def test_named_device_must_exist():
+    assert choose_device("cpu", cuda=True, mps=False) is Device.CPU
+    assert choose_device("cuda", cuda=True, mps=False) is Device.CUDA
+    with pytest.raises(DeviceUnavailable):
+        choose_device(Device.CUDA, cuda=False, mps=True)
+    with pytest.raises(DeviceUnavailable):
+        choose_device("mps", cuda=True, mps=False)
+    with pytest.raises(ValueError):
+        choose_device("tpu", cuda=True, mps=True)
+
+
+def test_this_machine_resolves_to_what_torch_sees():
+    import torch
+
+    assert resolve_device(Device.AUTO) is (Device.CUDA if torch.cuda.is_available() else
+                                           Device.MPS if torch.backends.mps.is_available() else Device.CPU)
+    assert resolve_device("cpu") is Device.CPU
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="module")
+def backends(cache_dir: Path) -> tuple[OnnxMiniLM, TorchMiniLM]:
+    onnx = OnnxMiniLM(cache_dir)
+    onnx.load()
+    torch_cpu = TorchMiniLM(Device.CPU)
+    torch_cpu.load()
+    return onnx, torch_cpu
+
+
+@pytest.mark.model
+def test_onnx_matches_torch_on_sample_text(backends):
+    onnx, torch_cpu = backends
+    one_by_one = np.vstack([onnx.encode([t]) for t in SAMPLE])
+    batched = onnx.encode(SAMPLE)  # padded batch: padding must not move any vector
+    reference = torch_cpu.encode(SAMPLE)
+    assert one_by_one.shape == batched.shape == (len(SAMPLE), 384)
+    assert cosines(one_by_one, reference).min() >= 0.999
+    assert cosines(batched, reference).min() >= 0.999
+    assert np.allclose(np.linalg.norm(batched, axis=1), 1.0, atol=1e-5)
+
+
+def _dev_queries() -> list[str]:
+    return [json.loads(line)["text"] for path in sorted(SHARED_DATA.rglob("queries.jsonl"))
+            for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.model
+@pytest.mark.slow  # ~1,500 queries through both backends: minutes on two busy cores
+@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="dev collections (../shared/data) not present")
+def test_onnx_matches_torch_on_every_dev_query(backends):
+    onnx, torch_cpu = backends
+    queries = _dev_queries()
+    assert len(queries) > 400
+    served = np.vstack([onnx.encode(queries[i : i + 64]) for i in range(0, len(queries), 64)])
+    assert cosines(served, torch_cpu.encode(queries)).min() >= 0.999
+
+
+@pytest.mark.model
+def test_service_encoder_routes_small_batches_to_onnx_and_reuses_the_export(backends, cache_dir: Path):
+    stamp = export_file(cache_dir).stat().st_mtime_ns
+    encoder = MiniLMEncoder(cache_dir, device=Device.CPU, small_batch=2)
+    encoder.load()
+    assert encoder.backend == "onnx"
+    assert export_file(cache_dir).stat().st_mtime_ns == stamp  # cached, not exported again
+    small, large = encoder.encode(SAMPLE[:2]), encoder.encode(SAMPLE[:3])  # onnx, then torch
+    assert cosines(small, large[:2]).min() >= 0.999
+
+
+@pytest.mark.model
+def test_damaged_export_is_made_again(tmp_path: Path):
+    export_file(tmp_path).parent.mkdir(parents=True, exist_ok=True)
+    export_file(tmp_path).write_bytes(b"not a model")
+    onnx = OnnxMiniLM(tmp_path)
+    onnx.load()
+    assert onnx.encode(["hello"]).shape == (1, 384)
+
+
+@pytest.mark.model
+@pytest.mark.skipif(resolve_device(Device.AUTO) is Device.CPU, reason="no GPU on this machine")
+def test_gpu_vectors_match_cpu(backends):
+    _, torch_cpu = backends
+    gpu = TorchMiniLM(Device.AUTO)
+    assert cosines(gpu.encode(SAMPLE), torch_cpu.encode(SAMPLE)).min() >= 0.999
