@@ -14,6 +14,9 @@ from engine_support import (
 from service.engine.engine import Engine, export_keys
 
 
+
+pytestmark = pytest.mark.sqlite_only('engram admin backup/restore copy the SQLite file; PostgreSQL is backed up with pg_dump')
+
 class CountingEncoder(HashingTestEncoder):
     def __init__(self) -> None:
         super().__init__()

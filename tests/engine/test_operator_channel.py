@@ -113,6 +113,7 @@ def _wait_for_socket(proc: subprocess.Popen, data_dir: Path) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.sqlite_only("`engram serve` here runs on the data directory's SQLite store")
 def test_rotate_beside_a_live_server_then_kill_and_restart(data_dir) -> None:
     """The issue's scenario: rotate-kek while `engram serve` runs, then kill -9: every
     record stays readable after the restart, and a second server is refused."""

@@ -96,7 +96,7 @@ async def test_admin_commands_beside_a_killed_server(tmp_path: Path):
                 stop = asyncio.Event()
                 tasks = [asyncio.create_task(worker(server.url, n, random.Random(rng.random()), ledger, stop))
                          for n in range(WORKERS)]
-                await asyncio.sleep(rng.uniform(0.2, 0.6))
+                await asyncio.sleep(rng.uniform(0.5, 1.2))
                 args = _arguments(command, cycle, tmp_path, ledger)
                 outcome: dict[str, Any] = {}
                 runner = threading.Thread(target=_run_command, args=(data_dir, command, args, outcome))
