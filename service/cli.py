@@ -226,11 +226,10 @@ def serve(
 
         with _own(data_dir):
             engine = _open_engine(settings)
-            channel = _operator_channel(engine, data_dir)
             try:
-                serve_stdio(engine, binding, settings)
+                with _operator_channel(engine, data_dir):
+                    serve_stdio(engine, binding, settings)
             finally:
-                channel.close()
                 engine.close()
         return
 
@@ -255,13 +254,10 @@ def serve(
         # Warm up in the background: /readyz answers 503 until projections caught up.
         engine = _open_engine(settings, background=True)
         application = create_app(engine, settings, host_secret=secret, close_engine=True)
-        channel = _operator_channel(engine, data_dir)
-        try:
+        with _operator_channel(engine, data_dir):
             # log_config=None: uvicorn's loggers propagate to the handler configured above.
             uvicorn.run(application, host=settings.host, port=settings.port, log_config=None,
                         log_level=settings.log_level.value)
-        finally:
-            channel.close()
 
 
 @contextlib.contextmanager
@@ -280,11 +276,23 @@ def _own(data_dir: Path) -> Iterator[None]:
         lock.release()
 
 
-def _operator_channel(engine: Any, data_dir: Path) -> Any:
-    """The live server's operator socket (<data_dir>/operator.sock, owner-only)."""
+@contextlib.contextmanager
+def _operator_channel(engine: Any, data_dir: Path) -> Iterator[None]:
+    """The live server's operator socket (<data_dir>/operator.sock, owner-only). A data
+    directory whose path is too long for a Unix socket serves without one (admin
+    commands are then refused while the server runs), with a warning."""
     from service.operator.channel import OperatorChannel
 
-    return OperatorChannel(engine, data_dir).start()
+    try:
+        channel = OperatorChannel(engine, data_dir).start()
+    except ValueError as exc:
+        _err(f"engram: warning: no operator channel ({exc}); stop the server to run admin commands")
+        yield
+        return
+    try:
+        yield
+    finally:
+        channel.close()
 
 
 # --------------------------------------------------------------------------- admin

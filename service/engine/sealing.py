@@ -16,6 +16,8 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from models.digests import DigestKind, digest
+
 from service.store.base import Store
 
 NONCE_BYTES = 12
@@ -128,9 +130,16 @@ class KeyRing:
         return rewrapped
 
 
+def shred_digest(value: object) -> str:
+    """How the ledger names a scope or a subject: a digest, so the ledger holds no ids."""
+    return digest(DigestKind.SHRED, value)
+
+
 def record_shred(key_dir: Path, kind: str, scope: tuple[str, str], subject: str) -> None:
-    """Append one shred entry durably (fsync) before the destroying transaction commits."""
-    line = json.dumps({"kind": kind, "scope": list(scope), "subject": subject}, separators=(",", ":"))
+    """Append one shred entry durably (fsync) before the destroying transaction commits.
+    The entry names the scope and subject by digest only (see `shred_digest`)."""
+    line = json.dumps({"kind": kind, "scope": shred_digest(list(scope)), "subject": shred_digest(subject)},
+                      separators=(",", ":"))
     fd = os.open(key_dir / SHRED_LEDGER, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         os.write(fd, line.encode() + b"\n")
@@ -166,9 +175,14 @@ def copy_key_dir(source: Path, dest: Path) -> None:
                 handle.flush()
                 os.fsync(handle.fileno())
     known = {json.dumps(e, sort_keys=True) for e in shred_entries(dest)}
-    for entry in shred_entries(source):
-        if json.dumps(entry, sort_keys=True) not in known:
-            record_shred(dest, entry["kind"], tuple(entry["scope"]), entry["subject"])  # type: ignore[arg-type]
+    fresh = [e for e in shred_entries(source) if json.dumps(e, sort_keys=True) not in known]
+    if fresh:
+        fd = os.open(dest / SHRED_LEDGER, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, b"".join(json.dumps(e, separators=(",", ":")).encode() + b"\n" for e in fresh))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     _fsync_dir(dest)
 
 
