@@ -27,8 +27,7 @@ journal, both indexes). Then, in the same process:
 figures in ``ingest.json``) and measures again on it, so latency can be re-measured
 after a change without a long ingest.
 
-The raw-engine probes reach into ``Ranker`` internals (``_lexical``, ``_semantic``):
-they measure components, they are not a public path.
+The raw engines are reached through ``Ranker.raw_engines`` (:mod:`ranking.probes`).
 """
 
 from __future__ import annotations
@@ -49,7 +48,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import tantivy
 
 from index_data.ingest import ingest_corpus
 from index_data.readers import VectorSource, read_beir
@@ -193,19 +191,6 @@ def corpus_spec(size: int, encoder: Any) -> CorpusSpec:
     return CorpusSpec(size=size, dim=int(getattr(encoder, "dim", 384)), topics=300 if size >= 5000 else 20)
 
 
-def raw_tantivy(ranker: Any, key: str, weights: Any) -> Callable[[str, int], Any]:
-    """Tantivy alone: the lexical channel's scoring clauses (analysed the same way,
-    without the channel's scope filter) at depth k, reading no ids or stored fields."""
-    lexical = ranker._lexical  # noqa: SLF001
-    searcher = lexical._lookup(key, create=False).index.searcher()  # noqa: SLF001
-
-    def run(query: str, k: int) -> Any:
-        clauses = lexical._query_clauses(Counter(lexical.query_tokens(query)), weights)  # noqa: SLF001
-        return searcher.search(tantivy.Query.boolean_query(clauses), limit=k, count=False)
-
-    return run
-
-
 def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size: int | None,
                progress: bool, reuse: bool, say: Callable[[str], None]) -> tuple[dict[str, Any], Any]:
     from service.engine.engine import Engine
@@ -226,40 +211,35 @@ def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size:
     key = scope_key(BENCH_SCOPE)
     texts, qvecs = corpus.queries(queries)
     ctx = bench_context()
-    ranker = engine.parts.ranker
+    ranker = engine.ranker
     say(f"[n={size}] search latency ({queries} queries)")
     hybrid = timed(lambda q: engine.execute("engram_memory_search", ctx, search_args(q, "lexical_and_semantic")), texts)
     hits = [len(engine.execute("engram_memory_search", ctx, search_args(q, "lexical_and_semantic"))["records"])
             for q in texts[:20]]
     config = HYBRID_PROFILE.config
     lexical_k, semantic_k = int(config["lexical_cap"]), int(config["semantic_cap"])
-    tantivy_alone = raw_tantivy(ranker, key, config["field_weights"])
-    lexical_raw = timed(lambda q: tantivy_alone(q, lexical_k), texts)
-    lexical_channel = timed(lambda q: ranker._lexical.search(key, q, config["field_weights"], lexical_k), texts)  # noqa: SLF001
-    state = ranker._semantic._scope(key)  # noqa: SLF001
-    state.index.set_ef(max(128, semantic_k))
-    hnsw_candidates = timed(lambda v: state.index.knn_query(v.reshape(1, -1), k=semantic_k), list(qvecs))
-    state.index.set_ef(128)
-    hnsw = timed(lambda v: state.index.knn_query(v.reshape(1, -1), k=10), list(qvecs))
+    raw = ranker.raw_engines(key, HYBRID_PROFILE)
+    lexical_raw = timed(lambda q: raw.tantivy(q, lexical_k), texts)
+    lexical_channel = timed(lambda q: raw.lexical_channel(q, lexical_k), texts)
+    hnsw_candidates = timed(lambda v: raw.knn(v, semantic_k, max(128, semantic_k)), list(qvecs))
+    hnsw = timed(lambda v: raw.knn(v, 10, 128), list(qvecs))
     encode = timed(lambda q: encoder.encode([q]), texts)
     ranker_hybrid = timed(lambda q: ranker.search(key, q, HYBRID_PROFILE, valid_as_of_ms=2_000_000_000_000), texts)
 
     # HNSW recall@10 against exact search; labels are ordinals when every record has one
     # vector and none was refused (checked).
     first = next(corpus.records())
-    aligned = not out["ingest"]["refused"] and state.label_record.get(0) == record_id_for(BENCH_SCOPE, first, PURPOSE)
+    aligned = not out["ingest"]["refused"] and raw.label_record(0) == record_id_for(BENCH_SCOPE, first, PURPOSE)
     recall: dict[str, Any] = {"aligned_labels": aligned}
     if aligned:
         sample = np.asarray(qvecs[: min(200, len(qvecs))])
         exact = exact_top_k(vectors, sample, 10)
         for ef in (16, 64, 128, 256):
-            state.index.set_ef(ef)
             t0 = time.perf_counter()
-            labels, _ = state.index.knn_query(sample, k=10)
+            labels = raw.knn(sample, 10, ef)
             per_q = (time.perf_counter() - t0) / len(sample) * 1000
             r = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(labels.tolist(), exact.tolist())]))
             recall[f"ef{ef}"] = {"recall@10": round(r, 4), "ms_per_query_batched": round(per_q, 3)}
-        state.index.set_ef(128)
     out["hnsw_recall"] = recall
     out.setdefault("rss_mb", {})["after_search"] = rss_mb()
     return out | {

@@ -196,7 +196,7 @@ def run_relevance(
                             receipts.setdefault(channel, {"profile": receipt.get("profile"),
                                                           "channels": receipt.get("channels")})
                         else:
-                            ranked = engine.parts.ranker.search(
+                            ranked = engine.ranker.search(
                                 key, text, SEMANTIC_ONLY, valid_as_of_ms=now_ms(), candidate_cap=DEPTH)
                             ids = [c.record_id for c in ranked.candidates[:DEPTH]]
                             receipts.setdefault(channel, {"profile": SEMANTIC_ONLY.name,

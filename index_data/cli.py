@@ -39,6 +39,7 @@ def ingest(
 ) -> None:
     """Ingest DATASET into TENANT/WORKSPACE; idempotent and resumable (rerun to finish)."""
     from service.engine.engine import Engine
+    from service.operator.ownership import DataDirLock, DirectoryHeld
 
     from .ingest import ingest_corpus
     from .readers import VectorSource, count_lines, read_dataset
@@ -47,12 +48,20 @@ def ingest(
         typer.echo(f"engram ingest: {dataset} does not exist", err=True)
         raise typer.Exit(2)
     source = VectorSource.load(vectors) if vectors is not None else None
-    engine = Engine.open(data_dir, load_model=model and source is None)
     try:
-        report = ingest_corpus(
-            engine, (tenant, workspace), read_dataset(dataset), vectors=source,
-            batch_size=batch_size, progress=progress, purpose_ref=purpose, total=count_lines(dataset),
-        )
+        lock = DataDirLock(data_dir).acquire()  # never a second engine beside a server
+    except DirectoryHeld:
+        typer.echo(f"engram ingest: another engram process (a server?) holds {data_dir}; stop it first", err=True)
+        raise typer.Exit(1) from None
+    try:
+        engine = Engine.open(data_dir, load_model=model and source is None)
+        try:
+            report = ingest_corpus(
+                engine, (tenant, workspace), read_dataset(dataset), vectors=source,
+                batch_size=batch_size, progress=progress, purpose_ref=purpose, total=count_lines(dataset),
+            )
+        finally:
+            engine.close()
     finally:
-        engine.close()
+        lock.release()
     typer.echo(json.dumps(report.as_dict(), indent=2))

@@ -1,53 +1,44 @@
-"""Bulk ingestion: load a corpus into a scope as accepted records, through an operator path.
+"""Bulk ingestion: load a corpus into a scope as accepted records, as a pipeline.
 
-Why not capture + request_admission per document: a collection of a million documents
-would pay two transactions, an idempotency reservation and a policy decision each, and an
-agent-path confirmation model that makes no sense for an operator's load. Ingestion is the
-operator's equivalent of an accepted admission: per record it writes exactly what
-admission writes for an accepted candidate (payload, evidence and record digests from
-:mod:`service.engine.records`, a body sealed under its own data key with the record's
-associated data, a chained journal event, a record row), with two differences stated in
-the record itself: the journal event kind is ``record_ingested`` and the body's trust
-class is ``operator-ingested``, its authorisation receipt the operator's.
+The records are written by the engine's batch admission (``Engine.prepare_batch`` and
+``Engine.admit_batch``, see :mod:`service.engine.ingestion`): the same record writer as an
+agent's admitted capture, on whatever store the engine runs, with trust class
+``operator-ingested`` and the operator's receipts. This module turns source documents
+into submissions and keeps the encoder busy.
 
-Batches: one store transaction per batch, then the batch is projected straight into both
-indexes with ``Ranker.apply(..., after_cursor=cursor before the batch)`` while holding the
-projector's lock, so a concurrent catch-up cannot interleave. Vectors are computed before
-the lock is taken (or come precomputed), so searches never queue behind the encoder.
+Pipeline: three stages joined by bounded queues (``depth`` batches each), so batch N+1 is
+embedded while batch N is sealed, committed and indexed, and batch N+2 is being prepared
+(secret scan, digests, which records exist). The stages run in threads: the encoder
+(torch), Tantivy and hnswlib release the GIL while they work. With precomputed vectors
+the middle stage only slices them, and the pipeline runs at its own ceiling. A failure
+in any stage stops the others and is raised here; whatever committed stays committed.
 
-Idempotent and resumable: the record digest is bound to a deterministic pseudo candidate
-id (``ingest_`` + sha256(scope, external_id)), so the same document always has the same
-record_id; records already present (in any state: a forgotten record is never revived)
-are skipped. A crash between a batch's commit and its index apply leaves the indexes
-behind the journal; the next ingest (or engine start) heals it with
-``Projector.catch_up`` before going on, re-embedding at most that one batch.
+Idempotent and resumable: each document's record id is bound to a deterministic pseudo
+candidate id (``ingest_`` + sha256(scope, external_id)); records already present (in any
+state: a forgotten record is never revived) are skipped, content whose payload was
+forgotten is refused. A crash between a batch's commit and its index apply leaves the
+indexes behind the journal; the next ingest (or engine start) heals it with
+``Engine.catch_up`` before going on.
 """
 
 from __future__ import annotations
 
 import getpass
+import queue
+import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ranking import IndexDocument, passages
-from service.engine import CallContext
-from service.engine.admission import record_row
-from service.engine.clock import instant, now_ms
-from service.engine.records import authorization_receipt, index_document, record_aad, scope_key
-from service.engine.secrets import find_secret
+from service.engine.ingestion import BatchOutcome, PreparedBatch, operator_context
 
 from .readers import VectorSource
-from .records import DEFAULT_PURPOSE, IngestRecord, RefusedRecord, build_payload, identity
-
-INGEST_TOOL = "engram_operator_ingest"
-TRUST = "operator-ingested"
-EVENT_KIND = "record_ingested"
+from .records import DEFAULT_PURPOSE, IngestRecord, RefusedRecord, submission
 
 
 @dataclass
@@ -63,6 +54,7 @@ class IngestReport:
     cursor_before: int = 0
     cursor_after: int = 0
     seconds: float = 0.0
+    prepare_seconds: float = 0.0
     embed_seconds: float = 0.0
     store_seconds: float = 0.0
     index_seconds: float = 0.0
@@ -82,20 +74,11 @@ class IngestReport:
             "skipped_existing": self.skipped_existing, "refused": dict(self.refused),
             "batches": self.batches, "cursor_before": self.cursor_before,
             "cursor_after": self.cursor_after, "seconds": round(self.seconds, 3),
+            "prepare_seconds": round(self.prepare_seconds, 3),
             "embed_seconds": round(self.embed_seconds, 3), "store_seconds": round(self.store_seconds, 3),
             "index_seconds": round(self.index_seconds, 3), "vectors": self.vectors,
             "records_per_s": round(self.records_per_s, 1), "ingested_per_s": round(self.ingested_per_s, 1),
         }
-
-
-def operator_context(scope: tuple[str, str], purpose_ref: str, *, principal: str | None = None,
-                     session: str | None = None) -> CallContext:
-    """The operator's own context, for the authorisation receipt sealed in each body."""
-    return CallContext(
-        tenant=scope[0], workspace=scope[1],
-        principal=principal or f"operator:{_user()}", agent_id="engram-ingest",
-        session=session or "ingest_" + uuid.uuid4().hex[:16], purpose=purpose_ref,
-    )
 
 
 def _user() -> str:
@@ -105,26 +88,57 @@ def _user() -> str:
         return "unknown"
 
 
-def embed_documents(encoder: Any, docs: Sequence[IndexDocument], batch: int = 256) -> list[np.ndarray]:
-    """Passage vectors per document, exactly as ``Ranker.apply`` would embed them."""
-    windows = [passages(d.semantic_text()) for d in docs]
-    flat = [w for ws in windows for w in ws]
-    rows = [np.asarray(encoder.encode(flat[i : i + batch]), dtype=np.float32) for i in range(0, len(flat), batch)]
-    matrix = np.vstack(rows) if rows else np.zeros((0, encoder.dim), dtype=np.float32)
-    out, start = [], 0
-    for ws in windows:
-        out.append(matrix[start : start + len(ws)])
-        start += len(ws)
-    return out
-
-
 @dataclass
-class _Prepared:
-    ordinal: int
-    record: IngestRecord
-    payload: dict[str, Any]
-    evidence: dict[str, Any]
-    ident: Any
+class _Batch:
+    """One batch on its way through the pipeline."""
+
+    ordinals: list[int]  # source position of each submission in ``prepared``
+    seen: int
+    refused: Counter[str]
+    prepared: PreparedBatch
+    vectors: list[np.ndarray] | None = None
+
+
+_DONE = object()
+
+
+class _Stages:
+    """Bounded hand-offs between pipeline threads that give up once any stage failed."""
+
+    def __init__(self) -> None:
+        self.failed: list[BaseException] = []
+        self.stop = threading.Event()
+
+    def put(self, q: queue.Queue[Any], item: Any) -> bool:
+        while not self.stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def items(self, q: queue.Queue[Any]) -> Iterator[Any]:
+        while not self.stop.is_set():
+            try:
+                item = q.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if item is _DONE:
+                return
+            yield item
+
+    def run(self, name: str, work: Callable[[], None]) -> threading.Thread:
+        def guarded() -> None:
+            try:
+                work()
+            except BaseException as exc:  # raised again by the caller's thread
+                self.failed.append(exc)
+                self.stop.set()
+
+        thread = threading.Thread(target=guarded, name=name, daemon=True)
+        thread.start()
+        return thread
 
 
 class _Progress:
@@ -166,9 +180,9 @@ def ingest_corpus(
     *,
     vectors: np.ndarray | VectorSource | None = None,
     batch_size: int = 512,
+    depth: int = 2,
     progress: bool = True,
     purpose_ref: str = DEFAULT_PURPOSE,
-    encoder: Any = "engine",
     scan_secrets: bool = True,
     total: int | None = None,
     principal: str | None = None,
@@ -178,138 +192,93 @@ def ingest_corpus(
 
     ``vectors``: precomputed passage vectors aligned with ``records`` by position (a 2-D
     array or ``.npy`` gives one vector per document; a :class:`VectorSource` with offsets
-    gives one row per passage window). Without them the records are embedded with
-    ``encoder`` (default: the engine's model), or, with no encoder at all, projected
-    lexically only (the semantic channel then reports itself behind).
+    gives one row per passage window). Without them the engine's encoder embeds each
+    batch in the middle stage (an engine without a model projects lexically only, and its
+    semantic channel reports itself behind). ``depth``: batches each queue holds.
     """
-    if batch_size < 1:
-        raise ValueError("batch_size must be positive")
-    parts = engine.parts
-    store, ranker, projector = parts.store, parts.ranker, parts.projector
-    key = scope_key(scope)
+    if batch_size < 1 or depth < 1:
+        raise ValueError("batch_size and depth must be positive")
     source = VectorSource(np.asarray(vectors)) if isinstance(vectors, np.ndarray) else vectors
-    if encoder == "engine":
-        encoder = engine.encoder
+    embedding = source is None and engine.encoder is not None
     report = IngestReport(scope=scope, vectors="precomputed" if source is not None else
-                          ("encoder" if encoder is not None else "none"))
-    ctx = operator_context(scope, purpose_ref, principal=principal)
-    actor = {"principal": ctx.principal, "agent_id": ctx.agent_id, "session": ctx.session}
+                          ("encoder" if embedding else "none"))
+    operator = operator_context(scope, principal or f"operator:{_user()}",
+                                "ingest_" + uuid.uuid4().hex[:16], purpose_ref)
     if total is None and hasattr(records, "__len__"):
         total = len(records)  # type: ignore[arg-type]
     started = time.perf_counter()
-    # Heal a previous run that committed a batch but crashed before projecting it.
-    projector.catch_up(scope)
-    report.cursor_before = store.scope_cursor(scope)
+    engine.catch_up(scope)  # heal a previous run that committed a batch but did not project it
+    report.cursor_before = engine.scope_cursor(scope)
     refused: Counter[str] = Counter()
     bar = _Progress(progress, total, f"ingest {scope[0]}/{scope[1]}")
+    stages = _Stages()
+    to_embed: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    to_write: queue.Queue[Any] = queue.Queue(maxsize=depth)
 
-    def process(batch: list[tuple[int, IngestRecord]]) -> None:
-        refused_before = sum(refused.values())
-        prepared: dict[str, _Prepared] = {}
-        for ordinal, record in batch:
+    def prepare(chunk: list[tuple[int, IngestRecord]]) -> _Batch:
+        t = time.perf_counter()
+        subs, ordinals, local = [], [], Counter[str]()
+        for ordinal, record in chunk:
             try:
-                payload, evidence = build_payload(record, purpose_ref)
-                if scan_secrets and find_secret(payload["components"][0]["text"]) is not None:
-                    raise RefusedRecord("secret")
+                subs.append(submission(scope, record, purpose_ref))
             except RefusedRecord as exc:
-                refused[str(exc)] += 1
+                local[str(exc)] += 1
                 continue
-            ident = identity(scope, record, payload, evidence)
-            prepared.setdefault(ident.record_id, _Prepared(ordinal, record, payload, evidence, ident))
-        existing = store.records(scope, list(prepared))
-        fresh = [p for rid, p in prepared.items() if rid not in existing]
-        # Already present (in any state), or the same document twice in this batch.
-        skipped = len(batch) - (sum(refused.values()) - refused_before) - len(fresh)
-        if not fresh:
-            report.skipped_existing += skipped
-            return
-        docs = [index_document(key, p.ident.record_id, p.payload) for p in fresh]
-        t0 = time.perf_counter()
-        vecs: list[np.ndarray] | None = None
-        if source is not None:
-            vecs = [source.get(p.ordinal) for p in fresh]
-        elif encoder is not None:
-            vecs = embed_documents(encoder, docs)
-        t1 = time.perf_counter()
-        report.embed_seconds += t1 - t0
-        with engine.parts.projector.exclusive():
-            written: list[int] = []
-            with store.transaction() as tx:
-                at = now_ms()
-                auth = authorization_receipt(ctx, INGEST_TOOL, at)
-                events = []
-                for i, p in enumerate(fresh):
-                    ident = p.ident
-                    if tx.record(scope, ident.record_id) is not None:
-                        skipped += 1  # a concurrent run got there first
-                        continue
-                    if tx.tombstoned_payload(scope, ident.payload_digest):
-                        refused["forgotten"] += 1  # forgotten content does not come back by bulk load
-                        continue
-                    if tx.accepted_with_payload(scope, ident.payload_digest) is not None:
-                        skipped += 1
-                        continue
-                    body = {
-                        "payload": p.payload,
-                        "evidence": p.evidence,
-                        "retention": {"derivative_rule": "make-ineligible"},
-                        "authorization_receipt": auth,
-                        "trust": TRUST,
-                        "actor": actor,
-                        "recorded_at": instant(at),
-                        "accepted_at": instant(at),
-                    }
-                    key_id, sealed = parts.vault.seal_json(tx, body, record_aad(scope, ident.record_id))
-                    event = tx.append_event(
-                        scope, EVENT_KIND, ident.record_id,
-                        {"candidate_id": ident.candidate_id, "record_digest": ident.record_digest,
-                         "payload_digest": ident.payload_digest, "evidence_digest": ident.evidence_digest,
-                         "authorization_receipt_digest": auth["receipt_digest"],
-                         "external_id": p.record.external_id},
-                        instant(at))
-                    events.append(event)
-                    tx.insert_record(record_row(
-                        scope, ident.record_id, body, r_digest=ident.record_digest,
-                        p_digest=ident.payload_digest, key_id=key_id, sealed=sealed,
-                        cursor=event.cursor, at_ms=at, candidate_id=ident.candidate_id))
-                    written.append(i)
-            t2 = time.perf_counter()
-            report.store_seconds += t2 - t1
-            if written:
-                first, last = events[0].cursor, events[-1].cursor
-                ranker.apply(
-                    key, [docs[i] for i in written], [], through_cursor=last,
-                    vectors=[vecs[i] for i in written] if vecs is not None else None,
-                    after_cursor=first - 1,
-                )
-            report.index_seconds += time.perf_counter() - t2
-        report.ingested += len(written)
-        report.skipped_existing += skipped
-        report.batches += 1
+            ordinals.append(ordinal)
+        prepared = engine.prepare_batch(scope, subs, scan_secrets=scan_secrets)
+        report.prepare_seconds += time.perf_counter() - t
+        return _Batch([ordinals[r.position] for r in prepared.records], len(chunk), local, prepared)
 
-    try:
-        batch: list[tuple[int, IngestRecord]] = []
-        for ordinal, record in enumerate(records):
-            batch.append((ordinal, record))
-            if len(batch) >= batch_size:
-                process(batch)
-                report.seen += len(batch)
-                bar.advance(len(batch))
-                batch = []
-                report.refused = dict(refused)
-                if on_batch is not None:
-                    on_batch(report)
-        if batch:
-            process(batch)
-            report.seen += len(batch)
-            bar.advance(len(batch))
+    def embed_stage() -> None:
+        for batch in stages.items(to_embed):
+            t = time.perf_counter()
+            if source is not None:
+                batch.vectors = [source.get(o) for o in batch.ordinals]
+            elif embedding and batch.prepared.records:
+                batch.vectors = engine.embed_batch(batch.prepared)
+            report.embed_seconds += time.perf_counter() - t
+            if not stages.put(to_write, batch):
+                return
+        stages.put(to_write, _DONE)
+
+    def write_stage() -> None:
+        for batch in stages.items(to_write):
+            outcome: BatchOutcome = engine.admit_batch(batch.prepared, operator, vectors=batch.vectors)
+            report.store_seconds += outcome.store_seconds
+            report.index_seconds += outcome.index_seconds
+            report.ingested += len(outcome.accepted)
+            report.skipped_existing += outcome.skipped
+            refused.update(batch.refused)
+            refused.update(outcome.refused)
             report.refused = dict(refused)
+            report.seen += batch.seen
+            report.batches += 1 if outcome.accepted else 0
+            bar.advance(batch.seen)
             if on_batch is not None:
                 on_batch(report)
+
+    threads = [stages.run("ingest-embed", embed_stage), stages.run("ingest-write", write_stage)]
+    try:
+        chunk: list[tuple[int, IngestRecord]] = []
+        for ordinal, record in enumerate(records):
+            chunk.append((ordinal, record))
+            if len(chunk) >= batch_size:
+                if not stages.put(to_embed, prepare(chunk)):
+                    break
+                chunk = []
+        if chunk and not stages.stop.is_set():
+            stages.put(to_embed, prepare(chunk))
+        stages.put(to_embed, _DONE)
+    except BaseException:
+        stages.stop.set()
+        raise
     finally:
+        for thread in threads:
+            thread.join()
         bar.close()
-    projector.catch_up(scope)
-    report.refused = dict(refused)
-    report.cursor_after = store.scope_cursor(scope)
+    if stages.failed:
+        raise stages.failed[0]
+    engine.catch_up(scope)
+    report.cursor_after = engine.scope_cursor(scope)
     report.seconds = time.perf_counter() - started
     return report

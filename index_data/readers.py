@@ -5,6 +5,9 @@ Two layouts are read:
 * BEIR (``corpus.jsonl`` with ``_id``, ``title``, ``text``): one record per document,
   primary component = title + newline + text, cited as ``beir:<dataset>/<_id>``.
 * Record JSONL (``{"id", "text", "title"?, "valid_time_ms"?, "source_ref"?}`` per line).
+  A line may instead carry a whole contract ``payload`` and ``evidence`` (and
+  ``retention``), as ``engram admin export`` writes them: the record is then loaded as
+  it was (every component and citation), after the capture tool's validation.
 
 Vectors aligned with a corpus come as ``.npy`` (one row per document: that row is the
 document's only passage vector) or ``.npz`` with ``vectors`` (one row per passage window
@@ -57,6 +60,11 @@ def read_jsonl(path: Path) -> Iterator[IngestRecord]:
                 continue
             item = json.loads(line)
             rec_id = str(item["id"])
+            if "payload" in item:
+                yield IngestRecord(external_id=rec_id, text=str(item.get("text", "")), source_ref=f"export:{rec_id}",
+                                   payload=item["payload"], evidence=item.get("evidence"),
+                                   retention=item.get("retention"))
+                continue
             yield IngestRecord(
                 external_id=rec_id,
                 text=beir_text(item.get("title"), item.get("text")),

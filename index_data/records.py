@@ -16,7 +16,9 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from service.engine import records as engine_records
+from models.codes import ContractError
+from models.tools import CAPTURE, parse_arguments
+from service.engine.ingestion import Submission, identify
 
 #: A fixed default valid time (2000-01-01T00:00:00.000Z) for sources that carry no date:
 #: deterministic digests, and equal recency for every record (ranking by relevance alone).
@@ -36,6 +38,11 @@ class IngestRecord:
     locator_value: str = ""
     valid_time_ms: int = DEFAULT_VALID_TIME_MS
     kind: str = "context"
+    #: A whole contract payload and evidence (an export of this service): loaded as they
+    #: are, after the capture tool's own validation, instead of being built from ``text``.
+    payload: dict[str, Any] | None = None
+    evidence: dict[str, Any] | None = None
+    retention: dict[str, Any] | None = None
 
 
 class RefusedRecord(ValueError):
@@ -56,8 +63,20 @@ def candidate_id_for(scope: tuple[str, str], external_id: str) -> str:
     return "ingest_" + hashlib.sha256(seed).hexdigest()
 
 
+def _validated(record: IngestRecord) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A record's own payload and evidence, checked as the capture tool checks them."""
+    try:
+        args = parse_arguments(CAPTURE, {"idempotency_key": "ingest-validation", "payload": record.payload,
+                                         "evidence": record.evidence or {}}).model_dump(exclude_none=True)
+    except ContractError:
+        raise RefusedRecord("invalid") from None
+    return args["payload"], args["evidence"]
+
+
 def build_payload(record: IngestRecord, purpose_ref: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(payload, evidence) for one record, in the contract's capture shapes."""
+    if record.payload is not None:
+        return _validated(record)
     text = nfc(record.text).strip()
     if not text:
         raise RefusedRecord("empty")
@@ -91,27 +110,15 @@ def build_payload(record: IngestRecord, purpose_ref: str) -> tuple[dict[str, Any
     return payload, evidence
 
 
-@dataclass(frozen=True)
-class Identity:
-    """Everything deterministic about an ingested record."""
-
-    candidate_id: str
-    payload_digest: str
-    evidence_digest: str
-    record_digest: str
-    record_id: str
-
-
-def identity(scope: tuple[str, str], record: IngestRecord, payload: dict[str, Any],
-             evidence: dict[str, Any]) -> Identity:
+def submission(scope: tuple[str, str], record: IngestRecord, purpose_ref: str) -> Submission:
+    """The batch-admission submission for one source document (raises RefusedRecord)."""
+    payload, evidence = build_payload(record, purpose_ref)
     cid = candidate_id_for(scope, record.external_id)
-    p_digest = engine_records.payload_digest(payload)
-    e_digest = engine_records.evidence_digest(evidence)
-    r_digest = engine_records.record_digest(scope, cid, p_digest, e_digest)
-    return Identity(cid, p_digest, e_digest, r_digest, engine_records.record_id(r_digest))
+    if record.retention is not None:
+        return Submission(cid, payload, evidence, retention=record.retention)
+    return Submission(cid, payload, evidence)
 
 
 def record_id_for(scope: tuple[str, str], record: IngestRecord, purpose_ref: str = DEFAULT_PURPOSE) -> str:
     """The record_id ``record`` gets (or got) when ingested into ``scope``."""
-    payload, evidence = build_payload(record, purpose_ref)
-    return identity(scope, record, payload, evidence).record_id
+    return identify(scope, submission(scope, record, purpose_ref))[3]

@@ -48,7 +48,7 @@ from collections import Counter, OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import tantivy
 
@@ -287,6 +287,21 @@ class LexicalIndex:
         ]
         out.sort(key=lambda h: (-h.score, h.record_id))
         return out
+
+    def raw_probe(self, scope_key: str, field_weights: Mapping[str, float]) -> Callable[[str, int], Any]:
+        """Tantivy alone on this scope's index, for benchmarks: ``probe(query, k)`` runs the
+        channel's scoring clauses (analysed the same way) at depth ``k``, without the scope
+        filter, reading no record ids or stored fields."""
+        entry = self._lookup(scope_key, create=False)
+        if entry is None or entry.index is None:
+            raise KeyError(scope_key)
+        searcher = entry.index.searcher()
+
+        def probe(query: str, k: int) -> Any:
+            clauses = self._query_clauses(Counter(self.query_tokens(query)), field_weights)
+            return searcher.search(tantivy.Query.boolean_query(clauses), limit=k, count=False)
+
+        return probe
 
     @staticmethod
     def _record_ids(searcher: tantivy.Searcher, addresses: list[tantivy.DocAddress]) -> list[str]:

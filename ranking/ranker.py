@@ -34,6 +34,7 @@ from ranking.documents import IndexDocument, passages
 from ranking.encoder import Encoder
 from ranking.fusion import Contribution, fuse
 from ranking.lexical import LexicalIndex
+from ranking.probes import RawEngines
 from ranking.profiles import LEXICAL, SEMANTIC, Profile
 from ranking.semantic import (
     CHECKPOINT_RECORDS,
@@ -133,7 +134,7 @@ class Ranker:
         if not due(SEMANTIC):
             return
         try:
-            embedded = self._embed(upserts) if vectors is None else list(vectors)
+            embedded = self.embed(upserts) if vectors is None else list(vectors)
         except SemanticUnavailable:
             return
         self._semantic.apply(
@@ -171,6 +172,22 @@ class Ranker:
                 self._semantic.close()
             finally:
                 self._lexical.close()
+
+    def embed(self, upserts: Sequence[IndexDocument]) -> list[np.ndarray]:
+        """Passage vectors for each document (one row per :func:`passages` window),
+        embedded in large batches: what ``apply`` computes when not given ``vectors``, so a
+        caller can embed ahead of ``apply`` (bulk ingestion overlaps it with writing).
+        Raises :class:`SemanticUnavailable` without a working encoder."""
+        windows = [passages(d.semantic_text()) for d in upserts]
+        flat = [w for ws in windows for w in ws]
+        rows = [self._encode(flat[i : i + EMBED_BATCH]) for i in range(0, len(flat), EMBED_BATCH)]
+        matrix = np.vstack(rows) if rows else np.zeros((0, self._dim), dtype=np.float32)
+        out: list[np.ndarray] = []
+        start = 0
+        for ws in windows:
+            out.append(matrix[start : start + len(ws)])
+            start += len(ws)
+        return out
 
     # -- search -----------------------------------------------------------------------
 
@@ -210,6 +227,22 @@ class Ranker:
             candidate_ids=sorted(c.record_id for c in candidates),
         )
 
+    def passage_vectors(self, scope_key: str, record_ids: Sequence[str]) -> list[np.ndarray | None]:
+        """Each record's indexed passage vectors (None where the semantic channel does not
+        hold the record): what an export hands to a later ingest as precomputed vectors."""
+        return [self._semantic.passage_vectors(scope_key, rid) for rid in record_ids]
+
+    def raw_engines(self, scope_key: str, profile: Profile) -> RawEngines:
+        """The scope's engines alone, asked what ``profile`` asks of them (benchmarks)."""
+        weights = profile.config["field_weights"]
+        lexical, semantic = self._lexical, self._semantic
+        return RawEngines(
+            tantivy=lexical.raw_probe(scope_key, weights),
+            lexical_channel=lambda query, k: lexical.search(scope_key, query, weights, k),
+            knn=lambda queries, k, ef: semantic.raw_knn(scope_key, queries, k, ef),
+            label_record=lambda label: semantic.label_record(scope_key, label),
+        )
+
     def lexical_present(self, scope_key: str) -> bool:
         """Whether the lexical channel has an index for ``scope_key`` on disk."""
         return self._lexical.present(scope_key)
@@ -231,19 +264,6 @@ class Ranker:
 
     def _query_vector(self, query: str) -> np.ndarray:
         return self._encode([query])[0]
-
-    def _embed(self, upserts: Sequence[IndexDocument]) -> list[np.ndarray]:
-        """Passage vectors for each document, embedded in large batches."""
-        windows = [passages(d.semantic_text()) for d in upserts]
-        flat = [w for ws in windows for w in ws]
-        rows = [self._encode(flat[i : i + EMBED_BATCH]) for i in range(0, len(flat), EMBED_BATCH)]
-        matrix = np.vstack(rows) if rows else np.zeros((0, self._dim), dtype=np.float32)
-        out: list[np.ndarray] = []
-        start = 0
-        for ws in windows:
-            out.append(matrix[start : start + len(ws)])
-            start += len(ws)
-        return out
 
     def _encode(self, texts: Sequence[str]) -> np.ndarray:
         if self._encoder is None:

@@ -303,6 +303,27 @@ class SemanticIndex:
                 out[record_id] = max(out.get(record_id, -2.0), float(score))
             return out
 
+    def raw_knn(self, scope_key: str, queries: np.ndarray, k: int, ef: int) -> np.ndarray:
+        """hnswlib alone, for benchmarks: ``knn_query`` labels of each query row at ``ef``
+        (passage labels, no aggregation per record); ``label_record`` names them."""
+        state = self._scope(scope_key)
+        with state.lock:
+            state.index.set_ef(ef)
+            labels, _ = state.index.knn_query(np.atleast_2d(queries), k=k)
+        return labels
+
+    def passage_vectors(self, scope_key: str, record_id: str) -> np.ndarray | None:
+        """The record's passage vectors as indexed (one row per passage, in passage
+        order), or None when the record is not in the index."""
+        state = self._scope(scope_key)
+        with state.lock:
+            labels = state.record_labels.get(record_id)
+            return None if labels is None else np.array(state.vectors[labels], dtype=np.float32)
+
+    def label_record(self, scope_key: str, label: int) -> str | None:
+        """The record a passage label of ``raw_knn`` belongs to (None: no such label)."""
+        return self._scope(scope_key).label_record.get(label)
+
     # -- internals --------------------------------------------------------------------
 
     def _dir(self, scope_key: str) -> Path:

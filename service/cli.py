@@ -55,6 +55,11 @@ PLUGINS: dict[str, tuple[str, str]] = {
     "bench": ("eval.bench_cli", "Capacity and latency benchmarks."),
 }
 
+#: Operator sub-commands other rooms contribute under `engram admin`, the same way.
+ADMIN_PLUGINS: dict[str, tuple[str, str]] = {
+    "export": ("index_data.export", "Export a scope's current records (and vectors) for `engram ingest`."),
+}
+
 DataDir = Annotated[
     Path | None,
     typer.Option("--data-dir", "-d", help=field_help("data_dir"), show_default=False),
@@ -780,8 +785,8 @@ def expire(data_dir: DataDir = None) -> None:
 # --------------------------------------------------------------------------- plugins
 
 
-def _register_plugins() -> None:
-    for name, (module_name, help_text) in PLUGINS.items():
+def _register_plugins(parent: typer.Typer, plugins: dict[str, tuple[str, str]]) -> None:
+    for name, (module_name, help_text) in plugins.items():
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -791,10 +796,11 @@ def _register_plugins() -> None:
             continue
         sub = getattr(module, "app", None)
         if isinstance(sub, typer.Typer):
-            app.add_typer(sub, name=name, help=help_text)
+            parent.add_typer(sub, name=name, help=help_text)
 
 
-_register_plugins()
+_register_plugins(app, PLUGINS)
+_register_plugins(admin, ADMIN_PLUGINS)
 
 
 def main() -> None:  # pragma: no cover - console entry for `python -m service.cli`

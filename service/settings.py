@@ -76,6 +76,11 @@ class Settings(BaseSettings):
     deadline_ms: int = Field(
         30_000, ge=1, le=600_000, description="Per-call deadline when the context carries no deadline_ms."
     )
+    approval_ttl_s: int = Field(
+        300, ge=1, le=300,
+        description="How long a human's approval asked through MCP elicitation (withdraw, forget) stays "
+        "valid, counted from the question; the confirmation gate allows at most 300.",
+    )
     allowed_hosts: list[str] = Field(
         default_factory=list,
         description="Host header values to accept (e.g. memory.internal:8765); turns DNS-rebinding "

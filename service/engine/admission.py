@@ -15,31 +15,19 @@ from models.digests import DigestKind, seal_receipt
 from models.inputs import AdmissionInput
 from models.tools import REQUEST_ADMISSION
 
-from service.store.base import CandidateRow, JournalEvent, RecordRow, Transaction
+from service.store.base import CandidateRow, JournalEvent, Transaction
 
-from .clock import instant, now_ms, parse_instant
+from .acceptance import Acceptance, accept_records
+from .clock import instant, now_ms
 from .context import CallContext
 from .gates import check_confirmation, claim_key, needs_confirmation
 from .idempotency import find_replay, intent_hash, reserve
 from .lifecycle import require_pending
 from .parts import Parts
 from .policy import Decision, check_fresh
-from .records import candidate_aad, record_aad, record_id, transaction_receipt
+from .records import Trust, candidate_aad, evidence_digest, transaction_receipt
 from .sealing import SealBroken
 from .secrets import refuse_secrets
-
-
-def record_row(
-    scope: tuple[str, str], rid: str, body: dict[str, Any], *, r_digest: str, p_digest: str,
-    key_id: str, sealed: bytes, cursor: int, at_ms: int, candidate_id: str | None,
-) -> RecordRow:
-    valid = body["payload"]["valid_time"]
-    expires = body["retention"].get("expires_at")
-    return RecordRow(
-        scope, rid, "accepted_current", r_digest, p_digest, key_id, sealed,
-        valid["t"], valid.get("t_end"), parse_instant(expires) if expires else None,
-        cursor, instant(at_ms), candidate_id,
-    )
 
 
 def settle(
@@ -48,10 +36,10 @@ def settle(
 ) -> tuple[str, str | None, list[JournalEvent]]:
     """Apply a decision to a candidate whose body is open: (status, record_id, events).
 
-    accept makes a record sealed under a new data key (or, when an accepted_current
-    record already has this payload, answers duplicate_exact with it); reject ends the
-    candidate; adjudication_required holds it with its body. Every outcome but the hold
-    destroys the candidate's body key."""
+    accept makes a record through the one write path of :mod:`.acceptance` (or, when an
+    accepted_current record already has this payload, answers duplicate_exact with it);
+    reject ends the candidate; adjudication_required holds it with its body. Every
+    outcome but the hold destroys the candidate's body key."""
     scope = candidate.scope
     existing = tx.accepted_with_payload(scope, candidate.payload_digest)
     if decision == "adjudication_required":
@@ -68,19 +56,15 @@ def settle(
         {"decision_receipt": receipt, "principal": principal}, instant(at))]
     rid = existing
     if status == "accepted":
-        rid = record_id(candidate.record_digest)
-        record_body = {**body, "accepted_at": instant(at)}
-        key_id, sealed = parts.vault.seal_json(tx, record_body, record_aad(scope, rid))
-        event = tx.append_event(
-            scope, "record_accepted", rid,
-            {"candidate_id": candidate.candidate_id, "record_digest": candidate.record_digest,
-             "payload_digest": candidate.payload_digest},
-            instant(at))
-        events.append(event)
-        tx.insert_record(record_row(
-            scope, rid, record_body, r_digest=candidate.record_digest,
-            p_digest=candidate.payload_digest, key_id=key_id, sealed=sealed,
-            cursor=event.cursor, at_ms=at, candidate_id=candidate.candidate_id))
+        auth = body["authorization_receipt"]
+        acceptance = Acceptance(
+            candidate_id=candidate.candidate_id, record_digest=candidate.record_digest,
+            payload_digest=candidate.payload_digest, evidence_digest=evidence_digest(body["evidence"]),
+            payload=body["payload"], evidence=body["evidence"], retention=body["retention"],
+            trust=Trust(body["trust"]), actor=body["actor"], recorded_at=body["recorded_at"],
+            authorization_receipt_digest=auth["receipt_digest"])
+        rid = acceptance.record_id
+        events += accept_records(parts.vault, tx, scope, [acceptance], receipt, [auth], at)
     if not keep_body and candidate.key_id is not None:
         tx.destroy_key(candidate.key_id)
     tx.set_candidate_state(scope, candidate.candidate_id, new_state, drop_body=not keep_body)

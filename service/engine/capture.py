@@ -16,18 +16,19 @@ from models.tools import CAPTURE
 
 from service.store.base import CandidateRow
 
+from .acceptance import DEFAULT_RETENTION
 from .clock import instant, now_ms, parse_instant
 from .context import CallContext
 from .gates import check_confirmation, claim_key, needs_confirmation
 from .idempotency import find_replay, intent_hash, reserve
 from .parts import Parts
 from .policy import HostPolicy
-from .records import authorization_receipt, candidate_aad, evidence_digest, payload_digest, record_digest, transaction_receipt
+from .records import Trust, authorization_receipt, candidate_aad, evidence_digest, payload_digest, record_digest, transaction_receipt
 
 
 def resolve_retention(payload: dict[str, Any], policy: HostPolicy, at_ms: int) -> dict[str, Any]:
     """The retention the record will carry: omitted means make-ineligible, no expiry."""
-    retention = payload.get("retention") or {"derivative_rule": "make-ineligible"}
+    retention = payload.get("retention") or dict(DEFAULT_RETENTION)
     if retention["derivative_rule"] == "retain" and not policy.allow_retain:
         raise ContractError(ErrorCode.UNAUTHORIZED)
     if "expires_at" in retention:
@@ -66,7 +67,7 @@ def capture(parts: Parts, ctx: CallContext, args: CaptureInput) -> dict[str, Any
             "evidence": arguments["evidence"],
             "retention": retention,
             "authorization_receipt": auth,
-            "trust": "asserted",
+            "trust": Trust.ASSERTED.value,
             "actor": {"principal": ctx.principal, "agent_id": ctx.agent_id, "session": ctx.session},
             "recorded_at": instant(at),
         }

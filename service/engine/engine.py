@@ -9,18 +9,20 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from models.codes import ContractError, ErrorCode
 from models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW, parse_arguments
-from ranking import Device, Encoder, MiniLMEncoder, Ranker
+from ranking import Device, Encoder, MiniLMEncoder, Ranker, SemanticUnavailable
 
 from service.store import open_store
 from service.store.base import CommitUncertain, StoreUnavailable
 
-from . import admission, capture, operator, reading, search, transitions
+from . import admission, capture, export, ingestion, operator, reading, search, transitions
 from .clock import instant, now_ms
 from .context import CallContext
 from .paging import SnapshotCache
@@ -94,6 +96,12 @@ class Engine:
         """The embedding model in use (None when opened lexical-only)."""
         return self._encoder
 
+    @property
+    def ranker(self) -> Ranker:
+        """The ranking subsystem over this engine's projections (evaluation and benchmarks
+        query it directly, below the contract's re-checks)."""
+        return self.parts.ranker
+
     def _warm_up(self) -> None:
         load = getattr(self._encoder, "load", None)
         if load is not None:
@@ -149,6 +157,44 @@ class Engine:
         return {"ready": not reasons, "reasons": reasons}
 
     # -- the operator surface (never reachable through MCP) ----------------------------------
+    def prepare_batch(self, scope: tuple[str, str], submissions: Sequence[ingestion.Submission], *,
+                      scan_secrets: bool = True) -> ingestion.PreparedBatch:
+        """Batch admission, step one (writes nothing): refuse secrets, compute digests and
+        set aside records the scope already has (see :mod:`service.engine.ingestion`)."""
+        return ingestion.prepare(self.parts, scope, submissions, scan_secrets=scan_secrets)
+
+    def embed_batch(self, batch: ingestion.PreparedBatch) -> list[np.ndarray] | None:
+        """Passage vectors for a prepared batch, as its admission would compute them;
+        None when the semantic channel cannot embed (the batch is then projected
+        lexically and the semantic channel reports itself behind)."""
+        try:
+            return self.parts.ranker.embed(batch.documents)
+        except SemanticUnavailable:
+            return None
+
+    def admit_batch(self, batch: ingestion.PreparedBatch, operator: CallContext, *,
+                    vectors: Sequence[np.ndarray] | None = None) -> ingestion.BatchOutcome:
+        """Batch admission, step two: accept the prepared records in one transaction
+        through the agent path's record writer, then project them into both indexes."""
+        return ingestion.admit(self.parts, batch, operator, vectors=vectors)
+
+    def catch_up(self, scope: tuple[str, str]) -> None:
+        """Bring the scope's indexes up to its journal (heals an interrupted load)."""
+        self.parts.projector.catch_up(scope)
+
+    def scope_cursor(self, scope: tuple[str, str]) -> int:
+        """The scope's journal head."""
+        return self.parts.store.scope_cursor(scope)
+
+    def export_records(self, scope: tuple[str, str], *, vectors: bool = False) -> Iterator[export.ExportedRecord]:
+        """The scope's current records (payload, evidence, retention; with ``vectors``
+        their indexed passage vectors too), in record_id order (see :mod:`.export`)."""
+        return export.export_records(self.parts, scope, vectors=vectors)
+
+    def receipt(self, receipt_digest: str) -> dict[str, Any] | None:
+        """A receipt a record body references by digest (authorisation, decision)."""
+        return self.parts.store.receipt(receipt_digest)
+
     def sweep_invalidations(self) -> int:
         """Complete physical purges left pending (a forgotten record's bytes still in an
         index file, key bytes still in the WAL). Returns how many scopes were swept."""

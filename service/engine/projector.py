@@ -21,6 +21,7 @@ from .records import index_document, record_aad, scope_key
 from .sealing import BodyVault, SealBroken
 
 RANKING_EVENTS = frozenset(
+    # record_ingested: what bulk loads journaled before they shared admission's writer.
     {"record_accepted", "record_ingested", "record_tombstoned", "record_state_changed"}
 )
 BATCH = 512

@@ -11,12 +11,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+from enum import StrEnum
 from typing import Any
 
 from models.digests import DigestKind, digest, record_id_for, seal_receipt
 from ranking import IndexDocument
 
 from .clock import instant
+
+class Trust(StrEnum):
+    """Who vouches for a record's content, stated in its sealed body and its journal event."""
+
+    ASSERTED = "asserted"  # an agent captured it and the host's policy admitted it
+    OPERATOR_INGESTED = "operator-ingested"  # an operator loaded it in bulk
+
 
 REDACTED_FIELDS = ("actor", "evidence.attestation", "payload.reconciliation")
 REDACTION_POLICY = "engram.redaction/high/v1"

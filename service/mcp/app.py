@@ -21,6 +21,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from .audit import AUDIT_FILE, AuditLog
 from .body_limit import BodyLimit
 from .duplicate_keys import DuplicateKeyMarker
+from .elicitation import HumanApproval, caller_of
 from .host_context import HeaderBinding
 from .metrics import Metrics
 from .rate_limit import TokenBucketLimiter
@@ -64,13 +65,16 @@ def create_app(
     host, allowed_hosts = settings.host, settings.allowed_hosts
     audit = AuditLog(audit_path if audit_path is not None else Path(settings.data_dir) / AUDIT_FILE)
     metrics = Metrics()
+    binding = HeaderBinding(host_secret)
     front = ToolFrontEnd(
         engine,
-        HeaderBinding(host_secret),
+        binding,
         audit=audit,
         metrics=metrics,
         limiter=TokenBucketLimiter(rate=settings.rate, burst=settings.burst),
         default_deadline_ms=settings.deadline_ms,
+        # Replicas sharing the host secret accept each other's sealed elicitation state.
+        approval=HumanApproval(settings.approval_ttl_s, state_key=host_secret, caller=caller_of(binding.resolve)),
     )
     # The engine may report per-channel ranking latency (lexical, semantic, fusion).
     hook = getattr(engine, "set_channel_latency_observer", None)

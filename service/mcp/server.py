@@ -40,6 +40,7 @@ from service.engine.context import CallContext
 
 from .audit import AuditLog, audit_digest
 from .duplicate_keys import MARK_HEADER
+from .elicitation import HumanApproval, needs_confirmation
 from .host_context import ContextUnavailable, check_purpose
 from .metrics import Metrics
 from .rate_limit import TokenBucketLimiter
@@ -144,6 +145,7 @@ class ToolFrontEnd:
         metrics: Metrics | None = None,
         default_deadline_ms: int,
         limiter: TokenBucketLimiter | None = None,
+        approval: HumanApproval | None = None,
         tools: Mapping[str, ToolSpec] = TOOLS,
     ) -> None:
         self.engine = engine
@@ -152,6 +154,7 @@ class ToolFrontEnd:
         self.metrics = metrics or Metrics()
         self.limiter = limiter or TokenBucketLimiter(rate=0, burst=1)
         self.default_deadline_ms = default_deadline_ms
+        self.approval = approval
         self.tools = dict(tools)
         self._definitions = {name: tool_definition(spec) for name, spec in self.tools.items()}
 
@@ -170,6 +173,8 @@ class ToolFrontEnd:
             get_tool_input_schema=lambda name: self.tools[name].input_schema if name in self.tools else None,
         )
         server.middleware.append(_NoLeakMiddleware())
+        if self.approval is not None:
+            server.middleware.append(self.approval.boundary(SERVER_NAME))
         return server
 
     # ----------------------------------------------------------------- context
@@ -191,7 +196,9 @@ class ToolFrontEnd:
 
     # ----------------------------------------------------------------- call
 
-    async def call_tool(self, rctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(
+        self, rctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
         started = time.monotonic()
         audit_id = new_audit_id()
         name = params.name
@@ -214,6 +221,14 @@ class ToolFrontEnd:
         if rctx.request is not None and rctx.request.headers.get(MARK_HEADER.decode()):
             envelope = failure_envelope(ErrorCode.INVALID_SCHEMA, audit_id)
         else:
+            if self.approval is not None and ctx.confirmation is None and needs_confirmation(name, ctx):
+                asked = await self.approval.confirm(rctx, params, name, ctx, arguments)
+                if isinstance(asked, types.InputRequiredResult):
+                    await self._record(audit_id, name, "input_required", started, ctx, arguments, None)
+                    return asked
+                if asked.confirmation is not None:
+                    started = time.monotonic()  # the deadline runs from the human's answer
+                ctx = asked
             envelope = await self._execute(name, ctx, arguments, audit_id, started)
         code = "ok" if envelope["ok"] else envelope["error"]["code"]
         await self._record(audit_id, name, code, started, ctx, arguments, envelope)

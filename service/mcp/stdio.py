@@ -15,6 +15,7 @@ import anyio
 from mcp.server.stdio import stdio_server
 
 from .audit import AUDIT_FILE, AuditLog
+from .elicitation import HumanApproval, caller_of
 from .host_context import StaticBinding
 from .rate_limit import TokenBucketLimiter
 from service.settings import Settings
@@ -41,6 +42,7 @@ def serve_stdio(
         audit=audit,
         limiter=TokenBucketLimiter(rate=settings.rate, burst=settings.burst),
         default_deadline_ms=settings.deadline_ms,
+        approval=HumanApproval(settings.approval_ttl_s, caller=caller_of(binding.resolve)),
     )
     try:
         anyio.run(_serve, front)

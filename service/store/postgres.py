@@ -73,6 +73,10 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
         "PRIMARY KEY (tenant, workspace, record_id))",
         "CREATE TABLE IF NOT EXISTS confirmations (ref TEXT PRIMARY KEY, used_at_ms BIGINT NOT NULL)",
     )),
+    # Receipts kept once, referenced by digest from record bodies (Transaction.put_receipt).
+    Migration(2, "receipts", (
+        "CREATE TABLE IF NOT EXISTS receipts (digest TEXT PRIMARY KEY, body TEXT NOT NULL)",
+    )),
 )
 
 # One advisory-lock key space for migrations (scope locks hash the scope into another).
@@ -158,6 +162,15 @@ class _PgTx:
 
     def destroy_key(self, key_id: str) -> None:
         self.conn.execute("DELETE FROM keys WHERE key_id=%s", (key_id,))
+
+    # receipts ------------------------------------------------------------------------
+    def put_receipt(self, receipt: dict[str, Any]) -> str:
+        digest_ = receipt["receipt_digest"]
+        self.conn.execute(
+            "INSERT INTO receipts VALUES (%s,%s) ON CONFLICT (digest) DO NOTHING",
+            (digest_, json.dumps(receipt, sort_keys=True, separators=(",", ":"))),
+        )
+        return digest_
 
     # candidates and records --------------------------------------------------------
     def insert_candidate(self, row: CandidateRow) -> None:
@@ -363,6 +376,11 @@ class PostgresStore:
                     _rollback(conn)
         except psycopg.Error as exc:
             raise StoreUnavailable() from exc
+
+    # receipts --------------------------------------------------------------------------
+    def receipt(self, receipt_digest: str) -> dict[str, Any] | None:
+        rows = self._read("SELECT body FROM receipts WHERE digest=%s", (receipt_digest,))
+        return json.loads(rows[0][0]) if rows else None
 
     # keys ---------------------------------------------------------------------------
     def wrapped_key(self, key_id: str) -> tuple[bytes, str] | None:

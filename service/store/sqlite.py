@@ -64,6 +64,10 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "idempotency keys as digests", (
         "UPDATE idempotency SET key = engram_idempotency_key_digest(key)",
     )),
+    # Receipts kept once, referenced by digest from record bodies (Transaction.put_receipt).
+    Migration(3, "receipts", (
+        "CREATE TABLE IF NOT EXISTS receipts (digest TEXT PRIMARY KEY, body TEXT NOT NULL)",
+    )),
 )
 
 
@@ -138,6 +142,15 @@ class _Tx:
 
     def destroy_key(self, key_id: str) -> None:
         self.conn.execute("DELETE FROM keys WHERE key_id=?", (key_id,))
+
+    # receipts ------------------------------------------------------------------------
+    def put_receipt(self, receipt: dict[str, Any]) -> str:
+        digest_ = receipt["receipt_digest"]
+        self.conn.execute(
+            "INSERT INTO receipts VALUES (?,?) ON CONFLICT(digest) DO NOTHING",
+            (digest_, json.dumps(receipt, sort_keys=True, separators=(",", ":"))),
+        )
+        return digest_
 
     # candidates and records --------------------------------------------------------
     def insert_candidate(self, row: CandidateRow) -> None:
@@ -357,6 +370,11 @@ class SqliteStore:
                 "UPDATE keys SET wrapped=?, kek_id=? WHERE key_id=?",
                 [(wrapped, kek_id, key_id) for key_id, wrapped, kek_id in rows],
             )
+
+    # receipts --------------------------------------------------------------------------
+    def receipt(self, receipt_digest: str) -> dict[str, Any] | None:
+        rows = self._read("SELECT body FROM receipts WHERE digest=?", (receipt_digest,))
+        return json.loads(rows[0][0]) if rows else None
 
     # journal and scopes ---------------------------------------------------------------
     def scope_cursor(self, scope: Scope) -> int:

@@ -10,8 +10,10 @@ import pytest
 
 from index_data.ingest import ingest_corpus
 from index_data.readers import VectorSource, read_beir, read_jsonl
-from index_data.records import IngestRecord, candidate_id_for, record_id_for
-from service.engine import CallContext
+from index_data.records import IngestRecord, build_payload, candidate_id_for, record_id_for
+from service.engine import CallContext, Confirmation
+from service.engine.clock import now_ms
+from service.engine.gates import operation_digest
 from service.engine.records import scope_key
 
 SCOPE = ("acme", "kb")
@@ -95,20 +97,73 @@ def test_ingested_records_are_searchable_and_gettable(engine):
     assert other["records"] == []
 
 
-def test_record_ids_are_deterministic_and_journal_carries_digests_only(engine):
+def _sealed_body(engine, record_id: str) -> dict:
+    row = engine.parts.store.records(SCOPE, [record_id])[record_id]
+    return engine.parts.vault.open_json(row.key_id, row.sealed, f"record\0{SCOPE[0]}\0{SCOPE[1]}\0{record_id}")
+
+
+def _admit(engine, text: str) -> str:
+    """An agent's capture admitted by the host's policy: the path ingestion must match."""
+    agent = ctx()
+    # The payload ingestion builds also passes the contract's capture validation.
+    payload, evidence = build_payload(IngestRecord("agent-1", text, "doc:agent-note"), PURPOSE)
+    captured = engine.execute("engram_memory_capture", agent, {
+        "idempotency_key": "idem-capture-0001", "payload": payload, "evidence": evidence})
+    admitted = engine.execute("engram_memory_request_admission", agent,
+                              {"candidate_id": captured["candidate_id"], "idempotency_key": "idem-admit-00001"})
+    return admitted["outcome"]["record_id"]
+
+
+def test_ingested_records_are_shaped_like_admitted_ones(engine):
     records = corpus(3)
     ingest_corpus(engine, SCOPE, records, progress=False, purpose_ref=PURPOSE)
+    admitted_id = _admit(engine, "an agent's own note about ledgers")
     events = list(engine.parts.store.events(SCOPE))
-    assert [e.kind for e in events] == ["record_ingested"] * 3
-    assert events[0].subject == record_id_for(SCOPE, records[0], PURPOSE)
-    assert events[0].body["candidate_id"] == candidate_id_for(SCOPE, "r0")
-    assert events[0].body["external_id"] == "r0"
-    assert "ledger" not in json.dumps([e.body for e in events])  # no content in the journal
-    row = engine.parts.store.records(SCOPE, [events[0].subject])[events[0].subject]
-    body = engine.parts.vault.open_json(row.key_id, row.sealed,
-                                        f"record\0{SCOPE[0]}\0{SCOPE[1]}\0{row.record_id}")
-    assert body["trust"] == "operator-ingested"
-    assert body["authorization_receipt"]["receipt_digest"].startswith("sha256:")
+    ingested = [e for e in events[:3]]
+    admitted = events[-1]
+    # One event kind and one event shape for both paths; digests only, no content.
+    assert {e.kind for e in ingested} == {admitted.kind} == {"record_accepted"}
+    assert all(set(e.body) == set(admitted.body) for e in ingested)
+    assert ingested[0].subject == record_id_for(SCOPE, records[0], PURPOSE)
+    assert ingested[0].body["candidate_id"] == candidate_id_for(SCOPE, "r0")
+    assert "ledger" not in json.dumps([e.body for e in events])
+    # The same sealed body shape; only the stated trust class and the receipts differ.
+    body, agent_body = _sealed_body(engine, ingested[0].subject), _sealed_body(engine, admitted_id)
+    assert set(body) == set(agent_body)
+    assert (body["trust"], agent_body["trust"]) == ("operator-ingested", "asserted")
+    assert ingested[0].body["trust"] == "operator-ingested" and admitted.body["trust"] == "asserted"
+    # Receipts are kept once and referenced by digest: one authorisation and one decision
+    # for the whole batch, each readable back under its digest.
+    bodies = [_sealed_body(engine, e.subject) for e in ingested]
+    assert len({b["authorization_receipt_digest"] for b in bodies}) == 1
+    assert len({b["decision_receipt_digest"] for b in bodies}) == 1
+    auth = engine.receipt(body["authorization_receipt_digest"])
+    assert auth["tool"] == "engram_operator_ingest" and auth["receipt_digest"] == body["authorization_receipt_digest"]
+    assert engine.receipt(body["decision_receipt_digest"])["policy_id"] == "engram.operator-ingest"
+    agent_auth = engine.receipt(agent_body["authorization_receipt_digest"])
+    assert agent_auth["tool"] == "engram_memory_capture" and agent_auth["principal"] == "alice"
+    assert "authorization_receipt" not in body and "authorization_receipt" not in agent_body
+
+
+def test_forgotten_content_is_not_revived_by_a_reload(engine):
+    records = corpus(4)
+    ingest_corpus(engine, SCOPE, records, progress=False, purpose_ref=PURPOSE)
+    target = record_id_for(SCOPE, records[1], PURPOSE)
+    args = {"record_id": target, "idempotency_key": "idem-forget-00001", "reason_ref": "reason:obsolete"}
+    now = now_ms()
+    human = Confirmation(ref="conf-1", capability="engram_memory_forget", target=target,
+                         operation_digest=operation_digest("engram_memory_forget", args),
+                         approved_at_ms=now, expires_at_ms=now + 60_000)
+    forgotten = engine.execute("engram_memory_forget", CallContext(**{**ctx().__dict__, "confirmation": human}), args)
+    assert forgotten["receipt"]["to_state"] == "tombstoned"
+    again = ingest_corpus(engine, SCOPE, records, progress=False, purpose_ref=PURPOSE)
+    assert again.ingested == 0 and again.skipped_existing == 4
+    assert engine.parts.store.records(SCOPE, [target])[target].state == "tombstoned"
+    # The same content under another source id is refused, not loaded beside the tombstone.
+    clone = IngestRecord(external_id="clone", text=records[1].text, source_ref=records[1].source_ref,
+                         locator_value=records[1].external_id)
+    report = ingest_corpus(engine, SCOPE, [clone], progress=False, purpose_ref=PURPOSE)
+    assert report.ingested == 0 and report.refused == {"forgotten": 1}
 
 
 def test_refused_records_are_counted_not_stored(engine):
@@ -124,7 +179,7 @@ def test_precomputed_vectors_one_row_and_passage_offsets(engine, encoder):
     records = corpus(12)
     vectors = encoder.encode([r.text for r in records])
     report = ingest_corpus(engine, SCOPE, records, vectors=vectors, batch_size=5, progress=False,
-                           purpose_ref=PURPOSE, encoder=None)
+                           purpose_ref=PURPOSE)
     assert report.vectors == "precomputed" and report.ingested == 12
     assert engine.parts.ranker.projection_cursor(scope_key(SCOPE))["semantic"] == 12
     # Passage-aligned form: two rows for the first document, one for the rest.
@@ -132,7 +187,7 @@ def test_precomputed_vectors_one_row_and_passage_offsets(engine, encoder):
     source = VectorSource(rows, offsets=np.array([0, 2, *range(3, 14)]))
     assert len(source) == 12 and source.get(0).shape == (2, encoder.dim)
     report = ingest_corpus(engine, ("acme", "kb2"), records, vectors=source, progress=False,
-                           purpose_ref=PURPOSE, encoder=None)
+                           purpose_ref=PURPOSE)
     assert report.ingested == 12
 
 
@@ -159,3 +214,52 @@ def test_cli_ingest(tiny_beir: Path, tmp_path: Path):
     assert json.loads(result.output)["ingested"] == 30
     again = CliRunner().invoke(app, args)
     assert json.loads(again.output)["skipped_existing"] == 30
+
+
+class _SignallingEncoder:
+    """The test encoder, announcing each call (to observe the pipeline's stages)."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.dim, self.calls = inner, inner.dim, 0
+        self.second_call = __import__("threading").Event()
+
+    def encode(self, texts):
+        self.calls += 1
+        if self.calls == 2:
+            self.second_call.set()
+        return self.inner.encode(texts)
+
+
+def test_embedding_overlaps_writing(tmp_path: Path, encoder):
+    """Batch 2 is embedded while batch 1 is still being written: the write stage of
+    batch 1 waits for the encoder's second call, which a sequential loop never makes."""
+    from service.engine import Engine
+
+    signalling = _SignallingEncoder(encoder)
+    eng = Engine.open(tmp_path / "d", encoder=signalling)
+    overlapped: list[bool] = []
+
+    def first_batch_written(report) -> None:
+        if report.batches == 1:
+            overlapped.append(signalling.second_call.wait(timeout=30))
+
+    try:
+        report = ingest_corpus(eng, SCOPE, corpus(20), batch_size=10, progress=False, purpose_ref=PURPOSE,
+                               on_batch=first_batch_written)
+    finally:
+        eng.close()
+    assert overlapped == [True] and report.ingested == 20 and report.vectors == "encoder"
+
+
+def test_a_failing_stage_stops_the_load_and_a_rerun_finishes(engine):
+    def fail_after_first(report) -> None:
+        if report.batches == 1:
+            raise RuntimeError("operator interrupted")
+
+    with pytest.raises(RuntimeError, match="operator interrupted"):
+        ingest_corpus(engine, SCOPE, corpus(30), batch_size=10, progress=False, purpose_ref=PURPOSE,
+                      on_batch=fail_after_first)
+    assert live_count(engine) == 10  # the first batch committed, nothing after the failure
+    report = ingest_corpus(engine, SCOPE, corpus(30), batch_size=10, progress=False, purpose_ref=PURPOSE)
+    assert (report.ingested, report.skipped_existing) == (20, 10)
+    assert engine.parts.ranker.projection_cursor(scope_key(SCOPE)) == {"lexical": 30, "semantic": 30}

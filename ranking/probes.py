@@ -1,0 +1,32 @@
+"""Raw-engine probes: each engine alone on a scope's indexes, for benchmark ratios.
+
+The capacity bench divides what a search costs through the ranker, the engine and MCP
+by what the engines underneath cost on the same indexes and queries. A probe asks each
+engine for what the ranker asks of it, without the ranker's bookkeeping (fusion, id
+decoding, similarity of lexical-only candidates). Probes measure; they are not a search
+path, and nothing of the service calls them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ranking.lexical import LexicalHit
+
+
+@dataclass(frozen=True)
+class RawEngines:
+    """One scope's engines, callable alone."""
+
+    #: ``tantivy(query, k)``: the lexical channel's scoring clauses at depth k (no scope
+    #: filter, no ids or stored fields read).
+    tantivy: Callable[[str, int], Any]
+    #: ``lexical_channel(query, k)``: the whole lexical channel (ids and valid times read).
+    lexical_channel: Callable[[str, int], list[LexicalHit]]
+    #: ``knn(queries, k, ef)``: hnswlib ``knn_query`` labels, one row per query row.
+    knn: Callable[[np.ndarray, int, int], np.ndarray]
+    #: ``label_record(label)``: the record a passage label belongs to.
+    label_record: Callable[[int], str | None]

@@ -1,0 +1,103 @@
+"""Accepted records: the one write path that makes them.
+
+An accepted record is made the same way whoever accepted it: the host's admission policy
+deciding one candidate (``request_admission``), an operator adjudicating a held one, or
+an operator loading a corpus in batches (:mod:`service.engine.ingestion`). Per record it
+writes a body sealed under its own data key, bound to the record's scope and id; one
+``record_accepted`` journal event carrying digests only; and the record row. The body
+names its trust class (who vouches for it) and references its authorisation and decision
+receipts by digest: each receipt is kept once in the store (``Transaction.put_receipt``),
+however many records one decision accepts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from service.store.base import JournalEvent, RecordRow, Transaction
+
+from .clock import instant, parse_instant
+from .records import Trust, record_aad, record_id
+from .sealing import BodyVault
+
+RECORD_ACCEPTED = "record_accepted"
+#: What an omitted retention means (contract: make-ineligible, no expiry).
+DEFAULT_RETENTION: dict[str, Any] = {"derivative_rule": "make-ineligible"}
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """One record about to be accepted: its identity, content and provenance."""
+
+    candidate_id: str
+    record_digest: str
+    payload_digest: str
+    evidence_digest: str
+    payload: dict[str, Any]
+    evidence: dict[str, Any]
+    retention: dict[str, Any]
+    trust: Trust
+    actor: dict[str, str]
+    recorded_at: str
+    authorization_receipt_digest: str
+
+    @property
+    def record_id(self) -> str:
+        return record_id(self.record_digest)
+
+
+def record_row(
+    scope: tuple[str, str], rid: str, body: dict[str, Any], *, r_digest: str, p_digest: str,
+    key_id: str, sealed: bytes, cursor: int, accepted_at: str, candidate_id: str | None,
+) -> RecordRow:
+    valid = body["payload"]["valid_time"]
+    expires = body["retention"].get("expires_at")
+    return RecordRow(
+        scope, rid, "accepted_current", r_digest, p_digest, key_id, sealed,
+        valid["t"], valid.get("t_end"), parse_instant(expires) if expires else None,
+        cursor, accepted_at, candidate_id,
+    )
+
+
+def accept_records(
+    vault: BodyVault, tx: Transaction, scope: tuple[str, str], accepted: list[Acceptance],
+    decision_receipt: dict[str, Any], authorization_receipts: list[dict[str, Any]], at_ms: int,
+) -> list[JournalEvent]:
+    """Write ``accepted`` as records in ``tx``, one journal event each, in order.
+
+    The caller has decided (``decision_receipt``) and checked what its path requires
+    (no record with that id yet, no tombstone with that payload); ``authorization_receipts``
+    are the receipts the bodies reference, kept once each."""
+    for receipt in (decision_receipt, *authorization_receipts):
+        tx.put_receipt(receipt)
+    decision_digest = decision_receipt["receipt_digest"]
+    accepted_at = instant(at_ms)
+    events: list[JournalEvent] = []
+    for item in accepted:
+        rid = item.record_id
+        body = {
+            "payload": item.payload,
+            "evidence": item.evidence,
+            "retention": item.retention,
+            "trust": item.trust.value,
+            "actor": item.actor,
+            "recorded_at": item.recorded_at,
+            "accepted_at": accepted_at,
+            "authorization_receipt_digest": item.authorization_receipt_digest,
+            "decision_receipt_digest": decision_digest,
+        }
+        key_id, sealed = vault.seal_json(tx, body, record_aad(scope, rid))
+        event = tx.append_event(
+            scope, RECORD_ACCEPTED, rid,
+            {"candidate_id": item.candidate_id, "record_digest": item.record_digest,
+             "payload_digest": item.payload_digest, "evidence_digest": item.evidence_digest,
+             "authorization_receipt_digest": item.authorization_receipt_digest,
+             "decision_receipt_digest": decision_digest, "trust": item.trust.value},
+            accepted_at)
+        tx.insert_record(record_row(
+            scope, rid, body, r_digest=item.record_digest, p_digest=item.payload_digest,
+            key_id=key_id, sealed=sealed, cursor=event.cursor, accepted_at=accepted_at,
+            candidate_id=item.candidate_id))
+        events.append(event)
+    return events

@@ -1,0 +1,208 @@
+"""Batch admission: an operator accepts many records at once, through the agent path's writer.
+
+Why not capture + request_admission per document: a collection of a million documents
+would pay two transactions, an idempotency reservation and a policy decision each, and an
+agent-path confirmation model that makes no sense for an operator's load. A batch is the
+operator's accepted admission: one decision receipt (policy ``engram.operator-ingest``)
+and one authorisation receipt cover the batch, and each record is written by
+:func:`service.engine.acceptance.accept_records`, the function ``request_admission`` uses,
+so a loaded record differs from an admitted one only in what it states: trust class
+``operator-ingested`` and the operator's receipts.
+
+Two steps, so a caller can overlap them with embedding (see ``index_data.ingest``):
+:func:`prepare` (no write: secret scan, digests, which records exist already) and
+:func:`admit` (one store transaction, then both indexes, holding the projector's lock so
+a concurrent catch-up cannot interleave). The record id is bound to the submission's
+``candidate_id``, so a caller that derives it deterministically (bulk ingest: from the
+source document's id) gets idempotent, resumable loads: a record already present in any
+state is skipped (a forgotten record is never revived), and content whose payload was
+forgotten is refused. A crash between a batch's commit and its index apply leaves the
+indexes behind the journal; the projector heals it on the next catch-up.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Sequence
+
+import numpy as np
+
+from models.codes import ContractError
+from models.digests import DigestKind, digest, seal_receipt
+from ranking import IndexDocument
+
+from .acceptance import DEFAULT_RETENTION, Acceptance, accept_records
+from .clock import instant, now_ms
+from .context import CallContext
+from .parts import Parts
+from .records import (Trust, authorization_receipt, evidence_digest, index_document, payload_digest,
+                      record_digest, record_id, scope_key)
+from .secrets import refuse_secrets
+
+INGEST_TOOL = "engram_operator_ingest"
+INGEST_POLICY = "engram.operator-ingest"
+
+
+class Refusal(StrEnum):
+    """Why a submission did not become a record."""
+
+    SECRET = "secret"  # the contract's secret scan matched (as capture would refuse it)
+    FORGOTTEN = "forgotten"  # a record with this payload was forgotten in the scope
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One document offered for batch admission, in the contract's capture shapes.
+
+    ``candidate_id`` stands where an agent's capture would mint one: the record's digest
+    and id are bound to it, so a deterministic one makes the load idempotent."""
+
+    candidate_id: str
+    payload: dict[str, Any]
+    evidence: dict[str, Any]
+    retention: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_RETENTION))
+
+
+@dataclass(frozen=True)
+class PreparedRecord:
+    """A submission that may become a record: ``position`` is its index in the batch."""
+
+    position: int
+    submission: Submission
+    payload_digest: str
+    evidence_digest: str
+    record_digest: str
+    record_id: str
+    document: IndexDocument
+
+
+@dataclass
+class PreparedBatch:
+    """A batch after :func:`prepare`: the records to write and what was set aside."""
+
+    scope: tuple[str, str]
+    records: list[PreparedRecord]
+    refused: Counter[str] = field(default_factory=Counter)
+    skipped: int = 0  # already present in the scope, or twice in this batch
+
+    @property
+    def documents(self) -> list[IndexDocument]:
+        return [r.document for r in self.records]
+
+
+@dataclass
+class BatchOutcome:
+    """What :func:`admit` wrote: record ids in order, the journal span, timings."""
+
+    accepted: list[str] = field(default_factory=list)
+    skipped: int = 0
+    refused: Counter[str] = field(default_factory=Counter)
+    first_cursor: int = 0
+    last_cursor: int = 0
+    store_seconds: float = 0.0
+    index_seconds: float = 0.0
+
+
+def identify(scope: tuple[str, str], submission: Submission) -> tuple[str, str, str, str]:
+    """(payload digest, evidence digest, record digest, record id) of a submission."""
+    p_digest = payload_digest(submission.payload)
+    e_digest = evidence_digest(submission.evidence)
+    r_digest = record_digest(scope, submission.candidate_id, p_digest, e_digest)
+    return p_digest, e_digest, r_digest, record_id(r_digest)
+
+
+def _holds_secret(sub: Submission) -> bool:
+    """The agent path's rule (every kept string, keys included), as a verdict."""
+    try:
+        refuse_secrets({"payload": sub.payload, "evidence": sub.evidence, "retention": sub.retention})
+    except ContractError:
+        return True
+    return False
+
+
+def prepare(parts: Parts, scope: tuple[str, str], submissions: Sequence[Submission], *,
+            scan_secrets: bool = True) -> PreparedBatch:
+    """Scan, digest and de-duplicate a batch; writes nothing."""
+    key = scope_key(scope)
+    batch = PreparedBatch(scope, [])
+    candidates: dict[str, PreparedRecord] = {}
+    for position, sub in enumerate(submissions):
+        if scan_secrets and _holds_secret(sub):
+            batch.refused[Refusal.SECRET.value] += 1
+            continue
+        p_digest, e_digest, r_digest, rid = identify(scope, sub)
+        if rid in candidates:
+            batch.skipped += 1
+            continue
+        candidates[rid] = PreparedRecord(position, sub, p_digest, e_digest, r_digest, rid,
+                                         index_document(key, rid, sub.payload))
+    existing = parts.store.records(scope, list(candidates))
+    batch.skipped += len(existing)
+    batch.records = [r for rid, r in candidates.items() if rid not in existing]
+    return batch
+
+
+def operator_context(scope: tuple[str, str], principal: str, session: str, purpose_ref: str) -> CallContext:
+    """The operator's own context, for the batch's authorisation receipt."""
+    return CallContext(tenant=scope[0], workspace=scope[1], principal=principal, agent_id="engram-ingest",
+                       session=session, purpose=purpose_ref)
+
+
+def admit(parts: Parts, batch: PreparedBatch, operator: CallContext, *,
+          vectors: Sequence[np.ndarray] | None = None) -> BatchOutcome:
+    """Accept a prepared batch: one transaction, then both indexes (``vectors``: one array
+    of passage vectors per prepared record; without them the ranker embeds)."""
+    if vectors is not None and len(vectors) != len(batch.records):
+        raise ValueError("vectors must hold one array per prepared record")
+    scope = batch.scope
+    outcome = BatchOutcome(skipped=batch.skipped, refused=Counter(batch.refused))
+    if not batch.records:
+        return outcome
+    actor = {"principal": operator.principal, "agent_id": operator.agent_id, "session": operator.session}
+    with parts.projector.exclusive():
+        t0 = time.perf_counter()
+        written: list[int] = []
+        with parts.store.transaction() as tx:
+            at = now_ms()
+            auth = authorization_receipt(operator, INGEST_TOOL, at)
+            accepted: list[Acceptance] = []
+            for i, prepared in enumerate(batch.records):
+                sub = prepared.submission
+                if tx.record(scope, prepared.record_id) is not None:
+                    outcome.skipped += 1  # a concurrent load got there first
+                    continue
+                if tx.tombstoned_payload(scope, prepared.payload_digest):
+                    outcome.refused[Refusal.FORGOTTEN.value] += 1  # forgotten stays forgotten
+                    continue
+                if tx.accepted_with_payload(scope, prepared.payload_digest) is not None:
+                    outcome.skipped += 1  # the same content is already a current record
+                    continue
+                accepted.append(Acceptance(
+                    candidate_id=sub.candidate_id, record_digest=prepared.record_digest,
+                    payload_digest=prepared.payload_digest, evidence_digest=prepared.evidence_digest,
+                    payload=sub.payload, evidence=sub.evidence, retention=sub.retention,
+                    trust=Trust.OPERATOR_INGESTED, actor=actor, recorded_at=instant(at),
+                    authorization_receipt_digest=auth["receipt_digest"]))
+                written.append(i)
+            if accepted:
+                decision = seal_receipt(DigestKind.DECISION_RECEIPT, {
+                    "policy_id": INGEST_POLICY, "policy_version": "1", "decision": "accept",
+                    "record_digests_digest": digest(DigestKind.IDS, [a.record_digest for a in accepted]),
+                    "issued_at": instant(at)})
+                events = accept_records(parts.vault, tx, scope, accepted, decision, [auth], at)
+                outcome.accepted = [a.record_id for a in accepted]
+                outcome.first_cursor, outcome.last_cursor = events[0].cursor, events[-1].cursor
+        t1 = time.perf_counter()
+        outcome.store_seconds = t1 - t0
+        if written:
+            parts.ranker.apply(
+                scope_key(scope), [batch.records[i].document for i in written], [],
+                through_cursor=outcome.last_cursor,
+                vectors=[vectors[i] for i in written] if vectors is not None else None,
+                after_cursor=outcome.first_cursor - 1,
+            )
+        outcome.index_seconds = time.perf_counter() - t1
+    return outcome
