@@ -77,13 +77,21 @@ def percentiles(samples: list[float]) -> dict[str, float]:
 
 
 def timed(fn: Callable[[Any], Any], items: list[Any], warmup: int = 3) -> list[float]:
-    for item in items[:warmup]:
-        fn(item)
-    out = []
-    for item in items:
-        t = time.perf_counter()
-        fn(item)
-        out.append(time.perf_counter() - t)
+    return interleaved({"only": (fn, items)}, warmup)["only"]
+
+
+def interleaved(probes: dict[str, tuple[Callable[[Any], Any], list[Any]]], warmup: int = 3) -> dict[str, list[float]]:
+    """Seconds per item of each probe, the probes taking turns item by item, so a change
+    in machine load during the run weighs on every probe alike and their ratios hold."""
+    for fn, items in probes.values():
+        for item in items[:warmup]:
+            fn(item)
+    out: dict[str, list[float]] = {name: [] for name in probes}
+    for i in range(min(len(items) for _, items in probes.values())):
+        for name, (fn, items) in probes.items():
+            t = time.perf_counter()
+            fn(items[i])
+            out[name].append(time.perf_counter() - t)
     return out
 
 
@@ -213,18 +221,28 @@ def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size:
     ctx = bench_context()
     ranker = engine.ranker
     say(f"[n={size}] search latency ({queries} queries)")
-    hybrid = timed(lambda q: engine.execute("engram_memory_search", ctx, search_args(q, "lexical_and_semantic")), texts)
-    hits = [len(engine.execute("engram_memory_search", ctx, search_args(q, "lexical_and_semantic"))["records"])
-            for q in texts[:20]]
     config = HYBRID_PROFILE.config
     lexical_k, semantic_k = int(config["lexical_cap"]), int(config["semantic_cap"])
     raw = ranker.raw_engines(key, HYBRID_PROFILE)
-    lexical_raw = timed(lambda q: raw.tantivy(q, lexical_k), texts)
-    lexical_channel = timed(lambda q: raw.lexical_channel(q, lexical_k), texts)
-    hnsw_candidates = timed(lambda v: raw.knn(v, semantic_k, max(128, semantic_k)), list(qvecs))
-    hnsw = timed(lambda v: raw.knn(v, 10, 128), list(qvecs))
-    encode = timed(lambda q: encoder.encode([q]), texts)
-    ranker_hybrid = timed(lambda q: ranker.search(key, q, HYBRID_PROFILE, valid_as_of_ms=2_000_000_000_000), texts)
+    vectors_q = list(qvecs)
+    probes: dict[str, tuple[Callable[[Any], Any], list[Any]]] = {
+        "engine_hybrid": (lambda q: engine.execute("engram_memory_search", ctx, search_args(q, "lexical_and_semantic")),
+                          texts),
+        "ranker_hybrid_no_store": (lambda q: ranker.search(key, q, HYBRID_PROFILE,
+                                                           valid_as_of_ms=2_000_000_000_000), texts),
+        "lexical_channel": (lambda q: raw.lexical_channel(q, lexical_k), texts),
+        "raw_encoder_query": (lambda q: encoder.encode([q]), texts),
+        "raw_tantivy_candidates": (lambda q: raw.tantivy(q, lexical_k), texts),
+        "raw_hnsw_candidates": (lambda v: raw.knn(v, semantic_k, max(128, semantic_k)), vectors_q),
+        "raw_hnsw_k10_ef128": (lambda v: raw.knn(v, 10, 128), vectors_q),
+    }
+    torch_backend = getattr(encoder, "torch", None)  # the bulk backend, for reference
+    if torch_backend is not None:
+        probes["raw_torch_encoder_query"] = (lambda q: torch_backend.encode([q]), texts)
+    samples = interleaved(probes)
+    samples.setdefault("raw_torch_encoder_query", [])
+    hits = [len(engine.execute("engram_memory_search", ctx, search_args(q, "lexical_and_semantic"))["records"])
+            for q in texts[:20]]
 
     # HNSW recall@10 against exact search; labels are ordinals when every record has one
     # vector and none was refused (checked).
@@ -244,15 +262,7 @@ def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size:
     out.setdefault("rss_mb", {})["after_search"] = rss_mb()
     return out | {
         "depths": {"lexical": lexical_k, "semantic": semantic_k},
-        "latency": {
-            "engine_hybrid": percentiles(hybrid),
-            "ranker_hybrid_no_store": percentiles(ranker_hybrid),
-            "lexical_channel": percentiles(lexical_channel),
-            "raw_encoder_query": percentiles(encode),
-            "raw_tantivy_candidates": percentiles(lexical_raw),
-            "raw_hnsw_candidates": percentiles(hnsw_candidates),
-            "raw_hnsw_k10_ef128": percentiles(hnsw),
-        },
+        "latency": {name: percentiles(values) for name, values in samples.items()},
         "hybrid_hits_first20": hits,
         "_texts": texts,
         "_root": str(root),
@@ -390,6 +400,7 @@ def load_run(engine: Any, data_dir: Path, texts: list[str], *, clients: int, cal
     return {
         "transport": "MCP streamable HTTP on loopback (SDK client, protocol auto; clients in a child process)",
         "single_client_search_hybrid": percentiles(driven["single"]),
+        "bare_http_search_hybrid": percentiles(driven["bare"]),
         "clients": clients, "steps_planned": per_client * clients, "calls_completed": total,
         "wall_s": round(wall, 2), "throughput_calls_per_s": round(total / wall, 2) if wall else 0.0,
         "latency": {k: percentiles(v) for k, v in latencies.items() if v},
@@ -429,16 +440,6 @@ def drive_clients(url: str, header: str, tokens: list[str], texts: list[str], pe
             async with Client(streamable_http_client(url, http_client=http), mode="auto") as mcp_client:
                 yield mcp_client
 
-    async def sequential_searches() -> list[float]:
-        """One client alone: what a host sees per hybrid search, without contention."""
-        samples: list[float] = []
-        async with connected(tokens[-1]) as mcp_client:
-            for query in texts[:3]:
-                await call(mcp_client, [], "engram_memory_search", search_args(query, "lexical_and_semantic"))
-            for query in texts:
-                await call(mcp_client, samples, "engram_memory_search", search_args(query, "lexical_and_semantic"))
-        return samples
-
     async def one_client(client: int) -> None:
         async with connected(tokens[client]) as mcp_client:
             for i in range(per_client):
@@ -461,11 +462,42 @@ def drive_clients(url: str, header: str, tokens: list[str], texts: list[str], pe
                     if adm and adm["outcome"].get("record_id"):
                         admitted.append(adm["outcome"]["record_id"])
 
+    async def sequential_searches() -> tuple[list[float], list[float]]:
+        """One host alone, without contention: each query through the SDK client, then
+        as a plain JSON-RPC POST (protocol 2026-07-28, one request per exchange, no SDK
+        on the client side: what the server itself costs), taking turns so that load
+        drift weighs on both alike."""
+        import mcp_types
+
+        version = "2026-07-28"
+        meta = {mcp_types.PROTOCOL_VERSION_META_KEY: version, mcp_types.CLIENT_CAPABILITIES_META_KEY: {},
+                mcp_types.CLIENT_INFO_META_KEY: {"name": "engram-bench", "version": "1"}}
+        headers = {header: tokens[-1], "Accept": "application/json, text/event-stream",
+                   "Content-Type": "application/json", "MCP-Protocol-Version": version,
+                   "Mcp-Method": "tools/call", "Mcp-Name": "engram_memory_search"}
+        sdk: list[float] = []
+        bare: list[float] = []
+        async with connected(tokens[-1]) as mcp_client, \
+                httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120.0)) as http:
+            for n, query in enumerate([*texts[:3], *texts]):
+                args = search_args(query, "lexical_and_semantic")
+                await call(mcp_client, sdk if n >= 3 else [], "engram_memory_search", args)
+                body = {"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                        "params": {"name": "engram_memory_search", "_meta": meta, "arguments": args}}
+                t = time.perf_counter()
+                response = await http.post(url, content=json.dumps(body))
+                elapsed = time.perf_counter() - t
+                if response.status_code != 200 or '"ok":true' not in response.text:
+                    errors[f"bare-http:{response.status_code}"] += 1
+                elif n >= 3:
+                    bare.append(elapsed)
+        return sdk, bare
+
     async def main() -> dict[str, Any]:
-        single = await sequential_searches()
+        single, bare = await sequential_searches()
         t = time.perf_counter()
         await asyncio.gather(*(one_client(c) for c in range(len(tokens) - 1)))
-        return {"single": single, "wall_s": time.perf_counter() - t}
+        return {"single": single, "bare": bare, "wall_s": time.perf_counter() - t}
 
     return {**asyncio.run(main()), "latencies": latencies, "errors": dict(errors), "admitted": admitted}
 
@@ -481,11 +513,13 @@ def run_bench(sizes: list[int], out: Path, work: Path, *, queries: int = 200, cl
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     if encoder is None:
-        encoder = MiniLMEncoder()
+        encoder = MiniLMEncoder(work / "models")
         t = time.perf_counter()
         encoder.load()
         say(f"model loaded in {time.perf_counter() - t:.1f} s")
-    result: dict[str, Any] = {"environment": {"cpu_count": os.cpu_count(), "encoder": type(encoder).__name__,
+    backend = getattr(encoder, "backend", None)
+    name = type(encoder).__name__ + (f" ({backend} for queries)" if backend else "")
+    result: dict[str, Any] = {"environment": {"cpu_count": os.cpu_count(), "encoder": name,
                                               "queries_per_size": queries,
                                               "loadavg_at_start": [round(x, 2) for x in os.getloadavg()]},
                               "sizes": []}
@@ -523,9 +557,18 @@ def raw_ratios(lat: dict[str, Any], load: dict[str, Any] | None) -> dict[str, fl
         "engine_lexical_over_raw_tantivy": round(lat["engine_lexical"]["p50_ms"] / lat["raw_tantivy_candidates"]["p50_ms"], 2),
         "encoder_share_of_engine_hybrid": round(lat["raw_encoder_query"]["p50_ms"] / lat["engine_hybrid"]["p50_ms"], 2),
     }
-    single = (load or {}).get("single_client_search_hybrid")
-    if single:
-        out["mcp_hybrid_over_raw_sum"] = round(single["p50_ms"] / raw_hybrid, 2)
+    torch_query = lat.get("raw_torch_encoder_query") or {}
+    if torch_query:
+        # The same engine against raw engines that encode the query with torch instead.
+        raw_torch = raw_hybrid - lat["raw_encoder_query"]["p50_ms"] + torch_query["p50_ms"]
+        out["raw_hybrid_sum_torch_ms"] = round(raw_torch, 3)
+        out["engine_hybrid_over_raw_sum_torch"] = round(lat["engine_hybrid"]["p50_ms"] / raw_torch, 2)
+    for name, key in (("single_client_search_hybrid", "mcp_hybrid_over_raw_sum"),
+                      ("bare_http_search_hybrid", "bare_http_hybrid_over_raw_sum")):
+        sample = (load or {}).get(name)
+        if sample:
+            out[key] = round(sample["p50_ms"] / raw_hybrid, 2)
+            out[key.replace("raw_sum", "engine")] = round(sample["p50_ms"] / lat["engine_hybrid"]["p50_ms"], 2)
     return out
 
 
@@ -572,10 +615,12 @@ def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
              f"{env['cpu_count']} CPUs, encoder {env['encoder']}, {env['queries_per_size']} queries per size. "
              "Synthetic corpus: Zipfian text, 300-topic low-rank 384-d vectors (eval/corpus_gen.py). "
              "Raw engines are asked for what the engine asks of them (candidate depths below); "
-             "'raw sum' = encoder + Tantivy + hnswlib p50.", "",
-             "| records | ingest rec/s | hybrid p50/p95/p99 ms | lexical p50/p95/p99 ms | encoder p50 | tantivy p50 | "
-             "hnsw p50 | raw sum | hybrid / raw sum | HNSW R@10 (ef128) | disk MiB | peak RSS MiB |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "'raw sum' = encoder + Tantivy + hnswlib p50, with the query encoder the engine uses (ONNX "
+             "Runtime); the torch columns put the torch encoder of the same weights in the raw sum instead.", "",
+             "| records | ingest rec/s | hybrid p50/p95/p99 ms | lexical p50/p95/p99 ms | encoder p50 | "
+             "torch encoder p50 | tantivy p50 | hnsw p50 | raw sum | hybrid / raw sum | hybrid / raw sum (torch) | "
+             "HNSW R@10 (ef128) | disk MiB | peak RSS MiB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in result["sizes"]:
         lat = e["latency"]
 
@@ -587,9 +632,10 @@ def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
         ratios = e["ratios_p50"]
         lines.append(
             f"| {e['size']:,} | {e['ingest_records_per_s']:,.0f} | {ppp('engine_hybrid')} | {ppp('engine_lexical')} | "
-            f"{lat['raw_encoder_query']['p50_ms']:.1f} | {lat['raw_tantivy_candidates']['p50_ms']:.2f} | "
+            f"{lat['raw_encoder_query']['p50_ms']:.1f} | {lat['raw_torch_encoder_query'].get('p50_ms', '-')} | "
+            f"{lat['raw_tantivy_candidates']['p50_ms']:.2f} | "
             f"{lat['raw_hnsw_candidates']['p50_ms']:.2f} | {ratios['raw_hybrid_sum_ms']:.1f} | "
-            f"{ratios['engine_hybrid_over_raw_sum']} | {rec} | "
+            f"{ratios['engine_hybrid_over_raw_sum']} | {ratios.get('engine_hybrid_over_raw_sum_torch', '-')} | {rec} | "
             f"{e['disk_mb']['total_mb']:,.0f} | {e['rss_mb']['peak_during_ingest']:,.0f} |")
     if result["sizes"]:
         depths = result["sizes"][0]["depths"]
@@ -608,10 +654,13 @@ def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
     load = result.get("load")
     if load:
         first = result["sizes"][0]["ratios_p50"] if result["sizes"] else {}
-        if "mcp_hybrid_over_raw_sum" in first:
-            single = load["single_client_search_hybrid"]
-            lines += ["", f"MCP over HTTP, one client, hybrid search: p50 {single['p50_ms']:.1f} ms, "
-                          f"p99 {single['p99_ms']:.1f} ms; {first['mcp_hybrid_over_raw_sum']} x the raw engines' sum."]
+        for name, label, key in (("single_client_search_hybrid", "SDK client", "mcp_hybrid"),
+                                 ("bare_http_search_hybrid", "bare HTTP client", "bare_http_hybrid")):
+            if f"{key}_over_raw_sum" in first:
+                sample = load[name]
+                lines += ["", f"MCP over HTTP, one {label}, hybrid search: p50 {sample['p50_ms']:.1f} ms, "
+                              f"p99 {sample['p99_ms']:.1f} ms; {first[f'{key}_over_raw_sum']} x the raw engines' "
+                              f"sum, {first[f'{key}_over_engine']} x the engine's own hybrid p50."]
         lines += ["", "## Load run", "", "```", json.dumps(load, indent=1), "```"]
     for plot in plots:
         lines += ["", f"![{plot}]({plot})"]

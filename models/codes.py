@@ -98,6 +98,13 @@ MESSAGES: dict[ErrorCode, str] = {
 }
 
 
+def reference_table() -> str:
+    """The README's error-code table (markdown), generated from the definitions above."""
+    rows = ["| code | retriable | message (fixed per code) |", "|---|---|---|"]
+    rows += [f"| `{code.value}` | {'yes' if code in RETRIABLE else 'no'} | {MESSAGES[code]} |" for code in ErrorCode]
+    return "\n".join(rows)
+
+
 class ContractError(Exception):
     """A failure that the contract names: it becomes an error envelope, never a crash."""
 

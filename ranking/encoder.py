@@ -15,11 +15,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from enum import StrEnum
 from pathlib import Path
 from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
+
+from models.device import Device
 
 MINILM_DIM = 384
 # At most this many texts go through ONNX Runtime; larger batches (bulk ingestion,
@@ -36,15 +37,6 @@ class Encoder(Protocol):
     dim: int
 
     def encode(self, texts: Sequence[str]) -> np.ndarray: ...
-
-
-class Device(StrEnum):
-    """Where torch runs the model; AUTO picks CUDA, then MPS, then the CPU."""
-
-    AUTO = "auto"
-    CPU = "cpu"
-    CUDA = "cuda"
-    MPS = "mps"
 
 
 class DeviceUnavailable(Exception):

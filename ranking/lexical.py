@@ -239,6 +239,12 @@ class LexicalIndex:
 
     # -- search -----------------------------------------------------------------------
 
+    def open(self, scope_key: str) -> None:
+        """Open the scope's index and a searcher now, if it has one on disk."""
+        entry = self._lookup(scope_key, create=False)
+        if entry is not None and entry.index is not None:
+            entry.index.searcher()
+
     def tokens(self, text: str) -> list[str]:
         """``text`` analyzed as documents are (stemmed, stop words kept)."""
         return self._analyzer.analyze(text)

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -33,7 +35,7 @@ from threadpoolctl import threadpool_limits
 from ranking.documents import IndexDocument, passages
 from ranking.encoder import Encoder
 from ranking.fusion import Contribution, fuse
-from ranking.lexical import LexicalIndex
+from ranking.lexical import LexicalHit, LexicalIndex
 from ranking.probes import RawEngines
 from ranking.profiles import LEXICAL, SEMANTIC, Profile
 from ranking.semantic import (
@@ -41,9 +43,13 @@ from ranking.semantic import (
     CHECKPOINT_SECONDS,
     CHECKPOINT_SPACING,
     CorruptIndex,
+    SemanticHit,
     SemanticIndex,
     SemanticUnavailable,
 )
+
+#: The search stage after the two channels, as the latency observer names it.
+FUSION = "fusion"
 
 EMBED_BATCH = 256
 
@@ -88,6 +94,9 @@ class Ranker:
         )
         self._encoder_error: str | None = None
         self._lifecycle = threading.Lock()
+        #: Called with (stage, seconds) after each search stage: lexical, semantic
+        #: (query encoding included), fusion. Set by the engine's owner (metrics).
+        self.observe_latency: Callable[[str, float], None] | None = None
         # The BLAS pool runs one thread. Ranking's numpy products are small (one query
         # against a few hundred vectors) and gain nothing from threads, while OpenBLAS
         # workers spin-wait after each call on the cores the encoder's OpenMP threads
@@ -199,27 +208,37 @@ class Ranker:
         *,
         valid_as_of_ms: int,
         candidate_cap: int = 1000,
+        fallback: Profile | None = None,
     ) -> RankedList:
+        """Fused candidates of ``profile``'s channels. When the semantic channel fails
+        (:class:`SemanticUnavailable`) and a lexical ``fallback`` profile is given, the
+        answer is ranked by it from the lexical hits already in hand, without searching
+        the lexical index again; without one the failure is raised."""
         config = profile.config
-        lexical = self._lexical.search(
-            scope_key, query, config["field_weights"], min(candidate_cap, int(config["lexical_cap"]))
-        )
+        started = time.perf_counter()
+        lexical_cap = min(candidate_cap, int(config["lexical_cap"]))
+        lexical = self._lexical.search(scope_key, query, config["field_weights"], lexical_cap)
         semantic = None
         similarity: dict[str, float] = {}
+        lexical_done = time.perf_counter()
         if profile.needs_semantic:
-            vector = self._query_vector(query)
             try:
-                semantic = self._semantic.search(
-                    scope_key, vector, min(candidate_cap, int(config["semantic_cap"]))
-                )
-                # Semantic hits carry their similarity; only lexical-only candidates
-                # need theirs computed, so both channels judge the same candidates.
-                similarity = self._semantic.similarities(
-                    scope_key, vector, sorted({h.record_id for h in lexical} - {h.record_id for h in semantic})
-                )
-            except CorruptIndex as exc:
-                raise SemanticUnavailable(f"index corrupt: {exc}") from exc
+                semantic, similarity = self._semantic_candidates(scope_key, query, lexical, config, candidate_cap)
+            except SemanticUnavailable:
+                if fallback is None or fallback.needs_semantic:
+                    raise
+                asked, profile, config = config, fallback, fallback.config
+                fallback_cap = min(candidate_cap, int(config["lexical_cap"]))
+                if fallback_cap != lexical_cap or dict(config["field_weights"]) != dict(asked["field_weights"]):
+                    lexical = self._lexical.search(scope_key, query, config["field_weights"], fallback_cap)
+        semantic_done = time.perf_counter()
         candidates = fuse(lexical, semantic, similarity, config, valid_as_of_ms)
+        observe = self.observe_latency
+        if observe is not None:
+            observe(LEXICAL, lexical_done - started)
+            if semantic is not None:
+                observe(SEMANTIC, semantic_done - lexical_done)
+            observe(FUSION, time.perf_counter() - semantic_done)
         return RankedList(
             profile=profile,
             channels=profile.channels,
@@ -246,6 +265,31 @@ class Ranker:
     def lexical_present(self, scope_key: str) -> bool:
         """Whether the lexical channel has an index for ``scope_key`` on disk."""
         return self._lexical.present(scope_key)
+
+    def _semantic_candidates(
+        self, scope_key: str, query: str, lexical: Sequence[LexicalHit], config: Mapping[str, Any], candidate_cap: int
+    ) -> tuple[list[SemanticHit], dict[str, float]]:
+        """The semantic channel's hits, and exact similarities of lexical-only hits (so
+        both channels judge the same candidates)."""
+        vector = self._query_vector(query)
+        try:
+            semantic = self._semantic.search(scope_key, vector, min(candidate_cap, int(config["semantic_cap"])))
+            similarity = self._semantic.similarities(
+                scope_key, vector, sorted({h.record_id for h in lexical} - {h.record_id for h in semantic})
+            )
+        except CorruptIndex as exc:
+            raise SemanticUnavailable(f"index corrupt: {exc}") from exc
+        return semantic, similarity
+
+    def warm(self, scope_key: str) -> None:
+        """Open the scope's index readers now (the vector file is read and checked, the
+        Tantivy index opened), so its first search does not pay for it. A damaged vector
+        file is left for :meth:`semantic_health` to report."""
+        self._lexical.open(scope_key)
+        try:
+            self._semantic.check(scope_key)
+        except CorruptIndex:
+            pass
 
     def semantic_health(self, scope_key: str | None = None) -> str | None:
         """None when the semantic channel can serve ``scope_key``, else a short reason."""

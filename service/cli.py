@@ -14,6 +14,7 @@ imports kept inside its command functions.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import importlib
 import json
 import os
@@ -23,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 
+from models.device import Device
 from service.settings import LogFormat, LogLevel, field_help
 
 app = typer.Typer(
@@ -79,36 +80,33 @@ class StoreChoice:
     key_dir: Path | None = None
 
 
+#: The admin group's --database-url/--key-dir for the command being run (set by its
+#: callback before the command; one command per process).
+_store_choice: contextvars.ContextVar[StoreChoice] = contextvars.ContextVar("engram_store_choice")
+
+
 @admin.callback()
-def _admin_store(ctx: typer.Context, database_url: DatabaseUrl = None, key_dir: KeyDir = None) -> None:
+def _admin_store(database_url: DatabaseUrl = None, key_dir: KeyDir = None) -> None:
     """Operator commands (never reachable from the agent path)."""
-    ctx.obj = StoreChoice(database_url, key_dir)
-
-
-def _store_choice() -> StoreChoice:
-    """The admin group's --database-url/--key-dir for the running command."""
-    ctx = click.get_current_context(silent=True)
-    while ctx is not None:
-        if isinstance(ctx.obj, StoreChoice):
-            return ctx.obj
-        ctx = ctx.parent
-    return StoreChoice()
+    _store_choice.set(StoreChoice(database_url, key_dir))
 
 
 def _err(message: str) -> None:
     typer.echo(message, err=True)
 
 
-def _open_engine(settings: Any, *, background: bool = False) -> Any:
+def _open_engine(settings: Any, *, background: bool = False, serve_replica: bool = False) -> Any:
     """The engine the settings describe (data directory, store, keys, model); a
     database this release cannot read exits 2 with the reason."""
+    from ranking import DeviceUnavailable
     from service.engine.engine import Engine
     from service.store import SchemaTooNew
 
     try:
         return Engine.open(settings.data_dir, load_model=settings.load_model, background=background,
-                           database_url=settings.database_url, key_dir=settings.key_dir)
-    except SchemaTooNew as exc:
+                           database_url=settings.database_url, key_dir=settings.key_dir, device=settings.device,
+                           serve_replica=serve_replica)
+    except (SchemaTooNew, DeviceUnavailable) as exc:
         _err(f"engram: {exc}")
         raise typer.Exit(2) from None
 
@@ -120,7 +118,7 @@ def _engine(data_dir: Path | None, *, load_model: bool = False) -> Iterator[Any]
 
     engine = None
     try:
-        choice = _store_choice()
+        choice = _store_choice.get(StoreChoice())
         engine = _open_engine(_settings(data_dir=data_dir, load_model=load_model,
                                         database_url=choice.database_url, key_dir=choice.key_dir))
         yield engine
@@ -182,6 +180,9 @@ def serve(
     load_model: Annotated[
         bool | None, typer.Option("--model/--no-model", help=field_help("load_model"), show_default=False)
     ] = None,
+    device: Annotated[
+        Device | None, typer.Option(help=field_help("device"), show_default=False, case_sensitive=False)
+    ] = None,
     rate: Annotated[float | None, typer.Option(help=field_help("rate"), show_default=False)] = None,
     burst: Annotated[int | None, typer.Option(help=field_help("burst"), show_default=False)] = None,
     deadline_ms: Annotated[int | None, typer.Option(help=field_help("deadline_ms"), show_default=False)] = None,
@@ -210,7 +211,7 @@ def serve(
     )
 
     settings = _settings(
-        config, host=host, port=port, data_dir=data_dir, load_model=load_model, rate=rate, burst=burst,
+        config, host=host, port=port, data_dir=data_dir, load_model=load_model, device=device, rate=rate, burst=burst,
         deadline_ms=deadline_ms, allowed_hosts=allowed_host or None, log_level=log_level, log_format=log_format,
         database_url=database_url, key_dir=key_dir,
     )
@@ -257,7 +258,7 @@ def serve(
 
     with _own(data_dir):
         # Warm up in the background: /readyz answers 503 until projections caught up.
-        engine = _open_engine(settings, background=True)
+        engine = _open_engine(settings, background=True, serve_replica=True)
         application = create_app(engine, settings, host_secret=secret, close_engine=True)
         with _operator_channel(engine, data_dir):
             # log_config=None: uvicorn's loggers propagate to the handler configured above.

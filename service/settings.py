@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import Field
+
+from models.device import Device
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -71,6 +73,12 @@ class Settings(BaseSettings):
     )
     port: int = Field(8765, ge=0, le=65535, description="TCP port.")
     load_model: bool = Field(True, description="Load the embedding model (semantic channel).")
+    device: Device = Field(
+        Device.AUTO,
+        description="Where the model's torch backend (bulk embedding) runs: auto picks CUDA, then MPS, "
+        "then the CPU; naming a device this machine lacks is an error. Queries are encoded by ONNX "
+        "Runtime on the CPU either way.",
+    )
     rate: float = Field(20.0, ge=0, description="Per-principal calls per second (0 disables the limit).")
     burst: int = Field(40, ge=1, description="Per-principal burst size.")
     deadline_ms: int = Field(

@@ -84,6 +84,22 @@ class PostgresCluster:
     def server_pid(self) -> int:
         return int((self.data / "postmaster.pid").read_text().split()[0])
 
+    def kill_server(self) -> None:
+        """kill -9 the postmaster and every backend (its process group), as a crash
+        would, and wait until they are gone."""
+        import signal
+        import time
+
+        pid = self.server_pid()
+        os.killpg(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://{self.role}@/{database}?host={self.root}&port={self.port}"
 

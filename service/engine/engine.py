@@ -18,9 +18,10 @@ import numpy as np
 from models.codes import ContractError, ErrorCode
 from models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW, parse_arguments
 from ranking import Device, Encoder, MiniLMEncoder, Ranker, SemanticUnavailable
+from ranking.encoder import resolve_device
 
 from service.store import open_store
-from service.store.base import CommitUncertain, StoreUnavailable
+from service.store.base import CommitUncertain, SharedStore, StoreUnavailable
 
 from . import admission, capture, export, ingestion, operator, reading, search, transitions
 from .clock import instant, now_ms
@@ -29,8 +30,11 @@ from .paging import SnapshotCache
 from .parts import Parts
 from .policy import ADMISSION_POLICY_FILE, HOST_POLICY_FILE, Policies
 from .projector import Projector
+from .replica import Replica, replica_id_for
+from .records import scope_key
 from .sealing import BodyVault, KeyRing, copy_key_dir, shred_entries
 from .secrets import refuse_secrets
+from .stats import ScopeStats, scope_stats
 
 Operation = Callable[[Parts, CallContext, Any], dict[str, Any]]
 
@@ -50,16 +54,17 @@ MODELS_DIR = "models"  # derived model files (the ONNX export); never backed up
 
 
 class Engine:
-    def __init__(self, parts: Parts, encoder: Encoder | None) -> None:
+    def __init__(self, parts: Parts, encoder: Encoder | None, *, serve_replica: bool = False) -> None:
         self.parts = parts
         self._encoder = encoder
         self._ready = threading.Event()
+        self._serve_replica = serve_replica and parts.replica is not None
 
     @classmethod
     def open(
         cls, data_dir: Path, *, load_model: bool = True, encoder: Encoder | None = None,
         background: bool = False, database_url: str | None = None, key_dir: Path | None = None,
-        device: Device | str = Device.AUTO,
+        device: Device | str = Device.AUTO, serve_replica: bool = False,
     ) -> Engine:
         """Open (or create) the data directory, then load the model and let every
         projection catch up with the journal (in a thread when `background`).
@@ -69,7 +74,11 @@ class Engine:
         this replica's projections. `key_dir` (default `<data_dir>/keys`) holds the KEK
         files: replicas of one database share it. ``device``: where the model's torch
         backend runs (queries go through ONNX Runtime on the CPU, exported into
-        ``data_dir/models`` on first start)."""
+        ``data_dir/models`` on first start). ``serve_replica`` (`engram serve` on a
+        shared store): register this data directory as a replica that heartbeats,
+        follows the journal and acknowledges purges; operator commands do not."""
+        if encoder is None and load_model and Device(device) not in (Device.AUTO, Device.CPU):
+            resolve_device(device)  # a named device this machine lacks fails here, before anything opens
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(data_dir, 0o700)  # also when a caller created it first, with its umask
@@ -78,13 +87,15 @@ class Engine:
         if encoder is None and load_model:
             encoder = MiniLMEncoder(data_dir / MODELS_DIR, device=device)
         ranker = Ranker(data_dir / "index", encoder)
+        shared = store if isinstance(store, SharedStore) else None
         parts = Parts(
             data_dir=data_dir, store=store, vault=vault, ranker=ranker,
             projector=Projector(store, vault, ranker),
             policies=Policies(data_dir),
-            snapshots=SnapshotCache(),
+            snapshots=SnapshotCache(shared),
+            replica=Replica(shared, replica_id_for(data_dir)) if shared is not None else None,
         )
-        engine = cls(parts, encoder)
+        engine = cls(parts, encoder, serve_replica=serve_replica)
         if background:
             threading.Thread(target=engine._warm_up, name="engram-warm-up", daemon=True).start()
         else:
@@ -112,7 +123,10 @@ class Engine:
         with self.parts.projector.running("warm-up"):
             for scope in self.parts.store.scopes():
                 self.parts.projector.catch_up(scope)
-        self.sweep_invalidations()
+                self.parts.ranker.warm(scope_key(scope))
+        self.sweep_invalidations()  # a replica that was down purges what it missed, first
+        if self._serve_replica and self.parts.replica is not None:
+            self.parts.replica.follow(self.parts.projector.catch_up, self.sweep_invalidations)
         self._ready.set()
 
     # -- the agent path -------------------------------------------------------------------
@@ -155,6 +169,14 @@ class Engine:
         elif self._encoder is not None and self.parts.ranker.semantic_health() is not None:
             reasons.append("semantic channel unavailable")
         return {"ready": not reasons, "reasons": reasons}
+
+    def scope_stats(self) -> list[ScopeStats]:
+        """Per scope: candidates and records by state, projection lag by channel."""
+        return scope_stats(self.parts)
+
+    def set_channel_latency_observer(self, observe: Callable[[str, float], None] | None) -> None:
+        """`observe(channel, seconds)` after each ranking stage (lexical, semantic, fusion)."""
+        self.parts.ranker.observe_latency = observe
 
     # -- the operator surface (never reachable through MCP) ----------------------------------
     def prepare_batch(self, scope: tuple[str, str], submissions: Sequence[ingestion.Submission], *,
@@ -286,6 +308,8 @@ class Engine:
         ]
 
     def close(self) -> None:
+        if self.parts.replica is not None:
+            self.parts.replica.stop()
         self.parts.sweeper.stop()
         self.parts.ranker.close()
         self.parts.store.close()

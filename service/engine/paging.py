@@ -7,6 +7,9 @@ still re-checked against the store when its page is served, so a record forgotte
 after page one is never disclosed on page two. Snapshots live in memory for a bounded
 time: a cursor whose snapshot is gone (expired, evicted, server restarted), that was
 tampered with, or that is replayed with another query, parameters or scope is STALE_PAGE.
+
+With replicas sharing a store, snapshots and the cursor MAC secret live in the store
+instead, so a cursor issued by one replica pages on any other without repeats or gaps.
 """
 
 from __future__ import annotations
@@ -20,16 +23,30 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from models.codes import ContractError, ErrorCode
-from ranking import RankedList
+from models.digests import DigestKind, digest
+from ranking import Contribution, Profile, RankedList
+from service.store.base import SharedStore
+
+from .clock import instant, now_ms
 
 SNAPSHOT_TTL_S = 900.0
 MAX_SNAPSHOTS = 512
 #: One tenant's share of the cache: a tenant paging hard evicts its own oldest
 #: snapshots, never every other tenant's (which would turn their cursors STALE_PAGE).
 MAX_SNAPSHOTS_PER_TENANT = 64
+
+
+@dataclass(frozen=True)
+class SnapshotDigests:
+    """The rank receipt's digests that are fixed for the life of a snapshot."""
+
+    snapshot_digest: str
+    candidate_ids_digest: str
+    profile_config_digest: str
 
 
 @dataclass(frozen=True)
@@ -41,6 +58,22 @@ class Snapshot:
     valid_as_of_ms: int
     created: float
 
+    @cached_property
+    def digests(self) -> SnapshotDigests:
+        """Computed on first use, then shared by every budget pass and later page."""
+        profile_digest = self.ranked.profile.config_digest()
+        return SnapshotDigests(
+            snapshot_digest=digest(DigestKind.SNAPSHOT, {
+                "snapshot_id": self.snapshot_id,
+                "ordered_ids": [c.record_id for c in self.ranked.candidates],
+                "system_as_of": str(self.system_as_of),
+                "valid_as_of": instant(self.valid_as_of_ms),
+                "profile_config_digest": profile_digest,
+            }),
+            candidate_ids_digest=digest(DigestKind.IDS, sorted(self.ranked.candidate_ids)),
+            profile_config_digest=profile_digest,
+        )
+
 
 @dataclass(frozen=True)
 class PagePosition:
@@ -49,15 +82,42 @@ class PagePosition:
     returned: int  # records disclosed on earlier pages (ranks continue from here)
 
 
+def _encode_snapshot(snap: Snapshot) -> str:
+    ranked = snap.ranked
+    return json.dumps({
+        "profile": {"name": ranked.profile.name, "version": ranked.profile.version,
+                    "config": dict(ranked.profile.config)},
+        "channels": list(ranked.channels), "candidates": [list(c) for c in ranked.candidates],
+        "candidate_ids": ranked.candidate_ids, "system_as_of": snap.system_as_of,
+        "valid_as_of_ms": snap.valid_as_of_ms, "tenant": snap.tenant,
+    }, separators=(",", ":"))
+
+
+def _decode_snapshot(snapshot_id: str, body: str) -> Snapshot:
+    fields = json.loads(body)
+    ranked = RankedList(
+        profile=Profile(**fields["profile"]), channels=tuple(fields["channels"]),
+        candidates=[Contribution(*c) for c in fields["candidates"]], candidate_ids=fields["candidate_ids"])
+    return Snapshot(snapshot_id, str(fields.get("tenant", "")), ranked, fields["system_as_of"],
+                    fields["valid_as_of_ms"], time.monotonic())
+
+
 class SnapshotCache:
-    def __init__(self) -> None:
-        self._secret = secrets.token_bytes(32)
+    """In process memory, or in the store when replicas share it (`shared`)."""
+
+    def __init__(self, shared: SharedStore | None = None) -> None:
+        self._shared = shared
+        self._secret = shared.shared_secret("paging-cursor-mac") if shared is not None else secrets.token_bytes(32)
         self._items: OrderedDict[str, Snapshot] = OrderedDict()
         self._lock = threading.Lock()
 
     def put(self, tenant: str, ranked: RankedList, system_as_of: int, valid_as_of_ms: int) -> Snapshot:
         snap = Snapshot("snap_" + secrets.token_hex(12), tenant, ranked, system_as_of, valid_as_of_ms,
                         time.monotonic())
+        if self._shared is not None:
+            at = now_ms()
+            self._shared.put_snapshot(snap.snapshot_id, _encode_snapshot(snap), at, at - int(SNAPSHOT_TTL_S * 1000))
+            return snap
         with self._lock:
             own = [key for key, item in self._items.items() if item.tenant == tenant]
             for key in own[: max(0, len(own) - MAX_SNAPSHOTS_PER_TENANT + 1)]:
@@ -68,6 +128,11 @@ class SnapshotCache:
         return snap
 
     def get(self, snapshot_id: str) -> Snapshot:
+        if self._shared is not None:
+            found = self._shared.snapshot(snapshot_id)
+            if found is None or now_ms() - found[1] > SNAPSHOT_TTL_S * 1000:
+                raise ContractError(ErrorCode.STALE_PAGE)
+            return _decode_snapshot(snapshot_id, found[0])
         with self._lock:
             snap = self._items.get(snapshot_id)
             if snap is None or time.monotonic() - snap.created > SNAPSHOT_TTL_S:

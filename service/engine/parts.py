@@ -12,6 +12,7 @@ from service.store.base import Store
 from .policy import Policies
 from .paging import SnapshotCache
 from .projector import Projector
+from .replica import Replica
 from .sealing import BodyVault
 from .sweeper import Sweeper
 
@@ -26,3 +27,4 @@ class Parts:
     policies: Policies
     snapshots: SnapshotCache
     sweeper: Sweeper = field(default_factory=Sweeper)
+    replica: Replica | None = None  # set when the store is shared by several replicas

@@ -79,6 +79,10 @@ class Projector:
         for more than `wait_s`: a search must not queue behind it. Returns whether it
         caught up; when not, the caller judges the lag (search answers PROJECTION_STALE
         rather than an empty list from an index that is behind)."""
+        if max(self.lag(scope).values()) <= 0:
+            # Nothing to apply: answer without the lock, so a search never waits while
+            # another scope's mutation or ingest projects.
+            return True
         acquired = self._lock.acquire(timeout=wait_s) if wait_s > 0 else self._lock.acquire(blocking=False)
         if not acquired:
             return False

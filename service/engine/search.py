@@ -88,17 +88,17 @@ def request_fields(args: SearchInput) -> dict[str, Any]:
 
 
 def _rank(parts: Parts, ctx: CallContext, args: SearchInput, valid_as_of: int) -> RankedList:
+    """Rank with the chosen profile; a semantic fault mid-search falls back to the
+    lexical profile over the lexical hits already found, unless the caller requires
+    both channels (then RANKING_UNAVAILABLE)."""
     profile = choose_profile(parts, ctx.scope, args.capability_policy.minimum_channels)
+    both = args.capability_policy.minimum_channels == "lexical_and_semantic"
     try:
         return parts.ranker.search(
-            scope_key(ctx.scope), args.query, profile,
-            valid_as_of_ms=valid_as_of, candidate_cap=CANDIDATE_CAP)
+            scope_key(ctx.scope), args.query, profile, valid_as_of_ms=valid_as_of,
+            candidate_cap=CANDIDATE_CAP, fallback=None if both else LEXICAL_PROFILE)
     except SemanticUnavailable:
-        if args.capability_policy.minimum_channels == "lexical_and_semantic":
-            raise ContractError(ErrorCode.RANKING_UNAVAILABLE) from None
-        return parts.ranker.search(
-            scope_key(ctx.scope), args.query, LEXICAL_PROFILE,
-            valid_as_of_ms=valid_as_of, candidate_cap=CANDIDATE_CAP)
+        raise ContractError(ErrorCode.RANKING_UNAVAILABLE) from None
 
 
 def _snapshot_for(
@@ -149,6 +149,11 @@ def search(
                 if len(page) == args.limit:
                     break
 
+    # Everything in the receipt that does not depend on how many records fit is
+    # computed once per call (the snapshot's own digests once per snapshot), so a
+    # budget pass only re-digests the page itself.
+    fixed = _receipt_fixed(parts, ctx, args, snap, checked)
+
     def build(count: int) -> dict[str, Any]:
         chosen = page[:count]
         resume = chosen[-1][0] if chosen else position.position
@@ -159,7 +164,7 @@ def search(
              "score": contribution.as_dict()["final_score"], "rank": position.returned + i + 1}
             for i, (_, contribution, record, redacted, red_digest) in enumerate(chosen)
         ]
-        receipt = _receipt(parts, ctx, args, snap, [c for _, c, *_ in chosen], checked, position)
+        receipt = _receipt(fixed, [c for _, c, *_ in chosen], position)
         value: dict[str, Any] = {"records": records, "rank_receipt": receipt}
         if resume < len(ordered):
             value["next_page_cursor"] = parts.snapshots.encode(
@@ -179,47 +184,46 @@ def search(
         count -= 1
 
 
-def _receipt(
-    parts: Parts, ctx: CallContext, args: SearchInput, snap: Snapshot, chosen: list[Any],
-    checked: list[Any], position: PagePosition,
+def _receipt_fixed(
+    parts: Parts, ctx: CallContext, args: SearchInput, snap: Snapshot, checked: list[Any]
 ) -> dict[str, Any]:
+    """The rank receipt's fields that do not depend on which records fit the budget."""
     ranked = snap.ranked
     profile = ranked.profile
-    ordered_ids = [c.record_id for c in chosen]
     cursors = parts.ranker.projection_cursor(scope_key(ctx.scope))
     at = now_ms()
+    return {
+        "request_digest": digest(DigestKind.REQUEST, args.model_dump(exclude_none=True)),
+        "authorization_receipt_digest": authorization_receipt(ctx, SEARCH, at)["receipt_digest"],
+        "profile": profile.name,
+        "profile_version": profile.version,
+        "profile_config_digest": snap.digests.profile_config_digest,
+        "channels": list(ranked.channels),
+        "valid_as_of": instant(snap.valid_as_of_ms),
+        "system_as_of": str(snap.system_as_of),
+        "snapshot_id": snap.snapshot_id,
+        "snapshot_digest": snap.digests.snapshot_digest,
+        "candidate_count": len(ranked.candidate_ids),
+        "candidate_ids_digest": snap.digests.candidate_ids_digest,
+        "scoring_formula_ref": f"engram.rank/{profile.name}/v{profile.version}",
+        "revalidation_receipt_digest": revalidation_receipt(
+            checked, snap.valid_as_of_ms, snap.system_as_of)["receipt_digest"],
+        "projection_receipt_digests": [
+            digest(DigestKind.PROJECTION_RECEIPT, {"channel": ch, "cursor": str(cursors.get(ch, 0))})
+            for ch in ranked.channels
+        ],
+        "issued_at": instant(at),
+    }
+
+
+def _receipt(fixed: dict[str, Any], chosen: list[Any], position: PagePosition) -> dict[str, Any]:
     return seal_receipt(
         DigestKind.RANK_RECEIPT,
         {
-            "request_digest": digest(DigestKind.REQUEST, args.model_dump(exclude_none=True)),
-            "authorization_receipt_digest": authorization_receipt(ctx, SEARCH, at)["receipt_digest"],
-            "profile": profile.name,
-            "profile_version": profile.version,
-            "profile_config_digest": profile.config_digest(),
-            "channels": list(ranked.channels),
-            "valid_as_of": instant(snap.valid_as_of_ms),
-            "system_as_of": str(snap.system_as_of),
-            "snapshot_id": snap.snapshot_id,
-            "snapshot_digest": digest(DigestKind.SNAPSHOT, {
-                "snapshot_id": snap.snapshot_id,
-                "ordered_ids": [c.record_id for c in ranked.candidates],
-                "system_as_of": str(snap.system_as_of),
-                "valid_as_of": instant(snap.valid_as_of_ms),
-                "profile_config_digest": profile.config_digest(),
-            }),
-            "candidate_count": len(ranked.candidate_ids),
-            "candidate_ids_digest": digest(DigestKind.IDS, sorted(ranked.candidate_ids)),
-            "scoring_formula_ref": f"engram.rank/{profile.name}/v{profile.version}",
-            "ordered_ids_digest": digest(DigestKind.IDS, ordered_ids),
-            "revalidation_receipt_digest": revalidation_receipt(
-                checked, snap.valid_as_of_ms, snap.system_as_of)["receipt_digest"],
-            "projection_receipt_digests": [
-                digest(DigestKind.PROJECTION_RECEIPT, {"channel": ch, "cursor": str(cursors.get(ch, 0))})
-                for ch in ranked.channels
-            ],
+            **fixed,
+            "ordered_ids_digest": digest(DigestKind.IDS, [c.record_id for c in chosen]),
             "contributions": [c.as_dict() for c in chosen],
             "page_offset": position.returned,
-            "issued_at": instant(at),
         },
     )
 

@@ -31,6 +31,9 @@ from .sealing import record_shred, shred_digest
 # Above this many live records in the scope, forget answers projection_invalidation
 # "pending" and leaves the index rewrite (which grows with the scope) to the sweeper.
 INLINE_PURGE_LIMIT = 50_000
+# With replicas sharing the store: how long a forget waits for every live replica to
+# purge its own indexes before it answers `pending` (finished as they catch up).
+PEER_PURGE_WAIT_S = 3.0
 
 # (tx, at_ms) -> (from_state, to_state, event) after applying the effect; raises on refusal
 Effect = Callable[[Transaction, int], tuple[str, str, JournalEvent]]
@@ -137,7 +140,7 @@ def forget(parts: Parts, ctx: CallContext, args: ForgetInput) -> dict[str, Any]:
         parts.projector.catch_up(ctx.scope)
         parts.sweeper.schedule(lambda: sweep_pending(parts))
         return _finish(parts, ctx, args.idempotency_key, result)
-    coverage = invalidate(parts, ctx.scope, [args.record_id])
+    coverage = invalidate(parts, ctx.scope, [args.record_id], peers_wait_s=PEER_PURGE_WAIT_S)
     return _finish(parts, ctx, args.idempotency_key, {
         **result,
         "projection_invalidation": "complete" if coverage["complete"] else "pending",
@@ -145,29 +148,37 @@ def forget(parts: Parts, ctx: CallContext, args: ForgetInput) -> dict[str, Any]:
     })
 
 
-def invalidate(parts: Parts, scope: tuple[str, str], record_ids: list[str]) -> dict[str, Any]:
+def invalidate(
+    parts: Parts, scope: tuple[str, str], record_ids: list[str], *, peers_wait_s: float = 0.0
+) -> dict[str, Any]:
     """Remove records from every projection and purge their bytes; a coverage receipt
-    says what was reached."""
+    says what was reached. With replicas, this one's purge is acknowledged in the store
+    and `complete` also needs every live replica's (waiting up to `peers_wait_s`)."""
     parts.projector.catch_up(scope)
     indexes = parts.ranker.purge(scope_key(scope), record_ids)
     store = parts.store.purge_freed_pages()
+    replicas = True
     if indexes and store:
-        parts.store.clear_pending_purges(scope, record_ids)
+        if parts.replica is None:
+            parts.store.clear_pending_purges(scope, record_ids)
+        else:
+            replicas = parts.replica.acknowledge(scope, record_ids, peers_wait_s)
     return seal_receipt(
         DigestKind.COVERAGE_RECEIPT,
         {
             "record_ids": sorted(record_ids),
             "indexes_purged": indexes,
             "store_purged": store,
-            "complete": indexes and store,
+            "complete": indexes and store and replicas,
             "checked_at": instant(now_ms()),
         },
     )
 
 
 def sweep_pending(parts: Parts) -> int:
-    """Purge every record a forget left pending; returns how many scopes were swept."""
-    pending = parts.store.pending_purges()
+    """Purge every record a forget left pending (with replicas: pending here, on this
+    replica's indexes); returns how many scopes were swept."""
+    pending = parts.store.pending_purges() if parts.replica is None else parts.replica.awaiting()
     for scope, record_ids in pending.items():
         invalidate(parts, scope, record_ids)
     parts.store.purge_freed_pages()

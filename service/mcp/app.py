@@ -64,7 +64,7 @@ def create_app(
     """
     host, allowed_hosts = settings.host, settings.allowed_hosts
     audit = AuditLog(audit_path if audit_path is not None else Path(settings.data_dir) / AUDIT_FILE)
-    metrics = Metrics()
+    metrics = Metrics(scope_stats=getattr(engine, "scope_stats", None))
     binding = HeaderBinding(host_secret)
     front = ToolFrontEnd(
         engine,
@@ -129,7 +129,8 @@ def create_app(
 
     @app.get("/metrics", summary="Prometheus metrics (text exposition format).", tags=["ops"])
     async def metrics_route() -> Response:
-        return Response(content=metrics.render(), media_type=metrics.content_type)
+        content = await anyio.to_thread.run_sync(metrics.render)  # reads the store
+        return Response(content=content, media_type=metrics.content_type)
 
     # Last, so the routes above (and /docs, /openapi.json) win; the sub-app serves /mcp.
     app.mount("/", DuplicateKeyMarker(mcp_app))

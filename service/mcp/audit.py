@@ -2,8 +2,9 @@
 
 Why: operators must be able to reconstruct who called what, in which scope, with which
 outcome, without the log itself becoming a copy of the memory. So each line holds only
-identifiers, the outcome code, timings, and digests of the arguments and the response
-(domain-separated sha256 over their JCS bytes), never the arguments or results.
+identifiers, the outcome code, timings, and digests of the arguments (domain-separated
+sha256 over their JCS bytes) and of the response (over the exact JSON text the caller
+was sent, which the front end has serialised anyway), never the arguments or results.
 """
 
 from __future__ import annotations
@@ -23,12 +24,20 @@ AUDIT_FILE = "audit.jsonl"
 
 def audit_digest(kind: str, value: Any) -> str:
     """`sha256:` over `engram/audit-<kind>/v1\\0` + JCS(value); plain JSON as fallback."""
-    prefix = f"engram/audit-{kind}/v1\0".encode()
     try:
         body = canonical_bytes(value)
     except (CanonicalizationRefused, TypeError, ValueError):
         body = json.dumps(value, sort_keys=True, default=repr, ensure_ascii=False).encode("utf-8", "replace")
-    return "sha256:" + hashlib.sha256(prefix + body).hexdigest()
+    return _digest(kind, body)
+
+
+def audit_text_digest(kind: str, text: str) -> str:
+    """`sha256:` over `engram/audit-<kind>/v1\\0` + the UTF-8 bytes of ``text`` as sent."""
+    return _digest(kind, text.encode("utf-8", "replace"))
+
+
+def _digest(kind: str, body: bytes) -> str:
+    return "sha256:" + hashlib.sha256(f"engram/audit-{kind}/v1\0".encode() + body).hexdigest()
 
 
 class AuditLog:

@@ -17,13 +17,12 @@ SDK's handshake era would otherwise answer code 0 with the exception text).
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import anyio
@@ -38,7 +37,7 @@ from models.envelope import envelope_text, failure_envelope, success_envelope
 from models.tools import MUTATIONS, TOOLS, ToolSpec
 from service.engine.context import CallContext
 
-from .audit import AuditLog, audit_digest
+from .audit import AuditLog, audit_digest, audit_text_digest
 from .duplicate_keys import MARK_HEADER
 from .elicitation import HumanApproval, needs_confirmation
 from .host_context import ContextUnavailable, check_purpose
@@ -78,13 +77,31 @@ def new_audit_id() -> str:
     return "aud_" + secrets.token_hex(16)
 
 
-def envelope_result(envelope: dict[str, Any]) -> types.CallToolResult:
+@dataclass(frozen=True)
+class Answer:
+    """An envelope and its JSON text, serialised once: the text is the text content,
+    the proof that the envelope serialises, and what the audit line digests."""
+
+    envelope: dict[str, Any]
+    text: str
+    audited: bool = False  # its audit line is already written (by the worker that ran it)
+
+    @classmethod
+    def of(cls, envelope: dict[str, Any]) -> Answer:
+        return cls(envelope, envelope_text(envelope))
+
+    @property
+    def code(self) -> str:
+        """The outcome the audit line and the metrics record: "ok" or the error code."""
+        return "ok" if self.envelope["ok"] else self.envelope["error"]["code"]
+
+
+def envelope_result(answer: Answer) -> types.CallToolResult:
     """The MCP result for an envelope: structured copy, identical JSON text, isError."""
-    text = envelope_text(envelope)
     return types.CallToolResult(
-        content=[types.TextContent(text=text)],
-        structured_content=envelope,
-        is_error=not envelope["ok"],
+        content=[types.TextContent(text=answer.text)],
+        structured_content=answer.envelope,
+        is_error=not answer.envelope["ok"],
     )
 
 
@@ -128,6 +145,7 @@ class _Run:
     lock: threading.Lock = field(default_factory=threading.Lock)
     started: bool = False
     abandoned: bool = False
+    answer: Answer | None = None  # set by the worker, which then audits it itself
 
 
 _SKIPPED = object()
@@ -219,7 +237,7 @@ class ToolFrontEnd:
             raise
 
         if rctx.request is not None and rctx.request.headers.get(MARK_HEADER.decode()):
-            envelope = failure_envelope(ErrorCode.INVALID_SCHEMA, audit_id)
+            answer = Answer.of(failure_envelope(ErrorCode.INVALID_SCHEMA, audit_id))
         else:
             if self.approval is not None and ctx.confirmation is None and needs_confirmation(name, ctx):
                 asked = await self.approval.confirm(rctx, params, name, ctx, arguments)
@@ -229,20 +247,22 @@ class ToolFrontEnd:
                 if asked.confirmation is not None:
                     started = time.monotonic()  # the deadline runs from the human's answer
                 ctx = asked
-            envelope = await self._execute(name, ctx, arguments, audit_id, started)
-        code = "ok" if envelope["ok"] else envelope["error"]["code"]
-        await self._record(audit_id, name, code, started, ctx, arguments, envelope)
-        return envelope_result(envelope)
+            answer = await self._execute(name, ctx, arguments, audit_id, started)
+            if answer.audited:
+                self.metrics.observe_call(name, answer.code, time.monotonic() - started)
+                return envelope_result(answer)
+        await self._record(audit_id, name, answer.code, started, ctx, arguments, answer)
+        return envelope_result(answer)
 
     async def _execute(
         self, name: str, ctx: CallContext, arguments: Any, audit_id: str, started: float
-    ) -> dict[str, Any]:
+    ) -> Answer:
         if not self.limiter.allow((ctx.tenant, ctx.principal)):
-            return failure_envelope(ErrorCode.RATE_LIMITED, audit_id)
+            return Answer.of(failure_envelope(ErrorCode.RATE_LIMITED, audit_id))
         budget_ms = ctx.deadline_ms if ctx.deadline_ms is not None else self.default_deadline_ms
         remaining = started + budget_ms / 1000.0 - time.monotonic()
         if remaining <= 0:
-            return failure_envelope(ErrorCode.DEADLINE_EXCEEDED, audit_id)
+            return Answer.of(failure_envelope(ErrorCode.DEADLINE_EXCEEDED, audit_id))
         run = _Run()
 
         def work() -> Any:
@@ -250,13 +270,31 @@ class ToolFrontEnd:
                 if run.abandoned:
                     return _SKIPPED
                 run.started = True
-            return self.engine.execute(name, ctx, arguments)
+            try:
+                value = self.engine.execute(name, ctx, arguments)
+            except ContractError as exc:
+                answer = Answer.of(failure_envelope(exc.code, audit_id))
+            else:
+                if not isinstance(value, dict):
+                    raise TypeError("engine returned no value")
+                # Serialised once, here in the worker rather than on the event loop: a
+                # value that cannot be is an internal fault.
+                answer = Answer.of(success_envelope(value, audit_id))
+            with run.lock:
+                if run.abandoned:  # the deadline answered first, and audits that answer
+                    return _SKIPPED
+                run.answer = answer
+            # The audit line is written in this same worker hop, before the answer leaves.
+            self._audit_line(audit_id, name, answer.code, started, ctx, arguments, answer)
+            return replace(answer, audited=True)
 
         try:
             with anyio.move_on_after(remaining) as scope:
                 value = await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
             if scope.cancelled_caught:
                 with run.lock:
+                    if run.answer is not None:  # finished as the deadline hit: that answer stands
+                        return replace(run.answer, audited=True)
                     run.abandoned = True
                     began = run.started
                 code = (
@@ -264,22 +302,25 @@ class ToolFrontEnd:
                     if began and name in MUTATIONS
                     else ErrorCode.DEADLINE_EXCEEDED
                 )
-                return failure_envelope(code, audit_id)
-            if value is _SKIPPED or not isinstance(value, dict):
+                return Answer.of(failure_envelope(code, audit_id))
+            if not isinstance(value, Answer):
                 raise TypeError("engine returned no value")
-            envelope = success_envelope(value, audit_id)
-            json.dumps(envelope)  # must serialise; otherwise it is an internal fault
-            return envelope
-        except ContractError as exc:
-            return failure_envelope(exc.code, audit_id)
+            return value
         except Exception as exc:  # noqa: BLE001 - never leak internals
             logger.error("engine failure in %s: %s", name, type(exc).__name__)
             if name in MUTATIONS and run.started:
                 # It may have committed before failing: tell the caller to retry with the same key.
-                return failure_envelope(ErrorCode.MUTATION_OUTCOME_UNKNOWN, audit_id)
-            return failure_envelope(ErrorCode.STORE_UNAVAILABLE, audit_id)
+                return Answer.of(failure_envelope(ErrorCode.MUTATION_OUTCOME_UNKNOWN, audit_id))
+            return Answer.of(failure_envelope(ErrorCode.STORE_UNAVAILABLE, audit_id))
 
-    async def _record(
+    async def _record(self, *line: Any) -> None:
+        """Metrics, then the audit line off the event loop (``line`` as for :meth:`_audit_line`)."""
+        _, tool, code, started, *_ = line
+        self.metrics.observe_call(tool, code, time.monotonic() - started)
+        if self.audit is not None:
+            await anyio.to_thread.run_sync(self._audit_line, *line)
+
+    def _audit_line(
         self,
         audit_id: str,
         tool: str,
@@ -287,25 +328,22 @@ class ToolFrontEnd:
         started: float,
         ctx: CallContext | None,
         arguments: Any,
-        envelope: dict[str, Any] | None,
+        answer: Answer | None,
     ) -> None:
-        elapsed = time.monotonic() - started
-        self.metrics.observe_call(tool, code, elapsed)
+        """Write the call's audit line (blocking: fsync'd); never raises."""
         if self.audit is None:
             return
         try:
-            await anyio.to_thread.run_sync(
-                lambda: self.audit.record(  # type: ignore[union-attr]
-                    audit_id=audit_id,
-                    tool=tool,
-                    code=code,
-                    latency_ms=elapsed * 1000.0,
-                    tenant=ctx.tenant if ctx else None,
-                    workspace=ctx.workspace if ctx else None,
-                    principal=ctx.principal if ctx else None,
-                    arguments_digest=audit_digest("arguments", {"tool": tool, "arguments": arguments}),
-                    response_digest=None if envelope is None else audit_digest("response", envelope),
-                )
+            self.audit.record(
+                audit_id=audit_id,
+                tool=tool,
+                code=code,
+                latency_ms=(time.monotonic() - started) * 1000.0,
+                tenant=ctx.tenant if ctx else None,
+                workspace=ctx.workspace if ctx else None,
+                principal=ctx.principal if ctx else None,
+                arguments_digest=audit_digest("arguments", {"tool": tool, "arguments": arguments}),
+                response_digest=None if answer is None else audit_text_digest("response", answer.text),
             )
         except Exception as exc:  # noqa: BLE001 - auditing must not turn an answer into a leak
             logger.error("audit write failed: %s", type(exc).__name__)

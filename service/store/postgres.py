@@ -23,7 +23,9 @@ Same protocol and semantics as the SQLite store, over psycopg 3 and a connection
 from __future__ import annotations
 
 import json
+import secrets
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,7 +35,9 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from .base import BackupUnsupported, CandidateRow, CommitUncertain, JournalEvent, RecordRow, Scope, StoreUnavailable
+from .base import (
+    BackupUnsupported, CandidateRow, CommitUncertain, JournalEvent, RecordRow, Scope, StateCounts, StoreUnavailable,
+)
 from .journal import StoredEvent, chain_intact, event_digest
 from .migrations import VERSION_TABLE, Migration, pending
 
@@ -77,7 +81,18 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "receipts", (
         "CREATE TABLE IF NOT EXISTS receipts (digest TEXT PRIMARY KEY, body TEXT NOT NULL)",
     )),
+    # The replica registry, per-replica purge acknowledgements, shared paging state.
+    Migration(3, "replicas", (
+        "CREATE TABLE replicas (replica_id TEXT PRIMARY KEY, heartbeat_ms BIGINT NOT NULL,"
+        " registered_ms BIGINT NOT NULL)",
+        "CREATE TABLE purge_acks (tenant TEXT NOT NULL, workspace TEXT NOT NULL, record_id TEXT NOT NULL,"
+        " replica_id TEXT NOT NULL, PRIMARY KEY (tenant, workspace, record_id, replica_id))",
+        "CREATE TABLE snapshots (snapshot_id TEXT PRIMARY KEY, body TEXT NOT NULL, created_ms BIGINT NOT NULL)",
+        "CREATE INDEX snapshots_created ON snapshots (created_ms)",
+        "CREATE TABLE secrets (name TEXT PRIMARY KEY, material BYTEA NOT NULL)",
+    )),
 )
+JOURNAL_CHANNEL = "engram_journal"
 
 # One advisory-lock key space for migrations (scope locks hash the scope into another).
 _MIGRATION_LOCK = 0x656E6772616D  # "engram"
@@ -111,6 +126,11 @@ def _bytes(value: Any) -> bytes | None:
 
 def _scope_lock_key(scope: Scope) -> str:
     return json.dumps(list(scope))
+
+
+def _scope_of(payload: str) -> Scope:
+    tenant, workspace = json.loads(payload)
+    return (tenant, workspace)
 
 
 class _PgTx:
@@ -153,7 +173,7 @@ class _PgTx:
             " DO UPDATE SET cursor=excluded.cursor, head_digest=excluded.head_digest",
             (*scope, cursor, digest_),
         )
-        self.conn.execute("SELECT pg_notify('engram_journal', %s)", (_scope_lock_key(scope),))
+        self.conn.execute("SELECT pg_notify(%s, %s)", (JOURNAL_CHANNEL, _scope_lock_key(scope)))
         return JournalEvent(scope, cursor, event_id, kind, subject, body, digest_, recorded_at)
 
     # keys ----------------------------------------------------------------------
@@ -274,6 +294,7 @@ class PostgresStore:
     def __init__(self, url: str, *, pool_size: int = POOL_SIZE) -> None:
         self.url = url
         self._local = threading.local()
+        self._listener: psycopg.Connection[Any] | None = None
         try:
             self._pool = ConnectionPool(
                 url, min_size=1, max_size=pool_size, kwargs={"autocommit": True},
@@ -447,6 +468,13 @@ class PostgresStore:
             "SELECT COUNT(*) FROM records WHERE tenant=%s AND workspace=%s AND state='accepted_current'",
             scope)[0][0])
 
+    def state_counts(self, scope: Scope) -> StateCounts:
+        by_state = "SELECT state, COUNT(*) FROM {} WHERE tenant=%s AND workspace=%s GROUP BY state"
+        return StateCounts(
+            candidates={state: int(n) for state, n in self._read(by_state.format("candidates"), scope)},
+            records={state: int(n) for state, n in self._read(by_state.format("records"), scope)},
+        )
+
     def pending_purges(self) -> dict[Scope, list[str]]:
         pending_: dict[Scope, list[str]] = {}
         for tenant, workspace, record_id in self._read(
@@ -489,6 +517,95 @@ class PostgresStore:
                 " DO UPDATE SET enabled=excluded.enabled, changed_at=excluded.changed_at",
                 (tenant, enabled, at))
 
+    # replicas (SharedStore) ------------------------------------------------------------
+    def heartbeat(self, replica_id: str, at_ms: int) -> None:
+        with self.transaction() as tx:
+            tx.conn.execute(
+                "INSERT INTO replicas VALUES (%s,%s,%s) ON CONFLICT (replica_id)"
+                " DO UPDATE SET heartbeat_ms=excluded.heartbeat_ms", (replica_id, at_ms, at_ms))
+
+    def live_replicas(self, since_ms: int) -> list[str]:
+        return [r[0] for r in self._read(
+            "SELECT replica_id FROM replicas WHERE heartbeat_ms >= %s ORDER BY replica_id", (since_ms,))]
+
+    def ack_purges(self, scope: Scope, record_ids: list[str], replica_id: str) -> None:
+        with self.transaction() as tx, tx.conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO purge_acks VALUES (%s,%s,%s,%s) ON CONFLICT DO NOTHING",
+                [(*scope, rid, replica_id) for rid in record_ids])
+
+    def purges_awaiting(self, replica_id: str) -> dict[Scope, list[str]]:
+        awaiting: dict[Scope, list[str]] = {}
+        for tenant, workspace, record_id in self._read(
+            "SELECT p.tenant, p.workspace, p.record_id FROM pending_purges p WHERE NOT EXISTS ("
+            " SELECT 1 FROM purge_acks a WHERE a.tenant=p.tenant AND a.workspace=p.workspace"
+            " AND a.record_id=p.record_id AND a.replica_id=%s)"
+            " ORDER BY p.tenant, p.workspace, p.record_id", (replica_id,)):
+            awaiting.setdefault((tenant, workspace), []).append(record_id)
+        return awaiting
+
+    def settle_purges(self, scope: Scope, record_ids: list[str], live: list[str]) -> list[str]:
+        """Clear the pending purges every registered replica acknowledged; the ids that
+        some live replica has still to purge."""
+        with self.transaction() as tx:
+            tx.conn.execute(
+                "DELETE FROM pending_purges p WHERE p.tenant=%s AND p.workspace=%s AND p.record_id = ANY(%s)"
+                " AND NOT EXISTS (SELECT 1 FROM replicas r WHERE NOT EXISTS ("
+                "  SELECT 1 FROM purge_acks a WHERE a.tenant=p.tenant AND a.workspace=p.workspace"
+                "  AND a.record_id=p.record_id AND a.replica_id=r.replica_id))",
+                (*scope, list(record_ids)))
+            rows = tx.conn.execute(
+                "SELECT p.record_id FROM pending_purges p WHERE p.tenant=%s AND p.workspace=%s"
+                " AND p.record_id = ANY(%s) AND EXISTS (SELECT 1 FROM unnest(%s::text[]) AS l(replica_id)"
+                "  WHERE NOT EXISTS (SELECT 1 FROM purge_acks a WHERE a.tenant=p.tenant"
+                "  AND a.workspace=p.workspace AND a.record_id=p.record_id AND a.replica_id=l.replica_id))"
+                " ORDER BY p.record_id",
+                (*scope, list(record_ids), list(live))).fetchall()
+        return [r[0] for r in rows]
+
+    def wait_for_journal(self, timeout_s: float) -> set[Scope]:
+        """Scopes some replica committed journal events to, waiting up to `timeout_s`
+        for the first (LISTEN/NOTIFY on a connection of its own). After (re)connecting
+        the listener every scope counts as woken: events may have come in between."""
+        if self._listener is None:
+            try:
+                self._listener = psycopg.connect(self.url, autocommit=True)
+                self._listener.execute(f"LISTEN {JOURNAL_CHANNEL}")
+            except psycopg.Error:
+                self._listener = None
+                time.sleep(timeout_s)
+                return set()
+            return set(self.scopes())
+        woken: set[Scope] = set()
+        try:
+            for note in self._listener.notifies(timeout=timeout_s, stop_after=1):
+                woken.add(_scope_of(note.payload))
+            if woken:
+                for note in self._listener.notifies(timeout=0.005):
+                    woken.add(_scope_of(note.payload))
+        except psycopg.Error:
+            self._listener.close()
+            self._listener = None
+        return woken
+
+    # paging snapshots ------------------------------------------------------------------
+    def put_snapshot(self, snapshot_id: str, body: str, created_ms: int, expire_before_ms: int) -> None:
+        with self.transaction() as tx:
+            tx.conn.execute("INSERT INTO snapshots VALUES (%s,%s,%s)", (snapshot_id, body, created_ms))
+            tx.conn.execute("DELETE FROM snapshots WHERE created_ms < %s", (expire_before_ms,))
+
+    def snapshot(self, snapshot_id: str) -> tuple[str, int] | None:
+        rows = self._read("SELECT body, created_ms FROM snapshots WHERE snapshot_id=%s", (snapshot_id,))
+        return (rows[0][0], int(rows[0][1])) if rows else None
+
+    def shared_secret(self, name: str) -> bytes:
+        """A random secret every replica reads alike (created once, first writer wins)."""
+        with self.transaction() as tx:
+            tx.conn.execute(
+                "INSERT INTO secrets VALUES (%s,%s) ON CONFLICT (name) DO NOTHING", (name, secrets.token_bytes(32)))
+            row = tx.conn.execute("SELECT material FROM secrets WHERE name=%s", (name,)).fetchone()
+        return bytes(row[0])
+
     # physical hygiene and backup -----------------------------------------------------------
     def purge_freed_pages(self) -> bool:
         """VACUUM the tables that held destroyed bytes; False when the server refused
@@ -507,6 +624,8 @@ class PostgresStore:
             " with WAL archiving) plus the key directory")
 
     def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
         self._pool.close()
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from models.digests import DigestKind, digest
 
-from .base import CandidateRow, CommitUncertain, JournalEvent, RecordRow, Scope, StoreUnavailable
+from .base import CandidateRow, CommitUncertain, JournalEvent, RecordRow, Scope, StateCounts, StoreUnavailable
 from .journal import StoredEvent, chain_intact, event_digest
 from .migrations import VERSION_TABLE, Migration, pending
 
@@ -429,6 +429,13 @@ class SqliteStore:
             "SELECT COUNT(*) FROM records WHERE tenant=? AND workspace=? AND state='accepted_current'",
             scope,
         )[0][0]
+
+    def state_counts(self, scope: Scope) -> StateCounts:
+        by_state = "SELECT state, COUNT(*) FROM {} WHERE tenant=? AND workspace=? GROUP BY state"
+        return StateCounts(
+            candidates={state: n for state, n in self._read(by_state.format("candidates"), scope)},
+            records={state: n for state, n in self._read(by_state.format("records"), scope)},
+        )
 
     def pending_purges(self) -> dict[Scope, list[str]]:
         """Records whose bytes may still sit in an index file, by scope."""

@@ -37,10 +37,12 @@ def test_tiny_bench_run(tmp_path: Path, encoder):
         assert entry["latency"][name]["p50_ms"] > 0
     ratios = entry["ratios_p50"]
     assert ratios["engine_hybrid_over_raw_sum"] > 0 and ratios["mcp_hybrid_over_raw_sum"] > 0
+    assert ratios["bare_http_hybrid_over_raw_sum"] > 0
     assert result["encoder_bound_ingest"]["ingest_over_raw_encoder"] > 0
     assert entry["disk_mb"]["total_mb"] > 0 and entry["rss_mb"]["peak_during_ingest"] > 0
     load = result["load"]
     assert "skipped" not in load, load
+    assert load["bare_http_search_hybrid"]["n"] == 12  # every bare JSON-RPC search answered ok
     assert load["admitted_not_readable"] == 0 and load["calls_completed"] > 0 and not load["errors"]
     assert json.loads((out / "bench.json").read_text())["sizes"][0]["size"] == 400
     assert (out / "report.md").exists() and (out / "cost_growth.png").stat().st_size > 0

@@ -15,6 +15,7 @@ from mcp_support import ALL_TOOLS, MODES, SECRET, claims, connect, token
 
 from models.codes import ContractError, ErrorCode
 from models.tools import CAPTURE, FORGET, GET, SEARCH, WITHDRAW
+from service.mcp.audit import audit_text_digest
 from service.mcp.host_context import mint_token
 
 pytestmark = pytest.mark.anyio
@@ -221,6 +222,12 @@ async def test_deadline(fake, fake_engine, mode):
     assert read.structured_content["error"]["code"] == "DEADLINE_EXCEEDED"
     assert read.structured_content["error"]["retriable"] is True
     assert write.structured_content["error"]["code"] == "MUTATION_OUTCOME_UNKNOWN"
+    time.sleep(0.8)  # the abandoned workers finish meanwhile: they must not audit as well
+    lines = [json.loads(line) for line in (fake.data_dir / "audit.jsonl").read_text().splitlines()]
+    for result in (read, write):
+        (line,) = [x for x in lines if x["auditId"] == result.structured_content["auditId"]]
+        assert line["code"] == result.structured_content["error"]["code"]
+        assert line["response_digest"] == audit_text_digest("response", result.content[0].text)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -238,7 +245,9 @@ async def test_audit_log_holds_no_content(fake, mode):
     (mine,) = [line for line in lines if line["auditId"] == audit_id]
     assert mine["tool"] == CAPTURE and mine["code"] == "ok"
     assert mine["tenant"] == "acme" and mine["workspace"] == "ws1"
-    assert mine["arguments_digest"].startswith("sha256:") and mine["response_digest"].startswith("sha256:")
+    assert mine["arguments_digest"].startswith("sha256:")
+    # the response digest pins the very text the caller was sent
+    assert mine["response_digest"] == audit_text_digest("response", result.content[0].text)
     assert set(mine) == {
         "time", "auditId", "tool", "tenant", "workspace", "principal", "code",
         "arguments_digest", "response_digest", "latency_ms",

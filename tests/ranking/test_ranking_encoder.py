@@ -127,3 +127,25 @@ def test_gpu_vectors_match_cpu(backends):
     _, torch_cpu = backends
     gpu = TorchMiniLM(Device.AUTO)
     assert cosines(gpu.encode(SAMPLE), torch_cpu.encode(SAMPLE)).min() >= 0.999
+
+
+def test_device_is_a_setting(monkeypatch):
+    from pydantic import ValidationError
+
+    from service.settings import load_settings
+
+    assert load_settings().device is Device.AUTO
+    monkeypatch.setenv("ENGRAM_DEVICE", "cpu")
+    assert load_settings().device is Device.CPU
+    monkeypatch.setenv("ENGRAM_DEVICE", "tpu")
+    with pytest.raises(ValidationError):
+        load_settings()
+
+
+@pytest.mark.skipif(resolve_device(Device.AUTO) is Device.CUDA, reason="this machine has CUDA")
+def test_engine_refuses_a_named_device_the_machine_lacks(tmp_path: Path):
+    from service.engine.engine import Engine
+
+    with pytest.raises(DeviceUnavailable):
+        Engine.open(tmp_path / "data", device=Device.CUDA)
+    assert not (tmp_path / "data").exists()  # refused before anything was created

@@ -120,6 +120,12 @@ def test_corrupt_vector_file_degrades_to_lexical(tmp_path: Path):
     with pytest.raises(SemanticUnavailable):
         reopened.search("scopeA", "payment", HYBRID_PROFILE, valid_as_of_ms=0)
     assert ids(reopened, "scopeA", "payment", LEXICAL_PROFILE) == ["mem_a1"]
+    # With a lexical fallback the same call answers from the lexical hits it already has.
+    fell_back = reopened.search("scopeA", "payment", HYBRID_PROFILE, valid_as_of_ms=0, fallback=LEXICAL_PROFILE)
+    assert fell_back.profile == LEXICAL_PROFILE and fell_back.channels == ("lexical",)
+    assert [c.record_id for c in fell_back.candidates] == ["mem_a1"]
+    with pytest.raises(SemanticUnavailable):  # a fallback that needs semantic is no fallback
+        reopened.search("scopeA", "payment", HYBRID_PROFILE, valid_as_of_ms=0, fallback=HYBRID_PROFILE)
     reopened.close()
 
 
@@ -216,3 +222,19 @@ def test_a_channel_already_through_a_batch_skips_it(tmp_path: Path) -> None:
     assert CountingEncoder.texts == embedded
     hits = ranker.search("s1", "tidal gauge", LEXICAL_PROFILE, valid_as_of_ms=0).candidates
     assert {c.record_id for c in hits} == {f"r{i}" for i in range(5)}
+
+
+def test_warm_reads_the_vector_file_before_the_first_search(tmp_path: Path):
+    ranker = Ranker(tmp_path / "idx", HashingTestEncoder())
+    seed(ranker)
+    before = ids(ranker, "scopeA", "payment cache")
+    ranker.close()
+    warmed = Ranker(tmp_path / "idx", HashingTestEncoder())
+    warmed.warm("scopeA")
+    warmed.warm("scope-never-written")  # nothing on disk: nothing opened, nothing created
+    for path in (tmp_path / "idx" / "semantic").rglob("vectors-*.bin"):
+        path.unlink()  # the first search must not need the file: it was read at warm-up
+    assert warmed.semantic_health("scopeA") is None
+    assert ids(warmed, "scopeA", "payment cache") == before
+    cold = Ranker(tmp_path / "idx", HashingTestEncoder())
+    assert "corrupt" in (cold.semantic_health("scopeA") or "")  # what an unwarmed reader meets

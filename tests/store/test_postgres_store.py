@@ -133,3 +133,19 @@ def test_journal_cursor_is_gap_free_under_concurrent_appends(database_url: str) 
     finally:
         for s in stores:
             s.close()
+
+
+def test_admin_commands_reach_the_database_named_by_database_url(database_url: str, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from service.cli import app
+
+    out = CliRunner().invoke(app, ["admin", "--database-url", database_url, "--key-dir", str(tmp_path / "keys"),
+                                   "tenant", "enable", "acme", "--data-dir", str(tmp_path / "operator")])
+    assert out.exit_code == 0, out.output
+    store = PostgresStore(database_url)
+    try:
+        assert store.tenant_enabled("acme")
+    finally:
+        store.close()
+    assert not (tmp_path / "operator" / "engram.db").exists()  # nothing went to SQLite

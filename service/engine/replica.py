@@ -1,0 +1,104 @@
+"""This process as one replica of a store that several `engram serve` processes share.
+
+Why: with PostgreSQL, other replicas append to the journal and forget records; this
+replica's indexes must follow, and a forget must know which replicas have purged.
+The replica registers under a stable id (kept in its data directory, so a restart is
+the same replica), heartbeats, and follows the journal: the store wakes it when any
+replica commits an event (LISTEN/NOTIFY), it catches the scope up by cursor, and a
+slow poll covers missed wake-ups. Physical purges: every forgotten record stays listed
+as pending until each registered replica acknowledged purging it from its own index
+files; a forget answers `complete` once every *live* replica (fresh heartbeat) has,
+and a replica that was down purges what it missed at start, before it is ready.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from service.store.base import Scope, SharedStore
+
+from .clock import now_ms
+
+logger = logging.getLogger("engram.replica")
+
+HEARTBEAT_S = 1.0
+LIVE_WITHIN_MS = 5_000
+FULL_SCAN_S = 5.0
+ACK_POLL_S = 0.05
+REPLICA_ID_FILE = "replica_id"
+
+
+def replica_id_for(data_dir: Path) -> str:
+    """The stable id of the replica whose projections live in `data_dir`."""
+    path = data_dir / REPLICA_ID_FILE
+    if not path.exists():
+        path.write_text("replica_" + uuid.uuid4().hex[:16] + "\n")
+    return path.read_text().strip()
+
+
+class Replica:
+    """Registration, heartbeat, purge acknowledgements and the journal follower."""
+
+    def __init__(self, store: SharedStore, replica_id: str) -> None:
+        self.store = store
+        self.replica_id = replica_id
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        store.heartbeat(replica_id, now_ms())
+
+    # -- purges ---------------------------------------------------------------------------
+    def awaiting(self) -> dict[Scope, list[str]]:
+        """Forgotten records this replica has not purged yet, by scope."""
+        return self.store.purges_awaiting(self.replica_id)
+
+    def acknowledge(self, scope: Scope, record_ids: list[str], wait_s: float) -> bool:
+        """Record that this replica purged `record_ids`; wait up to `wait_s` for every
+        live replica to have done the same. True when all live replicas have."""
+        self.store.ack_purges(scope, record_ids, self.replica_id)
+        deadline = time.monotonic() + wait_s
+        while True:
+            missing = self.store.settle_purges(scope, record_ids, self.live())
+            if not missing or time.monotonic() >= deadline:
+                return not missing
+            time.sleep(ACK_POLL_S)
+
+    def live(self) -> list[str]:
+        return self.store.live_replicas(now_ms() - LIVE_WITHIN_MS)
+
+    # -- following -------------------------------------------------------------------------
+    def follow(self, catch_up: Callable[[Scope], None], sweep: Callable[[], object]) -> None:
+        """Start the background follower: heartbeat, wake on journal events, catch up,
+        purge what other replicas' forgets left for this one."""
+        self._thread = threading.Thread(
+            target=self._run, args=(catch_up, sweep), name="engram-replica", daemon=True)
+        self._thread.start()
+
+    def _run(self, catch_up: Callable[[Scope], None], sweep: Callable[[], object]) -> None:
+        last_beat = last_scan = time.monotonic()
+        while not self._stopped.is_set():
+            try:
+                woken = self.store.wait_for_journal(HEARTBEAT_S / 2)
+                now = time.monotonic()
+                if now - last_beat >= HEARTBEAT_S:
+                    self.store.heartbeat(self.replica_id, now_ms())
+                    last_beat = now
+                if now - last_scan >= FULL_SCAN_S:
+                    woken |= set(self.store.scopes())
+                    last_scan = now
+                for scope in sorted(woken):
+                    catch_up(scope)
+                if woken and self.awaiting():
+                    sweep()
+            except Exception as exc:  # noqa: BLE001 - the next round retries; reads stay fenced
+                logger.warning("replica follower: %s", type(exc).__name__)
+                self._stopped.wait(HEARTBEAT_S)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)

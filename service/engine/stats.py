@@ -1,0 +1,30 @@
+"""Per-scope counts and projection lag, for the operators' metrics.
+
+Why: an operator watching a service needs to see a projection falling behind the
+journal (search would soon refuse `lexical_and_semantic`), and how many records and
+candidates each scope holds, without reading any of them. Counts and cursors only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.store.base import Scope, StateCounts
+
+from .parts import Parts
+
+
+@dataclass(frozen=True)
+class ScopeStats:
+    scope: Scope
+    counts: StateCounts
+    #: Journal events each projection channel (lexical, semantic) has not applied yet.
+    projection_lag: dict[str, int]
+
+
+def scope_stats(parts: Parts) -> list[ScopeStats]:
+    """One entry per scope the store knows."""
+    return [
+        ScopeStats(scope, parts.store.state_counts(scope), parts.projector.lag(scope))
+        for scope in parts.store.scopes()
+    ]

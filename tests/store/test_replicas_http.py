@@ -1,0 +1,246 @@
+"""Three `engram serve` processes on one PostgreSQL database, driven over MCP/HTTP:
+read-your-writes across replicas, an idempotency key raced over all three, a
+confirmation ref reused on another replica, a page cursor that walks three replicas,
+forget purging every replica's index files, and kill -9 of a replica mid-storm with
+every acknowledged mutation found afterwards (and the replica back, caught up).
+
+The replicas run the real CLI (`engram serve --database-url ... --key-dir ...`,
+lexical-only with --no-model), share the host secret through ENGRAM_HOST_SECRET, and
+keep their own data directories for their indexes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
+
+from rel_support import (  # noqa: E402
+    PURPOSE, SECRET, call, capture_args, claims, code, ctx_token, free_port, key, scan_dir, unique_token,
+    value,
+)
+
+from models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH  # noqa: E402
+from service.engine.gates import operation_digest  # noqa: E402
+from service.mcp.host_context import mint_token  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+MODE = "auto"
+
+
+class Replica:
+    """One `engram serve` process."""
+
+    def __init__(self, name: str, root: Path, database_url: str, key_dir: Path) -> None:
+        self.name, self.data_dir, self.log = name, root / name, root / f"{name}.log"
+        self.database_url, self.key_dir = database_url, key_dir
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def start(self) -> Replica:
+        self.port = free_port()
+        env = {**os.environ, "ENGRAM_HOST_SECRET": SECRET.decode(), "PYTHONPATH": str(ROOT)}
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "service.cli", "serve", "--no-model", "--rate", "0",
+                 "--port", str(self.port), "--data-dir", str(self.data_dir),
+                 "--database-url", self.database_url, "--key-dir", str(self.key_dir),
+                 "--log-level", "warning"],
+                stdout=log, stderr=log, cwd=str(ROOT), env=env)
+        return self
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: {self.log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.name} not ready")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture(scope="module")
+def cluster(postgres_cluster, tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("replicas")
+    url = postgres_cluster.create_database("replicas")
+    keys = root / "keys"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # One operator command first: migrates the schema, creates the KEK, opts acme in.
+    subprocess.run(
+        [sys.executable, "-m", "service.cli", "admin", "--database-url", url, "--key-dir", str(keys),
+         "tenant", "enable", "acme", "--data-dir", str(root / "operator")],
+        check=True, capture_output=True, cwd=str(ROOT), env=env, timeout=120)
+    replicas = [Replica(name, root, url, keys).start() for name in ("a", "b", "c")]
+    try:
+        for r in replicas:
+            r.wait_ready()
+        yield replicas
+    finally:
+        for r in replicas:
+            r.stop()
+
+
+def run(replica: Replica, tool: str, args: dict[str, Any], token: str | None = None) -> dict[str, Any]:
+    return asyncio.run(call(replica.url, token or ctx_token(), MODE, tool, args))
+
+
+def confirmed(tool: str, args: dict[str, Any], target: str, ref: str) -> str:
+    approved = int(time.time() * 1000) - 200
+    return mint_token(claims(confirmation={
+        "ref": ref, "capability": tool, "target": target, "operation_digest": operation_digest(tool, args),
+        "approved_at": approved, "expires_at": approved + 60_000}), SECRET, ttl_s=3600)
+
+
+def accept_on(replica: Replica, text: str) -> str:
+    cap = value(run(replica, CAPTURE, capture_args(text)))
+    out = value(run(replica, REQUEST_ADMISSION, {"candidate_id": cap["candidate_id"], "idempotency_key": key("adm")}))
+    assert out["outcome"]["status"] == "accepted", out
+    return out["outcome"]["record_id"]
+
+
+def search_ids(replica: Replica, query: str, **extra: Any) -> tuple[list[str], str | None]:
+    out = value(run(replica, SEARCH, {"query": query, "purpose_ref": PURPOSE, **extra}))
+    return [r["record"]["record_id"] for r in out["records"]], out.get("next_page_cursor")
+
+
+def test_read_your_writes_across_replicas(cluster) -> None:
+    a, b, c = cluster
+    for writer, readers in ((a, (b, c)), (b, (c, a)), (c, (a, b))):
+        word = unique_token()
+        rid = accept_on(writer, f"Replica note about {word} in the ledger.")
+        for reader in readers:  # right after the acknowledgement, on another replica
+            assert search_ids(reader, word)[0] == [rid]
+            assert value(run(reader, GET, {"record_id": rid, "purpose_ref": PURPOSE}))["record"]["record_id"] == rid
+
+
+def test_one_idempotency_key_raced_over_three_replicas(cluster) -> None:
+    args = capture_args(f"Raced capture {unique_token()}.")
+    results: list[Any] = [None] * 9
+    barrier = threading.Barrier(9)
+
+    def worker(i: int) -> None:
+        barrier.wait()
+        results[i] = run(cluster[i % 3], CAPTURE, args)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(9)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    outs = [value(r) for r in results]
+    assert sorted(o["status"] for o in outs) == ["committed_pending"] + ["duplicate_exact"] * 8
+    assert len({o["candidate_id"] for o in outs}) == 1
+
+
+def test_confirmation_ref_spent_on_one_replica_fails_on_another(cluster) -> None:
+    a, b, _ = cluster
+    first, second = accept_on(a, f"Ref one {unique_token()}."), accept_on(a, f"Ref two {unique_token()}.")
+    ref = "conf-" + uuid.uuid4().hex
+    args1 = {"record_id": first, "idempotency_key": key("fgt"), "reason_ref": "reason:x"}
+    args2 = {"record_id": second, "idempotency_key": key("fgt"), "reason_ref": "reason:x"}
+    assert run(a, FORGET, args1, confirmed(FORGET, args1, first, ref))["ok"] is True
+    assert code(run(b, FORGET, args2, confirmed(FORGET, args2, second, ref))) == "gate_failed"
+
+
+def test_page_cursor_walks_three_replicas(cluster) -> None:
+    a, b, c = cluster
+    word = unique_token()
+    made = {accept_on(cluster[i % 3], f"Paged note {i} about {word} {'x ' * i}") for i in range(7)}
+    seen: list[str] = []
+    ids, cursor = search_ids(a, word, limit=3)
+    seen += ids
+    for replica in (b, c):
+        assert cursor is not None
+        ids, cursor = search_ids(replica, word, limit=3, page_cursor=cursor)
+        seen += ids
+    assert cursor is None
+    assert len(seen) == len(set(seen)) == 7 and set(seen) == made
+
+
+def test_forget_purges_every_replica(cluster) -> None:
+    a, b, c = cluster
+    words = [unique_token() for _ in range(4)]
+    cap = value(run(a, CAPTURE, capture_args(f"Shred test decision {words[0]} about {words[1]} storage",
+                                             extra_text=f"context mentions {words[2]} and {words[3]}")))
+    adm = value(run(a, REQUEST_ADMISSION, {"candidate_id": cap["candidate_id"], "idempotency_key": key("adm")}))
+    rid = adm["outcome"]["record_id"]
+    for r in cluster:
+        assert search_ids(r, words[0])[0] == [rid]
+        assert scan_dir(r.data_dir / "index", words), "control: the scanner sees the record's words"
+    args = {"record_id": rid, "idempotency_key": key("fgt"), "reason_ref": "reason:x"}
+    out = value(run(b, FORGET, args, confirmed(FORGET, args, rid, "conf-" + uuid.uuid4().hex)))
+    assert out["projection_invalidation"] == "complete"
+    for r in cluster:  # gone from every replica's answers and index files
+        assert search_ids(r, words[0])[0] == []
+        assert scan_dir(r.data_dir / "index", words) == {}
+
+
+def test_kill_9_of_a_replica_mid_storm_loses_no_acknowledged_mutation(cluster) -> None:
+    a, b, c = cluster
+    word = unique_token()
+    acknowledged: list[str] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def storm(replica: Replica, n: int) -> None:
+        for i in range(n):
+            if stop.is_set():
+                return
+            try:
+                rid = accept_on(replica, f"Storm {replica.name} {i} {word}.")
+            except Exception:  # noqa: BLE001 - a call cut by the kill was never acknowledged
+                continue
+            with lock:
+                acknowledged.append(rid)
+
+    threads = [threading.Thread(target=storm, args=(r, 6)) for r in cluster]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    c.kill()
+    for t in threads:
+        t.join(timeout=120)
+    assert len(acknowledged) >= 8
+    for rid in acknowledged:
+        for r in (a, b):
+            assert value(run(r, GET, {"record_id": rid, "purpose_ref": PURPOSE}))["record"]["record_id"] == rid
+    found, cursor = search_ids(a, word, limit=50)
+    assert set(acknowledged) <= set(found)
+    # the killed replica comes back on its own data directory and catches up
+    c.start()
+    c.wait_ready()
+    assert set(acknowledged) <= set(search_ids(c, word, limit=50)[0])
