@@ -34,7 +34,7 @@ def test_the_old_ambiguity_is_gone(engine) -> None:
     assert search_ids(engine, b, "walrus") == [rb]
 
 
-def test_one_tenant_cannot_evict_anothers_snapshots(engine, monkeypatch) -> None:
+def test_one_tenant_cannot_evict_anothers_snapshots(engine, backend, monkeypatch) -> None:
     monkeypatch.setattr(paging, "MAX_SNAPSHOTS_PER_TENANT", 4)
     quiet, noisy = context(tenant="quiet"), context(tenant="noisy")
     for ctx in (quiet, noisy):
@@ -47,6 +47,8 @@ def test_one_tenant_cannot_evict_anothers_snapshots(engine, monkeypatch) -> None
         search(engine, noisy, "otters hold hands", limit=1)
     page_two = search(engine, quiet, "otters hold hands", limit=1, page_cursor=first["next_page_cursor"])
     assert page_two["records"][0]["rank"] == 2
+    if backend == "postgres":
+        return  # replicas keep snapshots in the shared store, by age only: nothing is evicted
     # the noisy tenant's own oldest cursors are the ones that went
     cursors = [search(engine, noisy, "otters hold hands", limit=1)["next_page_cursor"] for _ in range(6)]
     assert error_of(search, engine, noisy, "otters hold hands", limit=1, page_cursor=cursors[0]).code \
