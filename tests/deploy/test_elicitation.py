@@ -170,16 +170,18 @@ def stdio_server(tmp_path: Path, **env: str) -> StdioServerParameters:
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_stdio_accept_decline_cancel_late(tmp_path, mode):
-    for human, expected in ((Human("accept"), None), (Human("decline"), "gate_failed"),
-                            (Human("cancel"), "gate_failed")):
-        async with Client(stdio_server(tmp_path), mode=mode, elicitation_callback=human) as client:
+    human = Human("accept")
+    async with Client(stdio_server(tmp_path), mode=mode, elicitation_callback=human) as client:
+        for action, expected in (("accept", None), ("decline", "gate_failed"), ("cancel", "gate_failed")):
+            human.action = action  # the same client, the human answering differently
+            asked = len(human.questions)
             candidate = await captured_candidate(client)
             envelope = await withdraw(client, candidate)
-        assert human.questions
-        if expected is None:
-            assert envelope["ok"] is True, envelope
-        else:
-            assert error_code(envelope) == expected
+            assert len(human.questions) == asked + 1
+            if expected is None:
+                assert envelope["ok"] is True, envelope
+            else:
+                assert error_code(envelope) == expected
     late = Human("accept", delay=2.5)
     async with Client(stdio_server(tmp_path, ENGRAM_APPROVAL_TTL_S="1"), mode=mode,
                       elicitation_callback=late) as client:
