@@ -27,9 +27,16 @@ def eval_command(
     data_dir: Annotated[Optional[Path], typer.Option("--data-dir", "-d", help="Root of the per-collection engine directories (the embedding cache); default: <ENGRAM_DATA_DIR, else ./data>/eval.")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Output directory (default ./eval-out/<dataset>).")] = None,
     channels: Annotated[str, typer.Option("--channels", help="Comma-separated: lexical,semantic,hybrid.")] = "lexical,semantic,hybrid",
+    split: Annotated[str, typer.Option("--split", help="Judge with qrels/<SPLIT>.tsv.")] = "test",
+    context_turns: Annotated[int, typer.Option(
+        "--context-turns", min=0,
+        help="Ingest conversation turns with up to N neighbouring turns as context (own scope); 0 = off.")] = 0,
+    vectors: Annotated[Optional[Path], typer.Option(
+        "--vectors", help="Precomputed passage vectors (.npz, as engram ingest --vectors) for the ingested texts.")] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
 ) -> None:
-    """Ingest DATASET (or reuse it), run every judged query, write report.json/.md and plots."""
+    """Ingest DATASET (or reuse it), run every judged query, write report.json/.md, full TREC
+    run files (run.<channel>.trec, every rank returned) and plots."""
     from rich.console import Console
 
     from .extra import require_eval_extra
@@ -50,7 +57,11 @@ def eval_command(
     chosen = [c.strip() for c in channels.split(",") if c.strip()]
     # One engine directory per collection: BM25 statistics are index-wide across scopes,
     # so collections sharing a lexical index would score each other's term counts.
+    if not (dataset / "qrels" / f"{split}.tsv").exists():
+        typer.echo(f"engram eval: {dataset} has no qrels/{split}.tsv", err=True)
+        raise typer.Exit(2)
     report, details = run_relevance(dataset, data_dir / dataset.name, channels=chosen, progress=progress,
+                                    split=split, context_turns=context_turns, vectors=vectors,
                                     log=lambda m: console.print(m, markup=False, highlight=False))
     write_outputs(out, report, details)
     console.print(markdown(report), markup=False, highlight=False)

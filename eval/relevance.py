@@ -35,18 +35,20 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from index_data.ingest import ingest_corpus
-from index_data.readers import read_beir
+from index_data.readers import VectorSource, read_beir, with_context
 from index_data.records import DEFAULT_PURPOSE, RefusedRecord, record_id_for
 from ranking import HYBRID_PROFILE, Profile
+from ranking.profiles import FieldWeights, FusionConfig, FusionMethod, SemanticConfig
 from service.engine import CallContext
 from service.engine.clock import now_ms
 from service.engine.records import scope_key
 
-from .metrics import METRICS, evaluate, load_qrels, mean_metrics
+from .metrics import METRICS, NDCG10, evaluate, load_qrels, mean_metrics, paired_randomization
 
 CHANNELS = ("lexical", "semantic", "hybrid")
 DEPTH = 100
@@ -56,15 +58,14 @@ EVAL_TENANT = "eval"
 
 SEMANTIC_ONLY = Profile(
     name="eval_semantic_only",
-    version="1",
-    config={
-        **dict(HYBRID_PROFILE.config),
-        "field_weights": {name: 0.0 for name in HYBRID_PROFILE.config["field_weights"]},
-        "semantic_cap": DEPTH,
+    version="2",
+    config=replace(
+        HYBRID_PROFILE.config,
+        lexical=replace(HYBRID_PROFILE.config.lexical, field_weights=FieldWeights(0.0, 0.0, 0.0, 0.0, 0.0)),
+        semantic=SemanticConfig(cap=DEPTH),
         # the channel alone, unfloored: the floor is part of fusion, not of the channel
-        "fusion": {**dict(HYBRID_PROFILE.config["fusion"]), "method": "rrf",
-                   "semantic_only_min_similarity": -1.0},
-    },
+        fusion=FusionConfig(method=FusionMethod.RRF, semantic_only_min_similarity=None),
+    ),
 )
 
 
@@ -147,8 +148,17 @@ def run_relevance(
     progress: bool = True,
     batch_size: int = 256,
     log: Callable[[str], None] | None = None,
+    split: str = "test",
+    context_turns: int = 0,
+    vectors: Path | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Ingest (or reuse) the collection, run every judged query; (report, per_query)."""
+    """Ingest (or reuse) the collection, run every judged query; (report, per_query).
+
+    ``split``: which ``qrels/<split>.tsv`` judges the run. ``context_turns``: ingest with
+    that many neighbouring conversation turns as context (:func:`with_context`), into a
+    scope of its own. ``vectors``: passage vectors aligned with the ingested texts
+    (``.npz``, as ``engram ingest --vectors`` reads), so the corpus is not embedded again.
+    """
     from service.engine.engine import Engine
 
     say = log or (lambda _m: None)
@@ -157,11 +167,11 @@ def run_relevance(
     unknown = [c for c in channels if c not in CHANNELS]
     if unknown:
         raise ValueError(f"unknown channels: {unknown}")
-    scope = eval_scope(name)
+    scope = eval_scope(name if context_turns <= 0 else f"{name}-ctx{context_turns}")
     key = scope_key(scope)
-    docs = list(read_beir(dataset_dir, name))
+    docs = list(with_context(read_beir(dataset_dir, name), context_turns))
     queries = load_queries(dataset_dir)
-    qrels = load_qrels(dataset_dir / "qrels" / "test.tsv")
+    qrels = load_qrels(dataset_dir / "qrels" / f"{split}.tsv")
     judged = [q for q in queries if q in qrels]
     rid_to_doc: dict[str, str] = {}
     for doc in docs:
@@ -179,7 +189,9 @@ def run_relevance(
     timings["engine_open_s"] = round(time.perf_counter() - t0, 3)
     try:
         say(f"[{name}] ingesting {len(docs)} documents into {scope[0]}/{scope[1]}")
-        report = ingest_corpus(engine, scope, docs, batch_size=batch_size, progress=progress, total=len(docs))
+        source = VectorSource.load(vectors) if vectors is not None else None
+        report = ingest_corpus(engine, scope, docs, vectors=source, batch_size=batch_size, progress=progress,
+                               total=len(docs))
         timings["ingest"] = report.as_dict()
         ctx = eval_context(scope)
         bar = _progress(progress)
@@ -243,6 +255,13 @@ def run_relevance(
         "docs": len(docs),
         "queries": len(judged),
         "channels": {c: mean_metrics(per_query[c]) for c in CHANNELS if c in per_query},
+        "significance": {
+            f"hybrid_vs_{c}": paired_randomization(
+                [per_query["hybrid"][q][NDCG10] for q in judged], [per_query[c][q][NDCG10] for q in judged])
+            for c in ("lexical", "semantic") if "hybrid" in per_query and c in per_query
+        },
+        "split": split,
+        "context_turns": context_turns,
         "timings": timings,
     }
     details = {
@@ -251,7 +270,7 @@ def run_relevance(
         "profiles": receipts,
         "metrics": list(METRICS),
         "per_query": per_query,
-        "runs_top10": {c: {q: r[:10] for q, r in runs[c].items()} for c in runs},
+        "runs": runs,
         "environment": {"cpu_count": os.cpu_count()},
     }
     return report_json, details

@@ -77,6 +77,9 @@ def markdown(report: dict[str, Any], details: dict[str, Any] | None = None, plot
         lines += ["", "Profiles used: " + ", ".join(
             f"{c} = `{v.get('profile')}` ({'+'.join(v.get('channels') or [])})"
             for c, v in details.get("profiles", {}).items())]
+    for pair, test in report.get("significance", {}).items():
+        lines += ["", f"{pair.replace('_', ' ')}: delta nDCG@10 {test['delta']:+.4f}, "
+                      f"paired randomisation p = {test['p']:.4f}"]
     ingest = report["timings"].get("ingest", {})
     if ingest:
         lines += ["", f"Ingest: {ingest.get('ingested', 0)} new records, {ingest.get('skipped_existing', 0)} "
@@ -86,9 +89,18 @@ def markdown(report: dict[str, Any], details: dict[str, Any] | None = None, plot
     return "\n".join(lines) + "\n"
 
 
+def trec_run(run: dict[str, list[str]], tag: str) -> str:
+    """A run in TREC format (``qid Q0 docid rank score tag``), every returned rank."""
+    lines = [f"{qid} Q0 {doc} {rank} {len(ranked) - rank + 1} {tag}"
+             for qid, ranked in sorted(run.items()) for rank, doc in enumerate(ranked, start=1)]
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
 def write_outputs(out: Path, report: dict[str, Any], details: dict[str, Any]) -> None:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    for channel, run in details.get("runs", {}).items():
+        (out / f"run.{channel}.trec").write_text(trec_run(run, f"engram-{channel}"))
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "per_query.json").write_text(json.dumps(details, indent=1) + "\n")
     plots = _plots(out, report, details)

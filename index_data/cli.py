@@ -12,6 +12,9 @@ from typing import Annotated, Optional
 
 import typer
 
+from models.device import Device
+from service.settings import field_help
+
 app = typer.Typer(
     help="Bulk-ingest a corpus (BEIR directory or record JSONL) as accepted records.",
     invoke_without_command=True,
@@ -24,44 +27,67 @@ app = typer.Typer(
 
 @app.callback(invoke_without_command=True)
 def ingest(
-    dataset: Annotated[Path, typer.Argument(help="BEIR directory (corpus.jsonl) or record JSONL file.")],
-    data_dir: Annotated[Path, typer.Option("--data-dir", "-d", envvar="ENGRAM_DATA_DIR",
-                                           help="Engine data directory.")] = Path("./data"),
+    dataset: Annotated[Path, typer.Argument(
+        help="BEIR directory (corpus.jsonl) or record JSONL file (an `engram admin export` file too).")],
+    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", "-d", help=field_help("data_dir"),
+                                                     show_default=False)] = None,
+    database_url: Annotated[Optional[str], typer.Option("--database-url", help=field_help("database_url"),
+                                                        show_default=False)] = None,
+    key_dir: Annotated[Optional[Path], typer.Option("--key-dir", help=field_help("key_dir"),
+                                                    show_default=False)] = None,
+    device: Annotated[Optional[Device], typer.Option("--device", help=field_help("device"),
+                                                     show_default=False)] = None,
     tenant: Annotated[str, typer.Option("--tenant", help="Tenant of the target scope.")] = "default",
     workspace: Annotated[str, typer.Option("--workspace", help="Workspace of the target scope.")] = "default",
     vectors: Annotated[Optional[Path], typer.Option(
         "--vectors", help=".npy (one row per document) or .npz (vectors + offsets per passage).")] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Records per store transaction.")] = 512,
+    depth: Annotated[int, typer.Option("--depth", min=1, help="Batches each pipeline queue holds (prepared "
+                                       "awaiting the encoder, embedded awaiting the writer).")] = 2,
     purpose: Annotated[str, typer.Option("--purpose", help="purpose_ref written in each payload.")] = "purpose:ingest",
     model: Annotated[bool, typer.Option("--model/--no-model",
                                         help="Load the embedding model (default: yes unless --vectors).")] = True,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
+    context_turns: Annotated[int, typer.Option(
+        "--context-turns", min=0,
+        help="Attach up to N neighbouring turns on each side as context when a record is a conversation "
+             "turn (id <conversation>:D<session>:<turn>); 0 = off.")] = 0,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress",
+                                           help="A progress bar with records/s on stderr.")] = True,
 ) -> None:
     """Ingest DATASET into TENANT/WORKSPACE; idempotent and resumable (rerun to finish)."""
     from service.engine.engine import Engine
-    from service.operator.ownership import DataDirLock, DirectoryHeld
+    from service.settings import load_settings
+    from service.store import SchemaTooNew, StoreUnavailable
 
     from .ingest import ingest_corpus
-    from .readers import VectorSource, count_lines, read_dataset
+    from .readers import VectorSource, count_lines, read_dataset, with_context
 
     if not dataset.exists():
         typer.echo(f"engram ingest: {dataset} does not exist", err=True)
         raise typer.Exit(2)
     source = VectorSource.load(vectors) if vectors is not None else None
-    try:
-        lock = DataDirLock(data_dir).acquire()  # never a second engine beside a server
+    settings = load_settings(data_dir=data_dir, database_url=database_url, key_dir=key_dir, device=device)
+    from service.operator.ownership import DataDirLock, DirectoryHeld
+
+    try:  # never a second engine beside a server (the process exit releases it on any path)
+        lock = DataDirLock(settings.data_dir).acquire()
     except DirectoryHeld:
-        typer.echo(f"engram ingest: another engram process (a server?) holds {data_dir}; stop it first", err=True)
+        typer.echo(f"engram ingest: another engram process (a server?) holds {settings.data_dir}; stop it first",
+                   err=True)
         raise typer.Exit(1) from None
     try:
-        engine = Engine.open(data_dir, load_model=model and source is None)
-        try:
-            report = ingest_corpus(
-                engine, (tenant, workspace), read_dataset(dataset), vectors=source,
-                batch_size=batch_size, progress=progress, purpose_ref=purpose, total=count_lines(dataset),
-            )
-        finally:
-            engine.close()
+        engine = Engine.open(settings.data_dir, load_model=model and source is None,
+                             database_url=settings.database_url, key_dir=settings.key_dir, device=settings.device)
+    except (StoreUnavailable, SchemaTooNew) as exc:
+        typer.echo(f"engram ingest: store unavailable: {exc or type(exc).__name__}", err=True)
+        lock.release()
+        raise typer.Exit(2) from None
+    try:
+        report = ingest_corpus(
+            engine, (tenant, workspace), with_context(read_dataset(dataset), context_turns), vectors=source,
+            batch_size=batch_size, depth=depth, progress=progress, purpose_ref=purpose, total=count_lines(dataset),
+        )
     finally:
+        engine.close()
         lock.release()
     typer.echo(json.dumps(report.as_dict(), indent=2))

@@ -14,12 +14,15 @@ command so ``engram --help`` stays fast.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import IO, Annotated, Any, Optional
 
 import typer
+
+from service.settings import field_help
 
 app = typer.Typer(
     help="Export a scope's current records as record JSONL (and vectors) for `engram ingest`.",
@@ -35,52 +38,58 @@ def vectors_path(out: Path) -> Path:
     return out.with_suffix(".npz")
 
 
+def _private(path: Path, mode: str) -> IO[Any]:
+    """A file opened for writing, owner-only from the first byte (records are content)."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), mode)
+
+
 def write_export(engine: Any, scope: tuple[str, str], out: Path, *, vectors: bool = False) -> dict[str, Any]:
-    """Write the export of ``scope`` to ``out`` (and its vectors beside it); the summary."""
+    """Write the export of ``scope`` to ``out`` (and its vectors beside it); the summary.
+
+    Lines and vectors stream: passage rows go to a scratch file as records come, and the
+    ``.npz`` is written from it memory-mapped, so a large scope never sits in memory."""
     import numpy as np
 
     from .readers import VectorSource
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    rows: list[np.ndarray] = []
-    offsets = [0]
     partial = out.with_name(out.name + ".partial")
-    # Records are content: owner-only from the first byte, like the data directory.
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    scratch = out.with_name(out.name + ".vectors.partial")
+    offsets, dim, count = [0], 384, 0
     try:
-        count = _write_lines(engine, scope, fd, rows, offsets, vectors)
+        with _private(partial, "w") as lines, \
+                (_private(scratch, "wb") if vectors else contextlib.nullcontext()) as rows:
+            for record in engine.export_records(scope, vectors=vectors):
+                primary = next(c["text"] for c in record.payload["components"]
+                               if c["component_id"] == record.payload["primary_component_id"])
+                lines.write(json.dumps({"id": record.record_id, "text": primary, "payload": record.payload,
+                                        "evidence": record.evidence, "retention": record.retention},
+                                       ensure_ascii=False, sort_keys=True) + "\n")
+                if rows is not None:
+                    block = np.ascontiguousarray(record.vectors, dtype=np.float32)
+                    dim = block.shape[1]
+                    rows.write(block.tobytes())
+                    offsets.append(offsets[-1] + len(block))
+                count += 1
+        summary: dict[str, Any] = {"scope": list(scope), "records": count, "out": str(out)}
+        if vectors:
+            passages = offsets[-1]
+            matrix = (np.memmap(scratch, dtype=np.float32, mode="r", shape=(passages, dim)) if passages
+                      else np.zeros((0, dim), dtype=np.float32))
+            target = vectors_path(out)
+            with _private(target, "wb") as handle:
+                VectorSource(matrix, np.asarray(offsets, dtype=np.int64)).save(handle)
+            del matrix
+            summary["vectors"] = str(target)
+            summary["passages"] = passages
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
-    summary: dict[str, Any] = {"scope": list(scope), "records": count, "out": str(out)}
-    if vectors:
-        dim = rows[0].shape[1] if rows else 384
-        matrix = np.vstack(rows) if rows else np.zeros((0, dim), dtype=np.float32)
-        target = vectors_path(out)
-        VectorSource(matrix, np.asarray(offsets, dtype=np.int64)).save(target)
-        os.chmod(target, 0o600)
-        summary["vectors"] = str(target)
-        summary["passages"] = int(len(matrix))
+    finally:
+        scratch.unlink(missing_ok=True)
     partial.replace(out)
     return summary
-
-
-def _write_lines(engine: Any, scope: tuple[str, str], fd: int, rows: list[Any], offsets: list[int],
-                 vectors: bool) -> int:
-    count = 0
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        for record in engine.export_records(scope, vectors=vectors):
-            primary = next(c["text"] for c in record.payload["components"]
-                           if c["component_id"] == record.payload["primary_component_id"])
-            handle.write(json.dumps({"id": record.record_id, "text": primary, "payload": record.payload,
-                                     "evidence": record.evidence, "retention": record.retention},
-                                    ensure_ascii=False, sort_keys=True) + "\n")
-            if vectors:
-                rows.append(record.vectors)
-                offsets.append(offsets[-1] + len(record.vectors))
-            count += 1
-    return count
 
 
 @app.callback(invoke_without_command=True)
@@ -88,28 +97,41 @@ def export(
     tenant: Annotated[str, typer.Argument(help="Tenant of the scope to export.")],
     workspace: Annotated[str, typer.Argument(help="Workspace of the scope to export.")],
     out: Annotated[Path, typer.Argument(help="Record JSONL file to write (replaced if present).")],
-    data_dir: Annotated[Path, typer.Option("--data-dir", "-d", envvar="ENGRAM_DATA_DIR",
-                                           help="Engine data directory.")] = Path("./data"),
+    ctx: typer.Context,
+    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", "-d", help=field_help("data_dir"),
+                                                     show_default=False)] = None,
     vectors: Annotated[bool, typer.Option(
         "--vectors/--no-vectors",
         help="Also write each record's indexed passage vectors to OUT with suffix .npz "
              "(for `engram ingest OUT --vectors OUT.npz`).")] = False,
 ) -> None:
-    """Write TENANT/WORKSPACE's current records to OUT as record JSONL."""
+    """Write TENANT/WORKSPACE's current records to OUT as record JSONL (the store is the
+    one `engram admin --database-url/--key-dir` name, as for every admin command)."""
     from models.codes import ContractError
     from service.engine.engine import Engine
+    from service.settings import load_settings
+    from service.store import SchemaTooNew, StoreUnavailable
+
+    admin = ctx.parent.params if ctx.parent is not None else {}
+    settings = load_settings(data_dir=data_dir, database_url=admin.get("database_url"), key_dir=admin.get("key_dir"))
+    if not settings.data_dir.is_dir():
+        typer.echo(f"engram admin export: {settings.data_dir} is not a data directory", err=True)
+        raise typer.Exit(2)
     from service.operator.ownership import DataDirLock, DirectoryHeld
 
-    if not data_dir.is_dir():
-        typer.echo(f"engram admin export: {data_dir} is not a data directory", err=True)
-        raise typer.Exit(2)
-    try:
-        lock = DataDirLock(data_dir).acquire()  # never a second engine beside a server
+    try:  # never a second engine beside a server (the process exit releases it on any path)
+        lock = DataDirLock(settings.data_dir).acquire()
     except DirectoryHeld:
-        typer.echo(f"engram admin export: another engram process (a server?) holds {data_dir}; stop it first",
+        typer.echo(f"engram admin export: another engram process (a server?) holds {settings.data_dir}; stop it first",
                    err=True)
         raise typer.Exit(1) from None
-    engine = Engine.open(data_dir, load_model=False)
+    try:
+        engine = Engine.open(settings.data_dir, load_model=False, database_url=settings.database_url,
+                             key_dir=settings.key_dir)
+    except (StoreUnavailable, SchemaTooNew) as exc:
+        typer.echo(f"engram admin export: store unavailable: {exc or type(exc).__name__}", err=True)
+        lock.release()
+        raise typer.Exit(2) from None
     try:
         summary = write_export(engine, (tenant, workspace), out, vectors=vectors)
     except ContractError as exc:

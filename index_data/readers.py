@@ -19,8 +19,11 @@ never has to fit in memory.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -85,6 +88,39 @@ def read_dataset(path: Path) -> Iterator[IngestRecord]:
     return read_jsonl(path)
 
 
+#: A conversation turn's id: ``<conversation>:D<session>:<turn>`` (LoCoMo in BEIR layout).
+TURN_ID = re.compile(r"^(?P<session>.+:D\d+):(?P<turn>\d+)$")
+
+
+def with_context(records: Iterable[IngestRecord], turns: int) -> Iterator[IngestRecord]:
+    """``records`` with up to ``turns`` neighbouring turns on each side attached as context.
+
+    A record is a turn when its id reads ``<conversation>:D<session>:<turn>``; its
+    neighbours are the turns of the same session numbered ``turn - turns`` to
+    ``turn + turns``, in order. A question about a conversation is often answered across
+    turns ("what did she adopt?" / "a puppy!"), so a turn alone can miss the words that
+    find it. Records that are not turns pass unchanged; ``turns`` 0 changes nothing.
+    """
+    if turns <= 0:
+        yield from records
+        return
+    items = list(records)
+    by_turn: dict[tuple[str, int], str] = {}
+    for item in items:
+        match = TURN_ID.match(item.external_id)
+        if match:
+            by_turn[(match["session"], int(match["turn"]))] = item.text
+    for item in items:
+        match = TURN_ID.match(item.external_id)
+        if not match:
+            yield item
+            continue
+        session, turn = match["session"], int(match["turn"])
+        around = [by_turn[(session, t)] for t in range(turn - turns, turn + turns + 1)
+                  if t != turn and (session, t) in by_turn]
+        yield replace(item, context="\n".join(around))
+
+
 def count_lines(path: Path) -> int:
     path = Path(path)
     target = path / "corpus.jsonl" if path.is_dir() else path
@@ -110,7 +146,7 @@ class VectorSource:
                 return cls(np.asarray(data["vectors"], dtype=np.float32), np.asarray(data["offsets"]))
         return cls(np.load(path, mmap_mode="r"))
 
-    def save(self, path: Path) -> None:
+    def save(self, path: Path | BinaryIO) -> None:
         if self.offsets is None:
             np.save(path, np.asarray(self.vectors, dtype=np.float32))
         else:

@@ -38,6 +38,10 @@ class IngestRecord:
     locator_value: str = ""
     valid_time_ms: int = DEFAULT_VALID_TIME_MS
     kind: str = "context"
+    #: Text around the document in its source (neighbouring conversation turns): stored
+    #: as a second component of kind ``context``, so both channels see it while the
+    #: record's own text stays its primary component.
+    context: str = ""
     #: A whole contract payload and evidence (an export of this service): loaded as they
     #: are, after the capture tool's own validation, instead of being built from ``text``.
     payload: dict[str, Any] | None = None
@@ -78,9 +82,10 @@ def build_payload(record: IngestRecord, purpose_ref: str) -> tuple[dict[str, Any
     if record.payload is not None:
         return _validated(record)
     text = nfc(record.text).strip()
+    context = nfc(record.context).strip()
     if not text:
         raise RefusedRecord("empty")
-    if len(text.encode("utf-8")) > MAX_TEXT_BYTES:
+    if len(text.encode("utf-8")) + len(context.encode("utf-8")) > MAX_TEXT_BYTES:
         raise RefusedRecord("oversized")
     source_ref = nfc(record.source_ref)
     locator_value = nfc(record.locator_value or record.external_id)
@@ -89,7 +94,8 @@ def build_payload(record: IngestRecord, purpose_ref: str) -> tuple[dict[str, Any
         "purpose_ref": purpose_ref,
         "valid_time": {"t": int(record.valid_time_ms)},
         "components": [
-            {"component_id": "c1", "kind": record.kind, "text": text, "citation_ids": ["cit1"]}
+            {"component_id": "c1", "kind": record.kind, "text": text, "citation_ids": ["cit1"]},
+            *([{"component_id": "c2", "kind": "context", "text": context, "citation_ids": ["cit1"]}] if context else []),
         ],
         "primary_component_id": "c1",
         "primary_event": {"at": int(record.valid_time_ms), "type_ref": "event:ingested", "citation_id": "cit1"},

@@ -2,7 +2,7 @@
 
 Every candidate of either channel stays in the fused list (a keyword-only hit is never
 dropped); fusion only decides the order. Lexical-only ranking is BM25 normalised by the
-best score of the query. Hybrid ranking is chosen by ``config["fusion"]["method"]``:
+best score of the query. Hybrid ranking is chosen by ``FusionConfig.method``:
 
 ``rrf``
     Reciprocal rank fusion, ``1/(k + rank)`` summed over channels (the contract's
@@ -31,12 +31,8 @@ best score of the query. Hybrid ranking is chosen by ``config["fusion"]["method"
       when absent) weighted by the same ``w``. Ranks reward agreement between channels
       whose score scales do not (what makes RRF strong when both channels are decent),
       while the shared weight keeps a channel judged weak from voting as an equal.
-      Measured through the Ranker (nDCG@10, cranfield / cisi / medline / npl / adi):
-      rank_blend 0.2, confidence_gain 1.0 gives 0.416 / 0.465 / 0.794 / 0.484 / 0.527
-      against 0.415 / 0.464 / 0.807 / 0.484 / 0.544 for profile version 1 (no rank term,
-      gain 0.5), which let a pure-noise semantic channel pull it below lexical-only.
-      Equal-weighted ranks (plain RRF inside the blend) scored higher on npl but failed
-      both one-channel-useless tests, so the rank term always follows ``w``.
+      Equal-weighted ranks (plain RRF inside the blend) fail both one-channel-useless
+      tests, so the rank term always follows ``w``. Measured figures: ``eval/RESULTS.md``.
 
 Either way ``final = relevance_weight * fused / max fused + recency_weight * recency``,
 ties broken by recency (newer first) then record_id ascending.
@@ -48,6 +44,7 @@ import math
 from typing import Any, Mapping, NamedTuple, Sequence
 
 from ranking.lexical import LexicalHit
+from ranking.profiles import FusionConfig, FusionMethod, ProfileConfig
 from ranking.semantic import SemanticHit
 
 
@@ -111,7 +108,7 @@ def _adaptive_convex(
     lexical: Sequence[LexicalHit],
     semantic: Sequence[SemanticHit],
     similarity: Mapping[str, float],
-    fusion: Mapping[str, Any],
+    fusion: FusionConfig,
 ) -> tuple[dict[str, float], float]:
     """Fused score per candidate, and the lexical weight chosen for this query."""
     lex = _lexical_norm(lexical)
@@ -119,14 +116,14 @@ def _adaptive_convex(
     sem_profile: list[float] = []
     if semantic:
         top = semantic[0].similarity
-        floor_rank = int(fusion["semantic_floor_rank"])
+        floor_rank = fusion.semantic_floor_rank
         floor = semantic[min(floor_rank, len(semantic)) - 1].similarity
         span = top - floor
         rescale = (lambda s: max(0.0, min(1.0, (s - floor) / span))) if span > 1e-9 else (lambda s: 1.0)
         sem = {r: rescale(s) for r, s in similarity.items()}
         sem.update((h.record_id, rescale(h.similarity)) for h in semantic)
         sem_profile = [rescale(h.similarity) for h in semantic]
-    depth = int(fusion["confidence_depth"])
+    depth = fusion.confidence_depth
     lex_conf = _standout([h.score for h in lexical], depth) if lexical else 0.0
     sem_conf = _standout(sem_profile, depth) if sem_profile else 0.0
     if not lexical:
@@ -134,12 +131,12 @@ def _adaptive_convex(
     elif not semantic:
         weight = 1.0
     else:
-        weight = float(fusion["base_lexical_weight"]) + float(fusion["confidence_gain"]) * (lex_conf - sem_conf)
-        weight = max(float(fusion["min_lexical_weight"]), min(float(fusion["max_lexical_weight"]), weight))
+        weight = fusion.base_lexical_weight + fusion.confidence_gain * (lex_conf - sem_conf)
+        weight = max(fusion.min_lexical_weight, min(fusion.max_lexical_weight, weight))
     # Only the channels' candidates are fused, whatever else ``similarity`` may hold.
     candidates = set(lex) | {h.record_id for h in semantic}
-    blend = float(fusion["rank_blend"])
-    ranks = _rank_term(lexical, semantic, float(fusion["rrf_k"]), weight) if blend > 0.0 else {}
+    blend = fusion.rank_blend
+    ranks = _rank_term(lexical, semantic, float(fusion.rrf_k), weight) if blend > 0.0 else {}
     return {
         r: (1.0 - blend) * (weight * lex.get(r, 0.0) + (1.0 - weight) * sem.get(r, 0.0)) + blend * ranks.get(r, 0.0)
         for r in candidates
@@ -175,7 +172,7 @@ def fuse(
     lexical: Sequence[LexicalHit],
     semantic: Sequence[SemanticHit] | None,
     similarity: Mapping[str, float],
-    config: Mapping[str, Any],
+    config: ProfileConfig,
     valid_as_of_ms: int,
 ) -> list[Contribution]:
     """Order the union of both hit lists; ``semantic`` None means a lexical-only profile.
@@ -184,23 +181,26 @@ def fuse(
     lexical candidates the semantic channel did not return (used for explanation and
     fusion); a semantic hit's own similarity always wins over an entry there.
     """
-    if semantic is None:
+    fusion = config.fusion
+    if semantic is None or fusion is None:
         fused = _lexical_norm(lexical)
-    elif config["fusion"]["method"] == "rrf":
-        fused = _rrf(lexical, semantic, float(config["fusion"]["rrf_k"]))
+    elif fusion.method is FusionMethod.RRF:
+        fused = _rrf(lexical, semantic, float(fusion.rrf_k))
     else:
-        fused, _ = _adaptive_convex(lexical, semantic, similarity, config["fusion"])
+        fused, _ = _adaptive_convex(lexical, semantic, similarity, fusion)
     top = max(fused.values(), default=0.0)
     lex_by_id = {h.record_id: (rank, h) for rank, h in enumerate(lexical, start=1)}
     sem_by_id = {h.record_id: (rank, h) for rank, h in enumerate(semantic or (), start=1)}
-    relevance_weight = float(config["relevance_weight"])
-    recency_weight = float(config["recency_weight"])
-    half_life = float(config["recency_half_life_ms"])
-    decimals = int(config["score_decimals"])
+    relevance_weight = config.recency.relevance_weight
+    recency_weight = config.recency.recency_weight
+    half_life = float(config.recency.half_life_ms)
+    decimals = config.score_decimals
     # A candidate only the semantic channel proposes, with a cosine below this floor, is
     # a nearest neighbour, not a match: without it a query about nothing in memory
     # would still fill the page with whatever lies closest.
-    floor = float(config.get("fusion", {}).get("semantic_only_min_similarity", -1.0))
+    floor = -math.inf
+    if fusion is not None and fusion.semantic_only_min_similarity is not None:
+        floor = fusion.semantic_only_min_similarity
     out: list[Contribution] = []
     for record_id, score in fused.items():
         lex_entry = lex_by_id.get(record_id)

@@ -48,12 +48,13 @@ from collections import Counter, OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import tantivy
 
 from ranking import record_words
 from ranking.documents import IndexDocument
+from ranking.profiles import LexicalConfig
 from ranking.storage import atomic_write_json, read_json
 
 TEXT_FIELDS = ("primary", "decision", "evidence", "context", "source_refs")
@@ -249,21 +250,33 @@ class LexicalIndex:
         """``text`` analyzed as documents are (stemmed, stop words kept)."""
         return self._analyzer.analyze(text)
 
-    def query_tokens(self, query: str) -> list[str]:
-        """The query's terms: stemmed, English stop words dropped unless nothing else is left.
+    def query_terms(self, query: str, config: LexicalConfig) -> dict[str, float]:
+        """Each distinct query term (stemmed as documents are) and its weight.
 
-        Stop words add noise that their (low) idf does not cancel once a query repeats
-        them; a query made only of stop words ("who is on it") still searches them.
+        A short query (at most ``config.long_query_tokens`` tokens) is a question or a
+        keyword list: every distinct term weighs 1, stop words included, exactly as plain
+        BM25 over the text ranks it. In short records (conversation turns, notes) a
+        function word still tells records apart, and dropping it lost to plain BM25 on
+        every conversation. A longer query is a description: its stop words are noise
+        that repetition would amplify, so they are dropped (unless nothing else is left),
+        and a content word said n times weighs ``n ** long_query_count_power``, since a
+        description repeats what it is about.
         """
-        return self._query_analyzer.analyze(query) or self.tokens(query)
+        tokens = self.tokens(query)
+        if len(tokens) <= config.long_query_tokens:
+            return dict.fromkeys(tokens, 1.0)
+        content = Counter(self._query_analyzer.analyze(query))
+        if not content:
+            return dict.fromkeys(tokens, 1.0)
+        return {token: count**config.long_query_count_power for token, count in content.items()}
 
     def search(
-        self, scope_key: str, query: str, field_weights: Mapping[str, float], limit: int
+        self, scope_key: str, query: str, config: LexicalConfig, limit: int
     ) -> list[LexicalHit]:
         """BM25 hits of ``query`` inside ``scope_key`` only, best first (ties: record_id)."""
         if limit <= 0:
             return []
-        clauses = self._query_clauses(Counter(self.query_tokens(query)), field_weights)
+        clauses = self._query_clauses(self.query_terms(query, config), config)
         if not clauses:
             return []
         entry = self._lookup(scope_key, create=False)
@@ -294,7 +307,7 @@ class LexicalIndex:
         out.sort(key=lambda h: (-h.score, h.record_id))
         return out
 
-    def raw_probe(self, scope_key: str, field_weights: Mapping[str, float]) -> Callable[[str, int], Any]:
+    def raw_probe(self, scope_key: str, config: LexicalConfig) -> Callable[[str, int], Any]:
         """Tantivy alone on this scope's index, for benchmarks: ``probe(query, k)`` runs the
         channel's scoring clauses (analysed the same way) at depth ``k``, without the scope
         filter, reading no record ids or stored fields."""
@@ -304,7 +317,7 @@ class LexicalIndex:
         searcher = entry.index.searcher()
 
         def probe(query: str, k: int) -> Any:
-            clauses = self._query_clauses(Counter(self.query_tokens(query)), field_weights)
+            clauses = self._query_clauses(self.query_terms(query, config), config)
             return searcher.search(tantivy.Query.boolean_query(clauses), limit=k, count=False)
 
         return probe
@@ -320,23 +333,14 @@ class LexicalIndex:
         ]
 
     def _query_clauses(
-        self, counts: Counter[str], field_weights: Mapping[str, float]
+        self, terms: dict[str, float], config: LexicalConfig
     ) -> list[tuple[tantivy.Occur, tantivy.Query]]:
-        """One SHOULD clause per (distinct token, weighted field), boosted by the field
-        weight times the token's count in the query.
-
-        Measured through the Ranker (lexical profile, nDCG@10 on the dev collections,
-        cranfield / cisi / medline / npl / adi, mean): count boost with stop words dropped
-        0.371 / 0.367 / 0.698 / 0.434 / 0.488, 0.4716 (kept); count boost with stop words
-        0.370 / 0.360 / 0.689 / 0.436 / 0.478, 0.4663 (before); one unboosted clause per
-        distinct token 0.369 / 0.294 / 0.713 / 0.438 / 0.470, 0.4568 (long CISI queries
-        repeat their content words, and the repeat carries weight); sqrt, 1+log and
-        BM25 k3-saturated counts fell in between.
-        """
+        """One SHOULD clause per (term, weighted field), boosted by the field weight times
+        the term's weight (:meth:`query_terms`); alternatives measured: ``eval/RESULTS.md``."""
         clauses = []
-        for token, count in sorted(counts.items()):
+        for token, term_weight in sorted(terms.items()):
             for name in TEXT_FIELDS:
-                weight = float(field_weights.get(name, 0.0)) * count
+                weight = config.field_weights.get(name) * term_weight
                 if weight > 0:
                     term = tantivy.Query.term_query(self._schema, name, token, index_option="freq")
                     clauses.append((tantivy.Occur.Should, tantivy.Query.boost_query(term, weight)))

@@ -2,94 +2,189 @@
 
 A rank receipt names the profile, its version and the digest of its configuration, so a
 ranking can be replayed and two rankings compared knowing they used the same knobs. That
-only holds if *every* constant that changes an order lives in ``config``; code reads the
-constants from here and nowhere else.
+only holds if *every* constant that changes an order lives in the profile's
+:class:`ProfileConfig`; code reads the constants from here and nowhere else.
+
+The configuration is a tree of frozen dataclasses (typed, immutable, readable without
+casts); its digest is the RFC 8785 canonical JSON of its dict form
+(:meth:`ProfileConfig.as_dict`), so any change to any constant changes the digest.
+What each constant bought on the dev collections is recorded in ``eval/RESULTS.md``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import hashlib
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 import rfc8785
 
-LEXICAL = "lexical"
-SEMANTIC = "semantic"
+
+class Channel(enum.StrEnum):
+    """A retrieval channel; the value is what receipts and projection cursors name."""
+
+    LEXICAL = "lexical"
+    SEMANTIC = "semantic"
+
+
+LEXICAL = Channel.LEXICAL
+SEMANTIC = Channel.SEMANTIC
+
+
+class FusionMethod(enum.StrEnum):
+    """How two channels' hit lists become one order (see :mod:`ranking.fusion`)."""
+
+    RRF = "rrf"
+    ADAPTIVE_CONVEX = "adaptive_convex"
+
+
+@dataclass(frozen=True)
+class FieldWeights:
+    """BM25 boost per indexed text field (0 leaves the field out of the query)."""
+
+    primary: float = 3.0
+    decision: float = 2.0
+    evidence: float = 1.5
+    context: float = 1.0
+    source_refs: float = 0.5
+
+    def get(self, name: str) -> float:
+        return float(getattr(self, name))
+
+
+@dataclass(frozen=True)
+class LexicalConfig:
+    """The lexical channel: Tantivy BM25 over weighted fields."""
+
+    field_weights: FieldWeights = field(default_factory=FieldWeights)
+    # Tantivy's BM25 constants (fixed by the engine, recorded so a receipt states them).
+    bm25_k1: float = 1.2
+    bm25_b: float = 0.75
+    # Candidates handed to fusion; every later step (id lookup, exact cosines, fusion,
+    # digests) costs time in proportion to this depth.
+    cap: int = 200
+    # A query of at most this many analysed tokens is a question: each distinct term
+    # counts once, stop words included, as plain BM25 ranks it. A longer one is a
+    # description: stop words are dropped and a content word said n times weighs
+    # n ** long_query_count_power (see LexicalIndex.query_terms).
+    long_query_tokens: int = 24
+    long_query_count_power: float = 0.5
+
+
+@dataclass(frozen=True)
+class SemanticConfig:
+    """The semantic channel: MiniLM passage vectors in one HNSW index per scope."""
+
+    # Candidates handed to fusion (nearest neighbours asked of the index).
+    cap: int = 200
+
+
+@dataclass(frozen=True)
+class FusionConfig:
+    """Constants of hybrid fusion; which of them apply depends on ``method``."""
+
+    method: FusionMethod = FusionMethod.ADAPTIVE_CONVEX
+    base_lexical_weight: float = 0.5
+    min_lexical_weight: float = 0.35
+    max_lexical_weight: float = 0.85
+    confidence_gain: float = 1.0
+    confidence_depth: int = 10
+    semantic_floor_rank: int = 100
+    rrf_k: int = 60
+    # Share of the confidence-weighted reciprocal-rank term in the adaptive blend.
+    rank_blend: float = 0.2
+    # Semantic-only candidates below this cosine are dropped (no keyword, no meaning);
+    # None keeps every semantic candidate (the channel alone, for evaluation).
+    semantic_only_min_similarity: float | None = 0.2
+
+
+@dataclass(frozen=True)
+class RecencyBlend:
+    """``final = relevance_weight * normalised relevance + recency_weight * recency``."""
+
+    relevance_weight: float = 0.85
+    recency_weight: float = 0.15
+    half_life_ms: int = 30 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """Everything that changes an order. ``semantic``/``fusion`` are None for lexical-only."""
+
+    channels: tuple[Channel, ...]
+    lexical: LexicalConfig = field(default_factory=LexicalConfig)
+    semantic: SemanticConfig | None = None
+    fusion: FusionConfig | None = None
+    recency: RecencyBlend = field(default_factory=RecencyBlend)
+    score_decimals: int = 6
+
+    def __post_init__(self) -> None:
+        if (SEMANTIC in self.channels) != (self.semantic is not None and self.fusion is not None):
+            raise ValueError("a profile has semantic and fusion settings exactly when it uses the semantic channel")
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready dict form (enums as their values, tuples as lists), for the digest."""
+        return _plain(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ProfileConfig:
+        """The inverse of :meth:`as_dict` (a stored snapshot's profile read back)."""
+        lexical = dict(data["lexical"])
+        fusion = data.get("fusion")
+        return cls(
+            channels=tuple(Channel(c) for c in data["channels"]),
+            lexical=LexicalConfig(field_weights=FieldWeights(**lexical.pop("field_weights")), **lexical),
+            semantic=SemanticConfig(**data["semantic"]) if data.get("semantic") else None,
+            fusion=FusionConfig(**{**fusion, "method": FusionMethod(fusion["method"])}) if fusion else None,
+            recency=RecencyBlend(**data["recency"]),
+            score_decimals=int(data["score_decimals"]),
+        )
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True)
 class Profile:
-    """A named, versioned ranking configuration; ``config`` is frozen at construction."""
+    """A named, versioned ranking configuration."""
 
     name: str
     version: str
-    config: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "config", MappingProxyType(dict(self.config)))
+    config: ProfileConfig
 
     @property
-    def channels(self) -> tuple[str, ...]:
+    def channels(self) -> tuple[Channel, ...]:
         """The channels this profile requires, in the order they are reported."""
-        return tuple(self.config["channels"])
+        return self.config.channels
 
     @property
     def needs_semantic(self) -> bool:
         return SEMANTIC in self.channels
 
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "config": self.config.as_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Profile:
+        return cls(str(data["name"]), str(data["version"]), ProfileConfig.from_dict(data["config"]))
+
     def config_digest(self) -> str:
-        """``sha256:`` + hex digest of the RFC 8785 canonical JSON of ``config``."""
-        return "sha256:" + hashlib.sha256(rfc8785.dumps(dict(self.config))).hexdigest()
+        """``sha256:`` + hex digest of the RFC 8785 canonical JSON of the config's dict form."""
+        return "sha256:" + hashlib.sha256(rfc8785.dumps(self.config.as_dict())).hexdigest()
 
 
-_LEXICAL_CONFIG: dict[str, Any] = {
-    "channels": [LEXICAL],
-    # Tantivy's BM25 constants (fixed by the engine, recorded so a receipt states them).
-    "bm25_k1": 1.2,
-    "bm25_b": 0.75,
-    "field_weights": {
-        "primary": 3.0,
-        "decision": 2.0,
-        "evidence": 1.5,
-        "context": 1.0,
-        "source_refs": 0.5,
-    },
-    # Every later step (id lookup, exact cosines, fusion, digests) costs time in
-    # proportion to this depth: at 100k records 1000 candidates cost about 7 ms a search
-    # more than 200. What 200 gives up on the dev collections, hybrid, against 1000:
-    # nDCG@10 cisi 0.465 -> 0.463, npl 0.484 -> 0.486, others equal; recall@100 cisi
-    # 0.498 -> 0.490, medline 0.946 -> 0.939, others equal (300: 0.493, 0.943; 500:
-    # 0.498, 0.945).
-    "lexical_cap": 200,
-    # final = relevance_weight * normalised relevance + recency_weight * recency
-    "relevance_weight": 0.85,
-    "recency_weight": 0.15,
-    "recency_half_life_ms": 30 * 24 * 3600 * 1000,
-    "score_decimals": 6,
-}
-
-_HYBRID_CONFIG: dict[str, Any] = {
-    **_LEXICAL_CONFIG,
-    "channels": [LEXICAL, SEMANTIC],
-    "semantic_cap": 200,
-    "fusion": {
-        "method": "adaptive_convex",
-        "base_lexical_weight": 0.5,
-        "min_lexical_weight": 0.35,
-        "max_lexical_weight": 0.85,
-        "confidence_gain": 1.0,
-        "confidence_depth": 10,
-        "semantic_floor_rank": 100,
-        "rrf_k": 60,
-        # share of the confidence-weighted reciprocal-rank term in the adaptive blend
-        "rank_blend": 0.2,
-        # semantic-only candidates below this cosine are dropped (no keyword, no meaning)
-        "semantic_only_min_similarity": 0.2,
-    },
-}
-
-LEXICAL_PROFILE = Profile(name="lexical", version="2", config=_LEXICAL_CONFIG)
-HYBRID_PROFILE = Profile(name="lexical_and_semantic", version="4", config=_HYBRID_CONFIG)
+LEXICAL_PROFILE = Profile(name="lexical", version="3", config=ProfileConfig(channels=(LEXICAL,)))
+HYBRID_PROFILE = Profile(
+    name="lexical_and_semantic",
+    version="5",
+    config=ProfileConfig(channels=(LEXICAL, SEMANTIC), semantic=SemanticConfig(), fusion=FusionConfig()),
+)

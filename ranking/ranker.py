@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -37,7 +37,7 @@ from ranking.encoder import Encoder
 from ranking.fusion import Contribution, fuse
 from ranking.lexical import LexicalHit, LexicalIndex
 from ranking.probes import RawEngines
-from ranking.profiles import LEXICAL, SEMANTIC, Profile
+from ranking.profiles import LEXICAL, SEMANTIC, Profile, SemanticConfig
 from ranking.semantic import (
     CHECKPOINT_RECORDS,
     CHECKPOINT_SECONDS,
@@ -216,21 +216,23 @@ class Ranker:
         the lexical index again; without one the failure is raised."""
         config = profile.config
         started = time.perf_counter()
-        lexical_cap = min(candidate_cap, int(config["lexical_cap"]))
-        lexical = self._lexical.search(scope_key, query, config["field_weights"], lexical_cap)
+        lexical_cap = min(candidate_cap, config.lexical.cap)
+        lexical = self._lexical.search(scope_key, query, config.lexical, lexical_cap)
         semantic = None
         similarity: dict[str, float] = {}
         lexical_done = time.perf_counter()
-        if profile.needs_semantic:
+        if config.semantic is not None:
             try:
-                semantic, similarity = self._semantic_candidates(scope_key, query, lexical, config, candidate_cap)
+                semantic, similarity = self._semantic_candidates(
+                    scope_key, query, lexical, config.semantic, candidate_cap
+                )
             except SemanticUnavailable:
                 if fallback is None or fallback.needs_semantic:
                     raise
                 asked, profile, config = config, fallback, fallback.config
-                fallback_cap = min(candidate_cap, int(config["lexical_cap"]))
-                if fallback_cap != lexical_cap or dict(config["field_weights"]) != dict(asked["field_weights"]):
-                    lexical = self._lexical.search(scope_key, query, config["field_weights"], fallback_cap)
+                fallback_cap = min(candidate_cap, config.lexical.cap)
+                if fallback_cap != lexical_cap or config.lexical != asked.lexical:
+                    lexical = self._lexical.search(scope_key, query, config.lexical, fallback_cap)
         semantic_done = time.perf_counter()
         candidates = fuse(lexical, semantic, similarity, config, valid_as_of_ms)
         observe = self.observe_latency
@@ -253,7 +255,7 @@ class Ranker:
 
     def raw_engines(self, scope_key: str, profile: Profile) -> RawEngines:
         """The scope's engines alone, asked what ``profile`` asks of them (benchmarks)."""
-        weights = profile.config["field_weights"]
+        weights = profile.config.lexical
         lexical, semantic = self._lexical, self._semantic
         return RawEngines(
             tantivy=lexical.raw_probe(scope_key, weights),
@@ -267,13 +269,13 @@ class Ranker:
         return self._lexical.present(scope_key)
 
     def _semantic_candidates(
-        self, scope_key: str, query: str, lexical: Sequence[LexicalHit], config: Mapping[str, Any], candidate_cap: int
+        self, scope_key: str, query: str, lexical: Sequence[LexicalHit], config: SemanticConfig, candidate_cap: int
     ) -> tuple[list[SemanticHit], dict[str, float]]:
         """The semantic channel's hits, and exact similarities of lexical-only hits (so
         both channels judge the same candidates)."""
         vector = self._query_vector(query)
         try:
-            semantic = self._semantic.search(scope_key, vector, min(candidate_cap, int(config["semantic_cap"])))
+            semantic = self._semantic.search(scope_key, vector, min(candidate_cap, config.cap))
             similarity = self._semantic.similarities(
                 scope_key, vector, sorted({h.record_id for h in lexical} - {h.record_id for h in semantic})
             )

@@ -7,11 +7,9 @@ one small index.
 
 Records are embedded as passages (see :mod:`ranking.documents`): up to four overlapping
 180-word windows of primary + decision + evidence + context, and a record scores by its
-best passage, so text past the model's 256-token window stays searchable. Measured
-through this module on the dev collections (nDCG@10, passages vs head only): cisi 0.428
-vs 0.421, medline 0.791 vs 0.789, npl and adi equal, cranfield 0.353 vs 0.358; about
-1.2 vectors per record. Chunking was kept because a record's later text (decisions,
-evidence) would otherwise be invisible to this channel.
+best passage, so text past the model's 256-token window stays searchable: a record's
+later text (decisions, evidence) would otherwise be invisible to this channel (passages
+against head-only vectors, measured: ``eval/RESULTS.md``).
 
 Files per scope (``root/<sha256(scope)[:32]>/``): ``vectors-<generation>.bin`` (hnswlib),
 ``meta.json`` (scope key, generation, sha256 of the vector file, label map, valid times)
@@ -48,6 +46,7 @@ from typing import Sequence
 import hnswlib
 import numpy as np
 
+from ranking.read_write_lock import ReadWriteLock
 from ranking.storage import atomic_write, atomic_write_json, read_json
 
 HNSW_M = 16
@@ -99,7 +98,9 @@ class _ScopeVectors:
     unsaved: int = 0  # records changed since the last save
     saved_at: float = float("-inf")  # time.monotonic() of the last save; never: -inf
     save_seconds: float = 0.0  # how long the last save took
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    ef: int = HNSW_EF_SEARCH  # the index's search depth now (hnswlib keeps one per index)
+    # Searches share it; applies, saves, purges and depth changes hold it alone.
+    lock: ReadWriteLock = field(default_factory=ReadWriteLock)
 
     @property
     def live_count(self) -> int:
@@ -170,7 +171,7 @@ class SemanticIndex:
         ``upserts`` holds (record_id, valid_time_ms, passage vectors as rows).
         """
         state = self._scope(scope_key)
-        with state.lock:
+        with state.lock.write():
             upserted = {r for r, _, _ in upserts}
             changed = len(upserted)
             for record_id in {*removals, *upserted}:
@@ -182,6 +183,7 @@ class SemanticIndex:
                 needed = state.index.get_current_count() + total
                 if needed > state.index.get_max_elements():
                     state.index.resize_index(max(needed, 2 * state.index.get_max_elements()))
+                    state.index.set_ef(state.ef)
                 labels: list[int] = []
                 for (record_id, valid_time, _), vectors in zip(upserts, rows):
                     own = list(range(state.next_label, state.next_label + len(vectors)))
@@ -217,7 +219,7 @@ class SemanticIndex:
                 else [(scope_key, self._scopes[scope_key])] if scope_key in self._scopes else []
             )
         for key, state in states:
-            with state.lock:
+            with state.lock.write():
                 if state.unsaved:
                     self._save(key, state)
                 elif state.cursor > state.saved_cursor:
@@ -231,7 +233,7 @@ class SemanticIndex:
         """Rebuild the scope's index from live vectors only and save it (with anything
         else unsaved) before returning, so hidden ones leave the disk."""
         state = self._scope(scope_key)
-        with state.lock:
+        with state.lock.write():
             for record_id in record_ids:
                 self._hide(state, record_id)
             live = sorted(state.label_record)
@@ -241,7 +243,7 @@ class SemanticIndex:
             hidden = np.ones(len(state.vectors), dtype=bool)
             hidden[live] = False
             state.vectors[hidden] = 0.0
-            state.index = fresh
+            state.index, state.ef = fresh, HNSW_EF_SEARCH
             self._save(scope_key, state)
 
     def reset(self) -> None:
@@ -263,35 +265,54 @@ class SemanticIndex:
         return list(zip(live, scores.tolist()))
 
     def search(self, scope_key: str, query: np.ndarray, limit: int) -> list[SemanticHit]:
-        """Records by best-passage inner product with ``query``, best first."""
+        """Records by best-passage inner product with ``query``, best first. Searches of
+        one scope run in parallel; one that needs another search depth sets it alone."""
         state = self._scope(scope_key)
-        with state.lock:
-            live = state.live_count
-            if live == 0 or limit <= 0:
+        with state.lock.read():
+            k = self._depth(state, limit)
+            if k is None:
                 return []
-            # Ask for enough passages that ``limit`` distinct records survive aggregation.
-            per_record = live / max(1, len(state.record_labels))
-            k = min(live, int(limit * per_record) + 16)
-            state.index.set_ef(max(HNSW_EF_SEARCH, k))
-            try:
-                labels, distances = state.index.knn_query(query.reshape(1, -1), k=k)
-                pairs = zip(labels[0].tolist(), (1.0 - d for d in distances[0].tolist()))
-            except RuntimeError:
-                # After many deletions the graph may reach fewer than k live elements;
-                # the live set is then small enough to score exactly.
-                pairs = self._exact(state, query)
-            best: dict[str, float] = {}
-            for label, similarity in pairs:
-                record_id = state.label_record[label]
-                if similarity > best.get(record_id, -2.0):
-                    best[record_id] = similarity
-            ranked = sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit]
-            return [SemanticHit(r, s, state.valid_time[r]) for r, s in ranked]
+            if max(HNSW_EF_SEARCH, k) == state.ef:
+                return self._search_locked(state, query, k, limit)
+        with state.lock.write():
+            k = self._depth(state, limit)
+            if k is None:
+                return []
+            if max(HNSW_EF_SEARCH, k) != state.ef:
+                state.ef = max(HNSW_EF_SEARCH, k)
+                state.index.set_ef(state.ef)
+            return self._search_locked(state, query, k, limit)
+
+    @staticmethod
+    def _depth(state: _ScopeVectors, limit: int) -> int | None:
+        """How many passages to ask for so that ``limit`` distinct records survive
+        aggregation (None: nothing to search)."""
+        live = state.live_count
+        if live == 0 or limit <= 0:
+            return None
+        per_record = live / max(1, len(state.record_labels))
+        return min(live, int(limit * per_record) + 16)
+
+    def _search_locked(self, state: _ScopeVectors, query: np.ndarray, k: int, limit: int) -> list[SemanticHit]:
+        try:
+            labels, distances = state.index.knn_query(query.reshape(1, -1), k=k)
+            pairs = zip(labels[0].tolist(), (1.0 - d for d in distances[0].tolist()))
+        except RuntimeError:
+            # After many deletions the graph may reach fewer than k live elements;
+            # the live set is then small enough to score exactly.
+            pairs = self._exact(state, query)
+        best: dict[str, float] = {}
+        for label, similarity in pairs:
+            record_id = state.label_record[label]
+            if similarity > best.get(record_id, -2.0):
+                best[record_id] = similarity
+        ranked = sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit]
+        return [SemanticHit(r, s, state.valid_time[r]) for r, s in ranked]
 
     def similarities(self, scope_key: str, query: np.ndarray, record_ids: Sequence[str]) -> dict[str, float]:
         """Exact best-passage similarity for each known record (used to explain and fuse)."""
         state = self._scope(scope_key)
-        with state.lock:
+        with state.lock.read():
             known = [r for r in record_ids if r in state.record_labels]
             if not known:
                 return {}
@@ -307,7 +328,8 @@ class SemanticIndex:
         """hnswlib alone, for benchmarks: ``knn_query`` labels of each query row at ``ef``
         (passage labels, no aggregation per record); ``label_record`` names them."""
         state = self._scope(scope_key)
-        with state.lock:
+        with state.lock.write():
+            state.ef = ef
             state.index.set_ef(ef)
             labels, _ = state.index.knn_query(np.atleast_2d(queries), k=k)
         return labels
@@ -316,7 +338,7 @@ class SemanticIndex:
         """The record's passage vectors as indexed (one row per passage, in passage
         order), or None when the record is not in the index."""
         state = self._scope(scope_key)
-        with state.lock:
+        with state.lock.read():
             labels = state.record_labels.get(record_id)
             return None if labels is None else np.array(state.vectors[labels], dtype=np.float32)
 

@@ -186,6 +186,9 @@ def serve(
     rate: Annotated[float | None, typer.Option(help=field_help("rate"), show_default=False)] = None,
     burst: Annotated[int | None, typer.Option(help=field_help("burst"), show_default=False)] = None,
     deadline_ms: Annotated[int | None, typer.Option(help=field_help("deadline_ms"), show_default=False)] = None,
+    approval_ttl_s: Annotated[
+        int | None, typer.Option(help=field_help("approval_ttl_s"), show_default=False)
+    ] = None,
     allowed_host: Annotated[
         list[str] | None, typer.Option(help=field_help("allowed_hosts") + " Repeatable.", show_default=False)
     ] = None,
@@ -212,7 +215,8 @@ def serve(
 
     settings = _settings(
         config, host=host, port=port, data_dir=data_dir, load_model=load_model, device=device, rate=rate, burst=burst,
-        deadline_ms=deadline_ms, allowed_hosts=allowed_host or None, log_level=log_level, log_format=log_format,
+        deadline_ms=deadline_ms, approval_ttl_s=approval_ttl_s, allowed_hosts=allowed_host or None,
+        log_level=log_level, log_format=log_format,
         database_url=database_url, key_dir=key_dir,
     )
     configure_logging(settings.log_level, settings.log_format)

@@ -85,8 +85,7 @@ class PagePosition:
 def _encode_snapshot(snap: Snapshot) -> str:
     ranked = snap.ranked
     return json.dumps({
-        "profile": {"name": ranked.profile.name, "version": ranked.profile.version,
-                    "config": dict(ranked.profile.config)},
+        "profile": ranked.profile.as_dict(),
         "channels": list(ranked.channels), "candidates": [list(c) for c in ranked.candidates],
         "candidate_ids": ranked.candidate_ids, "system_as_of": snap.system_as_of,
         "valid_as_of_ms": snap.valid_as_of_ms, "tenant": snap.tenant,
@@ -96,7 +95,7 @@ def _encode_snapshot(snap: Snapshot) -> str:
 def _decode_snapshot(snapshot_id: str, body: str) -> Snapshot:
     fields = json.loads(body)
     ranked = RankedList(
-        profile=Profile(**fields["profile"]), channels=tuple(fields["channels"]),
+        profile=Profile.from_dict(fields["profile"]), channels=tuple(fields["channels"]),
         candidates=[Contribution(*c) for c in fields["candidates"]], candidate_ids=fields["candidate_ids"])
     return Snapshot(snapshot_id, str(fields.get("tenant", "")), ranked, fields["system_as_of"],
                     fields["valid_as_of_ms"], time.monotonic())

@@ -4,6 +4,10 @@ Destroying a body is destroying its data key (crypto-shredding): once the wrappe
 row is gone from the database and the WAL, the sealed bytes can never be opened again,
 wherever a copy of them lingers. The key-encryption key is a 0600 file in the data
 directory, created on first start and rotatable by the operator.
+
+Bodies are compressed before sealing (zlib; a body's JSON keys, digests and prose halve),
+which is most of a record's bytes in the store. The plaintext then starts with a marker
+byte that JSON never starts with, so bodies sealed before compression still open.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import json
 import os
 import secrets
 import time
+import zlib
 from pathlib import Path
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -21,6 +26,8 @@ from models.digests import DigestKind, digest
 from service.store.base import Store
 
 NONCE_BYTES = 12
+#: First plaintext byte of a compressed body (an uncompressed one starts with "{").
+COMPRESSED = b"\x01"
 REWRAP_BATCH = 1000
 #: The shred ledger: one JSON line per body whose key a forget or withdraw destroyed.
 #: It lives beside the KEKs, never in a backup's database, and a restore applies it.
@@ -223,7 +230,7 @@ class BodyVault:
         wrapped, kek_id = self.ring.wrap(data_key, key_id)
         tx.put_key(key_id, wrapped, kek_id)  # type: ignore[attr-defined]
         plaintext = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-        return key_id, seal(data_key, plaintext, aad)
+        return key_id, seal(data_key, COMPRESSED + zlib.compress(plaintext, 6), aad)
 
     def open_json(self, key_id: str | None, sealed: bytes | None, aad: str) -> dict:
         if key_id is None or sealed is None:
@@ -232,4 +239,10 @@ class BodyVault:
         if found is None:
             raise SealBroken()
         data_key = self.ring.unwrap(found[0], found[1], key_id)
-        return json.loads(open_sealed(data_key, sealed, aad))
+        plaintext = open_sealed(data_key, sealed, aad)
+        if plaintext[:1] == COMPRESSED:
+            try:
+                plaintext = zlib.decompress(plaintext[1:])
+            except zlib.error as exc:  # authenticated yet malformed: treat as broken
+                raise SealBroken() from exc
+        return json.loads(plaintext)

@@ -38,7 +38,9 @@ def test_tiny_bench_run(tmp_path: Path, encoder):
     ratios = entry["ratios_p50"]
     assert ratios["engine_hybrid_over_raw_sum"] > 0 and ratios["mcp_hybrid_over_raw_sum"] > 0
     assert ratios["bare_http_hybrid_over_raw_sum"] > 0
-    assert result["encoder_bound_ingest"]["ingest_over_raw_encoder"] > 0
+    enc = result["encoder_bound_ingest"]
+    assert enc["ingest_over_raw_encoder"] > 0 and enc["precomputed_records_per_s"] > 0
+    assert 0 < enc["encoder_busy_share"] <= 1
     assert entry["disk_mb"]["total_mb"] > 0 and entry["rss_mb"]["peak_during_ingest"] > 0
     load = result["load"]
     assert "skipped" not in load, load

@@ -39,3 +39,22 @@ def test_qrels_loader_drops_non_positive_grades(tmp_path: Path):
     path = tmp_path / "q.tsv"
     path.write_text("query-id\tcorpus-id\tscore\n1\ta\t4\n1\tb\t-1\n2\tc\t0\n")
     assert load_qrels(path) == {"1": {"a": 4}}
+
+
+def test_paired_randomization_separates_a_real_gain_from_noise():
+    from eval.metrics import paired_randomization
+
+    better = paired_randomization([0.9] * 30, [0.1] * 30)
+    assert better["delta"] == 0.8 and better["p"] < 0.001
+    noise = paired_randomization([0.5, 0.6, 0.4, 0.55] * 5, [0.55, 0.4, 0.6, 0.5] * 5)
+    assert noise["p"] > 0.5
+    assert paired_randomization([0.3, 0.7], [0.2, 0.1]) == paired_randomization([0.3, 0.7], [0.2, 0.1])
+
+
+def test_trec_run_keeps_every_rank():
+    from eval.report import trec_run
+
+    text = trec_run({"q2": ["d9"], "q1": [f"d{i}" for i in range(150)]}, "engram-hybrid")
+    lines = text.splitlines()
+    assert len(lines) == 151 and lines[0] == "q1 Q0 d0 1 150 engram-hybrid"
+    assert lines[149] == "q1 Q0 d149 150 1 engram-hybrid" and lines[150] == "q2 Q0 d9 1 1 engram-hybrid"

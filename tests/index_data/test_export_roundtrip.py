@@ -78,7 +78,8 @@ def test_ingest_of_an_export_answers_searches_the_same(tmp_path: Path, encoder):
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)
     assert summary["records"] == 25 and Path(summary["vectors"]).is_file()
-    assert oct(out.stat().st_mode & 0o777) == "0o600"
+    assert oct(out.stat().st_mode & 0o777) == oct(Path(summary["vectors"]).stat().st_mode & 0o777) == "0o600"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["kb.jsonl", "kb.npz"]  # no scratch left
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert [line["id"] for line in lines] == sorted(line["id"] for line in lines)
     assert all("actor" not in line and "authorization_receipt_digest" not in line for line in lines)
@@ -110,3 +111,16 @@ def test_export_leaves_out_what_is_not_current(tmp_path: Path, encoder):
         assert {r.trust for r in exported} == {"operator-ingested"}
     finally:
         engine.close()
+
+
+def test_an_empty_scope_exports_empty_files(tmp_path: Path, encoder):
+    from index_data.export import write_export
+    from index_data.readers import VectorSource, read_jsonl
+
+    engine = Engine.open(tmp_path / "a", encoder=encoder)
+    try:
+        summary = write_export(engine, ("nobody", "here"), tmp_path / "e.jsonl", vectors=True)
+    finally:
+        engine.close()
+    assert (summary["records"], summary["passages"]) == (0, 0)
+    assert list(read_jsonl(tmp_path / "e.jsonl")) == [] and len(VectorSource.load(tmp_path / "e.npz")) == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -13,6 +14,7 @@ import pytest
 from ranking_support import doc
 
 from ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Profile, Ranker, fuse, recency
+from ranking.profiles import FieldWeights, FusionMethod, ProfileConfig, RecencyBlend
 from ranking.lexical import LexicalHit
 from ranking.semantic import SemanticHit
 
@@ -28,7 +30,7 @@ def sem(*pairs: tuple[str, float], t: int = 0) -> list[SemanticHit]:
 
 
 def test_recency_half_life_and_future():
-    half = HYBRID_PROFILE.config["recency_half_life_ms"]
+    half = HYBRID_PROFILE.config.recency.half_life_ms
     assert recency(0, 0, half) == 1.0
     assert recency(0, 30 * DAY, half) == pytest.approx(0.5)
     assert recency(0, 60 * DAY, half) == pytest.approx(0.25)
@@ -42,9 +44,11 @@ def test_lexical_profile_blend():
     assert out[1].final_score == pytest.approx(0.85 * 0.5 + 0.15 * 0.5)
 
 
-@pytest.mark.parametrize("method", ["adaptive_convex", "rrf"])
-def test_keyword_only_hits_are_never_dropped(method: str):
-    config = {**HYBRID_PROFILE.config, "fusion": {**HYBRID_PROFILE.config["fusion"], "method": method}}
+@pytest.mark.parametrize("method", list(FusionMethod))
+def test_keyword_only_hits_are_never_dropped(method: FusionMethod):
+    base = HYBRID_PROFILE.config
+    assert base.fusion is not None
+    config = dataclasses.replace(base, fusion=dataclasses.replace(base.fusion, method=method))
     lexical = lex(("code", 9.0), ("k2", 1.0))
     semantic = sem(*[(f"s{i}", 0.8 - i * 0.01) for i in range(50)])
     out = fuse(lexical, semantic, {"k2": 0.1}, config, 0)
@@ -54,7 +58,8 @@ def test_keyword_only_hits_are_never_dropped(method: str):
 
 def test_ties_break_by_recency_then_record_id():
     lexical = [LexicalHit("b", 1.0, 0), LexicalHit("a", 1.0, 0), LexicalHit("c", 1.0, 5 * DAY)]
-    out = fuse(lexical, None, {}, {**LEXICAL_PROFILE.config, "recency_weight": 0.0}, 5 * DAY)
+    no_recency = dataclasses.replace(LEXICAL_PROFILE.config, recency=RecencyBlend(recency_weight=0.0))
+    out = fuse(lexical, None, {}, no_recency, 5 * DAY)
     assert [c.record_id for c in out] == ["c", "a", "b"]
 
 
@@ -90,12 +95,33 @@ def test_empty_inputs():
 
 
 def test_profile_digest_is_canonical_and_pinned():
+    import rfc8785
+
     assert LEXICAL_PROFILE.config_digest().startswith("sha256:")
-    same = Profile(name="lexical", version="1", config=dict(reversed(list(LEXICAL_PROFILE.config.items()))))
-    assert same.config_digest() == LEXICAL_PROFILE.config_digest()
+    plain = LEXICAL_PROFILE.config.as_dict()
+    expected = "sha256:" + hashlib.sha256(rfc8785.dumps(dict(reversed(list(plain.items()))))).hexdigest()
+    assert LEXICAL_PROFILE.config_digest() == expected  # JCS of the whole config, key order free
+    assert plain["channels"] == ["lexical"] and plain["lexical"]["field_weights"]["primary"] == 3.0
     assert HYBRID_PROFILE.config_digest() != LEXICAL_PROFILE.config_digest()
-    with pytest.raises(TypeError):
-        LEXICAL_PROFILE.config["lexical_cap"] = 1  # type: ignore[index]
+    # every constant is in the digest: changing a nested one changes it
+    heavier = dataclasses.replace(
+        LEXICAL_PROFILE.config,
+        lexical=dataclasses.replace(LEXICAL_PROFILE.config.lexical, field_weights=FieldWeights(primary=3.5)),
+    )
+    assert Profile("lexical", "3", heavier).config_digest() != LEXICAL_PROFILE.config_digest()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        LEXICAL_PROFILE.config.lexical.cap = 1  # type: ignore[misc]
+
+
+def test_profile_round_trips_through_its_dict_form():
+    for profile in (LEXICAL_PROFILE, HYBRID_PROFILE):
+        back = Profile.from_dict(json.loads(json.dumps(profile.as_dict())))
+        assert back == profile and back.config_digest() == profile.config_digest()
+
+
+def test_profile_config_requires_fusion_exactly_with_semantic():
+    with pytest.raises(ValueError):
+        ProfileConfig(channels=(LEXICAL_PROFILE.channels[0], HYBRID_PROFILE.channels[1]))
 
 
 # -- one channel useless: hybrid must not fall below the channel that works ---------------
@@ -164,7 +190,10 @@ def _mrr(ranker: Ranker, profile: Profile, labelled: list[tuple[str, str]]) -> f
 SEMANTIC_ONLY = Profile(
     name="semantic_only_test",
     version="1",
-    config={**HYBRID_PROFILE.config, "field_weights": {k: 0.0 for k in HYBRID_PROFILE.config["field_weights"]}},
+    config=dataclasses.replace(
+        HYBRID_PROFILE.config,
+        lexical=dataclasses.replace(HYBRID_PROFILE.config.lexical, field_weights=FieldWeights(0, 0, 0, 0, 0)),
+    ),
 )
 
 

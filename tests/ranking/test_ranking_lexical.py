@@ -7,13 +7,15 @@ import shutil
 import threading
 from pathlib import Path
 
+import pytest
+
 from ranking_support import doc
 
 from ranking.lexical import INDEX_DIR, LEGACY_INDEX_DIR, LexicalIndex
 from ranking import record_words
 from ranking.profiles import LEXICAL_PROFILE
 
-WEIGHTS = dict(LEXICAL_PROFILE.config["field_weights"])
+WEIGHTS = LEXICAL_PROFILE.config.lexical
 SECRET = "zyxquorblat"
 
 
@@ -219,10 +221,20 @@ def test_canonical_and_other_ids_come_back_exactly_also_after_a_purge(tmp_path: 
     index.close()
 
 
-def test_query_drops_stop_words_unless_nothing_else_is_left(tmp_path: Path):
+def test_short_queries_weigh_each_term_once_long_ones_drop_stop_words(tmp_path: Path):
     index = LexicalIndex(tmp_path / "lexical")
-    assert index.query_tokens("The effect of the payments on it") == ["effect", "payment"]
-    assert index.query_tokens("To be or not to be") == ["to", "be", "or", "not", "to", "be"]  # kept
+    # a question: every distinct term once, stop words kept (plain BM25)
+    assert index.query_terms("What is on the list of the payments?", WEIGHTS) == {
+        "what": 1.0, "is": 1.0, "on": 1.0, "the": 1.0, "list": 1.0, "of": 1.0, "payment": 1.0}
+    # a description: stop words dropped, a repeated content word weighs sqrt(count)
+    long = "The effect of the payments on the ledger and the effect of late payments on " * 2
+    assert len(index.tokens(long)) > WEIGHTS.long_query_tokens
+    terms = index.query_terms(long, WEIGHTS)
+    assert set(terms) == {"effect", "payment", "ledger", "late"}
+    assert terms["effect"] == pytest.approx(4 ** WEIGHTS.long_query_count_power)
+    assert terms["ledger"] == pytest.approx(2 ** WEIGHTS.long_query_count_power)
+    only_stop = "to be or not to be " * 5
+    assert set(index.query_terms(only_stop, WEIGHTS)) == {"to", "be", "or", "not"}  # nothing else left
     index.apply("A", [doc("A", "w1", "to be or not to be"), doc("A", "w2", "payment effects report")], [], 1)
     assert [h.record_id for h in index.search("A", "the effect of the payment", WEIGHTS, 10)] == ["w2"]
     assert [h.record_id for h in index.search("A", "not to be", WEIGHTS, 10)] == ["w1"]

@@ -162,7 +162,7 @@ def test_bulk_apply_with_many_documents(ranker: Ranker):
     found = ranker.search("bulk", "topic3", LEXICAL_PROFILE, valid_as_of_ms=0).candidates
     assert {c.record_id for c in found} == {f"mem_{i:05d}" for i in range(1500) if i % 11 == 3}
     capped = ranker.search("bulk", "note", LEXICAL_PROFILE, valid_as_of_ms=0).candidates
-    assert len(capped) == LEXICAL_PROFILE.config["lexical_cap"] < 1500
+    assert len(capped) == LEXICAL_PROFILE.config.lexical.cap < 1500
 
 
 def test_semantic_search_scores_exactly_when_the_graph_cannot_fill_k(tmp_path, monkeypatch) -> None:
@@ -238,3 +238,46 @@ def test_warm_reads_the_vector_file_before_the_first_search(tmp_path: Path):
     assert ids(warmed, "scopeA", "payment cache") == before
     cold = Ranker(tmp_path / "idx", HashingTestEncoder())
     assert "corrupt" in (cold.semantic_health("scopeA") or "")  # what an unwarmed reader meets
+
+
+def test_read_write_lock_lets_readers_share_and_writers_wait():
+    import threading
+
+    from ranking.read_write_lock import ReadWriteLock
+
+    lock = ReadWriteLock()
+    inside, release, order = threading.Barrier(3), threading.Event(), []
+
+    def reader(name: str) -> None:
+        with lock.read():
+            inside.wait(timeout=30)  # both readers are inside at once, or this times out
+            release.wait(timeout=30)
+            order.append(name)
+
+    def writer() -> None:
+        with lock.write():
+            order.append("writer")
+
+    readers = [threading.Thread(target=reader, args=(f"r{i}",)) for i in range(2)]
+    for t in readers:
+        t.start()
+    inside.wait(timeout=30)
+    w = threading.Thread(target=writer)
+    w.start()
+    release.set()
+    for t in [*readers, w]:
+        t.join(timeout=30)
+    assert sorted(order[:2]) == ["r0", "r1"] and order[2] == "writer"  # the writer waited for both
+
+
+def test_concurrent_searches_of_one_scope_agree_with_a_lone_search(tmp_path: Path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    ranker = Ranker(tmp_path / "idx", HashingTestEncoder())
+    seed(ranker)
+    ranker.apply("scopeA", [doc("scopeA", f"mem_x{i}", f"payment note {i} about the cache") for i in range(60)], [], 4)
+    alone = ids(ranker, "scopeA", "payment cache")
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda _: ids(ranker, "scopeA", "payment cache"), range(32)))
+    assert all(r == alone for r in results)
+    ranker.close()
