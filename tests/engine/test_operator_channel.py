@@ -50,7 +50,7 @@ def test_admin_commands_run_in_the_live_server(live, data_dir) -> None:
     before = live.parts.vault.ring.active_id
     result = runner.invoke(app, ["admin", "rotate-kek", "-d", str(data_dir)])
     assert result.exit_code == 0, result.output
-    new_id = result.output.strip().splitlines()[-1]
+    new_id = next(line for line in result.output.splitlines() if line.startswith("kek-"))
     assert new_id != before and live.parts.vault.ring.active_id == new_id  # active in the server at once
     assert get(live, ctx, rid)["record"]["record_id"] == rid
     after = accept(live, ctx, "A record the server admits after the rotation.")
