@@ -781,6 +781,25 @@ def replay_search(
         raise typer.Exit(1)
 
 
+@admin.command("replicas")
+def replicas(
+    retire: Annotated[str | None, typer.Option(
+        help="Remove this replica id for good (a replica that will not come back), so the purges it "
+        "still owed stop being pending.")] = None,
+    data_dir: DataDir = None,
+) -> None:
+    """List the replicas registered on the shared (PostgreSQL) store: id, seconds since
+    the last heartbeat, live. On SQLite (no replicas) it exits 1, CAPABILITY_UNAVAILABLE."""
+    with _engine(data_dir) as engine:
+        if retire is not None:
+            if not engine.retire_replica(retire):
+                _err(f"engram: no replica {retire!r}")
+                raise typer.Exit(1)
+            typer.echo(f"retired {retire}")
+            return
+        _print_json(engine.replicas())
+
+
 @admin.command("expire")
 def expire(data_dir: DataDir = None) -> None:
     """Expire every record whose retention expires_at has passed."""

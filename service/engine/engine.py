@@ -307,6 +307,20 @@ class Engine:
             if e.subject == subject or e.body.get("candidate_id") == subject
         ]
 
+    def replicas(self) -> list[dict[str, Any]]:
+        """The replicas registered on a shared store (operator surface)."""
+        if self.parts.replica is None:
+            raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
+        return self.parts.replica.registry()
+
+    def retire_replica(self, replica_id: str) -> bool:
+        """Remove a replica gone for good, so the purges it owed stop being pending. A
+        replica retired by mistake re-registers when it next starts; its indexes may
+        then hold purged records: rebuild its projections before it serves."""
+        if self.parts.replica is None:
+            raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
+        return self.parts.replica.store.retire_replica(replica_id)
+
     def close(self) -> None:
         if self.parts.replica is not None:
             self.parts.replica.stop()

@@ -69,6 +69,12 @@ class Replica:
     def live(self) -> list[str]:
         return self.store.live_replicas(now_ms() - LIVE_WITHIN_MS)
 
+    def registry(self) -> list[dict[str, object]]:
+        """Every registered replica: id, seconds since its heartbeat, live or not."""
+        at = now_ms()
+        return [{"replica_id": rid, "heartbeat_age_s": round((at - beat) / 1000, 1),
+                 "live": at - beat <= LIVE_WITHIN_MS} for rid, beat in self.store.replicas()]
+
     # -- following -------------------------------------------------------------------------
     def follow(self, catch_up: Callable[[Scope], None], sweep: Callable[[], object]) -> None:
         """Start the background follower: heartbeat, wake on journal events, catch up,
