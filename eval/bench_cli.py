@@ -32,6 +32,10 @@ def bench(
     keep: Annotated[bool, typer.Option("--keep/--no-keep", help="Keep the scratch data.")] = False,
     reuse: Annotated[bool, typer.Option("--reuse/--no-reuse", help="Measure again on sizes already ingested in the scratch directory (implies --keep).")] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bars while ingesting.")] = True,
+    database_url: Annotated[Optional[str], typer.Option(
+        "--database-url", envvar="ENGRAM_DATABASE_URL",
+        help="Also compare stores at the first size: ingest rate and hybrid p50/p99 on SQLite, and on this "
+        "PostgreSQL database with one replica and with two (OUT/stores.json); each run uses a new scope.")] = None,
 ) -> None:
     """Run the benchmark for each size and write OUT/bench.json, OUT/report.md, OUT/cost_growth.png."""
     import shutil
@@ -47,9 +51,22 @@ def bench(
     size_list = [int(s.replace("_", "")) for s in sizes.split(",") if s.strip()]
     scratch = work or out / "work"
     try:
-        run_bench(size_list, out, scratch, queries=queries, clients=clients, calls=calls,
-                  encoder_sample=encoder_sample, batch_size=batch_size, progress=progress, load=load, reuse=reuse,
-                  say=lambda m: console.print(m, markup=False, highlight=False))
+        say = lambda m: console.print(m, markup=False, highlight=False)  # noqa: E731
+        result = run_bench(size_list, out, scratch, queries=queries, clients=clients, calls=calls,
+                           encoder_sample=encoder_sample, batch_size=batch_size, progress=progress, load=load,
+                           reuse=reuse, say=say)
+        if database_url:
+            import json
+
+            from ranking import MiniLMEncoder
+
+            from .replica_bench import replica_bench
+
+            encoder = MiniLMEncoder(scratch / "models")
+            stores = replica_bench(size_list[0], scratch, encoder, database_url, queries=queries,
+                                   batch_size=batch_size, say=say)
+            stores["loadavg"] = result["environment"]["loadavg_at_start"]
+            (out / "stores.json").write_text(json.dumps(stores, indent=2) + "\n")
     finally:
         if not (keep or reuse):
             shutil.rmtree(scratch, ignore_errors=True)

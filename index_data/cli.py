@@ -67,11 +67,20 @@ def ingest(
         raise typer.Exit(2)
     source = VectorSource.load(vectors) if vectors is not None else None
     settings = load_settings(data_dir=data_dir, database_url=database_url, key_dir=key_dir, device=device)
+    from service.operator.ownership import DataDirLock, DirectoryHeld
+
+    try:  # never a second engine beside a server (the process exit releases it on any path)
+        lock = DataDirLock(settings.data_dir).acquire()
+    except DirectoryHeld:
+        typer.echo(f"engram ingest: another engram process (a server?) holds {settings.data_dir}; stop it first",
+                   err=True)
+        raise typer.Exit(1) from None
     try:
         engine = Engine.open(settings.data_dir, load_model=model and source is None,
                              database_url=settings.database_url, key_dir=settings.key_dir, device=settings.device)
     except (StoreUnavailable, SchemaTooNew) as exc:
         typer.echo(f"engram ingest: store unavailable: {exc or type(exc).__name__}", err=True)
+        lock.release()
         raise typer.Exit(2) from None
     try:
         report = ingest_corpus(
@@ -80,4 +89,5 @@ def ingest(
         )
     finally:
         engine.close()
+        lock.release()
     typer.echo(json.dumps(report.as_dict(), indent=2))

@@ -117,11 +117,20 @@ def export(
     if not settings.data_dir.is_dir():
         typer.echo(f"engram admin export: {settings.data_dir} is not a data directory", err=True)
         raise typer.Exit(2)
+    from service.operator.ownership import DataDirLock, DirectoryHeld
+
+    try:  # never a second engine beside a server (the process exit releases it on any path)
+        lock = DataDirLock(settings.data_dir).acquire()
+    except DirectoryHeld:
+        typer.echo(f"engram admin export: another engram process (a server?) holds {settings.data_dir}; stop it first",
+                   err=True)
+        raise typer.Exit(1) from None
     try:
         engine = Engine.open(settings.data_dir, load_model=False, database_url=settings.database_url,
                              key_dir=settings.key_dir)
     except (StoreUnavailable, SchemaTooNew) as exc:
         typer.echo(f"engram admin export: store unavailable: {exc or type(exc).__name__}", err=True)
+        lock.release()
         raise typer.Exit(2) from None
     try:
         summary = write_export(engine, (tenant, workspace), out, vectors=vectors)
@@ -130,4 +139,5 @@ def export(
         raise typer.Exit(1) from None
     finally:
         engine.close()
+        lock.release()
     typer.echo(json.dumps(summary, indent=2))

@@ -45,6 +45,7 @@ class DigestKind(StrEnum):
     IDEMPOTENCY_KEY = "idempotency-key"
     CONFIRMATION_REF = "confirmation-ref"
     POLICY = "policy"
+    SHRED = "shred"
 
 
 class CanonicalizationRefused(ValueError):

@@ -186,6 +186,9 @@ def serve(
     rate: Annotated[float | None, typer.Option(help=field_help("rate"), show_default=False)] = None,
     burst: Annotated[int | None, typer.Option(help=field_help("burst"), show_default=False)] = None,
     deadline_ms: Annotated[int | None, typer.Option(help=field_help("deadline_ms"), show_default=False)] = None,
+    approval_ttl_s: Annotated[
+        int | None, typer.Option(help=field_help("approval_ttl_s"), show_default=False)
+    ] = None,
     allowed_host: Annotated[
         list[str] | None, typer.Option(help=field_help("allowed_hosts") + " Repeatable.", show_default=False)
     ] = None,
@@ -212,7 +215,8 @@ def serve(
 
     settings = _settings(
         config, host=host, port=port, data_dir=data_dir, load_model=load_model, device=device, rate=rate, burst=burst,
-        deadline_ms=deadline_ms, allowed_hosts=allowed_host or None, log_level=log_level, log_format=log_format,
+        deadline_ms=deadline_ms, approval_ttl_s=approval_ttl_s, allowed_hosts=allowed_host or None,
+        log_level=log_level, log_format=log_format,
         database_url=database_url, key_dir=key_dir,
     )
     configure_logging(settings.log_level, settings.log_format)
@@ -230,11 +234,13 @@ def serve(
             raise typer.Exit(2) from None
         from service.mcp.stdio import serve_stdio
 
-        engine = _open_engine(settings)
-        try:
-            serve_stdio(engine, binding, settings)
-        finally:
-            engine.close()
+        with _own(data_dir):
+            engine = _open_engine(settings)
+            try:
+                with _operator_channel(engine, data_dir):
+                    serve_stdio(engine, binding, settings)
+            finally:
+                engine.close()
         return
 
     if "ENGRAM_HOST_SECRET" not in os.environ:
@@ -254,12 +260,49 @@ def serve(
 
     from service.mcp.app import create_app
 
-    # Warm up in the background: /readyz answers 503 until projections caught up.
-    engine = _open_engine(settings, background=True, serve_replica=True)
-    application = create_app(engine, settings, host_secret=secret, close_engine=True)
-    # log_config=None: uvicorn's loggers propagate to the handler configured above.
-    uvicorn.run(application, host=settings.host, port=settings.port, log_config=None,
-                log_level=settings.log_level.value)
+    with _own(data_dir):
+        # Warm up in the background: /readyz answers 503 until projections caught up.
+        engine = _open_engine(settings, background=True, serve_replica=True)
+        application = create_app(engine, settings, host_secret=secret, close_engine=True)
+        with _operator_channel(engine, data_dir):
+            # log_config=None: uvicorn's loggers propagate to the handler configured above.
+            uvicorn.run(application, host=settings.host, port=settings.port, log_config=None,
+                        log_level=settings.log_level.value)
+
+
+@contextlib.contextmanager
+def _own(data_dir: Path) -> Iterator[None]:
+    """Hold the data directory for the life of a server; exit 2 if another process does."""
+    from service.operator.ownership import DataDirLock, DirectoryHeld
+
+    try:
+        lock = DataDirLock(data_dir).acquire()
+    except DirectoryHeld:
+        _err(f"engram: another engram process holds {data_dir}; one server per data directory")
+        raise typer.Exit(2) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+@contextlib.contextmanager
+def _operator_channel(engine: Any, data_dir: Path) -> Iterator[None]:
+    """The live server's operator socket (<data_dir>/operator.sock, owner-only). A data
+    directory whose path is too long for a Unix socket serves without one (admin
+    commands are then refused while the server runs), with a warning."""
+    from service.operator.channel import OperatorChannel
+
+    try:
+        channel = OperatorChannel(engine, data_dir).start()
+    except ValueError as exc:
+        _err(f"engram: warning: no operator channel ({exc}); stop the server to run admin commands")
+        yield
+        return
+    try:
+        yield
+    finally:
+        channel.close()
 
 
 # --------------------------------------------------------------------------- admin
@@ -308,14 +351,11 @@ def tenant_status(
     data_dir: DataDir = None,
 ) -> None:
     """Print whether TENANT is opted in."""
-    with _engine(data_dir) as engine:
-        typer.echo("enabled" if engine.tenant_enabled(tenant) else "disabled")
+    typer.echo(_operate(data_dir, "tenant-status", {"tenant": tenant}))
 
 
 def _set_tenant(data_dir: Path | None, tenant: str, enabled: bool) -> None:
-    with _engine(data_dir) as engine:
-        engine.set_tenant_enabled(tenant, enabled)
-    typer.echo(f"{tenant}: {'enabled' if enabled else 'disabled'}")
+    typer.echo(f"{tenant}: {_operate(data_dir, 'tenant-set', {'tenant': tenant, 'enabled': enabled})}")
 
 
 # --------------------------------------------------------------------------- local clients
@@ -385,8 +425,7 @@ def context_init(
     else:
         write_context_file(path, claims)
         _err(f"wrote {path} (mode 0600)")
-    with _engine(settings.data_dir) as engine:
-        engine.set_tenant_enabled(tenant, True)
+    _operate(settings.data_dir, "tenant-set", {"tenant": tenant, "enabled": True})
     typer.echo(str(path.resolve()))
 
 
@@ -540,51 +579,113 @@ def _engram_command() -> list[str]:
 # --------------------------------------------------------------------------- operators
 
 ModelOption = Annotated[
-    bool, typer.Option("--model/--no-model", help="Load the embedding model (needed to rebuild the vector index).")
+    bool, typer.Option("--model/--no-model", help="Load the embedding model (needed to rebuild the vector "
+                       "index; ignored when a live server runs the command with its own model).")
 ]
+
+
+def _operate(data_dir: Path | None, command: str, args: dict[str, Any], *, load_model: bool = False) -> Any:
+    """Run an operator command where it is safe: through the live server that owns the
+    data directory (its operator socket), or, when no server runs, on an engine opened
+    here while holding the directory's lock. Never as a second engine beside a server."""
+    from service.operator.channel import ChannelAbsent, OperatorFailure, call
+    from service.operator.commands import run
+    from service.operator.ownership import DataDirLock, DirectoryHeld
+
+    directory = _settings(data_dir=data_dir).data_dir
+    try:
+        return call(directory, command, args)
+    except ChannelAbsent:
+        pass
+    except OperatorFailure as exc:
+        _err(f"engram: {exc.code}: {exc.message}")
+        raise typer.Exit(1) from None
+    try:
+        with DataDirLock(directory), _engine(directory, load_model=load_model) as engine:
+            return run(engine, command, args)
+    except DirectoryHeld:
+        _err(f"engram: another engram process holds {directory} and its operator channel does not answer "
+             "(a server still starting, or another admin command); retry shortly, or stop it first")
+        raise typer.Exit(1) from None
 
 
 @admin.command("rotate-kek")
 def rotate_kek(data_dir: DataDir = None) -> None:
-    """Rotate the key-encryption key: re-wrap every data key under a fresh KEK; print its id."""
-    with _engine(data_dir) as engine:
-        typer.echo(engine.rotate_kek())
+    """Rotate the key-encryption key online: a fresh KEK is active at once, every data key
+    is rewrapped under it, and older KEK files go only when no key needs them; print its id."""
+    typer.echo(_operate(data_dir, "rotate-kek", {}))
 
 
 @admin.command("backup")
 def backup(
     dest: Annotated[Path, typer.Argument(help="New directory to write the backup into (must not exist).")],
     data_dir: DataDir = None,
+    include_keys: Annotated[bool, typer.Option(
+        "--include-keys", help="Also copy the key-encryption keys into the backup. Anyone holding such a "
+        "backup can read every record in it, including records forgotten later: keep it offline.")] = False,
 ) -> None:
-    """Online, consistent backup of the store and keys (indexes are rebuilt on restore)."""
-    with _engine(data_dir) as engine:
-        typer.echo(str(engine.backup(dest)))
+    """Online, consistent backup of the store, policies and vectors; by default WITHOUT the
+    key-encryption keys (export them on purpose with `engram admin export-kek`)."""
+    if include_keys:
+        _err("engram: warning: this backup holds the key-encryption keys; forgotten records in it stay "
+             "readable to whoever holds it")
+    typer.echo(_operate(data_dir, "backup", {"dest": str(dest.resolve()), "include_keys": include_keys}))
+
+
+@admin.command("export-kek")
+def export_kek(
+    dest: Annotated[Path, typer.Argument(help="New directory to write the keys into (must not exist).")],
+    data_dir: DataDir = None,
+) -> None:
+    """Copy the key-encryption keys and the shred ledger to DEST (mode 0700), for a restore.
+
+    Whoever holds them can open every data key still wrapped in any backup: store them apart
+    from the backups, and delete copies you no longer need.
+    """
+    from service.engine.engine import export_keys
+
+    settings = _settings(data_dir=data_dir)
+    key_dir = settings.key_dir or settings.data_dir / "keys"
+    _err("engram: warning: these keys open every backup made while they were current")
+    typer.echo(str(export_keys(key_dir, dest)))
 
 
 @admin.command("restore")
 def restore(
     source: Annotated[Path, typer.Argument(help="A directory written by `engram admin backup`.")],
     data_dir: Annotated[Path, typer.Option("--data-dir", "-d", help="New, empty data directory to restore into.")],
+    keys: Annotated[Path | None, typer.Option(
+        "--keys", help="Key directory to restore with: the live data directory's keys/ or an `engram admin "
+        "export-kek` copy. Its shred ledger is applied, so records forgotten after the backup stay forgotten. "
+        "Needed unless the backup was made with --include-keys.")] = None,
     load_model: ModelOption = True,
 ) -> None:
-    """Restore a backup into a new data directory, verify every journal chain, rebuild indexes."""
+    """Restore a backup into a new data directory: apply the shred ledger, verify every
+    journal chain, rebuild the lexical index (vectors come from the backup)."""
     from models.codes import ContractError
     from service.engine.engine import Engine
+    from service.operator.ownership import DataDirLock, DirectoryHeld
 
+    if keys is None and not (source / "keys").is_dir():
+        _err("engram: the backup holds no key-encryption keys; pass --keys <data-dir>/keys or an export-kek copy")
+        raise typer.Exit(2)
     try:
-        engine = Engine.restore(source, data_dir, load_model=load_model)
+        with DataDirLock(data_dir):
+            engine = Engine.restore(source, data_dir, key_source=keys, load_model=load_model)
+            engine.close()
+    except DirectoryHeld:
+        _err(f"engram: another engram process holds {data_dir}")
+        raise typer.Exit(1) from None
     except ContractError as exc:
         _err(f"engram: {exc.code.value}: {exc.message}")
         raise typer.Exit(1) from None
-    engine.close()
     typer.echo(str(data_dir))
 
 
 @admin.command("verify-journal")
 def verify_journal(data_dir: DataDir = None) -> None:
     """Verify the hash chain of every scope's journal; exit 1 if any is broken."""
-    with _engine(data_dir) as engine:
-        result = engine.verify_journal()
+    result = _operate(data_dir, "verify-journal", {})
     _print_json(result)
     if not all(result.values()):
         raise typer.Exit(1)
@@ -592,17 +693,16 @@ def verify_journal(data_dir: DataDir = None) -> None:
 
 @admin.command("rebuild-projections")
 def rebuild_projections(data_dir: DataDir = None, load_model: ModelOption = True) -> None:
-    """Replay the journal into fresh lexical and vector indexes."""
-    with _engine(data_dir, load_model=load_model) as engine:
-        engine.rebuild_projections(lambda n: _err(f"applied {n} events"))
+    """Replay the journal into fresh lexical and vector indexes (searches answer
+    PROJECTION_STALE, not an empty list, until each scope has caught up)."""
+    _operate(data_dir, "rebuild-projections", {}, load_model=load_model)
     typer.echo("rebuilt")
 
 
 @admin.command("sweep-invalidations")
 def sweep_invalidations(data_dir: DataDir = None) -> None:
     """Finish physical purges left pending (tombstoned records still in an index file)."""
-    with _engine(data_dir) as engine:
-        typer.echo(f"swept {engine.sweep_invalidations()} scope(s)")
+    typer.echo(f"swept {_operate(data_dir, 'sweep-invalidations', {})} scope(s)")
 
 
 @admin.command("history")
@@ -613,8 +713,7 @@ def history(
     data_dir: DataDir = None,
 ) -> None:
     """Print every journal event about one record or candidate (digests, never content)."""
-    with _engine(data_dir) as engine:
-        _print_json(engine.history((tenant, workspace), subject))
+    _print_json(_operate(data_dir, "history", {"tenant": tenant, "workspace": workspace, "subject": subject}))
 
 
 @admin.command("transition")
@@ -625,7 +724,8 @@ def transition(
     tenant: Annotated[str, typer.Argument(help="Tenant id.")],
     workspace: Annotated[str, typer.Argument(help="Workspace id.")],
     record_id: Annotated[str, typer.Argument(help="The record to move.")],
-    reason_ref: Annotated[str, typer.Option(help="Opaque reason reference for the journal.")] = "operator",
+    reason_ref: Annotated[str, typer.Option(help="Opaque reason reference for the journal (scanned for "
+                                            "secrets: the journal is never erased).")] = "operator",
     data_dir: DataDir = None,
 ) -> None:
     """Move a record between non-terminal states; only accepted_current is ever disclosed."""
@@ -634,8 +734,9 @@ def transition(
     if operation not in OPERATOR_TRANSITIONS:
         _err(f"engram: unknown operation {operation!r}; one of {', '.join(OPERATOR_TRANSITIONS)}")
         raise typer.Exit(2)
-    with _engine(data_dir) as engine:
-        typer.echo(engine.transition((tenant, workspace), record_id, operation, reason_ref))
+    typer.echo(_operate(data_dir, "transition", {
+        "operation": operation, "tenant": tenant, "workspace": workspace, "record_id": record_id,
+        "reason_ref": reason_ref}))
 
 
 @admin.command("adjudicate")
@@ -644,7 +745,8 @@ def adjudicate(
     tenant: Annotated[str, typer.Argument(help="Tenant id.")],
     workspace: Annotated[str, typer.Argument(help="Workspace id.")],
     candidate_id: Annotated[str, typer.Argument(help="A candidate held as pending_adjudication.")],
-    reason_ref: Annotated[str, typer.Option(help="Opaque reason reference for the journal.")] = "operator",
+    reason_ref: Annotated[str, typer.Option(help="Opaque reason reference for the journal (scanned for "
+                                            "secrets).")] = "operator",
     data_dir: DataDir = None,
 ) -> None:
     """Decide a candidate the admission policy held for a human (e.g. content equal to a
@@ -652,8 +754,9 @@ def adjudicate(
     if decision not in ("accept", "reject"):
         _err("engram: decision must be accept or reject")
         raise typer.Exit(2)
-    with _engine(data_dir) as engine:
-        _print_json(engine.adjudicate((tenant, workspace), candidate_id, decision, reason_ref))
+    _print_json(_operate(data_dir, "adjudicate", {
+        "decision": decision, "tenant": tenant, "workspace": workspace, "candidate_id": candidate_id,
+        "reason_ref": reason_ref}))
 
 
 @admin.command("replay-search")
@@ -670,25 +773,37 @@ def replay_search(
     Exits 0 when the order matches, 1 otherwise; the output says whether the profile and
     the scope's journal were unchanged since the receipt (the conditions for a match).
     """
-    from service.engine.context import CallContext
-
-    args = json.loads(arguments.read_text())
-    pinned = json.loads(receipt.read_text())
-    ctx = CallContext(tenant=tenant, workspace=workspace, principal="operator", agent_id="operator",
-                      session="replay", purpose=str(args.get("purpose_ref", "")))
-    with _engine(data_dir, load_model=load_model) as engine:
-        outcome = engine.replay_search(ctx, args, pinned)
-        _print_json(outcome)
+    outcome = _operate(data_dir, "replay-search", {
+        "tenant": tenant, "workspace": workspace, "arguments": json.loads(arguments.read_text()),
+        "receipt": json.loads(receipt.read_text())}, load_model=load_model)
+    _print_json(outcome)
     if not outcome["match"]:
         raise typer.Exit(1)
+
+
+@admin.command("replicas")
+def replicas(
+    retire: Annotated[str | None, typer.Option(
+        help="Remove this replica id for good (a replica that will not come back), so the purges it "
+        "still owed stop being pending.")] = None,
+    data_dir: DataDir = None,
+) -> None:
+    """List the replicas registered on the shared (PostgreSQL) store: id, seconds since
+    the last heartbeat, live. On SQLite (no replicas) it exits 1, CAPABILITY_UNAVAILABLE."""
+    with _engine(data_dir) as engine:
+        if retire is not None:
+            if not engine.retire_replica(retire):
+                _err(f"engram: no replica {retire!r}")
+                raise typer.Exit(1)
+            typer.echo(f"retired {retire}")
+            return
+        _print_json(engine.replicas())
 
 
 @admin.command("expire")
 def expire(data_dir: DataDir = None) -> None:
     """Expire every record whose retention expires_at has passed."""
-    with _engine(data_dir) as engine:
-        expired = engine.expire_due()
-        typer.echo(f"expired {len(expired)} record(s)")
+    typer.echo(f"expired {_operate(data_dir, 'expire', {})} record(s)")
 
 
 # --------------------------------------------------------------------------- plugins

@@ -150,5 +150,7 @@ def field_help(name: str) -> str:
     default = info.get_default(call_default_factory=True)
     if isinstance(default, StrEnum):
         default = default.value
+    elif isinstance(default, Path) and not default.is_absolute():
+        default = f"./{default}"
     shown = "none" if default in ([], None) else default
     return f"{info.description} (default {shown}; env {ENV_PREFIX}{name.upper()})"

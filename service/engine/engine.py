@@ -28,11 +28,11 @@ from .clock import instant, now_ms
 from .context import CallContext
 from .paging import SnapshotCache
 from .parts import Parts
-from .policy import Policies
+from .policy import ADMISSION_POLICY_FILE, HOST_POLICY_FILE, Policies
 from .projector import Projector
 from .replica import Replica, replica_id_for
 from .records import scope_key
-from .sealing import BodyVault, KeyRing
+from .sealing import BodyVault, KeyRing, copy_key_dir, shred_entries
 from .secrets import refuse_secrets
 from .stats import ScopeStats, scope_stats
 
@@ -49,6 +49,7 @@ OPERATIONS: dict[str, Operation] = {
 #: Tools whose arguments the service keeps (journal, sealed bodies), so they are scanned.
 KEPT_ARGUMENTS = frozenset({CAPTURE, REQUEST_ADMISSION, WITHDRAW, FORGET})
 DB_FILE = "engram.db"
+LOCK_NAME = "engram.lock"  # service.operator.ownership's lock file: a restore target may hold it
 MODELS_DIR = "models"  # derived model files (the ONNX export); never backed up
 
 
@@ -240,27 +241,51 @@ class Engine:
     def rotate_kek(self) -> str:
         return self.parts.vault.ring.rotate(self.parts.store)
 
-    def backup(self, dest: Path) -> Path:
-        """A consistent online backup: the database and the key directory. Indexes are
-        projections and are rebuilt on restore."""
+    def backup(self, dest: Path, *, include_keys: bool = False) -> Path:
+        """A consistent online backup: the database, the policies and the vectors (so a
+        restore does not re-embed). Without `include_keys` it holds no KEK: it cannot be
+        read without the live keys (or an export), whose shred ledger a restore applies.
+        The lexical index is rebuilt on restore (it holds text, and is cheap to rebuild)."""
         dest = Path(dest)
         dest.mkdir(parents=True, exist_ok=False, mode=0o700)
-        self.parts.store.backup(str(dest / DB_FILE))
-        shutil.copytree(self.parts.vault.ring.key_dir, dest / "keys")
-        for name in ("host_policy.json", "admission_policy.json"):
+        ring = self.parts.vault.ring
+        semantic = self.parts.data_dir / "index" / "semantic"
+        with self.parts.projector.exclusive():
+            # Vectors first, at or behind the database's journal: a restore catches up.
+            self.parts.ranker.checkpoint()
+            if semantic.is_dir():
+                shutil.copytree(semantic, dest / "index" / "semantic")
+            self.parts.store.backup(str(dest / DB_FILE))
+        if include_keys:
+            copy_key_dir(ring.key_dir, dest / "keys")
+        for name in (HOST_POLICY_FILE, ADMISSION_POLICY_FILE):
             if (self.parts.data_dir / name).exists():
                 shutil.copy2(self.parts.data_dir / name, dest / name)
         return dest
 
     @classmethod
-    def restore(cls, backup: Path, data_dir: Path, **open_kwargs: Any) -> Engine:
-        """Restore a backup into a new data dir, verify every journal chain, rebuild."""
+    def restore(cls, backup: Path, data_dir: Path, *, key_source: Path | None = None, **open_kwargs: Any) -> Engine:
+        """Restore a backup into a new data dir: keys from the backup and/or `key_source`
+        (the live keys, or an export), the shred ledger applied (nothing forgotten after
+        the backup comes back), every journal chain verified, projections caught up."""
         backup, data_dir = Path(backup), Path(data_dir)
-        if data_dir.exists() and any(data_dir.iterdir()):
+        if data_dir.exists() and any(p.name != LOCK_NAME for p in data_dir.iterdir()):
             raise ContractError(ErrorCode.RESTORE_REFUSED)
-        if not (backup / DB_FILE).exists() or not (backup / "keys").is_dir():
+        has_keys = (backup / "keys").is_dir() or (key_source is not None and Path(key_source).is_dir())
+        if not (backup / DB_FILE).exists() or not has_keys:
             raise ContractError(ErrorCode.BACKUP_INVALID)
         shutil.copytree(backup, data_dir, dirs_exist_ok=True)
+        keys = data_dir / "keys"
+        if key_source is not None:
+            copy_key_dir(Path(key_source), keys)
+        store = open_store(data_dir / DB_FILE, None)
+        try:
+            known = {p.stem for p in keys.glob("kek-*.key")}
+            if any(kek not in known for _, _, kek in store.all_wrapped_keys()):
+                raise ContractError(ErrorCode.BACKUP_INVALID)  # a KEK it needs is missing
+            transitions.apply_shreds(store, shred_entries(keys))
+        finally:
+            store.close()
         engine = cls.open(data_dir, **open_kwargs)
         if not all(engine.parts.store.verify_chain(s) for s in engine.parts.store.scopes()):
             engine.close()
@@ -282,9 +307,31 @@ class Engine:
             if e.subject == subject or e.body.get("candidate_id") == subject
         ]
 
+    def replicas(self) -> list[dict[str, Any]]:
+        """The replicas registered on a shared store (operator surface)."""
+        if self.parts.replica is None:
+            raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
+        return self.parts.replica.registry()
+
+    def retire_replica(self, replica_id: str) -> bool:
+        """Remove a replica gone for good, so the purges it owed stop being pending. A
+        replica retired by mistake re-registers when it next starts; its indexes may
+        then hold purged records: rebuild its projections before it serves."""
+        if self.parts.replica is None:
+            raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
+        return self.parts.replica.store.retire_replica(replica_id)
+
     def close(self) -> None:
         if self.parts.replica is not None:
             self.parts.replica.stop()
         self.parts.sweeper.stop()
         self.parts.ranker.close()
         self.parts.store.close()
+
+
+def export_keys(key_dir: Path, dest: Path) -> Path:
+    """Copy the KEK files and the shred ledger into a new directory (0700)."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=False, mode=0o700)
+    copy_key_dir(Path(key_dir), dest)
+    return dest

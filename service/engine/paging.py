@@ -35,6 +35,9 @@ from .clock import instant, now_ms
 
 SNAPSHOT_TTL_S = 900.0
 MAX_SNAPSHOTS = 512
+#: One tenant's share of the cache: a tenant paging hard evicts its own oldest
+#: snapshots, never every other tenant's (which would turn their cursors STALE_PAGE).
+MAX_SNAPSHOTS_PER_TENANT = 64
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class SnapshotDigests:
 @dataclass(frozen=True)
 class Snapshot:
     snapshot_id: str
+    tenant: str
     ranked: RankedList
     system_as_of: int
     valid_as_of_ms: int
@@ -84,7 +88,7 @@ def _encode_snapshot(snap: Snapshot) -> str:
         "profile": ranked.profile.as_dict(),
         "channels": list(ranked.channels), "candidates": [list(c) for c in ranked.candidates],
         "candidate_ids": ranked.candidate_ids, "system_as_of": snap.system_as_of,
-        "valid_as_of_ms": snap.valid_as_of_ms,
+        "valid_as_of_ms": snap.valid_as_of_ms, "tenant": snap.tenant,
     }, separators=(",", ":"))
 
 
@@ -93,7 +97,8 @@ def _decode_snapshot(snapshot_id: str, body: str) -> Snapshot:
     ranked = RankedList(
         profile=Profile.from_dict(fields["profile"]), channels=tuple(fields["channels"]),
         candidates=[Contribution(*c) for c in fields["candidates"]], candidate_ids=fields["candidate_ids"])
-    return Snapshot(snapshot_id, ranked, fields["system_as_of"], fields["valid_as_of_ms"], time.monotonic())
+    return Snapshot(snapshot_id, str(fields.get("tenant", "")), ranked, fields["system_as_of"],
+                    fields["valid_as_of_ms"], time.monotonic())
 
 
 class SnapshotCache:
@@ -105,13 +110,17 @@ class SnapshotCache:
         self._items: OrderedDict[str, Snapshot] = OrderedDict()
         self._lock = threading.Lock()
 
-    def put(self, ranked: RankedList, system_as_of: int, valid_as_of_ms: int) -> Snapshot:
-        snap = Snapshot("snap_" + secrets.token_hex(12), ranked, system_as_of, valid_as_of_ms, time.monotonic())
+    def put(self, tenant: str, ranked: RankedList, system_as_of: int, valid_as_of_ms: int) -> Snapshot:
+        snap = Snapshot("snap_" + secrets.token_hex(12), tenant, ranked, system_as_of, valid_as_of_ms,
+                        time.monotonic())
         if self._shared is not None:
             at = now_ms()
             self._shared.put_snapshot(snap.snapshot_id, _encode_snapshot(snap), at, at - int(SNAPSHOT_TTL_S * 1000))
             return snap
         with self._lock:
+            own = [key for key, item in self._items.items() if item.tenant == tenant]
+            for key in own[: max(0, len(own) - MAX_SNAPSHOTS_PER_TENANT + 1)]:
+                del self._items[key]
             self._items[snap.snapshot_id] = snap
             while len(self._items) > MAX_SNAPSHOTS:
                 self._items.popitem(last=False)

@@ -10,6 +10,7 @@ refs (host bookkeeping). Everything else a reader needs to use and cite the reco
 from __future__ import annotations
 
 import hashlib
+import json
 from enum import StrEnum
 from typing import Any
 
@@ -30,8 +31,23 @@ REDACTION_POLICY = "engram.redaction/high/v1"
 
 
 def scope_key(scope: tuple[str, str]) -> str:
-    """The opaque key the ranking subsystem files a scope under."""
-    return hashlib.sha256(f"{scope[0]}\0{scope[1]}".encode()).hexdigest()[:32]
+    """The opaque key the ranking subsystem files a scope under; distinct scopes never
+    share one.
+
+    Ids without NUL keep the original form, `tenant NUL workspace` (exactly one NUL),
+    so existing indexes stay where they are. Ids that contain NUL, which made that form
+    ambiguous ("a\\0b"/"c" against "a"/"b\\0c"), use NUL NUL + JSON [tenant, workspace]
+    (ASCII-escaped, so its only NULs are the leading two): two NULs equal no string of
+    the first form, and JSON is injective. Such a scope's index moves to its new key
+    and is projected afresh from the journal on its first search (PROJECTION_STALE until
+    then); `engram admin rebuild-projections` drops any index left under an old key.
+    """
+    tenant, workspace = scope
+    if "\0" in tenant or "\0" in workspace:
+        material = "\0\0" + json.dumps([tenant, workspace], ensure_ascii=True)
+    else:
+        material = f"{tenant}\0{workspace}"
+    return hashlib.sha256(material.encode()).hexdigest()[:32]
 
 
 def candidate_aad(scope: tuple[str, str], candidate_id: str) -> str:

@@ -49,7 +49,6 @@ class Replica:
         self.replica_id = replica_id
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
-        store.heartbeat(replica_id, now_ms())
 
     # -- purges ---------------------------------------------------------------------------
     def awaiting(self) -> dict[Scope, list[str]]:
@@ -70,10 +69,18 @@ class Replica:
     def live(self) -> list[str]:
         return self.store.live_replicas(now_ms() - LIVE_WITHIN_MS)
 
+    def registry(self) -> list[dict[str, object]]:
+        """Every registered replica: id, seconds since its heartbeat, live or not."""
+        at = now_ms()
+        return [{"replica_id": rid, "heartbeat_age_s": round((at - beat) / 1000, 1),
+                 "live": at - beat <= LIVE_WITHIN_MS} for rid, beat in self.store.replicas()]
+
     # -- following -------------------------------------------------------------------------
     def follow(self, catch_up: Callable[[Scope], None], sweep: Callable[[], object]) -> None:
         """Start the background follower: heartbeat, wake on journal events, catch up,
-        purge what other replicas' forgets left for this one."""
+        purge what other replicas' forgets left for this one. Registers the replica:
+        an engine that never follows (an operator command) is never counted."""
+        self.store.heartbeat(self.replica_id, now_ms())
         self._thread = threading.Thread(
             target=self._run, args=(catch_up, sweep), name="engram-replica", daemon=True)
         self._thread.start()

@@ -21,12 +21,17 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from models.digests import DigestKind, digest
+
 from service.store.base import Store
 
 NONCE_BYTES = 12
 #: First plaintext byte of a compressed body (an uncompressed one starts with "{").
 COMPRESSED = b"\x01"
 REWRAP_BATCH = 1000
+#: The shred ledger: one JSON line per body whose key a forget or withdraw destroyed.
+#: It lives beside the KEKs, never in a backup's database, and a restore applies it.
+SHRED_LEDGER = "shreds.jsonl"
 
 
 class SealBroken(Exception):
@@ -130,6 +135,62 @@ class KeyRing:
                 del self._keks[old]
             _fsync_dir(self.key_dir)
         return rewrapped
+
+
+def shred_digest(value: object) -> str:
+    """How the ledger names a scope or a subject: a digest, so the ledger holds no ids."""
+    return digest(DigestKind.SHRED, value)
+
+
+def record_shred(key_dir: Path, kind: str, scope: tuple[str, str], subject: str) -> None:
+    """Append one shred entry durably (fsync) before the destroying transaction commits.
+    The entry names the scope and subject by digest only (see `shred_digest`)."""
+    line = json.dumps({"kind": kind, "scope": shred_digest(list(scope)), "subject": shred_digest(subject)},
+                      separators=(",", ":"))
+    fd = os.open(key_dir / SHRED_LEDGER, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, line.encode() + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def shred_entries(key_dir: Path) -> list[dict]:
+    """Every entry of the ledger (a torn last line, from a crash mid-append, is skipped)."""
+    path = key_dir / SHRED_LEDGER
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_bytes().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def copy_key_dir(source: Path, dest: Path) -> None:
+    """Copy KEK files and the shred ledger into `dest` (created 0700, files 0600); the
+    ledgers of both are merged, so no shred entry is ever dropped."""
+    dest.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for path in sorted(source.glob("kek-*.key")):
+        target = dest / path.name
+        if not target.exists():
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(path.read_bytes())
+                handle.flush()
+                os.fsync(handle.fileno())
+    known = {json.dumps(e, sort_keys=True) for e in shred_entries(dest)}
+    fresh = [e for e in shred_entries(source) if json.dumps(e, sort_keys=True) not in known]
+    if fresh:
+        fd = os.open(dest / SHRED_LEDGER, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, b"".join(json.dumps(e, separators=(",", ":")).encode() + b"\n" for e in fresh))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    _fsync_dir(dest)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -35,9 +35,10 @@ from .records import authorization_receipt, scope_key
 CANDIDATE_CAP = 1000
 SEMANTIC_LAG_BOUND = 1000
 #: Journal events the lexical channel may trail by when this search could not catch it
-#: up itself (a warm-up or rebuild holds the projector): none. Past it the answer is
-#: PROJECTION_STALE, never an empty list from an index that has not seen the records.
-LEXICAL_LAG_BOUND = 0
+#: up itself because another call's catch-up holds the projector (as for semantic).
+#: While a warm-up or rebuild holds it, any lag at all is PROJECTION_STALE: the index
+#: may not have seen the scope's records yet, and an empty list would read as "no match".
+LEXICAL_LAG_BOUND = 1000
 #: How long a search waits for a short catch-up another call is running.
 CATCH_UP_WAIT_S = 0.25
 
@@ -56,9 +57,11 @@ def require_current_projection(parts: Parts, scope: tuple[str, str]) -> None:
     """Catch the scope's projections up, or refuse: PROJECTION_STALE (retriable) while
     the lexical channel trails the journal and cannot be caught up now (warm-up,
     rebuild, a dropped legacy layout being re-projected)."""
-    if parts.projector.try_catch_up(scope, CATCH_UP_WAIT_S):
+    projector = parts.projector
+    if projector.try_catch_up(scope, CATCH_UP_WAIT_S):
         return
-    if parts.projector.lag(scope).get(LEXICAL, 0) > LEXICAL_LAG_BOUND:
+    bound = 0 if projector.long_projection is not None else LEXICAL_LAG_BOUND
+    if projector.lag(scope).get(LEXICAL, 0) > bound:
         raise ContractError(ErrorCode.PROJECTION_STALE)
 
 
@@ -106,7 +109,7 @@ def _snapshot_for(
         require_index_present(parts, ctx.scope)
         valid_as_of = now_ms() if pinned_valid_as_of is None else pinned_valid_as_of
         system_as_of = parts.store.scope_cursor(ctx.scope)
-        snap = parts.snapshots.put(_rank(parts, ctx, args, valid_as_of), system_as_of, valid_as_of)
+        snap = parts.snapshots.put(ctx.tenant, _rank(parts, ctx, args, valid_as_of), system_as_of, valid_as_of)
         return snap, PagePosition(snap.snapshot_id, 0, 0)
     position = parts.snapshots.decode(args.page_cursor, binding)
     return parts.snapshots.get(position.snapshot_id), position

@@ -17,7 +17,7 @@ from models.digests import DigestKind, seal_receipt
 from models.inputs import ForgetInput, WithdrawInput
 from models.tools import FORGET, WITHDRAW
 
-from service.store.base import JournalEvent, Transaction
+from service.store.base import JournalEvent, Store, Transaction
 
 from .clock import instant, now_ms
 from .context import CallContext
@@ -26,6 +26,7 @@ from .idempotency import find_replay, intent_hash, reserve, rewrite
 from .lifecycle import require_forgettable, require_pending
 from .parts import Parts
 from .records import authorization_receipt, scope_key, transaction_receipt
+from .sealing import record_shred, shred_digest
 
 # Above this many live records in the scope, forget answers projection_invalidation
 # "pending" and leaves the index rewrite (which grows with the scope) to the sweeper.
@@ -92,6 +93,7 @@ def withdraw(parts: Parts, ctx: CallContext, args: WithdrawInput) -> dict[str, A
             ctx.scope, "candidate_withdrawn", candidate.candidate_id,
             {"reason_ref": args.reason_ref, "principal": ctx.principal}, instant(at))
         if candidate.key_id is not None:
+            record_shred(parts.vault.ring.key_dir, "candidate", ctx.scope, candidate.candidate_id)
             tx.destroy_key(candidate.key_id)
         tx.set_candidate_state(ctx.scope, candidate.candidate_id, "withdrawn", drop_body=True)
         return "pending", "withdrawn", event
@@ -118,6 +120,9 @@ def forget(parts: Parts, ctx: CallContext, args: ForgetInput) -> dict[str, Any]:
             ctx.scope, "record_tombstoned", record.record_id,
             {"reason_ref": args.reason_ref, "principal": ctx.principal, "from_state": record.state},
             instant(at))
+        # Recorded before commit: a restore of any earlier backup applies it. Should the
+        # commit then fail, a restore forgets a record the agent meant to forget anyway.
+        record_shred(parts.vault.ring.key_dir, "record", ctx.scope, record.record_id)
         if record.key_id is not None:
             tx.destroy_key(record.key_id)
         tx.set_record_state(ctx.scope, record.record_id, "tombstoned", drop_body=True)
@@ -178,3 +183,52 @@ def sweep_pending(parts: Parts) -> int:
         invalidate(parts, scope, record_ids)
     parts.store.purge_freed_pages()
     return len(pending)
+
+
+SHRED_REASON = "restore:shred-ledger"
+
+
+def apply_shreds(store: Store, entries: list[dict[str, Any]]) -> int:
+    """Re-apply forgets and withdrawals a restored backup predates: each entry's record is
+    tombstoned (its key destroyed, its purge left pending for the warm-up's sweep), each
+    candidate withdrawn, with a journal event saying why. Entries name scope and subject
+    by digest; subjects are found through the journal. Returns how many were applied."""
+    wanted: dict[str, set[tuple[str, str]]] = {}
+    for entry in entries:
+        wanted.setdefault(entry["scope"], set()).add((entry["kind"], entry["subject"]))
+    applied = 0
+    at = instant(now_ms())
+    for scope in store.scopes():
+        targets = wanted.get(shred_digest(list(scope)))
+        if not targets:
+            continue
+        subjects = {e.subject for e in store.events(scope)}
+        found = [(kind, s) for s in subjects for kind in ("record", "candidate")
+                 if (kind, shred_digest(s)) in targets]
+        with store.transaction() as tx:
+            for kind, subject in found:
+                applied += _apply_shred(tx, scope, kind, subject, at)
+    store.purge_freed_pages()
+    return applied
+
+
+def _apply_shred(tx: Transaction, scope: tuple[str, str], kind: str, subject: str, at: str) -> int:
+    if kind == "record":
+        record = tx.record(scope, subject)
+        if record is None or record.state == "tombstoned":
+            return 0
+        tx.append_event(scope, "record_tombstoned", record.record_id,
+                        {"reason_ref": SHRED_REASON, "principal": "operator", "from_state": record.state}, at)
+        if record.key_id is not None:
+            tx.destroy_key(record.key_id)
+        tx.set_record_state(scope, record.record_id, "tombstoned", drop_body=True)
+        tx.add_pending_purge(scope, record.record_id)
+        return 1
+    candidate = tx.candidate(scope, subject)
+    if candidate is None or candidate.key_id is None:
+        return 0
+    tx.append_event(scope, "candidate_withdrawn", candidate.candidate_id,
+                    {"reason_ref": SHRED_REASON, "principal": "operator"}, at)
+    tx.destroy_key(candidate.key_id)
+    tx.set_candidate_state(scope, candidate.candidate_id, "withdrawn", drop_body=True)
+    return 1

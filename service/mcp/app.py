@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, Response
 from mcp.server.transport_security import TransportSecuritySettings
 
 from .audit import AUDIT_FILE, AuditLog
+from .body_limit import BodyLimit
 from .duplicate_keys import DuplicateKeyMarker
 from .elicitation import HumanApproval, caller_of
 from .host_context import HeaderBinding
@@ -133,4 +134,6 @@ def create_app(
 
     # Last, so the routes above (and /docs, /openapi.json) win; the sub-app serves /mcp.
     app.mount("/", DuplicateKeyMarker(mcp_app))
+    # Outermost: an oversized body is refused before routing, authentication or parsing.
+    app.add_middleware(BodyLimit)
     return app

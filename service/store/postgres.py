@@ -528,6 +528,26 @@ class PostgresStore:
         return [r[0] for r in self._read(
             "SELECT replica_id FROM replicas WHERE heartbeat_ms >= %s ORDER BY replica_id", (since_ms,))]
 
+    def replicas(self) -> list[tuple[str, int]]:
+        """Every registered replica with its last heartbeat (epoch ms)."""
+        return [(r[0], int(r[1])) for r in self._read(
+            "SELECT replica_id, heartbeat_ms FROM replicas ORDER BY replica_id")]
+
+    def retire_replica(self, replica_id: str) -> bool:
+        """Forget a replica for good: its registration and acknowledgements go, and the
+        purges only it still owed are settled. False when it was not registered."""
+        with self.transaction() as tx:
+            gone = tx.conn.execute("DELETE FROM replicas WHERE replica_id=%s", (replica_id,)).rowcount
+            tx.conn.execute("DELETE FROM purge_acks WHERE replica_id=%s", (replica_id,))
+            tx.conn.execute(
+                "DELETE FROM pending_purges p WHERE NOT EXISTS (SELECT 1 FROM replicas r WHERE NOT EXISTS ("
+                " SELECT 1 FROM purge_acks a WHERE a.tenant=p.tenant AND a.workspace=p.workspace"
+                " AND a.record_id=p.record_id AND a.replica_id=r.replica_id))")
+            tx.conn.execute(
+                "DELETE FROM purge_acks a WHERE NOT EXISTS (SELECT 1 FROM pending_purges p"
+                " WHERE p.tenant=a.tenant AND p.workspace=a.workspace AND p.record_id=a.record_id)")
+        return gone == 1
+
     def ack_purges(self, scope: Scope, record_ids: list[str], replica_id: str) -> None:
         with self.transaction() as tx, tx.conn.cursor() as cur:
             cur.executemany(
@@ -553,6 +573,11 @@ class PostgresStore:
                 " AND NOT EXISTS (SELECT 1 FROM replicas r WHERE NOT EXISTS ("
                 "  SELECT 1 FROM purge_acks a WHERE a.tenant=p.tenant AND a.workspace=p.workspace"
                 "  AND a.record_id=p.record_id AND a.replica_id=r.replica_id))",
+                (*scope, list(record_ids)))
+            tx.conn.execute(  # acknowledgements of purges no longer pending
+                "DELETE FROM purge_acks a WHERE a.tenant=%s AND a.workspace=%s AND a.record_id = ANY(%s)"
+                " AND NOT EXISTS (SELECT 1 FROM pending_purges p WHERE p.tenant=a.tenant"
+                " AND p.workspace=a.workspace AND p.record_id=a.record_id)",
                 (*scope, list(record_ids)))
             rows = tx.conn.execute(
                 "SELECT p.record_id FROM pending_purges p WHERE p.tenant=%s AND p.workspace=%s"

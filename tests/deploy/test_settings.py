@@ -65,6 +65,8 @@ def test_cli_exits_2_on_bad_configuration(tmp_path):
     assert missing.exit_code == 2 and "not found" in missing.output
     bad = runner.invoke(app, ["serve", "--burst", "0", "-d", str(tmp_path)])
     assert bad.exit_code == 2 and "burst" in bad.output
+    too_long = runner.invoke(app, ["serve", "--approval-ttl-s", "301", "-d", str(tmp_path)])
+    assert too_long.exit_code == 2 and "approval_ttl_s" in too_long.output
 
 
 def test_admin_commands_read_the_data_dir_from_the_environment(tmp_path, monkeypatch):

@@ -48,10 +48,10 @@ def ranked(engine, ctx, query: str) -> list[tuple[str, float]]:
 def test_rotate_kek_keeps_every_live_body(engine, data_dir) -> None:
     state = populate(engine)
     before = {rid: stable_get(engine, ctx_of(rid, state), rid) for rid in state["live"]}
-    old_keks = sorted(p.name for p in (data_dir / "keys").iterdir())
+    old_keks = sorted(p.name for p in (data_dir / "keys").glob("kek-*.key"))
     assert len(old_keks) == 1
     new_id = engine.rotate_kek()
-    keks = sorted(p.name for p in (data_dir / "keys").iterdir())
+    keks = sorted(p.name for p in (data_dir / "keys").glob("kek-*.key"))
     assert keks == [f"{new_id}.key"] and keks != old_keks
     assert {kek for _, _, kek in engine.parts.store.all_wrapped_keys()} == {new_id}
     for rid, expected in before.items():
@@ -79,7 +79,7 @@ def test_backup_and_restore_keep_every_digest(engine, tmp_path) -> None:
     journal = engine.verify_journal()
     heads = {s: engine.parts.store.scope_cursor(s) for s in engine.parts.store.scopes()}
     backup = engine.backup(tmp_path / "backup")
-    restored = Engine.restore(backup, tmp_path / "restored", encoder=HashingTestEncoder(), load_model=False)
+    restored = Engine.restore(backup, tmp_path / "restored", key_source=engine.parts.vault.ring.key_dir, encoder=HashingTestEncoder(), load_model=False)
     try:
         assert restored.verify_journal() == journal and all(journal.values()) and len(journal) == 2
         assert {s: restored.parts.store.scope_cursor(s) for s in restored.parts.store.scopes()} == heads
@@ -107,7 +107,7 @@ def test_restore_into_a_non_empty_dir_is_refused(engine, tmp_path) -> None:
     target.mkdir()
     (target / "something").write_text("x")
     with pytest.raises(ContractError) as err:
-        Engine.restore(backup, target, encoder=HashingTestEncoder(), load_model=False)
+        Engine.restore(backup, target, key_source=engine.parts.vault.ring.key_dir, encoder=HashingTestEncoder(), load_model=False)
     assert err.value.code is ErrorCode.RESTORE_REFUSED
     assert sorted(p.name for p in target.iterdir()) == ["something"]
 
@@ -115,10 +115,8 @@ def test_restore_into_a_non_empty_dir_is_refused(engine, tmp_path) -> None:
 @pytest.mark.sqlite_only("engram admin backup/restore copy the SQLite file; PostgreSQL is backed up with pg_dump")
 def test_restore_of_an_incomplete_backup_is_invalid(engine, tmp_path) -> None:
     populate(engine)
-    backup = engine.backup(tmp_path / "backup")
-    for path in (backup / "keys").iterdir():
-        path.unlink()
-    (backup / "keys").rmdir()
+    backup = engine.backup(tmp_path / "backup")  # holds no KEK by default
+    assert not (backup / "keys").exists()
     with pytest.raises(ContractError) as err:
         Engine.restore(backup, tmp_path / "restored", encoder=HashingTestEncoder(), load_model=False)
     assert err.value.code is ErrorCode.BACKUP_INVALID
@@ -135,7 +133,7 @@ def test_restore_of_a_tampered_journal_is_invalid(engine, tmp_path) -> None:
     assert conn.total_changes >= 1
     conn.close()
     with pytest.raises(ContractError) as err:
-        Engine.restore(backup, tmp_path / "restored", encoder=HashingTestEncoder(), load_model=False)
+        Engine.restore(backup, tmp_path / "restored", key_source=engine.parts.vault.ring.key_dir, encoder=HashingTestEncoder(), load_model=False)
     assert err.value.code is ErrorCode.BACKUP_INVALID
 
 

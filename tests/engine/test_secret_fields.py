@@ -54,6 +54,7 @@ def test_capture_refuses_a_secret_in_any_field(engine, where: str) -> None:
     assert _cursor(engine, ctx) == 0
 
 
+@pytest.mark.sqlite_only("reads the SQLite files' bytes")
 def test_withdraw_and_forget_refuse_a_secret_reason(engine) -> None:
     ctx = context()
     _, cap = capture(engine, ctx, "A draft about the kite runner.")
@@ -79,6 +80,7 @@ def test_operator_reason_is_scanned(engine) -> None:
     assert engine.transition(ctx.scope, rid, "dispute", "ticket:42") == "accepted_disputed"
 
 
+@pytest.mark.sqlite_only("reads the SQLite files' bytes")
 def test_idempotency_keys_are_kept_as_digests(engine) -> None:
     ctx = context()
     idem = "idem-" + key("visible-marker")
@@ -89,6 +91,7 @@ def test_idempotency_keys_are_kept_as_digests(engine) -> None:
     assert files_containing(engine.parts.data_dir, idem.encode()) == []
 
 
+@pytest.mark.sqlite_only("rewrites the SQLite file as an older release wrote it")
 def test_legacy_raw_keys_are_migrated(data_dir: Path) -> None:
     import sqlite3
 

@@ -72,9 +72,12 @@ def test_operator_commands(tmp_path):
     backup_dir = tmp_path / "backup"
     assert runner.invoke(app, ["admin", "backup", str(backup_dir), "-d", data]).exit_code == 0
     restored = tmp_path / "restored"
-    result = runner.invoke(app, ["admin", "restore", str(backup_dir), "-d", str(restored), "--no-model"])
+    keyless = runner.invoke(app, ["admin", "restore", str(backup_dir), "-d", str(restored), "--no-model"])
+    assert keyless.exit_code == 2 and "no key-encryption keys" in keyless.output
+    keys = ["--keys", str(tmp_path / "data" / "keys")]
+    result = runner.invoke(app, ["admin", "restore", str(backup_dir), "-d", str(restored), "--no-model", *keys])
     assert result.exit_code == 0, result.output
-    refused = runner.invoke(app, ["admin", "restore", str(backup_dir), "-d", str(restored), "--no-model"])
+    refused = runner.invoke(app, ["admin", "restore", str(backup_dir), "-d", str(restored), "--no-model", *keys])
     assert refused.exit_code == 1 and "RESTORE_REFUSED" in refused.output
     assert runner.invoke(app, ["admin", "tenant", "status", "acme", "-d", str(restored)]).output.strip() == "enabled"
     assert runner.invoke(app, ["admin", "history", "acme", "ws1", "mem_x", "-d", data]).output.strip() == "[]"
@@ -122,3 +125,25 @@ async def test_engram_serve_http_subprocess(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_keyless_backup_export_kek_and_restore(tmp_path):
+    pytest.importorskip("service.engine.engine")
+    data = str(tmp_path / "data")
+    assert runner.invoke(app, ["admin", "tenant", "enable", "acme", "-d", data]).exit_code == 0
+    assert runner.invoke(app, ["admin", "backup", str(tmp_path / "b1"), "-d", data]).exit_code == 0
+    assert not (tmp_path / "b1" / "keys").exists()
+    with_keys = runner.invoke(app, ["admin", "backup", str(tmp_path / "b2"), "-d", data, "--include-keys"])
+    assert with_keys.exit_code == 0 and "warning" in with_keys.output
+    assert list((tmp_path / "b2" / "keys").glob("kek-*.key"))
+    exported = runner.invoke(app, ["admin", "export-kek", str(tmp_path / "kek-copy"), "-d", data])
+    assert exported.exit_code == 0 and "warning" in exported.output
+    assert stat.S_IMODE((tmp_path / "kek-copy").stat().st_mode) == 0o700
+    restored = runner.invoke(app, ["admin", "restore", str(tmp_path / "b1"), "-d", str(tmp_path / "r1"),
+                                   "--no-model", "--keys", str(tmp_path / "kek-copy")])
+    assert restored.exit_code == 0, restored.output
+    assert runner.invoke(app, ["admin", "tenant", "status", "acme", "-d", str(tmp_path / "r1")]).output.strip() \
+        == "enabled"
+    from_own_keys = runner.invoke(app, ["admin", "restore", str(tmp_path / "b2"), "-d", str(tmp_path / "r2"),
+                                        "--no-model"])
+    assert from_own_keys.exit_code == 0, from_own_keys.output

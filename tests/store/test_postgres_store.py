@@ -149,3 +149,38 @@ def test_admin_commands_reach_the_database_named_by_database_url(database_url: s
     finally:
         store.close()
     assert not (tmp_path / "operator" / "engram.db").exists()  # nothing went to SQLite
+
+
+def test_admin_replicas_lists_and_retires_a_replica_gone_for_good(database_url: str, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from service.cli import app
+
+    keys = tmp_path / "keys"
+    serving = open_engine(tmp_path / "r1", database_url=database_url, key_dir=keys, serve_replica=True)
+    gone = open_engine(tmp_path / "r2", database_url=database_url, key_dir=keys, serve_replica=True)
+    gone_id = gone.parts.replica.replica_id
+    gone.close()  # never comes back; its last heartbeat a minute ago
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("UPDATE replicas SET heartbeat_ms = heartbeat_ms - 60000 WHERE replica_id=%s", (gone_id,))
+    serving.set_tenant_enabled("acme", True)
+    ctx = context()
+    rid = accept(serving, ctx, "A record forgotten while a replica is gone.")
+    args = forget_args(rid)
+    out = serving.execute(FORGET, confirmed(ctx, FORGET, rid, args), args)
+    assert out["projection_invalidation"] == "complete"  # the gone replica is not live
+    assert serving.parts.store.pending_purges() == {ctx.scope: [rid]}  # ... but it still owes the purge
+    serving.close()
+
+    base = ["admin", "--database-url", database_url, "--key-dir", str(keys)]
+    listed = CliRunner().invoke(app, [*base, "replicas", "--data-dir", str(tmp_path / "op")])
+    assert listed.exit_code == 0, listed.output
+    assert gone_id in listed.output and '"live"' in listed.output
+    retired = CliRunner().invoke(app, [*base, "replicas", "--retire", gone_id, "--data-dir", str(tmp_path / "op")])
+    assert retired.exit_code == 0, retired.output
+    store = PostgresStore(database_url)
+    try:
+        assert gone_id not in [r for r, _ in store.replicas()]
+        assert store.pending_purges() == {}  # the only replica that owed it is retired
+    finally:
+        store.close()

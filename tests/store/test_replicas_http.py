@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
@@ -207,6 +208,16 @@ def test_forget_purges_every_replica(cluster) -> None:
     for r in cluster:  # gone from every replica's answers and index files
         assert search_ids(r, words[0])[0] == []
         assert scan_dir(r.data_dir / "index", words) == {}
+    # every registered replica acknowledged: nothing stays pending, no acknowledgement lingers
+    deadline = time.monotonic() + 10
+    while True:
+        with psycopg.connect(a.database_url) as conn:
+            left = [conn.execute(f"SELECT count(*) FROM {table} WHERE record_id=%s", (rid,)).fetchone()[0]
+                    for table in ("pending_purges", "purge_acks")]
+        if left == [0, 0] or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert left == [0, 0]
 
 
 def test_kill_9_of_a_replica_mid_storm_loses_no_acknowledged_mutation(cluster) -> None:

@@ -1,0 +1,55 @@
+"""The operator commands, as one table both paths run: through the live server's
+channel, or on an engine the command opened itself while it owns the directory.
+
+Arguments and results are JSON values, so a command means the same on either path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from service.engine.context import CallContext
+from service.engine.engine import Engine
+
+Command = Callable[[Engine, dict[str, Any]], Any]
+
+
+def _scope(args: dict[str, Any]) -> tuple[str, str]:
+    return (str(args["tenant"]), str(args["workspace"]))
+
+
+def _replay(engine: Engine, args: dict[str, Any]) -> Any:
+    search_args = args["arguments"]
+    ctx = CallContext(tenant=args["tenant"], workspace=args["workspace"], principal="operator",
+                      agent_id="operator", session="replay", purpose=str(search_args.get("purpose_ref", "")))
+    return engine.replay_search(ctx, search_args, args["receipt"])
+
+
+def _tenant(engine: Engine, args: dict[str, Any]) -> str:
+    engine.set_tenant_enabled(args["tenant"], bool(args["enabled"]))
+    return "enabled" if args["enabled"] else "disabled"
+
+
+COMMANDS: dict[str, Command] = {
+    "rotate-kek": lambda engine, args: engine.rotate_kek(),
+    "backup": lambda engine, args: str(engine.backup(Path(args["dest"]), include_keys=bool(args.get("include_keys")))),
+    "expire": lambda engine, args: len(engine.expire_due()),
+    "transition": lambda engine, args: engine.transition(
+        _scope(args), args["record_id"], args["operation"], args["reason_ref"]),
+    "adjudicate": lambda engine, args: engine.adjudicate(
+        _scope(args), args["candidate_id"], args["decision"], args["reason_ref"]),
+    "rebuild-projections": lambda engine, args: engine.rebuild_projections(),
+    "sweep-invalidations": lambda engine, args: engine.sweep_invalidations(),
+    "tenant-set": _tenant,
+    "tenant-status": lambda engine, args: "enabled" if engine.tenant_enabled(args["tenant"]) else "disabled",
+    "verify-journal": lambda engine, args: engine.verify_journal(),
+    "history": lambda engine, args: engine.history(_scope(args), args["subject"]),
+    "replay-search": _replay,
+}
+
+
+def run(engine: Engine, name: str, args: dict[str, Any]) -> Any:
+    """Run one operator command; KeyError for a name not in COMMANDS."""
+    return COMMANDS[name](engine, args)
