@@ -32,7 +32,7 @@ from .policy import ADMISSION_POLICY_FILE, HOST_POLICY_FILE, Policies
 from .projector import Projector
 from .replica import Replica, replica_id_for
 from .records import scope_key
-from .sealing import BodyVault, KeyRing, copy_key_dir, shred_entries
+from .sealing import SHARED_RETIRE_GRACE_S, BodyVault, KeyRing, copy_key_dir, shred_entries
 from .secrets import refuse_secrets
 from .stats import ScopeStats, scope_stats
 
@@ -83,11 +83,13 @@ class Engine:
         data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(data_dir, 0o700)  # also when a caller created it first, with its umask
         store = open_store(data_dir / DB_FILE, database_url)
-        vault = BodyVault(KeyRing(Path(key_dir) if key_dir is not None else data_dir / "keys"), store)
+        shared = store if isinstance(store, SharedStore) else None
+        ring = KeyRing(Path(key_dir) if key_dir is not None else data_dir / "keys",
+                       retire_grace_s=SHARED_RETIRE_GRACE_S if shared is not None else 0.0)
+        vault = BodyVault(ring, store)
         if encoder is None and load_model:
             encoder = MiniLMEncoder(data_dir / MODELS_DIR, device=device)
         ranker = Ranker(data_dir / "index", encoder)
-        shared = store if isinstance(store, SharedStore) else None
         parts = Parts(
             data_dir=data_dir, store=store, vault=vault, ranker=ranker,
             projector=Projector(store, vault, ranker),
@@ -117,17 +119,23 @@ class Engine:
         load = getattr(self._encoder, "load", None)
         if load is not None:
             load()
-        ring = self.parts.vault.ring
-        if ring.pending_rotation():  # a rotation was interrupted: finish it
-            ring.finish_rotation(self.parts.store)
+        self._finish_rotation()  # one interrupted, or waiting out the shared grace
         with self.parts.projector.running("warm-up"):
             for scope in self.parts.store.scopes():
                 self.parts.projector.catch_up(scope)
                 self.parts.ranker.warm(scope_key(scope))
         self.sweep_invalidations()  # a replica that was down purges what it missed, first
         if self._serve_replica and self.parts.replica is not None:
-            self.parts.replica.follow(self.parts.projector.catch_up, self.sweep_invalidations)
+            self.parts.replica.follow(
+                self.parts.projector.catch_up, self.sweep_invalidations, self._finish_rotation)
         self._ready.set()
+
+    def _finish_rotation(self) -> None:
+        """Finish a rotation left pending (interrupted, or an older KEK waiting out the
+        shared store's grace): rewrap what still uses an older KEK, then retire it."""
+        ring = self.parts.vault.ring
+        if ring.pending_rotation() and ring.retire_due():
+            ring.finish_rotation(self.parts.store)
 
     # -- the agent path -------------------------------------------------------------------
     def execute(self, tool: str, ctx: CallContext, arguments: Any) -> dict[str, Any]:

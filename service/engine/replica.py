@@ -76,16 +76,21 @@ class Replica:
                  "live": at - beat <= LIVE_WITHIN_MS} for rid, beat in self.store.replicas()]
 
     # -- following -------------------------------------------------------------------------
-    def follow(self, catch_up: Callable[[Scope], None], sweep: Callable[[], object]) -> None:
+    def follow(
+        self, catch_up: Callable[[Scope], None], sweep: Callable[[], object],
+        tidy: Callable[[], object] = lambda: None,
+    ) -> None:
         """Start the background follower: heartbeat, wake on journal events, catch up,
         purge what other replicas' forgets left for this one. Registers the replica:
         an engine that never follows (an operator command) is never counted."""
         self.store.heartbeat(self.replica_id, now_ms())
         self._thread = threading.Thread(
-            target=self._run, args=(catch_up, sweep), name="engram-replica", daemon=True)
+            target=self._run, args=(catch_up, sweep, tidy), name="engram-replica", daemon=True)
         self._thread.start()
 
-    def _run(self, catch_up: Callable[[Scope], None], sweep: Callable[[], object]) -> None:
+    def _run(
+        self, catch_up: Callable[[Scope], None], sweep: Callable[[], object], tidy: Callable[[], object],
+    ) -> None:
         last_beat = last_scan = time.monotonic()
         while not self._stopped.is_set():
             try:
@@ -97,6 +102,7 @@ class Replica:
                 if now - last_scan >= FULL_SCAN_S:
                     woken |= set(self.store.scopes())
                     last_scan = now
+                    tidy()
                 for scope in sorted(woken):
                     catch_up(scope)
                 if woken and self.awaiting():

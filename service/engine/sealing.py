@@ -32,6 +32,11 @@ REWRAP_BATCH = 1000
 #: The shred ledger: one JSON line per body whose key a forget or withdraw destroyed.
 #: It lives beside the KEKs, never in a backup's database, and a restore applies it.
 SHRED_LEDGER = "shreds.jsonl"
+#: On a store several replicas share, how long an older KEK outlives its successor. A
+#: replica picks a newer KEK up on its next wrap (see `KeyRing.wrap`), but a transaction
+#: that wrapped a data key just before may commit later, unseen by the rotating replica:
+#: the grace outlasts the longest call deadline (600 s), so no such key is left behind.
+SHARED_RETIRE_GRACE_S = 900.0
 
 
 class SealBroken(Exception):
@@ -39,10 +44,14 @@ class SealBroken(Exception):
 
 
 class KeyRing:
-    """The active KEK (and any older ones still wrapping keys during rotation)."""
+    """The active KEK (and any older ones still wrapping keys during rotation).
 
-    def __init__(self, key_dir: Path) -> None:
+    ``retire_grace_s``: how long an older KEK is kept after a newer one became active
+    (0 for a store only this process writes; `SHARED_RETIRE_GRACE_S` for a shared one)."""
+
+    def __init__(self, key_dir: Path, *, retire_grace_s: float = 0.0) -> None:
         self.key_dir = key_dir
+        self.retire_grace_s = retire_grace_s
         key_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         if not self._kek_files():
             self._write_kek(self._next_id(), AESGCM.generate_key(bit_length=256))
@@ -71,10 +80,25 @@ class KeyRing:
     def active_id(self) -> str:
         return max(self._keks)
 
+    def _sync(self) -> None:
+        """Follow the key directory that other processes share (replicas of one
+        database): adopt a KEK another replica's rotation wrote, so nothing is wrapped
+        under a KEK already replaced, and forget one it retired (no key needs it)."""
+        on_disk = {path.stem: path for path in self._kek_files()}
+        for kek_id, path in on_disk.items():
+            if kek_id not in self._keks:
+                self._keks[kek_id] = path.read_bytes()
+        for kek_id in [k for k in self._keks if k not in on_disk]:
+            del self._keks[kek_id]
+
     def wrap(self, data_key: bytes, key_id: str) -> tuple[bytes, str]:
-        nonce = secrets.token_bytes(NONCE_BYTES)
+        self._sync()
         kek_id = self.active_id
-        return nonce + AESGCM(self._keks[kek_id]).encrypt(nonce, data_key, key_id.encode()), kek_id
+        return self._wrap_under(kek_id, data_key, key_id), kek_id
+
+    def _wrap_under(self, kek_id: str, data_key: bytes, key_id: str) -> bytes:
+        nonce = secrets.token_bytes(NONCE_BYTES)
+        return nonce + AESGCM(self._keks[kek_id]).encrypt(nonce, data_key, key_id.encode())
 
     def unwrap(self, wrapped: bytes, kek_id: str, key_id: str) -> bytes:
         kek = self._keks.get(kek_id)
@@ -102,7 +126,13 @@ class KeyRing:
 
     def pending_rotation(self) -> bool:
         """Whether older KEK files are still kept (a rotation has not finished)."""
+        self._sync()
         return len(self._keks) > 1
+
+    def retire_due(self) -> bool:
+        """Whether the active KEK has been active longer than the retire grace."""
+        made_ns = int(self.active_id.removeprefix("kek-"))
+        return time.time_ns() - made_ns >= self.retire_grace_s * 1e9
 
     def finish_rotation(self, store: Store) -> int:
         """Rewrap every data key not under the active KEK, in batches, then delete the
@@ -123,11 +153,14 @@ class KeyRing:
                     except SealBroken:
                         stuck.add(key_id)
                         continue
-                    rows.append((key_id, self.wrap(data_key, key_id)[0], active))
+                    rows.append((key_id, self._wrap_under(active, data_key, key_id), active))
                 store.rewrap_keys(rows)
                 rewrapped += len(rows)
-        # Inside a write transaction, no writer that wrapped under an older KEK before
-        # it stopped being active can still be uncommitted: what is read now is final.
+        if not self.retire_due():
+            return rewrapped  # a later finish (next open, the replica's follower) retires them
+        # Inside a write transaction (and, on a shared store, past the grace), no writer
+        # that wrapped under an older KEK before it stopped being active can still be
+        # uncommitted: what is read now is final.
         with store.transaction():
             needed = {kek_id for _, _, kek_id in store.all_wrapped_keys()} | {active}
             for old in [k for k in self._keks if k not in needed]:

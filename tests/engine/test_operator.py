@@ -52,7 +52,10 @@ def test_rotate_kek_keeps_every_live_body(engine, data_dir) -> None:
     assert len(old_keks) == 1
     new_id = engine.rotate_kek()
     keks = sorted(p.name for p in (data_dir / "keys").glob("kek-*.key"))
-    assert keks == [f"{new_id}.key"] and keks != old_keks
+    if engine.parts.vault.ring.retire_grace_s:  # a shared store: the older KEK waits out the grace
+        assert keks == sorted([*old_keks, f"{new_id}.key"])
+    else:
+        assert keks == [f"{new_id}.key"]
     assert {kek for _, _, kek in engine.parts.store.all_wrapped_keys()} == {new_id}
     for rid, expected in before.items():
         assert stable_get(engine, ctx_of(rid, state), rid) == expected

@@ -147,3 +147,37 @@ def test_a_torn_kek_write_leaves_no_kek(data_dir, monkeypatch) -> None:
         _all_readable(again, ctx, [rid])
     finally:
         again.close()
+
+
+def test_replicas_sharing_a_key_dir_follow_a_rotation_and_lose_nothing(tmp_path) -> None:
+    """Two replicas of one database share the key directory. A rotation on one is seen by
+    the other's next wrap; on a shared store the older KEK outlives its successor by the
+    grace, so a key the other replica wrapped just before the rotation, and committed
+    after the rotating replica's rewrap, stays openable; once the grace is over, the
+    older KEK is retired and both replicas forget it."""
+    from service.engine.sealing import BodyVault, KeyRing
+    from service.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "engram.db")
+    try:
+        rotating = BodyVault(KeyRing(tmp_path / "keys", retire_grace_s=900.0), store)
+        other = BodyVault(KeyRing(tmp_path / "keys", retire_grace_s=900.0), store)
+        old = other.ring.active_id
+        # the other replica wraps a key under the old KEK; its transaction commits late
+        key_id, data_key = sealing.new_data_key()
+        wrapped_late, kek_late = other.ring.wrap(data_key, key_id)
+        new = rotating.ring.rotate(store)
+        assert new != old and kek_late == old
+        with store.transaction() as tx:
+            tx.put_key(key_id, wrapped_late, kek_late)
+        assert (tmp_path / "keys" / f"{old}.key").is_file()  # inside the grace: kept
+        assert other.ring.unwrap(wrapped_late, kek_late, key_id) == data_key
+        assert other.ring.wrap(data_key, "key_next")[1] == new  # the other replica follows
+        rotating.ring.retire_grace_s = 0.0  # the grace is over
+        rotating.ring.finish_rotation(store)
+        assert not (tmp_path / "keys" / f"{old}.key").exists()
+        wrapped, kek_id = store.wrapped_key(key_id)
+        assert kek_id == new and other.ring.unwrap(wrapped, kek_id, key_id) == data_key
+        assert not other.ring.pending_rotation()
+    finally:
+        store.close()
