@@ -6,7 +6,12 @@ Normalisation, stated: candidate ids are drawn from a seeded generator in both r
 record ids, which derive from them, and the ranking's tie-breaks by record id are the
 same); event, key and snapshot ids, instants, and digests that cover them or a time
 differ between any two runs, so each run maps every such value to a placeholder
-numbered by first appearance. The
+numbered by first appearance. Numbering by first appearance is only sound when equal
+values mean the same thing in both runs; a receipt stamped at millisecond resolution
+breaks that when two distinct calls fall in one millisecond (two searches by one
+principal then carry one authorization receipt digest in that run only, and the
+numbering shifts from there on). So the sequence starts each call in a millisecond
+after the previous call's: no two calls share an instant in either run. The
 comparison therefore checks that the same values recur in the same places (an id
 answered by capture is the one admission, get and forget then name; a replay repeats
 the first answer's digests) and that everything else is byte-identical: statuses,
@@ -21,6 +26,7 @@ import json
 import random
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +40,7 @@ from engine_support import (  # noqa: E402
 )
 
 from service.engine import capture as capture_module  # noqa: E402
+from service.engine.clock import now_ms  # noqa: E402
 
 STATES = ("accepted_current", "accepted_disputed", "historical", "expired", "trust_invalid", "tombstoned")
 TOKEN = re.compile(
@@ -69,6 +76,14 @@ def _without_cursors(value: Any) -> Any:
     return value
 
 
+def _next_millisecond() -> None:
+    """Return once the engine's clock has left the current millisecond, so the next call
+    stamps nothing with an instant an earlier call already used."""
+    start = now_ms()
+    while now_ms() <= start:
+        time.sleep(0.0001)
+
+
 def _text(rng: random.Random, i: int) -> str:
     return f"note {i}: " + " ".join(rng.sample(WORDS, 5))
 
@@ -87,6 +102,7 @@ def run_sequence(engine: Any, seed: int, steps: int = 80) -> tuple[list[Any], li
     last_query = ""
 
     def call(tool: str, args: dict[str, Any], call_ctx: Any = ctx) -> Any:
+        _next_millisecond()
         try:
             out = engine.execute(tool, call_ctx, args)
         except ContractError as exc:
