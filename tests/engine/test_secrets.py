@@ -197,7 +197,7 @@ def _prose() -> list[str]:
         texts.extend(_collection_texts(path))
         if sum(map(len, texts)) > 2_000_000:
             break
-    return texts or [t for _, t in NEGATIVES if t.startswith(("prose", "doi"))]
+    return texts or [t for case_id, t in NEGATIVES if case_id.startswith(("prose", "doi"))]
 
 
 def test_prose_chunks_are_clean() -> None:
