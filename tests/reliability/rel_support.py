@@ -12,12 +12,14 @@ import importlib.util
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
 import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,63 @@ from models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, TOOLS,
 from service.engine.gates import operation_digest  # noqa: E402
 from service.mcp.host_context import HEADER, mint_token  # noqa: E402
 from tests.engine import factories  # noqa: E402
+
+
+class ServerProcess:
+    """One `engram serve` child process on a free loopback port, for tests that need a
+    server they can SIGKILL: ``command(port)`` is its argv. Started and waited for
+    until /readyz answers 200; stopped with SIGTERM, or killed with SIGKILL as a crash."""
+
+    def __init__(
+        self, command: Callable[[int], list[str]], log: Path, *, cwd: Path,
+        env: dict[str, str] | None = None, name: str = "server", ready_timeout_s: float = 60.0,
+    ) -> None:
+        self.command, self.log, self.cwd, self.env = command, log, cwd, env
+        self.name, self.ready_timeout_s = name, ready_timeout_s
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def launch(self) -> ServerProcess:
+        self.port = free_port()
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.command(self.port), stdout=log, stderr=log, cwd=str(self.cwd), env=self.env)
+        return self
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + self.ready_timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.name} did not become ready")
+
+    def start(self) -> ServerProcess:
+        self.launch().wait_ready()
+        return self
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
 
 PURPOSE = "purpose:test"
 ALL_TOOLS = sorted(TOOLS)

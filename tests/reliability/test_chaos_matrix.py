@@ -24,9 +24,9 @@ from rel_support import FIGURES, HashingTestEncoder, env_int
 from test_crash_safety import (
     WORKERS,
     Ledger,
-    ServerProcess,
     offline_checks,
     online_checks,
+    launcher_process,
     retry_inflight,
     worker,
 )
@@ -84,7 +84,7 @@ def _check_restore(tmp_path: Path, data_dir: Path, backup: Path, ledger: Ledger,
 async def test_admin_commands_beside_a_killed_server(tmp_path: Path):
     rng = random.Random(SEED)
     data_dir = tmp_path / "data"
-    server = ServerProcess(data_dir, tmp_path / "server.log")
+    server = launcher_process(data_dir, tmp_path / "server.log")
     ledger = Ledger()
     checked = 0
     backups: list[Path] = []

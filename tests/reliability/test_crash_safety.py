@@ -18,22 +18,19 @@ ENGRAM_CRASH_CYCLES (default 8) sets the cycles; ENGRAM_CRASH_SEED the random se
 from __future__ import annotations
 
 import asyncio
-import os
 import random
-import signal
 import sqlite3
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from mcp.shared.exceptions import MCPError
 
 from rel_support import (
+    ServerProcess,
     CAPTURE,
     CONTEXT_UNAVAILABLE,
     UNKNOWN_TOOL,
@@ -55,7 +52,6 @@ from rel_support import (
     confirmed_token,
     ctx_token,
     env_int,
-    free_port,
     key,
     unique_token,
     value,
@@ -72,47 +68,11 @@ WORKERS = 4
 SCOPE = ("acme", "ws1")
 
 
-class ServerProcess:
-    def __init__(self, data_dir: Path, log: Path) -> None:
-        self.data_dir, self.log = data_dir, log
-        self.proc: subprocess.Popen | None = None
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    def start(self) -> None:
-        self.port = free_port()
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, str(HERE / "launcher.py"), str(self.data_dir), str(self.port)],
-                stdout=log, stderr=log, cwd=str(HERE.parents[1]),
-            )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited {self.proc.returncode}: {self.log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError("server did not become ready")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
+def launcher_process(data_dir: Path, log: Path) -> ServerProcess:
+    """The crash tests' server: `launcher.py` serving `data_dir` with the test encoder."""
+    return ServerProcess(
+        lambda port: [sys.executable, str(HERE / "launcher.py"), str(data_dir), str(port)],
+        log, cwd=HERE.parents[1])
 
 
 @dataclass
@@ -325,7 +285,7 @@ async def retry_inflight(url: str, ledger: Ledger) -> None:
 async def test_sigkill_storm(tmp_path: Path):
     rng = random.Random(SEED)
     data_dir = tmp_path / "data"
-    server = ServerProcess(data_dir, tmp_path / "server.log")
+    server = launcher_process(data_dir, tmp_path / "server.log")
     ledger = Ledger()
     checked = 0
     try:

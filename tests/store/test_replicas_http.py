@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -22,14 +21,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psycopg
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
 
 from rel_support import (  # noqa: E402
-    PURPOSE, SECRET, call, capture_args, claims, code, ctx_token, free_port, key, scan_dir, unique_token,
+    ServerProcess,
+    PURPOSE, SECRET, call, capture_args, claims, code, ctx_token, key, scan_dir, unique_token,
     value,
 )
 
@@ -41,57 +40,18 @@ ROOT = Path(__file__).resolve().parents[2]
 MODE = "auto"
 
 
-class Replica:
-    """One `engram serve` process."""
+class Replica(ServerProcess):
+    """One `engram serve --database-url` process, its data directory its own."""
 
     def __init__(self, name: str, root: Path, database_url: str, key_dir: Path) -> None:
-        self.name, self.data_dir, self.log = name, root / name, root / f"{name}.log"
-        self.database_url, self.key_dir = database_url, key_dir
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    def start(self) -> Replica:
-        self.port = free_port()
-        env = {**os.environ, "ENGRAM_HOST_SECRET": SECRET.decode(), "PYTHONPATH": str(ROOT)}
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "service.cli", "serve", "--no-model", "--rate", "0",
-                 "--port", str(self.port), "--data-dir", str(self.data_dir),
-                 "--database-url", self.database_url, "--key-dir", str(self.key_dir),
-                 "--log-level", "warning"],
-                stdout=log, stderr=log, cwd=str(ROOT), env=env)
-        return self
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited: {self.log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"{self.name} not ready")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        self.data_dir, self.database_url = root / name, database_url
+        super().__init__(
+            lambda port: [
+                sys.executable, "-m", "service.cli", "serve", "--no-model", "--rate", "0",
+                "--port", str(port), "--data-dir", str(self.data_dir),
+                "--database-url", database_url, "--key-dir", str(key_dir), "--log-level", "warning"],
+            root / f"{name}.log", cwd=ROOT, name=name, ready_timeout_s=120.0,
+            env={**os.environ, "ENGRAM_HOST_SECRET": SECRET.decode(), "PYTHONPATH": str(ROOT)})
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +65,7 @@ def cluster(postgres_cluster, tmp_path_factory: pytest.TempPathFactory):
         [sys.executable, "-m", "service.cli", "admin", "--database-url", url, "--key-dir", str(keys),
          "tenant", "enable", "acme", "--data-dir", str(root / "operator")],
         check=True, capture_output=True, cwd=str(ROOT), env=env, timeout=120)
-    replicas = [Replica(name, root, url, keys).start() for name in ("a", "b", "c")]
+    replicas = [Replica(name, root, url, keys).launch() for name in ("a", "b", "c")]
     try:
         for r in replicas:
             r.wait_ready()
@@ -253,5 +213,4 @@ def test_kill_9_of_a_replica_mid_storm_loses_no_acknowledged_mutation(cluster) -
     assert set(acknowledged) <= set(found)
     # the killed replica comes back on its own data directory and catches up
     c.start()
-    c.wait_ready()
     assert set(acknowledged) <= set(search_ids(c, word, limit=50)[0])
