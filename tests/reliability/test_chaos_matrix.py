@@ -24,10 +24,9 @@ from rel_support import FIGURES, HashingTestEncoder, env_int
 from test_crash_safety import (
     WORKERS,
     Ledger,
-    offline_checks,
-    online_checks,
     launcher_process,
-    retry_inflight,
+    online_checks,
+    recover,
     worker,
 )
 
@@ -106,18 +105,13 @@ async def test_admin_commands_beside_a_killed_server(tmp_path: Path):
                     await asyncio.to_thread(runner.join, 60)
                 await asyncio.sleep(rng.uniform(0.0, 0.8))  # kill before, during or after it
                 await asyncio.to_thread(server.kill)
-                stop.set()
+                stop.set()  # the storm ends before the command is joined (recover finds it ended)
                 await asyncio.wait_for(asyncio.gather(*tasks), 60)
                 await asyncio.to_thread(runner.join, 60)
                 if command == "backup" and "result" in outcome:
                     backups.append(Path(outcome["result"]))
                 FIGURES[f"chaos: {command} cycles ({'finished' if 'result' in outcome else 'cut by the kill'})"] += 1
-                offline_checks(data_dir, ledger)
-                server.start()
-                await retry_inflight(server.url, ledger)
-                fresh = ledger.acked[checked:]
-                await online_checks(server.url, ledger, fresh, sorted({op.marker for op in fresh}))
-                checked = len(ledger.acked)
+                checked = await recover(server, data_dir, ledger, stop, tasks, checked)
                 FIGURES["chaos: SIGKILL cycles survived"] += 1
                 cycle += 1
         await online_checks(server.url, ledger, ledger.acked, sorted({op.marker for op in ledger.acked}))

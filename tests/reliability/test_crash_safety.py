@@ -282,6 +282,23 @@ async def retry_inflight(url: str, ledger: Ledger) -> None:
         FIGURES["crash: in-flight mutations retried to a clear outcome"] += 1
 
 
+async def recover(
+    server: ServerProcess, data_dir: Path, ledger: Ledger, stop: asyncio.Event,
+    workers: list[asyncio.Task], checked: int,
+) -> int:
+    """After a SIGKILL: let the storm's workers finish, check the files offline, restart,
+    retry what was in flight, and check every mutation acknowledged since `checked`
+    online. Returns how many acknowledged mutations are checked now."""
+    stop.set()
+    await asyncio.wait_for(asyncio.gather(*workers), 60)
+    offline_checks(data_dir, ledger)
+    server.start()
+    await retry_inflight(server.url, ledger)
+    fresh = ledger.acked[checked:]
+    await online_checks(server.url, ledger, fresh, sorted({op.marker for op in fresh}))
+    return len(ledger.acked)
+
+
 async def test_sigkill_storm(tmp_path: Path):
     rng = random.Random(SEED)
     data_dir = tmp_path / "data"
@@ -296,14 +313,7 @@ async def test_sigkill_storm(tmp_path: Path):
                      for n in range(WORKERS)]
             await asyncio.sleep(rng.uniform(0.2, 1.0))
             await asyncio.to_thread(server.kill)
-            stop.set()
-            await asyncio.wait_for(asyncio.gather(*tasks), 60)
-            offline_checks(data_dir, ledger)
-            server.start()
-            await retry_inflight(server.url, ledger)
-            fresh = ledger.acked[checked:]
-            await online_checks(server.url, ledger, fresh, sorted({op.marker for op in fresh}))
-            checked = len(ledger.acked)
+            checked = await recover(server, data_dir, ledger, stop, tasks, checked)
             FIGURES["crash: SIGKILL cycles survived"] += 1
         # Everything, once more, at the end.
         await online_checks(server.url, ledger, ledger.acked, sorted({op.marker for op in ledger.acked}))
