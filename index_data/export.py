@@ -9,7 +9,10 @@ operator decision: the records get the importing operator's receipts and new rec
 (bound to the exported ids), and answer the same searches.
 
 Registered by ``service.cli`` under ``engram admin``; heavy imports happen inside the
-command so ``engram --help`` stays fast.
+command so ``engram --help`` stays fast. Like every admin command it runs where it is
+safe: in the live server that owns the data directory (through its operator channel,
+where :func:`operator_export` is contributed to the command table), or, with no server,
+on an engine opened under the directory's lock.
 """
 
 from __future__ import annotations
@@ -92,12 +95,17 @@ def write_export(engine: Any, scope: tuple[str, str], out: Path, *, vectors: boo
     return summary
 
 
+def operator_export(engine: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """The operator command: ``args`` holds tenant, workspace, out (absolute) and vectors."""
+    return write_export(engine, (str(args["tenant"]), str(args["workspace"])), Path(args["out"]),
+                        vectors=bool(args.get("vectors")))
+
+
 @app.callback(invoke_without_command=True)
 def export(
     tenant: Annotated[str, typer.Argument(help="Tenant of the scope to export.")],
     workspace: Annotated[str, typer.Argument(help="Workspace of the scope to export.")],
     out: Annotated[Path, typer.Argument(help="Record JSONL file to write (replaced if present).")],
-    ctx: typer.Context,
     data_dir: Annotated[Optional[Path], typer.Option("--data-dir", "-d", help=field_help("data_dir"),
                                                      show_default=False)] = None,
     vectors: Annotated[bool, typer.Option(
@@ -106,38 +114,15 @@ def export(
              "(for `engram ingest OUT --vectors OUT.npz`).")] = False,
 ) -> None:
     """Write TENANT/WORKSPACE's current records to OUT as record JSONL (the store is the
-    one `engram admin --database-url/--key-dir` name, as for every admin command)."""
-    from models.codes import ContractError
-    from service.engine.engine import Engine
+    one `engram admin --database-url/--key-dir` name, as for every admin command). With a
+    server running on the data directory, the server writes the files."""
+    from service.cli import operate
     from service.settings import load_settings
-    from service.store import SchemaTooNew, StoreUnavailable
 
-    admin = ctx.parent.params if ctx.parent is not None else {}
-    settings = load_settings(data_dir=data_dir, database_url=admin.get("database_url"), key_dir=admin.get("key_dir"))
-    if not settings.data_dir.is_dir():
-        typer.echo(f"engram admin export: {settings.data_dir} is not a data directory", err=True)
+    directory = load_settings(data_dir=data_dir).data_dir
+    if not directory.is_dir():
+        typer.echo(f"engram admin export: {directory} is not a data directory", err=True)
         raise typer.Exit(2)
-    from service.operator.ownership import DataDirLock, DirectoryHeld
-
-    try:  # never a second engine beside a server (the process exit releases it on any path)
-        lock = DataDirLock(settings.data_dir).acquire()
-    except DirectoryHeld:
-        typer.echo(f"engram admin export: another engram process (a server?) holds {settings.data_dir}; stop it first",
-                   err=True)
-        raise typer.Exit(1) from None
-    try:
-        engine = Engine.open(settings.data_dir, load_model=False, database_url=settings.database_url,
-                             key_dir=settings.key_dir)
-    except (StoreUnavailable, SchemaTooNew) as exc:
-        typer.echo(f"engram admin export: store unavailable: {exc or type(exc).__name__}", err=True)
-        lock.release()
-        raise typer.Exit(2) from None
-    try:
-        summary = write_export(engine, (tenant, workspace), out, vectors=vectors)
-    except ContractError as exc:
-        typer.echo(f"engram admin export: {exc.code.value}: {exc.message}", err=True)
-        raise typer.Exit(1) from None
-    finally:
-        engine.close()
-        lock.release()
+    summary = operate(data_dir, "export", {"tenant": tenant, "workspace": workspace,
+                                           "out": str(out.resolve()), "vectors": vectors})
     typer.echo(json.dumps(summary, indent=2))

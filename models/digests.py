@@ -101,15 +101,17 @@ def _dumps_form(value: Any) -> Any:
     float becomes the int JCS writes for it. Anything else takes the full path.
     """
     kind = type(value)
-    if kind is str:
+    if kind is str or isinstance(value, str):  # a StrEnum member too: both write its value
         if value.isascii() or (unicodedata.is_normalized("NFC", value) and _encodable(value)):
             return value
         raise _NeedsFullCanonicaliser
     if kind is dict:
-        if not all(type(k) is str and k.isascii() for k in value):
+        if not all(isinstance(k, str) and k.isascii() for k in value):
             raise _NeedsFullCanonicaliser
         return {k: _dumps_form(v) for k, v in value.items()}
     if kind is list or kind is tuple:
+        if all(type(item) is str and item.isascii() for item in value):
+            return value  # a list of ids: no call per item
         return [_dumps_form(item) for item in value]
     if kind is int:
         if abs(value) > MAX_SAFE_INTEGER:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -203,7 +204,13 @@ class Profile:
 
     def config_digest(self) -> str:
         """``sha256:`` + hex digest of the RFC 8785 canonical JSON of the config's dict form."""
-        return "sha256:" + hashlib.sha256(rfc8785.dumps(self.config.as_dict())).hexdigest()
+        return _config_digest(self.config)
+
+
+@functools.lru_cache(maxsize=64)
+def _config_digest(config: ProfileConfig) -> str:
+    """Once per configuration (configurations are frozen), not once per search."""
+    return "sha256:" + hashlib.sha256(rfc8785.dumps(config.as_dict())).hexdigest()
 
 
 LEXICAL_PROFILE = Profile(name="lexical", version="3", config=ProfileConfig(channels=(LEXICAL,)))

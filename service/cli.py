@@ -352,11 +352,11 @@ def tenant_status(
     data_dir: DataDir = None,
 ) -> None:
     """Print whether TENANT is opted in."""
-    typer.echo(_operate(data_dir, "tenant-status", {"tenant": tenant}))
+    typer.echo(operate(data_dir, "tenant-status", {"tenant": tenant}))
 
 
 def _set_tenant(data_dir: Path | None, tenant: str, enabled: bool) -> None:
-    typer.echo(f"{tenant}: {_operate(data_dir, 'tenant-set', {'tenant': tenant, 'enabled': enabled})}")
+    typer.echo(f"{tenant}: {operate(data_dir, 'tenant-set', {'tenant': tenant, 'enabled': enabled})}")
 
 
 # --------------------------------------------------------------------------- local clients
@@ -426,7 +426,7 @@ def context_init(
     else:
         write_context_file(path, claims)
         _err(f"wrote {path} (mode 0600)")
-    _operate(settings.data_dir, "tenant-set", {"tenant": tenant, "enabled": True})
+    operate(settings.data_dir, "tenant-set", {"tenant": tenant, "enabled": True})
     typer.echo(str(path.resolve()))
 
 
@@ -585,7 +585,7 @@ ModelOption = Annotated[
 ]
 
 
-def _operate(data_dir: Path | None, command: str, args: dict[str, Any], *, load_model: bool = False) -> Any:
+def operate(data_dir: Path | None, command: str, args: dict[str, Any], *, load_model: bool = False) -> Any:
     """Run an operator command where it is safe: through the live server that owns the
     data directory (its operator socket), or, when no server runs, on an engine opened
     here while holding the directory's lock. Never as a second engine beside a server."""
@@ -614,7 +614,7 @@ def _operate(data_dir: Path | None, command: str, args: dict[str, Any], *, load_
 def rotate_kek(data_dir: DataDir = None) -> None:
     """Rotate the key-encryption key online: a fresh KEK is active at once, every data key
     is rewrapped under it, and older KEK files go only when no key needs them; print its id."""
-    typer.echo(_operate(data_dir, "rotate-kek", {}))
+    typer.echo(operate(data_dir, "rotate-kek", {}))
 
 
 @admin.command("backup")
@@ -630,7 +630,7 @@ def backup(
     if include_keys:
         _err("engram: warning: this backup holds the key-encryption keys; forgotten records in it stay "
              "readable to whoever holds it")
-    typer.echo(_operate(data_dir, "backup", {"dest": str(dest.resolve()), "include_keys": include_keys}))
+    typer.echo(operate(data_dir, "backup", {"dest": str(dest.resolve()), "include_keys": include_keys}))
 
 
 @admin.command("export-kek")
@@ -686,7 +686,7 @@ def restore(
 @admin.command("verify-journal")
 def verify_journal(data_dir: DataDir = None) -> None:
     """Verify the hash chain of every scope's journal; exit 1 if any is broken."""
-    result = _operate(data_dir, "verify-journal", {})
+    result = operate(data_dir, "verify-journal", {})
     _print_json(result)
     if not all(result.values()):
         raise typer.Exit(1)
@@ -696,14 +696,14 @@ def verify_journal(data_dir: DataDir = None) -> None:
 def rebuild_projections(data_dir: DataDir = None, load_model: ModelOption = True) -> None:
     """Replay the journal into fresh lexical and vector indexes (searches answer
     PROJECTION_STALE, not an empty list, until each scope has caught up)."""
-    _operate(data_dir, "rebuild-projections", {}, load_model=load_model)
+    operate(data_dir, "rebuild-projections", {}, load_model=load_model)
     typer.echo("rebuilt")
 
 
 @admin.command("sweep-invalidations")
 def sweep_invalidations(data_dir: DataDir = None) -> None:
     """Finish physical purges left pending (tombstoned records still in an index file)."""
-    typer.echo(f"swept {_operate(data_dir, 'sweep-invalidations', {})} scope(s)")
+    typer.echo(f"swept {operate(data_dir, 'sweep-invalidations', {})} scope(s)")
 
 
 @admin.command("history")
@@ -714,7 +714,7 @@ def history(
     data_dir: DataDir = None,
 ) -> None:
     """Print every journal event about one record or candidate (digests, never content)."""
-    _print_json(_operate(data_dir, "history", {"tenant": tenant, "workspace": workspace, "subject": subject}))
+    _print_json(operate(data_dir, "history", {"tenant": tenant, "workspace": workspace, "subject": subject}))
 
 
 @admin.command("transition")
@@ -735,7 +735,7 @@ def transition(
     if operation not in OPERATOR_TRANSITIONS:
         _err(f"engram: unknown operation {operation!r}; one of {', '.join(OPERATOR_TRANSITIONS)}")
         raise typer.Exit(2)
-    typer.echo(_operate(data_dir, "transition", {
+    typer.echo(operate(data_dir, "transition", {
         "operation": operation, "tenant": tenant, "workspace": workspace, "record_id": record_id,
         "reason_ref": reason_ref}))
 
@@ -755,7 +755,7 @@ def adjudicate(
     if decision not in ("accept", "reject"):
         _err("engram: decision must be accept or reject")
         raise typer.Exit(2)
-    _print_json(_operate(data_dir, "adjudicate", {
+    _print_json(operate(data_dir, "adjudicate", {
         "decision": decision, "tenant": tenant, "workspace": workspace, "candidate_id": candidate_id,
         "reason_ref": reason_ref}))
 
@@ -774,7 +774,7 @@ def replay_search(
     Exits 0 when the order matches, 1 otherwise; the output says whether the profile and
     the scope's journal were unchanged since the receipt (the conditions for a match).
     """
-    outcome = _operate(data_dir, "replay-search", {
+    outcome = operate(data_dir, "replay-search", {
         "tenant": tenant, "workspace": workspace, "arguments": json.loads(arguments.read_text()),
         "receipt": json.loads(receipt.read_text())}, load_model=load_model)
     _print_json(outcome)
@@ -804,7 +804,7 @@ def replicas(
 @admin.command("expire")
 def expire(data_dir: DataDir = None) -> None:
     """Expire every record whose retention expires_at has passed."""
-    typer.echo(f"expired {_operate(data_dir, 'expire', {})} record(s)")
+    typer.echo(f"expired {operate(data_dir, 'expire', {})} record(s)")
 
 
 # --------------------------------------------------------------------------- plugins

@@ -36,9 +36,23 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False)
 
 
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a line is logged, not when logging was
+    configured: a host that swaps stderr (a test runner's capture) and closes it later
+    must not leave the handler writing to a closed stream."""
+
+    @property  # type: ignore[override]
+    def stream(self):  # noqa: ANN201 - the StreamHandler attribute
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:  # noqa: ANN001 - StreamHandler.__init__ assigns it
+        pass
+
+
 def configure_logging(level: LogLevel, fmt: LogFormat) -> None:
     """Send every log line to stderr in `fmt`; `engram.*` and uvicorn at `level`."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler()
     if fmt is LogFormat.JSON:
         handler.setFormatter(JsonFormatter())
     else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from ranking import IndexDocument, Ranker
 
@@ -27,6 +28,20 @@ RANKING_EVENTS = frozenset(
 BATCH = 512
 
 Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class ProjectionView:
+    """A scope's journal head and each channel's applied cursor, read once together
+    (a search judges lag, picks its profile and writes its receipt from one reading)."""
+
+    head: int
+    cursors: dict[str, int]
+
+    @property
+    def lags(self) -> dict[str, int]:
+        """Journal events each channel has not applied yet."""
+        return {ch: self.head - c for ch, c in self.cursors.items()}
 
 
 class Projector:
@@ -62,10 +77,13 @@ class Projector:
                     break
         return out
 
+    def view(self, scope: tuple[str, str]) -> ProjectionView:
+        """The scope's journal head and channel cursors, as of now."""
+        return ProjectionView(self.store.scope_cursor(scope), self.ranker.projection_cursor(scope_key(scope)))
+
     def lag(self, scope: tuple[str, str]) -> dict[str, int]:
         """Journal events each channel has not applied yet."""
-        head = self.store.scope_cursor(scope)
-        return {ch: head - c for ch, c in self.ranker.projection_cursor(scope_key(scope)).items()}
+        return self.view(scope).lags
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -74,21 +92,23 @@ class Projector:
         with self._lock:
             yield
 
-    def try_catch_up(self, scope: tuple[str, str], wait_s: float = 0.0) -> bool:
+    def try_catch_up(self, scope: tuple[str, str], wait_s: float = 0.0) -> tuple[bool, ProjectionView]:
         """Catch up unless a long projection (warm-up, ingest, rebuild) holds the lock
         for more than `wait_s`: a search must not queue behind it. Returns whether it
-        caught up; when not, the caller judges the lag (search answers PROJECTION_STALE
-        rather than an empty list from an index that is behind)."""
-        if max(self.lag(scope).values()) <= 0:
+        caught up, and the scope's view (after the catch-up when there was one); when
+        not, the caller judges the lag (search answers PROJECTION_STALE rather than an
+        empty list from an index that is behind)."""
+        view = self.view(scope)
+        if max(view.lags.values()) <= 0:
             # Nothing to apply: answer without the lock, so a search never waits while
             # another scope's mutation or ingest projects.
-            return True
+            return True, view
         acquired = self._lock.acquire(timeout=wait_s) if wait_s > 0 else self._lock.acquire(blocking=False)
         if not acquired:
-            return False
+            return False, view
         self._lock.release()
         self.catch_up(scope)
-        return True
+        return True, self.view(scope)
 
     def catch_up(self, scope: tuple[str, str], progress: Progress | None = None) -> None:
         """Apply the journal past the lowest channel cursor, in batches of touched records.

@@ -29,6 +29,7 @@ from .clock import instant, now_ms, parse_instant
 from .context import CallContext
 from .paging import PagePosition, Snapshot
 from .parts import Parts
+from .projector import ProjectionView
 from .reading import disclosed_record, eligible, revalidation_receipt
 from .records import authorization_receipt, scope_key
 
@@ -43,26 +44,29 @@ LEXICAL_LAG_BOUND = 1000
 CATCH_UP_WAIT_S = 0.25
 
 
-def semantic_problem(parts: Parts, scope: tuple[str, str]) -> str | None:
+def semantic_problem(parts: Parts, scope: tuple[str, str], view: ProjectionView) -> str | None:
     """Why the semantic channel cannot serve this scope now, or None when it can."""
     reason = parts.ranker.semantic_health(scope_key(scope))
     if reason is not None:
         return reason
-    if parts.projector.lag(scope).get("semantic", 0) > SEMANTIC_LAG_BOUND:
+    if view.lags.get("semantic", 0) > SEMANTIC_LAG_BOUND:
         return "semantic projection lags the journal"
     return None
 
 
-def require_current_projection(parts: Parts, scope: tuple[str, str]) -> None:
+def require_current_projection(parts: Parts, scope: tuple[str, str]) -> ProjectionView:
     """Catch the scope's projections up, or refuse: PROJECTION_STALE (retriable) while
     the lexical channel trails the journal and cannot be caught up now (warm-up,
-    rebuild, a dropped legacy layout being re-projected)."""
+    rebuild, a dropped legacy layout being re-projected). Returns the view the search
+    then works from (one reading of the journal head and the channel cursors)."""
     projector = parts.projector
-    if projector.try_catch_up(scope, CATCH_UP_WAIT_S):
-        return
+    caught_up, view = projector.try_catch_up(scope, CATCH_UP_WAIT_S)
+    if caught_up:
+        return view
     bound = 0 if projector.long_projection is not None else LEXICAL_LAG_BOUND
-    if projector.lag(scope).get(LEXICAL, 0) > bound:
+    if view.lags.get(LEXICAL, 0) > bound:
         raise ContractError(ErrorCode.PROJECTION_STALE)
+    return view
 
 
 def require_index_present(parts: Parts, scope: tuple[str, str]) -> None:
@@ -75,8 +79,8 @@ def require_index_present(parts: Parts, scope: tuple[str, str]) -> None:
         raise ContractError(ErrorCode.RANKING_UNAVAILABLE)
 
 
-def choose_profile(parts: Parts, scope: tuple[str, str], minimum: str) -> Profile:
-    healthy = semantic_problem(parts, scope) is None
+def choose_profile(parts: Parts, scope: tuple[str, str], minimum: str, view: ProjectionView) -> Profile:
+    healthy = semantic_problem(parts, scope, view) is None
     if minimum == "lexical_and_semantic" and not healthy:
         raise ContractError(ErrorCode.RANKING_UNAVAILABLE)
     return HYBRID_PROFILE if healthy else LEXICAL_PROFILE
@@ -87,11 +91,11 @@ def request_fields(args: SearchInput) -> dict[str, Any]:
     return args.model_dump(exclude_none=True, exclude={"page_cursor"})
 
 
-def _rank(parts: Parts, ctx: CallContext, args: SearchInput, valid_as_of: int) -> RankedList:
+def _rank(parts: Parts, ctx: CallContext, args: SearchInput, valid_as_of: int, view: ProjectionView) -> RankedList:
     """Rank with the chosen profile; a semantic fault mid-search falls back to the
     lexical profile over the lexical hits already found, unless the caller requires
     both channels (then RANKING_UNAVAILABLE)."""
-    profile = choose_profile(parts, ctx.scope, args.capability_policy.minimum_channels)
+    profile = choose_profile(parts, ctx.scope, args.capability_policy.minimum_channels, view)
     both = args.capability_policy.minimum_channels == "lexical_and_semantic"
     try:
         return parts.ranker.search(
@@ -103,16 +107,19 @@ def _rank(parts: Parts, ctx: CallContext, args: SearchInput, valid_as_of: int) -
 
 def _snapshot_for(
     parts: Parts, ctx: CallContext, args: SearchInput, binding: str, pinned_valid_as_of: int | None
-) -> tuple[Snapshot, PagePosition]:
+) -> tuple[Snapshot, PagePosition, dict[str, int]]:
+    """The snapshot to page through, where this page starts, and the channel cursors
+    the receipt names (for a first page, those the ranking ran at)."""
     if args.page_cursor is None:
-        require_current_projection(parts, ctx.scope)
+        view = require_current_projection(parts, ctx.scope)
         require_index_present(parts, ctx.scope)
         valid_as_of = now_ms() if pinned_valid_as_of is None else pinned_valid_as_of
-        system_as_of = parts.store.scope_cursor(ctx.scope)
-        snap = parts.snapshots.put(ctx.tenant, _rank(parts, ctx, args, valid_as_of), system_as_of, valid_as_of)
-        return snap, PagePosition(snap.snapshot_id, 0, 0)
+        ranked = _rank(parts, ctx, args, valid_as_of, view)
+        snap = parts.snapshots.put(ctx.tenant, ranked, view.head, valid_as_of)
+        return snap, PagePosition(snap.snapshot_id, 0, 0), view.cursors
     position = parts.snapshots.decode(args.page_cursor, binding)
-    return parts.snapshots.get(position.snapshot_id), position
+    snap = parts.snapshots.get(position.snapshot_id)
+    return snap, position, parts.ranker.projection_cursor(scope_key(ctx.scope))
 
 
 def search(
@@ -123,7 +130,7 @@ def search(
     request = request_fields(args)
     binding = digest(DigestKind.QUERY, {"scope": scope_key(ctx.scope), "request": request,
                                         "purpose": ctx.purpose})
-    snap, position = _snapshot_for(parts, ctx, args, binding, valid_as_of_ms)
+    snap, position, cursors = _snapshot_for(parts, ctx, args, binding, valid_as_of_ms)
     ranked = snap.ranked
     ordered = ranked.candidates
 
@@ -152,7 +159,7 @@ def search(
     # Everything in the receipt that does not depend on how many records fit is
     # computed once per call (the snapshot's own digests once per snapshot), so a
     # budget pass only re-digests the page itself.
-    fixed = _receipt_fixed(parts, ctx, args, snap, checked)
+    fixed = _receipt_fixed(ctx, args, snap, checked, cursors)
 
     def build(count: int) -> dict[str, Any]:
         chosen = page[:count]
@@ -185,12 +192,11 @@ def search(
 
 
 def _receipt_fixed(
-    parts: Parts, ctx: CallContext, args: SearchInput, snap: Snapshot, checked: list[Any]
+    ctx: CallContext, args: SearchInput, snap: Snapshot, checked: list[Any], cursors: dict[str, int]
 ) -> dict[str, Any]:
     """The rank receipt's fields that do not depend on which records fit the budget."""
     ranked = snap.ranked
     profile = ranked.profile
-    cursors = parts.ranker.projection_cursor(scope_key(ctx.scope))
     at = now_ms()
     return {
         "request_digest": digest(DigestKind.REQUEST, args.model_dump(exclude_none=True)),

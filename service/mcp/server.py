@@ -37,7 +37,7 @@ from models.envelope import envelope_text, failure_envelope, success_envelope
 from models.tools import MUTATIONS, TOOLS, ToolSpec
 from service.engine.context import CallContext
 
-from .audit import AuditLog, audit_digest, audit_text_digest
+from .audit import AuditLog, Durability, audit_digest, audit_text_digest
 from .duplicate_keys import MARK_HEADER
 from .elicitation import HumanApproval, needs_confirmation
 from .host_context import ContextUnavailable, check_purpose
@@ -330,9 +330,12 @@ class ToolFrontEnd:
         arguments: Any,
         answer: Answer | None,
     ) -> None:
-        """Write the call's audit line (blocking: fsync'd); never raises."""
+        """Write the call's audit line; never raises. Blocking: a mutation's line is on
+        disk before its answer leaves (group commit with concurrent calls), any other
+        line is written (it survives the process) and flushed by the next group."""
         if self.audit is None:
             return
+        durable = tool in MUTATIONS and answer is not None
         try:
             self.audit.record(
                 audit_id=audit_id,
@@ -344,6 +347,7 @@ class ToolFrontEnd:
                 principal=ctx.principal if ctx else None,
                 arguments_digest=audit_digest("arguments", {"tool": tool, "arguments": arguments}),
                 response_digest=None if answer is None else audit_text_digest("response", answer.text),
+                durability=Durability.SYNCED if durable else Durability.WRITTEN,
             )
         except Exception as exc:  # noqa: BLE001 - auditing must not turn an answer into a leak
             logger.error("audit write failed: %s", type(exc).__name__)

@@ -24,7 +24,7 @@ from models.codes import ContractError
 
 from service.engine.engine import Engine
 
-from .commands import COMMANDS, run
+from .commands import known, run
 
 logger = logging.getLogger("engram.operator")
 
@@ -83,7 +83,7 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         try:
             request = json.loads(line)
             name, args = request["command"], request.get("args", {})
-            if name not in COMMANDS or not isinstance(args, dict):
+            if not known(name) or not isinstance(args, dict):
                 raise KeyError(name)
         except (ValueError, KeyError, TypeError):
             return {"ok": False, "code": "UNKNOWN_COMMAND", "message": "not an operator request"}

@@ -6,6 +6,7 @@ Arguments and results are JSON values, so a command means the same on either pat
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,21 @@ COMMANDS: dict[str, Command] = {
 }
 
 
+#: Commands other rooms contribute: name -> (module, function), imported when first run,
+#: as service.cli's PLUGINS are, so this room never imports the outer ones at load.
+CONTRIBUTED: dict[str, tuple[str, str]] = {
+    "export": ("index_data.export", "operator_export"),
+}
+
+
+def known(name: str) -> bool:
+    return name in COMMANDS or name in CONTRIBUTED
+
+
 def run(engine: Engine, name: str, args: dict[str, Any]) -> Any:
-    """Run one operator command; KeyError for a name not in COMMANDS."""
+    """Run one operator command; KeyError for a name that is not :func:`known`."""
+    if name in CONTRIBUTED:
+        module, function = CONTRIBUTED[name]
+        command: Command = getattr(importlib.import_module(module), function)
+        return command(engine, args)
     return COMMANDS[name](engine, args)

@@ -57,3 +57,36 @@ def test_refusal_reason_logged_without_content(tmp_path):
     assert refusals[0]["level"] == "info" and refusals[0]["time"].endswith("+00:00")
     assert MARKER not in stderr
     assert (data / "audit.jsonl").exists()  # the data directory came from the config file
+
+
+def test_the_handler_follows_stderr_when_it_is_swapped_and_closed(monkeypatch, capsys):
+    """A host (a test runner's capture) may swap stderr and close it later: log lines
+    go to the stderr of the moment, never to a closed stream ("--- Logging error ---")."""
+    import io
+    import logging
+
+    from service.logs import configure_logging
+    from service.settings import LogFormat, LogLevel
+
+    from service.logs import SERVICE_LOGGERS
+
+    root = logging.getLogger()
+    saved = list(root.handlers)
+    levels = {name: logging.getLogger(name).level for name in SERVICE_LOGGERS}
+    try:
+        swapped = io.StringIO()
+        monkeypatch.setattr(sys, "stderr", swapped)
+        configure_logging(LogLevel.INFO, LogFormat.TEXT)
+        logging.getLogger("engram.test").info("while swapped")
+        swapped.close()
+        monkeypatch.undo()
+        logging.getLogger("engram.test").info("after the swap")
+        err = capsys.readouterr().err
+        assert "after the swap" in err and "Logging error" not in err
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in saved:
+            root.addHandler(handler)
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)

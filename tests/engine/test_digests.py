@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
+from enum import StrEnum
 
 import pytest
 import rfc8785
@@ -117,16 +118,23 @@ def test_key_order_independence(doc: dict, seed) -> None:
     assert canonical_bytes(shuffled) == canonical_bytes(doc)
 
 
+class _Channel(StrEnum):
+    """A str enum member, as receipts carry (channel names): written as its value."""
+
+    LEXICAL = "lexical"
+    ODD = "caf\u00e9\n"
+
+
 any_text = st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=12)
 wide_docs = st.recursive(
     st.one_of(
         st.none(), st.booleans(), st.integers(-MAX_SAFE_INTEGER, MAX_SAFE_INTEGER), any_text,
         st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: not (f == 0 and math.copysign(1, f) < 0)),
         st.sampled_from([1.0, 0.0, 0.5, 1e-4, 9.999e-5, 1e16, 9999999999999998.0, 2.0**53, 2.0**53 + 2, 0.1 + 0.2,
-                         "\"\\\n\x7f\u2028", "cafe\u0301", "\U0001F600"]),
+                         "\"\\\n\x7f\u2028", "cafe\u0301", "\U0001F600", *_Channel]),
     ),
     lambda c: st.one_of(st.lists(c, max_size=5), st.dictionaries(st.one_of(any_text, st.sampled_from(
-        ["\ue000", "\U0001F600", "a\u0301"])), c, max_size=5)),
+        ["\ue000", "\U0001F600", "a\u0301", *_Channel])), c, max_size=5)),
     max_leaves=30,
 )
 
@@ -326,3 +334,9 @@ def test_withdraw_and_forget_digests(engine) -> None:
         receipt["event_id"], receipt["event_digest"], "record_tombstoned", rid)
     assert receipt["transaction_receipt_digest"] == tx_receipt_digest(FORGET, [event], event.cursor)
     assert receipt["authorization_receipt_digest"] == auth_receipt_digest(ctx, FORGET, event.recorded_at)
+
+
+def test_str_enum_members_digest_as_their_values() -> None:
+    value = {"channels": [_Channel.LEXICAL], "channel": _Channel.ODD, _Channel.LEXICAL: 1}
+    plain = {"channels": ["lexical"], "channel": "caf\u00e9\n", "lexical": 1}
+    assert canonical_bytes(value) == canonical_bytes(plain) == rfc8785.dumps(plain)

@@ -4,6 +4,7 @@ engine, when the owner does not answer."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -143,3 +144,23 @@ def test_rotate_beside_a_live_server_then_kill_and_restart(data_dir) -> None:
             assert tx.record(ctx.scope, rids[0]).state == "accepted_disputed"
     finally:
         again.close()
+
+
+def test_export_beside_a_live_server_is_written_by_the_server(live, data_dir, tmp_path) -> None:
+    ctx = context()
+    rid = accept(live, ctx, "A record exported while the server runs.")
+    out = tmp_path / "export" / "scope.jsonl"
+    result = runner.invoke(app, ["admin", "export", ctx.tenant, ctx.workspace, str(out), "-d", str(data_dir)])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["id"] for line in lines] == [rid]
+    assert lines[0]["text"] == "A record exported while the server runs."
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert is_held(data_dir)  # the server still owns the directory: no second engine was opened
+
+
+def test_export_of_a_missing_directory_is_refused(tmp_path) -> None:
+    missing = tmp_path / "nothing-here"
+    result = runner.invoke(app, ["admin", "export", "acme", "main", str(tmp_path / "o.jsonl"), "-d", str(missing)])
+    assert result.exit_code == 2 and "not a data directory" in result.output
+    assert not missing.exists()

@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 import os
 import stat
+import threading
+
+import pytest
 
 from mcp_support import SECRET, FakeEngine, token
 from starlette.testclient import TestClient
 
 from service.mcp.app import create_app
-from service.mcp.audit import AuditLog, audit_digest
+from service.mcp import audit as audit_module
+from service.mcp.audit import AuditLog, Durability, audit_digest
 from service.mcp.rate_limit import TokenBucketLimiter
 from service.settings import Settings
 
@@ -44,6 +48,76 @@ def test_audit_log_lines(tmp_path):
     assert audit_digest("arguments", {"a": 1}) == audit_digest("arguments", {"a": 1})
     assert audit_digest("arguments", {"a": 1}) != audit_digest("response", {"a": 1})
     assert audit_digest("arguments", {"x": float("nan")}).startswith("sha256:")
+
+
+class _HeldFlush:
+    """Stands in for fdatasync: counts flushes and holds the first until released."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.calls = 0
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.fail = fail
+
+    def __call__(self, fd: int) -> None:
+        self.calls += 1
+        self.entered.set()
+        self.release.wait()
+        if self.fail:
+            raise OSError("disk gone")
+        os.fsync(fd)
+
+
+def test_audit_group_commit_shares_one_flush(tmp_path, monkeypatch):
+    """Lines written while a flush runs wait for the next one, and share it; a synced
+    line's call returns only after its flush, a written line's call at once."""
+    flush = _HeldFlush()
+    monkeypatch.setattr(audit_module, "_flush", flush)
+    log = AuditLog(tmp_path / "audit.jsonl")
+    returned: list[str] = []
+
+    def call(audit_id: str, durability: Durability) -> None:
+        log.record(audit_id=audit_id, tool="x", code="ok", latency_ms=1.0, durability=durability)
+        returned.append(audit_id)
+
+    first = threading.Thread(target=call, args=("aud_first", Durability.SYNCED))
+    first.start()
+    assert flush.entered.wait(10)  # the syncer is flushing the first line, and holds
+    later = [threading.Thread(target=call, args=(f"aud_{i}", Durability.SYNCED)) for i in range(4)]
+    for thread in later:
+        thread.start()
+    call("aud_read", Durability.WRITTEN)  # returns while the flush is held
+    assert returned == ["aud_read"]
+    first.join(0.2)
+    assert first.is_alive()  # not answered before its line is on disk
+    written = threading.Event()
+    for _ in range(1000):  # the four callers write their lines, then wait for the flush
+        if len((tmp_path / "audit.jsonl").read_text().splitlines()) == 6:
+            written.set()
+            break
+        written.wait(0.01)
+    assert written.is_set()
+    assert len(returned) == 1  # none of the synced calls has returned
+    flush.release.set()
+    for thread in (first, *later):
+        thread.join(10)
+    assert sorted(returned) == sorted(["aud_read", "aud_first", *(f"aud_{i}" for i in range(4))])
+    log.close()
+    # The first flush covered one line; the five written during it (four synced calls
+    # and the read) shared the second.
+    assert flush.calls == 2
+
+
+def test_audit_flush_failure_is_reported(tmp_path, monkeypatch):
+    flush = _HeldFlush(fail=True)
+    flush.release.set()
+    monkeypatch.setattr(audit_module, "_flush", flush)
+    log = AuditLog(tmp_path / "audit.jsonl")
+    with pytest.raises(OSError):
+        log.record(audit_id="aud_1", tool="x", code="ok", latency_ms=1.0, durability=Durability.SYNCED)
+    log.close()
+    with pytest.raises(OSError):  # closed: refused, not silently dropped
+        log.record(audit_id="aud_2", tool="x", code="ok", latency_ms=1.0)
 
 
 def _post(client: TestClient, host: str) -> int:
