@@ -17,6 +17,7 @@ precomputed as ``.npz`` files (``vectors`` and ``query_vectors`` arrays, the lay
 from __future__ import annotations
 
 import gc
+import importlib.util
 import json
 import multiprocessing
 import os
@@ -166,6 +167,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 def run(sizes: list[int], real: list[Path], ms: list[int], efs: list[int], dtypes: list[str], ef_construction: int,
         queries: int, out: Path, threads: int, say: Callable[[str], None] = print) -> list[dict[str, Any]]:
     specs = [EngineSpec("hnswlib", m, ef_construction) for m in ms]
+    if importlib.util.find_spec("hnswlib") is None:
+        say("hnswlib is not installed (it comes with the eval extra): measuring usearch alone")
+        specs = []
     specs += [EngineSpec("usearch", m, ef_construction, d) for m in ms for d in dtypes]
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []

@@ -14,6 +14,7 @@ upper-level links follow and are not needed.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,18 +22,25 @@ import numpy as np
 _HEADER = struct.Struct("<QQQQQQiIQQQdQ")  # offsetLevel0 .. ef_construction
 
 
-def read_hnswlib_vectors(path: Path, dim: int) -> dict[int, np.ndarray]:
-    """label -> float32 vector of every element the file holds (deleted ones included:
-    the caller keeps only the labels it knows as live). Raises ValueError when the file
-    is not an hnswlib index of ``dim``-dimensional float32 vectors."""
+@dataclass(frozen=True)
+class HnswlibVectors:
+    """What an hnswlib file holds: the dimension, and label -> float32 vector of every
+    element (deleted ones included: the caller keeps the labels it knows as live)."""
+
+    dim: int
+    rows: dict[int, np.ndarray]
+
+
+def read_hnswlib_vectors(path: Path) -> HnswlibVectors:
+    """Raises ValueError when the file is not an hnswlib index of float32 vectors."""
     data = path.read_bytes()
     if len(data) < _HEADER.size:
         raise ValueError("hnswlib file shorter than its header")
     _, _, count, size, label_offset, data_offset, *_ = _HEADER.unpack_from(data, 0)
-    if (size <= 0 or data_offset + 4 * dim > label_offset or label_offset + 8 > size
-            or _HEADER.size + count * size > len(data)):
+    dim = (label_offset - data_offset) // 4  # the vector sits between the links and the label
+    if (dim <= 0 or label_offset + 8 > size or _HEADER.size + count * size > len(data)):
         raise ValueError("hnswlib header does not describe this file")
     block = np.frombuffer(data, dtype=np.uint8, count=count * size, offset=_HEADER.size).reshape(count, size)
     labels = block[:, label_offset : label_offset + 8].copy().view("<u8").ravel()
     vectors = block[:, data_offset : data_offset + 4 * dim].copy().view("<f4")
-    return {int(label): vectors[row] for row, label in enumerate(labels.tolist())}
+    return HnswlibVectors(dim, {int(label): vectors[row] for row, label in enumerate(labels.tolist())})

@@ -95,7 +95,7 @@ class SemanticConfig:
     cap: int = 200
     connectivity: int = 16  # M: links per node in the graph
     expansion_add: int = 200  # ef_construction
-    expansion_search: int = 128  # ef
+    expansion_search: int = 512  # ef (chosen in eval/RESULTS.md)
     storage: VectorStorage = VectorStorage.F16
 
     def graph(self) -> dict[str, Any]:

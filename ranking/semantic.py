@@ -135,11 +135,11 @@ def _keys(labels: Sequence[int]) -> np.ndarray:
     return np.asarray(labels, dtype=np.uint64)
 
 
-def _rows(index: Index, labels: Sequence[int], dim: int) -> np.ndarray:
+def _rows(index: Index, labels: Sequence[int]) -> np.ndarray:
     """The stored vectors of ``labels`` (all present) as float32 rows, in order."""
     if not len(labels):
-        return np.zeros((0, dim), np.float32)
-    return np.concatenate(index.get(_keys(labels))).reshape(len(labels), dim).astype(np.float32, copy=False)
+        return np.zeros((0, index.ndim), np.float32)
+    return np.concatenate(index.get(_keys(labels))).reshape(len(labels), index.ndim).astype(np.float32, copy=False)
 
 
 def _sha256_file(path: Path) -> str:
@@ -256,7 +256,7 @@ class SemanticIndex:
         with state.lock.write():
             for record_id in record_ids:
                 self._hide(state, record_id)
-            self._rebuild(state, lambda labels: _rows(state.index, labels, self._dim))
+            self._rebuild(state, lambda labels: _rows(state.index, labels))
             self._save(scope_key, state)
 
     def reset(self) -> None:
@@ -276,7 +276,7 @@ class SemanticIndex:
         out: list[tuple[int, float]] = []
         for start in range(0, len(live), LOAD_CHUNK):
             chunk = live[start : start + LOAD_CHUNK]
-            out += zip(chunk, (_rows(state.index, chunk, self._dim) @ query.astype(np.float32)).tolist())
+            out += zip(chunk, (_rows(state.index, chunk) @ query.astype(np.float32)).tolist())
         return out
 
     def search(self, scope_key: str, query: np.ndarray, limit: int) -> list[SemanticHit]:
@@ -333,7 +333,7 @@ class SemanticIndex:
             if not known:
                 return {}
             labels = [label for r in known for label in state.record_labels[r]]
-            scores = _rows(state.index, labels, self._dim) @ query.reshape(-1).astype(np.float32, copy=False)
+            scores = _rows(state.index, labels) @ query.reshape(-1).astype(np.float32, copy=False)
             out: dict[str, float] = {}
             for label, score in zip(labels, scores.tolist()):
                 record_id = state.label_record[label]
@@ -356,7 +356,7 @@ class SemanticIndex:
         state = self._scope(scope_key)
         with state.lock.read():
             labels = state.record_labels.get(record_id)
-            return None if labels is None else _rows(state.index, labels, self._dim)
+            return None if labels is None else _rows(state.index, labels)
 
     def label_record(self, scope_key: str, label: int) -> str | None:
         """The record a passage label of ``raw_knn`` belongs to (None: no such label)."""
@@ -388,15 +388,17 @@ class SemanticIndex:
             if meta["scope_key"] != scope_key or _sha256_file(path) != meta["sha256"]:
                 raise CorruptIndex("vector file does not match its checksum")
             built_with = meta.get("graph")  # None: saved by a release that used hnswlib
+            # The file's own dimension, not the encoder's: a process without the model
+            # still hides and purges records of an index built with it.
             if built_with is None:
-                legacy = read_hnswlib_vectors(path, self._dim)
+                legacy = read_hnswlib_vectors(path)
                 index = None
             else:
                 index = Index.restore(str(path))
-                if index is None or index.ndim != self._dim:
-                    raise CorruptIndex("vector file is not an index of this dimension")
+                if index is None:
+                    raise CorruptIndex("vector file is not a vector index")
             state = _ScopeVectors(
-                index=index if index is not None else _new_index(self._dim, self._graph),
+                index=index if index is not None else _new_index(legacy.dim, self._graph),
                 generation=int(meta["generation"]),
                 next_label=int(meta["next_label"]),
             )
@@ -411,13 +413,13 @@ class SemanticIndex:
             raise CorruptIndex(f"vector index unreadable: {type(exc).__name__}") from exc
         live = sorted(state.label_record)
         if index is None:
-            if not set(live) <= set(legacy):
+            if not set(live) <= set(legacy.rows):
                 raise CorruptIndex("vector labels missing from index")
-            stored = lambda labels: np.vstack([legacy[label] for label in labels])  # noqa: E731
+            stored = lambda labels: np.vstack([legacy.rows[label] for label in labels])  # noqa: E731
         else:
             if live and not bool(np.all(index.contains(_keys(live)))):
                 raise CorruptIndex("vector labels missing from index")
-            stored = lambda labels: _rows(index, labels, self._dim)  # noqa: E731
+            stored = lambda labels: _rows(index, labels)  # noqa: E731
         state.cursor = state.saved_cursor = self._disk_cursor(scope_key)
         if built_with != self._graph.graph():
             # Built otherwise (an older release, other profile parameters): rebuild now.
@@ -436,7 +438,7 @@ class SemanticIndex:
         the live labels' vectors (``stored`` reads them, a chunk at a time), so vectors
         of hidden labels are gone from it (caller holds ``state.lock`` or owns ``state``)."""
         live = sorted(state.label_record)
-        fresh = _new_index(self._dim, self._graph)
+        fresh = _new_index(state.index.ndim, self._graph)
         for start in range(0, len(live), LOAD_CHUNK):
             chunk = live[start : start + LOAD_CHUNK]
             fresh.add(_keys(chunk), stored(chunk))

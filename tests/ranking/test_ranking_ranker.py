@@ -187,6 +187,7 @@ def test_semantic_search_scores_exactly_when_the_graph_cannot_fill_k(tmp_path, m
         """Stands in for the index: its searches reach only two vectors."""
 
         expansion_search = 0
+        ndim = real.ndim
 
         def search(self, query, k):
             found = real.search(query, k)
