@@ -207,7 +207,12 @@ class SemanticIndex:
             for record_id in {*removals, *upserted}:
                 if self._hide(state, record_id) and record_id not in upserted:
                     changed += 1
-            rows = [np.asarray(v, dtype=np.float32).reshape(-1, self._dim) for _, _, v in upserts]
+            rows = [np.atleast_2d(np.asarray(v, dtype=np.float32)) for _, _, v in upserts]
+            if rows and state.index.size == 0 and state.index.ndim != rows[0].shape[1]:
+                # An empty scope takes the dimension of the vectors it is given (bulk
+                # ingestion of precomputed vectors runs without the model).
+                state.index, state.ef = _new_index(rows[0].shape[1], self._graph), 0
+            rows = [r.reshape(-1, state.index.ndim) for r in rows]
             total = sum(len(r) for r in rows)
             if total:
                 labels: list[int] = []

@@ -1,4 +1,4 @@
-"""The Ranker against real Tantivy and hnswlib files, with the hashing test encoder."""
+"""The Ranker against real Tantivy and usearch files, with the hashing test encoder."""
 
 from __future__ import annotations
 
