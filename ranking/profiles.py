@@ -109,10 +109,13 @@ class FusionConfig:
     """Constants of hybrid fusion; which of them apply depends on ``method``."""
 
     method: FusionMethod = FusionMethod.ADAPTIVE_CONVEX
-    base_lexical_weight: float = 0.5
+    # The query's lexical weight: base + confidence_gain * (lexical - semantic
+    # confidence), clipped to [min, max]; base and gain fitted with
+    # leave-one-collection-out validation (eval/RESULTS.md).
+    base_lexical_weight: float = 0.65
     min_lexical_weight: float = 0.35
     max_lexical_weight: float = 0.85
-    confidence_gain: float = 1.0
+    confidence_gain: float = 0.3
     confidence_depth: int = 10
     semantic_floor_rank: int = 100
     rrf_k: int = 60
