@@ -92,7 +92,7 @@ class KeyRing:
             if kek_id not in self._keks:
                 self._keks[kek_id] = path.read_bytes()
         for kek_id in [k for k in self._keks if k not in on_disk]:
-            del self._keks[kek_id]
+            self._keks.pop(kek_id, None)  # a rotation's retire may be forgetting it too
 
     def wrap(self, data_key: bytes, key_id: str) -> tuple[bytes, str]:
         self._sync()
@@ -168,7 +168,7 @@ class KeyRing:
             needed = {kek_id for _, _, kek_id in store.all_wrapped_keys()} | {active}
             for old in [k for k in self._keks if k not in needed]:
                 (self.key_dir / f"{old}.key").unlink(missing_ok=True)
-                del self._keks[old]
+                self._keks.pop(old, None)  # a concurrent wrap's _sync may have forgotten it already
             _fsync_dir(self.key_dir)
         return rewrapped
 
