@@ -62,6 +62,7 @@ class ChannelContribution(Closed):
     fused_score: float
     recency: float
     final_score: float
+    lexical_weight: float | None
 
 
 class RankReceipt(Closed):

@@ -25,6 +25,8 @@ best score of the query. Hybrid ranking is chosen by ``FusionConfig.method``:
       name gives one BM25 spike over a flat cosine profile, so the weight shifts to
       lexical; a paraphrase with no shared term gives a flat or empty BM25 list, so it
       shifts to semantic. ``w`` is clipped to [min_lexical_weight, max_lexical_weight].
+      The base and the gain were fitted on the dev collections with
+      leave-one-collection-out validation (``eval/RESULTS.md``), not tuned by hand.
     * The convex score is then blended with a rank term:
       ``(1 - rank_blend) * convex + rank_blend * rank_term``, where ``rank_term`` is the
       reciprocal rank of each channel (``(rrf_k + 1) / (rrf_k + rank)``, 1 at rank 1, 0
@@ -33,6 +35,8 @@ best score of the query. Hybrid ranking is chosen by ``FusionConfig.method``:
       while the shared weight keeps a channel judged weak from voting as an equal.
       Equal-weighted ranks (plain RRF inside the blend) fail both one-channel-useless
       tests, so the rank term always follows ``w``. Measured figures: ``eval/RESULTS.md``.
+    * Each contribution carries the query's ``w`` (``lexical_weight``): with it and the
+      profile's constants a receipt is enough to recompute every fused score.
 
 Either way ``final = relevance_weight * fused / max fused + recency_weight * recency``,
 ties broken by recency (newer first) then record_id ascending.
@@ -64,6 +68,9 @@ class Contribution(NamedTuple):
     recency: float
     final_score: float
     decimals: int = 6
+    # The query's lexical weight in adaptive fusion (None for lexical-only and RRF). Last,
+    # so a snapshot encoded before it existed still decodes positionally.
+    lexical_weight: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-safe and rounded, so a replayed receipt is byte-identical."""
@@ -80,6 +87,7 @@ class Contribution(NamedTuple):
             "fused_score": r(self.fused_score),
             "recency": r(self.recency),
             "final_score": r(self.final_score),
+            "lexical_weight": r(self.lexical_weight),
         }
 
 
@@ -182,12 +190,13 @@ def fuse(
     fusion); a semantic hit's own similarity always wins over an entry there.
     """
     fusion = config.fusion
+    weight: float | None = None
     if semantic is None or fusion is None:
         fused = _lexical_norm(lexical)
     elif fusion.method is FusionMethod.RRF:
         fused = _rrf(lexical, semantic, float(fusion.rrf_k))
     else:
-        fused, _ = _adaptive_convex(lexical, semantic, similarity, fusion)
+        fused, weight = _adaptive_convex(lexical, semantic, similarity, fusion)
     top = max(fused.values(), default=0.0)
     lex_by_id = {h.record_id: (rank, h) for rank, h in enumerate(lexical, start=1)}
     sem_by_id = {h.record_id: (rank, h) for rank, h in enumerate(semantic or (), start=1)}
@@ -222,6 +231,7 @@ def fuse(
                 recency=fresh,
                 final_score=relevance_weight * normalised + recency_weight * fresh,
                 decimals=decimals,
+                lexical_weight=weight,
             )
         )
     out.sort(key=lambda c: (-round(c.final_score, decimals), -round(c.recency, decimals), c.record_id))

@@ -87,10 +87,13 @@ class FusionConfig:
     """Constants of hybrid fusion; which of them apply depends on ``method``."""
 
     method: FusionMethod = FusionMethod.ADAPTIVE_CONVEX
-    base_lexical_weight: float = 0.5
+    # The query's lexical weight: base + confidence_gain * (lexical - semantic
+    # confidence), clipped to [min, max]; base and gain fitted with
+    # leave-one-collection-out validation (eval/RESULTS.md).
+    base_lexical_weight: float = 0.65
     min_lexical_weight: float = 0.35
     max_lexical_weight: float = 0.85
-    confidence_gain: float = 1.0
+    confidence_gain: float = 0.3
     confidence_depth: int = 10
     semantic_floor_rank: int = 100
     rrf_k: int = 60
@@ -192,6 +195,6 @@ def _config_digest(config: ProfileConfig) -> str:
 LEXICAL_PROFILE = Profile(name="lexical", version="3", config=ProfileConfig(channels=(LEXICAL,)))
 HYBRID_PROFILE = Profile(
     name="lexical_and_semantic",
-    version="5",
+    version="6",
     config=ProfileConfig(channels=(LEXICAL, SEMANTIC), semantic=SemanticConfig(), fusion=FusionConfig()),
 )

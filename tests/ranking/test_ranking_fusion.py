@@ -80,6 +80,27 @@ def test_paraphrase_semantic_spike_outranks_weak_lexical():
     assert out[0].record_id == "para"
 
 
+def test_receipt_lexical_weight_recomputes_the_fused_score():
+    """The query's lexical weight rides on every contribution: with it and the profile's
+    constants, each fused score can be recomputed from the receipt alone."""
+    fusion = HYBRID_PROFILE.config.fusion
+    assert fusion is not None and fusion.method is FusionMethod.ADAPTIVE_CONVEX
+    lexical = lex(("a", 4.0), ("b", 2.0))
+    semantic = sem(("a", 0.8), *[(f"s{i}", 0.6 - i * 0.01) for i in range(20)])
+    floor = semantic[-1].similarity
+    out = {c.record_id: c for c in fuse(lexical, semantic, {"b": floor}, HYBRID_PROFILE.config, 0)}
+    weights = {c.lexical_weight for c in out.values()}
+    assert len(weights) == 1
+    w = weights.pop()
+    assert w is not None and fusion.min_lexical_weight <= w <= fusion.max_lexical_weight
+    k, blend = fusion.rrf_k, fusion.rank_blend
+    # "b": half the best BM25, lexical rank 2, cosine at the floor (semantic norm 0)
+    expected = (1 - blend) * (w * 0.5) + blend * w * (k + 1) / (k + 2)
+    assert out["b"].fused_score == pytest.approx(expected)
+    assert out["b"].as_dict()["lexical_weight"] == round(w, 6)
+    assert all(c.lexical_weight is None for c in fuse(lexical, None, {}, LEXICAL_PROFILE.config, 0))
+
+
 def test_contribution_as_dict_is_json_stable():
     out = fuse(lex(("a", 1.23456789)), sem(("a", 0.5), ("b", 0.4)), {"a": 0.5}, HYBRID_PROFILE.config, 0)
     first = json.dumps([c.as_dict() for c in out], sort_keys=True)
