@@ -192,8 +192,21 @@ def ingest_size(size: int, root: Path, encoder: Any, *, batch_size: int | None, 
     out["ingest_records_per_s"] = round(report.ingested_per_s, 1)
     out["rss_mb"] = {"before_ingest": rss_before, "after_ingest": rss_mb(), "peak_during_ingest": peak_rss_mb()}
     out["disk_mb"] = {**disk_breakdown(root / "data"), "vectors_npy_mb": du_mb(root / "vectors.npy")}
+    out["store_bytes_per_record"] = store_bytes_per_record(engine, corpus, size)
     (root / "ingest.json").write_text(json.dumps(out, indent=2) + "\n")
     return out, vectors, engine
+
+
+def store_bytes_per_record(engine: Any, corpus: SyntheticCorpus, size: int, sample: int = 1000) -> dict[str, Any]:
+    """The store's bytes per record, per table (indexes and page slack included), and
+    what is left beyond the record's own text (UTF-8 bytes, mean of a sample)."""
+    tables = engine.store_footprint()
+    texts = [len(r.text.encode()) for _, r in zip(range(sample), corpus.records())]
+    total = sum(tables.values()) / size
+    text = statistics.fmean(texts) if texts else 0.0
+    return {"total": round(total), "text": round(text), "beyond_text": round(total - text),
+            "tables": {name: round(b / size) for name, b in sorted(tables.items(), key=lambda kv: -kv[1])
+                       if b / size >= 1}}
 
 
 def corpus_spec(size: int, encoder: Any) -> CorpusSpec:
@@ -669,6 +682,12 @@ def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
         if rec.get("aligned_labels"):
             lines += ["", f"HNSW recall@10 vs exact at {e['size']:,}: " + ", ".join(
                 f"{k} {v['recall@10']}" for k, v in rec.items() if k.startswith("ef"))]
+    for e in result["sizes"]:
+        per = e.get("store_bytes_per_record")
+        if per:
+            lines += ["", f"Store bytes per record at {e['size']:,}: {per['total']:,} in all, {per['beyond_text']:,} "
+                          f"beyond the record's {per['text']:,} bytes of text; by table (indexes included): " + ", ".join(
+                              f"{name} {b:,}" for name, b in per["tables"].items())]
     load = result.get("load")
     if load:
         first = result["sizes"][0]["ratios_p50"] if result["sizes"] else {}

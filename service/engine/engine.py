@@ -221,6 +221,10 @@ class Engine:
         their indexed passage vectors too), in record_id order (see :mod:`.export`)."""
         return export.export_records(self.parts, scope, vectors=vectors)
 
+    def store_footprint(self) -> dict[str, int]:
+        """Bytes each store table holds on disk, indexes included (capacity reports)."""
+        return self.parts.store.footprint()
+
     def receipt(self, receipt_digest: str) -> dict[str, Any] | None:
         """A receipt a record body references by digest (authorisation, decision)."""
         return self.parts.store.receipt(receipt_digest)

@@ -5,9 +5,10 @@ row is gone from the database and the WAL, the sealed bytes can never be opened 
 wherever a copy of them lingers. The key-encryption key is a 0600 file in the data
 directory, created on first start and rotatable by the operator.
 
-Bodies are compressed before sealing (zlib; a body's JSON keys, digests and prose halve),
-which is most of a record's bytes in the store. The plaintext then starts with a marker
-byte that JSON never starts with, so bodies sealed before compression still open.
+Bodies are compressed before sealing, which is most of a record's bytes in the store:
+packed against the store's dictionary of the fields every body repeats
+(:mod:`service.store.compact`). The plaintext starts with a marker byte that JSON never
+starts with, so bodies sealed earlier (plain JSON, or zlib alone) still open.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from models.digests import DigestKind, digest
 
+from service.store import compact
 from service.store.base import Store
 
 NONCE_BYTES = 12
-#: First plaintext byte of a compressed body (an uncompressed one starts with "{").
+#: First plaintext byte of a body sealed zlib-compressed alone (before packing; an
+#: uncompressed one starts with "{", a packed one with compact.PACKED_V1).
 COMPRESSED = b"\x01"
 REWRAP_BATCH = 1000
 #: The shred ledger: one JSON line per body whose key a forget or withdraw destroyed.
@@ -89,7 +92,7 @@ class KeyRing:
             if kek_id not in self._keks:
                 self._keks[kek_id] = path.read_bytes()
         for kek_id in [k for k in self._keks if k not in on_disk]:
-            del self._keks[kek_id]
+            self._keks.pop(kek_id, None)  # a rotation's retire may be forgetting it too
 
     def wrap(self, data_key: bytes, key_id: str) -> tuple[bytes, str]:
         self._sync()
@@ -165,7 +168,7 @@ class KeyRing:
             needed = {kek_id for _, _, kek_id in store.all_wrapped_keys()} | {active}
             for old in [k for k in self._keks if k not in needed]:
                 (self.key_dir / f"{old}.key").unlink(missing_ok=True)
-                del self._keks[old]
+                self._keks.pop(old, None)  # a concurrent wrap's _sync may have forgotten it already
             _fsync_dir(self.key_dir)
         return rewrapped
 
@@ -262,8 +265,7 @@ class BodyVault:
         key_id, data_key = new_data_key()
         wrapped, kek_id = self.ring.wrap(data_key, key_id)
         tx.put_key(key_id, wrapped, kek_id)  # type: ignore[attr-defined]
-        plaintext = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-        return key_id, seal(data_key, COMPRESSED + zlib.compress(plaintext, 6), aad)
+        return key_id, seal(data_key, compact.pack(body), aad)
 
     def open_json(self, key_id: str | None, sealed: bytes | None, aad: str) -> dict:
         if key_id is None or sealed is None:
@@ -273,6 +275,11 @@ class BodyVault:
             raise SealBroken()
         data_key = self.ring.unwrap(found[0], found[1], key_id)
         plaintext = open_sealed(data_key, sealed, aad)
+        if compact.is_packed(plaintext):
+            try:
+                return compact.unpack(plaintext)
+            except compact.CorruptPacked as exc:  # authenticated yet malformed: treat as broken
+                raise SealBroken() from exc
         if plaintext[:1] == COMPRESSED:
             try:
                 plaintext = zlib.decompress(plaintext[1:])

@@ -6,7 +6,9 @@ own error codes; the high-level server would generate schemas and errors of its 
 A call walks: verify the host context (else -32603) -> tenant opted in (else -32603)
 -> tool granted and known (else -32602 "Unknown tool") -> purpose_ref equals the bound
 purpose (else -32603) -> rate limit (RATE_LIMITED) -> engine in a worker thread under
-the deadline -> envelope. The envelope is the `structuredContent`, an identical JSON
+the deadline -> envelope. On the common path (granted tool, right purpose, no human to
+ask) the tenant, rate-limit and deadline checks run in the engine's own worker hop, in
+that order, so a call costs one thread hand-off; the answers are the same. The envelope is the `structuredContent`, an identical JSON
 text copy is the text content, and `isError == not ok`. Every envelope has a fresh
 `auditId`, and every call (protocol rejections included) leaves one audit line.
 
@@ -149,6 +151,14 @@ class _Run:
 
 
 _SKIPPED = object()
+_TENANT_OFF = object()  # the worker found the call's tenant not enabled
+
+
+@dataclass(frozen=True)
+class _TenantFault:
+    """The worker's tenant check failed: re-raised on the event loop."""
+
+    error: Exception
 
 
 class ToolFrontEnd:
@@ -223,11 +233,20 @@ class ToolFrontEnd:
         tool_label = name if name in self.tools else "unknown"
         ctx: CallContext | None = None
         arguments: Any = params.arguments if params.arguments is not None else {}
+        marked = rctx.request is not None and bool(rctx.request.headers.get(MARK_HEADER.decode()))
         try:
-            ctx = await self._context(rctx.request)
-            if name not in self.tools or name not in ctx.tools:
-                raise MCPError(code=UNKNOWN_TOOL, message=UNKNOWN_TOOL_MESSAGE)
-            check_purpose(ctx, name, arguments)
+            ctx = self.binding.resolve(rctx.request)
+            refusal = self._refusal(name, ctx, arguments)
+            asks = (refusal is None and self.approval is not None and ctx.confirmation is None
+                    and needs_confirmation(name, ctx))
+            # The tenant is checked first. On the common path (a granted tool, the right
+            # purpose, nothing to ask a human) that check runs in the engine's own worker
+            # hop; anything else checks it here, before saying why else it refuses.
+            tenant_checked = refusal is not None or marked or asks
+            if tenant_checked:
+                await self._require_tenant(ctx)
+            if refusal is not None:
+                raise refusal
         except ContextUnavailable as exc:
             logger.info("tools/call %s refused: %s", tool_label, exc.reason)
             await self._record(audit_id, tool_label, str(ContextUnavailable.code), started, ctx, arguments, None)
@@ -236,36 +255,84 @@ class ToolFrontEnd:
             await self._record(audit_id, tool_label, str(exc.code), started, ctx, arguments, None)
             raise
 
-        if rctx.request is not None and rctx.request.headers.get(MARK_HEADER.decode()):
+        if marked:
             answer = Answer.of(failure_envelope(ErrorCode.INVALID_SCHEMA, audit_id))
         else:
-            if self.approval is not None and ctx.confirmation is None and needs_confirmation(name, ctx):
-                asked = await self.approval.confirm(rctx, params, name, ctx, arguments)
+            if asks:
+                asked = await self.approval.confirm(rctx, params, name, ctx, arguments)  # type: ignore[union-attr]
                 if isinstance(asked, types.InputRequiredResult):
                     await self._record(audit_id, name, "input_required", started, ctx, arguments, None)
                     return asked
                 if asked.confirmation is not None:
                     started = time.monotonic()  # the deadline runs from the human's answer
                 ctx = asked
-            answer = await self._execute(name, ctx, arguments, audit_id, started)
+            answered = await self._execute(name, ctx, arguments, audit_id, started, tenant_checked=tenant_checked)
+            if answered is None:  # the tenant is not enabled (checked in the worker)
+                logger.info("tools/call %s refused: %s", tool_label, "tenant not enabled")
+                await self._record(audit_id, tool_label, str(ContextUnavailable.code), started, ctx, arguments, None)
+                raise MCPError(code=ContextUnavailable.code, message=ContextUnavailable.message)
+            answer = answered
             if answer.audited:
                 self.metrics.observe_call(name, answer.code, time.monotonic() - started)
                 return envelope_result(answer)
         await self._record(audit_id, name, answer.code, started, ctx, arguments, answer)
         return envelope_result(answer)
 
-    async def _execute(
-        self, name: str, ctx: CallContext, arguments: Any, audit_id: str, started: float
-    ) -> Answer:
+    def _refusal(self, name: str, ctx: CallContext, arguments: Any) -> Exception | None:
+        """Why the call is refused before the engine, tenant aside (no I/O): an unknown
+        or ungranted tool (-32602), or a purpose other than the bound one (-32603)."""
+        if name not in self.tools or name not in ctx.tools:
+            return MCPError(code=UNKNOWN_TOOL, message=UNKNOWN_TOOL_MESSAGE)
+        try:
+            check_purpose(ctx, name, arguments)
+        except ContextUnavailable as exc:
+            return exc
+        return None
+
+    async def _require_tenant(self, ctx: CallContext) -> None:
+        enabled = await anyio.to_thread.run_sync(self.engine.tenant_enabled, ctx.tenant)
+        if enabled is not True:
+            raise ContextUnavailable("tenant not enabled")
+
+    def _admitted(self, ctx: CallContext, deadline: float, audit_id: str) -> Answer | None:
+        """Rate limit and deadline, before the engine: an answer that refuses, or None."""
         if not self.limiter.allow((ctx.tenant, ctx.principal)):
             return Answer.of(failure_envelope(ErrorCode.RATE_LIMITED, audit_id))
+        if deadline - time.monotonic() <= 0:
+            return Answer.of(failure_envelope(ErrorCode.DEADLINE_EXCEEDED, audit_id))
+        return None
+
+    async def _execute(
+        self, name: str, ctx: CallContext, arguments: Any, audit_id: str, started: float, *, tenant_checked: bool
+    ) -> Answer | None:
+        """The engine's answer, within the deadline, audited by the worker that ran it.
+        Unless ``tenant_checked``, the worker checks the tenant first, and then the rate
+        limit and deadline: None when the tenant is not enabled."""
         budget_ms = ctx.deadline_ms if ctx.deadline_ms is not None else self.default_deadline_ms
-        remaining = started + budget_ms / 1000.0 - time.monotonic()
-        if remaining <= 0:
+        deadline = started + budget_ms / 1000.0
+        if tenant_checked:
+            early = self._admitted(ctx, deadline, audit_id)
+            if early is not None:
+                return early
+        elif deadline - time.monotonic() <= 0:
+            try:
+                await self._require_tenant(ctx)
+            except ContextUnavailable:
+                return None
             return Answer.of(failure_envelope(ErrorCode.DEADLINE_EXCEEDED, audit_id))
         run = _Run()
 
         def work() -> Any:
+            if not tenant_checked:
+                try:
+                    enabled = self.engine.tenant_enabled(ctx.tenant)
+                except Exception as exc:  # noqa: BLE001 - a protocol fault, raised on the loop
+                    return _TenantFault(exc)
+                if enabled is not True:
+                    return _TENANT_OFF
+                early = self._admitted(ctx, deadline, audit_id)
+                if early is not None:
+                    return early
             with run.lock:
                 if run.abandoned:
                     return _SKIPPED
@@ -289,7 +356,7 @@ class ToolFrontEnd:
             return replace(answer, audited=True)
 
         try:
-            with anyio.move_on_after(remaining) as scope:
+            with anyio.move_on_after(deadline - time.monotonic()) as scope:
                 value = await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
             if scope.cancelled_caught:
                 with run.lock:
@@ -297,21 +364,29 @@ class ToolFrontEnd:
                         return replace(run.answer, audited=True)
                     run.abandoned = True
                     began = run.started
+                if not began and not tenant_checked:
+                    await self._require_tenant(ctx)  # a disabled tenant is refused, not timed out
                 code = (
                     ErrorCode.MUTATION_OUTCOME_UNKNOWN
                     if began and name in MUTATIONS
                     else ErrorCode.DEADLINE_EXCEEDED
                 )
                 return Answer.of(failure_envelope(code, audit_id))
-            if not isinstance(value, Answer):
+            if value is _TENANT_OFF:
+                return None
+            if not isinstance(value, (Answer, _TenantFault)):
                 raise TypeError("engine returned no value")
-            return value
+        except ContextUnavailable:
+            return None
         except Exception as exc:  # noqa: BLE001 - never leak internals
             logger.error("engine failure in %s: %s", name, type(exc).__name__)
             if name in MUTATIONS and run.started:
                 # It may have committed before failing: tell the caller to retry with the same key.
                 return Answer.of(failure_envelope(ErrorCode.MUTATION_OUTCOME_UNKNOWN, audit_id))
             return Answer.of(failure_envelope(ErrorCode.STORE_UNAVAILABLE, audit_id))
+        if isinstance(value, _TenantFault):  # as if checked on the loop: a constant -32603
+            raise value.error
+        return value
 
     async def _record(self, *line: Any) -> None:
         """Metrics, then the audit line off the event loop (``line`` as for :meth:`_audit_line`)."""

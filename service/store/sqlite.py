@@ -12,7 +12,6 @@ import json
 import os
 import sqlite3
 import threading
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,7 +20,10 @@ from typing import Any
 from models.digests import DigestKind, digest
 
 from .base import CandidateRow, CommitUncertain, JournalEvent, RecordRow, Scope, StateCounts, StoreUnavailable
-from .journal import StoredEvent, chain_intact, event_digest
+from .journal import (
+    StoredEvent, chain_intact, event_digest, new_event_id, read_body, read_digest, read_event_id, stored_body,
+    stored_digest, stored_event_id,
+)
 from .migrations import VERSION_TABLE, Migration, pending
 
 SQLITE_MIGRATIONS: tuple[Migration, ...] = (
@@ -68,11 +70,46 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "receipts", (
         "CREATE TABLE IF NOT EXISTS receipts (digest TEXT PRIMARY KEY, body TEXT NOT NULL)",
     )),
+    # Compact journal rows (journal.py): packed bodies, raw event ids and digests, no stored copy
+    # of the predecessor's digest. Rows written before are rewritten in place; their
+    # events and digests are unchanged, so every chain still verifies. Record rows keep
+    # their two digests as raw bytes too. The keys table becomes its own primary-key
+    # index (no rowid, no second copy of every key id).
+    Migration(4, "compact journal, record digests and keys", (
+        "UPDATE journal SET body = engram_journal_body(body), event_digest = engram_digest_bytes(event_digest),"
+        " event_id = engram_event_id_bytes(event_id), prev_digest = NULL WHERE typeof(body) = 'text'"
+        " OR typeof(event_digest) = 'text' OR typeof(event_id) = 'text' OR prev_digest IS NOT NULL",
+        "UPDATE records SET record_digest = engram_digest_bytes(record_digest),"
+        " payload_digest = engram_digest_bytes(payload_digest)"
+        " WHERE typeof(record_digest) = 'text' OR typeof(payload_digest) = 'text'",
+        "CREATE TABLE keys_compact (key_id TEXT PRIMARY KEY, wrapped BLOB NOT NULL, kek_id TEXT NOT NULL)"
+        " WITHOUT ROWID",
+        "INSERT INTO keys_compact SELECT key_id, wrapped, kek_id FROM keys",
+        "DROP TABLE keys",
+        "ALTER TABLE keys_compact RENAME TO keys",
+    )),
 )
 
 
 def _idempotency_key_digest(key: str) -> str:
     return digest(DigestKind.IDEMPOTENCY_KEY, key)
+
+
+def _journal_body(stored: str | bytes) -> bytes:
+    return stored_body(read_body(stored))
+
+
+def _digest_bytes(stored: str | bytes) -> bytes:
+    return stored if isinstance(stored, bytes) else stored_digest(stored)
+
+
+def _event_id_bytes(stored: str | bytes) -> str | bytes:
+    if isinstance(stored, bytes):
+        return stored
+    try:
+        return stored_event_id(stored)
+    except ValueError:  # not one this code writes: kept as it is (read as text)
+        return stored
 
 _CANDIDATE_COLUMNS = (
     "tenant, workspace, candidate_id, state, key_id, sealed, record_digest, payload_digest,"
@@ -91,18 +128,20 @@ def _candidate(row: sqlite3.Row | None) -> CandidateRow | None:
 
 
 def _record(row: sqlite3.Row) -> RecordRow:
-    return RecordRow((row[0], row[1]), *tuple(row)[2:])
+    values = tuple(row)
+    return RecordRow((values[0], values[1]), values[2], values[3], read_digest(values[4]),
+                     read_digest(values[5]), *values[6:])
 
 
 def _event(row: sqlite3.Row) -> JournalEvent:
     return JournalEvent(
         scope=(row["tenant"], row["workspace"]),
         cursor=row["cursor"],
-        event_id=row["event_id"],
+        event_id=read_event_id(row["event_id"]),
         kind=row["kind"],
         subject=row["subject"],
-        body=json.loads(row["body"]),
-        event_digest=row["event_digest"],
+        body=read_body(row["body"]),
+        event_digest=read_digest(row["event_digest"]),
         recorded_at=row["recorded_at"],
     )
 
@@ -122,12 +161,12 @@ class _Tx:
         ).fetchone()
         previous, prev_digest = (row[0], row[1]) if row else (0, None)
         cursor = previous + 1
-        event_id = "evt_" + uuid.uuid4().hex
+        event_id = new_event_id()
         digest_ = event_digest(scope, cursor, event_id, kind, subject, body, prev_digest, recorded_at)
         self.conn.execute(
             "INSERT INTO journal VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (*scope, cursor, event_id, kind, subject, json.dumps(body, sort_keys=True),
-             digest_, prev_digest, recorded_at),
+            (*scope, cursor, stored_event_id(event_id), kind, subject, stored_body(body),
+             stored_digest(digest_), None, recorded_at),
         )
         self.conn.execute(
             "INSERT INTO scopes VALUES (?,?,?,?) ON CONFLICT(tenant, workspace)"
@@ -173,9 +212,9 @@ class _Tx:
     def insert_record(self, row: RecordRow) -> None:
         self.conn.execute(
             f"INSERT INTO records ({_RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (*row.scope, row.record_id, row.state, row.record_digest, row.payload_digest,
-             row.key_id, row.sealed, row.valid_from_ms, row.valid_to_ms, row.expires_at_ms,
-             row.accepted_cursor, row.accepted_at, row.candidate_id),
+            (*row.scope, row.record_id, row.state, stored_digest(row.record_digest),
+             stored_digest(row.payload_digest), row.key_id, row.sealed, row.valid_from_ms, row.valid_to_ms,
+             row.expires_at_ms, row.accepted_cursor, row.accepted_at, row.candidate_id),
         )
 
     def set_record_state(self, scope: Scope, record_id: str, state: str, *, drop_body: bool) -> None:
@@ -210,7 +249,7 @@ class _Tx:
         row = self.conn.execute(
             "SELECT record_id FROM records WHERE tenant=? AND workspace=? AND payload_digest=?"
             " AND state='accepted_current' LIMIT 1",
-            (*scope, payload_digest),
+            (*scope, stored_digest(payload_digest)),
         ).fetchone()
         return row[0] if row else None
 
@@ -225,7 +264,7 @@ class _Tx:
             self.conn.execute(
                 "SELECT 1 FROM records WHERE tenant=? AND workspace=? AND payload_digest=?"
                 " AND state='tombstoned' LIMIT 1",
-                (*scope, payload_digest),
+                (*scope, stored_digest(payload_digest)),
             ).fetchone()
             is not None
         )
@@ -293,6 +332,9 @@ class SqliteStore:
             )
             conn.row_factory = sqlite3.Row
             conn.create_function("engram_idempotency_key_digest", 1, _idempotency_key_digest, deterministic=True)
+            conn.create_function("engram_journal_body", 1, _journal_body, deterministic=True)
+            conn.create_function("engram_digest_bytes", 1, _digest_bytes, deterministic=True)
+            conn.create_function("engram_event_id_bytes", 1, _event_id_bytes, deterministic=True)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute("PRAGMA secure_delete=ON")
@@ -389,16 +431,21 @@ class SqliteStore:
 
     def verify_chain(self, scope: Scope) -> bool:
         """Recompute every event digest and link of a scope's journal."""
-        return chain_intact(scope, (
-            StoredEvent(r["cursor"], r["event_id"], r["kind"], r["subject"], json.loads(r["body"]),
-                        r["event_digest"], r["prev_digest"], r["recorded_at"])
-            for r in self._journal_rows(scope)))
+        try:
+            return chain_intact(scope, (
+                StoredEvent(r["cursor"], read_event_id(r["event_id"]), r["kind"], r["subject"], read_body(r["body"]),
+                            read_digest(r["event_digest"]), read_digest(r["prev_digest"]), r["recorded_at"])
+                for r in self._journal_rows(scope)))
+        except ValueError:  # a row that no longer decodes (an edited packed body)
+            return False
 
     def _journal_rows(self, scope: Scope, after: int = 0) -> Iterator[sqlite3.Row]:
         """Paged, so a million-event journal never sits in memory at once."""
         last = after
         while rows := self._read(
-            "SELECT * FROM journal WHERE tenant=? AND workspace=? AND cursor>?"
+            # Bodies as bytes: packed rows are blobs, and an edited one may not be UTF-8.
+            "SELECT tenant, workspace, cursor, event_id, kind, subject, CAST(body AS BLOB) AS body,"
+            " event_digest, prev_digest, recorded_at FROM journal WHERE tenant=? AND workspace=? AND cursor>?"
             " ORDER BY cursor LIMIT 2000",
             (*scope, last),
         ):
@@ -489,6 +536,16 @@ class SqliteStore:
             except sqlite3.Error:
                 return False
         return busy == 0
+
+    def footprint(self) -> dict[str, int]:
+        """Bytes per table from SQLite's page statistics (dbstat): every page of the
+        table's b-tree and of its indexes, free space in them included."""
+        owner = {name: table for name, table in self._read("SELECT name, tbl_name FROM sqlite_master")}
+        sizes: dict[str, int] = {}
+        for name, size in self._read("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name"):
+            table = owner.get(name, name)
+            sizes[table] = sizes.get(table, 0) + int(size)
+        return sizes
 
     def backup(self, dest_path: str) -> None:
         """A consistent online copy through SQLite's backup API."""

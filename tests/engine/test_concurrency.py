@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from engine_support import (
-    ContractError, ErrorCode, accept, capture, context, forget, get, search, search_ids,
+    ContractError, ErrorCode, accept, admit, capture, context, forget, get, search, search_ids,
 )
+
+from service.engine.records import scope_key
 
 
 def test_concurrent_readers_and_writers(engine) -> None:
@@ -61,3 +64,58 @@ def test_concurrent_readers_and_writers(engine) -> None:
     assert set(search_ids(engine, ctx, "ferret queue", limit=50)) == live
     for rid in forgotten:
         assert rid not in search_ids(engine, ctx, "ferret", limit=50)
+
+
+@pytest.mark.parametrize("hold", ["transaction", "projection"])
+def test_a_held_mutation_does_not_block_another_scopes_searches(engine, monkeypatch, hold) -> None:
+    """While scope A's admission is held inside its store transaction (the writer lock)
+    or while it projects the new record (the projector), scope B's search and get
+    answer: they finish before A is released."""
+    a, b = context(workspace="held-a"), context(workspace="free-b")
+    rid_b = accept(engine, b, "The otter ledger balances every night.")
+    _, cap = capture(engine, a, "The heron ledger waits for its turn.")
+    held, release = threading.Event(), threading.Event()
+
+    def hold_here() -> None:
+        held.set()
+        assert release.wait(120)
+
+    if hold == "transaction":
+        vault, seal = engine.parts.vault, engine.parts.vault.seal_json
+
+        def held_seal(tx, body, aad):  # the accepted record's body, sealed inside the transaction
+            if aad.startswith(f"record\0{a.tenant}\0{a.workspace}\0"):
+                hold_here()
+            return seal(tx, body, aad)
+
+        monkeypatch.setattr(vault, "seal_json", held_seal)
+    else:
+        ranker, apply = engine.parts.ranker, engine.parts.ranker.apply
+
+        def held_apply(key, *args, **kwargs):
+            if key == scope_key(a.scope):
+                hold_here()
+            return apply(key, *args, **kwargs)
+
+        monkeypatch.setattr(ranker, "apply", held_apply)
+    outcome: dict[str, object] = {}
+    mutation = threading.Thread(target=lambda: outcome.update(a=admit(engine, a, cap["candidate_id"])))
+    mutation.start()
+    try:
+        assert held.wait(60)
+        answered = threading.Event()
+
+        def read_b() -> None:
+            outcome["search"] = search_ids(engine, b, "otter ledger")
+            outcome["get"] = get(engine, b, rid_b)["record"]["record_id"]
+            answered.set()
+
+        reader = threading.Thread(target=read_b)
+        reader.start()
+        assert answered.wait(60)  # B answered...
+        assert mutation.is_alive() and not release.is_set()  # ...while A was still held
+        assert outcome["search"] == [rid_b] and outcome["get"] == rid_b
+    finally:
+        release.set()
+        mutation.join(60)
+    assert outcome["a"]["outcome"]["status"] == "accepted"

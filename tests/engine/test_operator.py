@@ -13,6 +13,7 @@ from engine_support import (
 
 from service.engine import Engine
 from service.engine.records import candidate_aad
+from service.store.journal import read_body, stored_body
 
 CTX = context(workspace="ops")
 OTHER = context(tenant="beta", workspace="ops")
@@ -130,10 +131,14 @@ def test_restore_of_a_tampered_journal_is_invalid(engine, tmp_path) -> None:
     populate(engine)
     backup = engine.backup(tmp_path / "backup")
     conn = sqlite3.connect(backup / "engram.db")
-    conn.execute("UPDATE journal SET body = replace(body, 'reason:obsolete', 'reason:other')"
-                 " WHERE kind = 'record_tombstoned'")
+    rows = conn.execute("SELECT rowid, body FROM journal WHERE kind = 'record_tombstoned'").fetchall()
+    for rowid, body in rows:  # an edit that still decodes: only the digests can tell
+        edited = read_body(body)
+        assert edited["reason_ref"] == "reason:obsolete"
+        edited["reason_ref"] = "reason:other"
+        conn.execute("UPDATE journal SET body = ? WHERE rowid = ?", (stored_body(edited), rowid))
     conn.commit()
-    assert conn.total_changes >= 1
+    assert rows
     conn.close()
     with pytest.raises(ContractError) as err:
         Engine.restore(backup, tmp_path / "restored", key_source=engine.parts.vault.ring.key_dir, encoder=HashingTestEncoder(), load_model=False)
@@ -190,3 +195,13 @@ def test_store_files_are_owner_only(tmp_path) -> None:
             assert path.stat().st_mode & 0o077 == 0, name or "the data directory"
     finally:
         engine.close()
+
+
+def test_store_footprint_counts_each_table(engine) -> None:
+    before = engine.store_footprint()
+    for i in range(20):
+        accept(engine, CTX, f"The footprint heron {i} counts the bytes of table {i} " * 8)
+    after = engine.store_footprint()
+    assert {"journal", "records", "keys", "candidates"} <= set(after)
+    assert sum(after.values()) > sum(before.values())
+    assert all(size >= 0 for size in after.values())

@@ -1,13 +1,15 @@
-"""Sealed bodies: compressed before sealing, and bodies sealed before that still open."""
+"""Sealed bodies: packed before sealing, and bodies sealed before that (plain JSON, or
+zlib-compressed alone) still open."""
 
 from __future__ import annotations
 
 import json
+import zlib
 from pathlib import Path
 
 import pytest
 
-from service.engine.sealing import BodyVault, KeyRing, SealBroken, new_data_key, seal
+from service.engine.sealing import COMPRESSED, BodyVault, KeyRing, SealBroken, new_data_key, seal
 from service.store.sqlite import SqliteStore
 
 BODY = {"payload": {"components": [{"text": "the ledger service moves to serialisable "
@@ -33,11 +35,22 @@ def test_bodies_are_compressed_and_open_again(vault):
         bodies.open_json(key_id, sealed, "other aad")
 
 
-def test_a_body_sealed_uncompressed_still_opens(vault):
+@pytest.mark.parametrize("legacy", [
+    json.dumps(BODY).encode(),  # as sealed before compression
+    COMPRESSED + zlib.compress(json.dumps(BODY, sort_keys=True).encode(), 6),  # zlib alone, before packing
+])
+def test_a_body_sealed_by_an_earlier_release_still_opens(vault, legacy):
     bodies, store = vault
     key_id, data_key = new_data_key()
     wrapped, kek_id = bodies.ring.wrap(data_key, key_id)
     with store.transaction() as tx:
         tx.put_key(key_id, wrapped, kek_id)
-    legacy = seal(data_key, json.dumps(BODY).encode(), "aad")  # as sealed before compression
-    assert bodies.open_json(key_id, legacy, "aad") == BODY
+    assert bodies.open_json(key_id, seal(data_key, legacy, "aad"), "aad") == BODY
+
+
+def test_packing_beats_zlib_alone(vault):
+    bodies, store = vault
+    with store.transaction() as tx:
+        _, sealed = bodies.seal_json(tx, BODY, "aad")
+    zlib_alone = COMPRESSED + zlib.compress(json.dumps(BODY, sort_keys=True, separators=(",", ":")).encode(), 6)
+    assert len(sealed) - 28 < len(zlib_alone)  # less the nonce and the tag

@@ -42,6 +42,10 @@ def test_tiny_bench_run(tmp_path: Path, encoder):
     assert enc["ingest_over_raw_encoder"] > 0 and enc["precomputed_records_per_s"] > 0
     assert 0 < enc["encoder_busy_share"] <= 1
     assert entry["disk_mb"]["total_mb"] > 0 and entry["rss_mb"]["peak_during_ingest"] > 0
+    per = entry["store_bytes_per_record"]
+    assert per["tables"]["journal"] > 0 and per["tables"]["records"] > 0 and per["text"] > 0
+    assert per["total"] == per["text"] + per["beyond_text"] and per["total"] >= sum(per["tables"].values()) - 10
+    assert "Store bytes per record at 400" in (out / "report.md").read_text()
     load = result["load"]
     assert "skipped" not in load, load
     assert load["bare_http_search_hybrid"]["n"] == 12  # every bare JSON-RPC search answered ok

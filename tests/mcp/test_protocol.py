@@ -106,6 +106,19 @@ async def test_context_rejections(fake, fake_engine, mode, case):
 
 
 @pytest.mark.parametrize("mode", MODES)
+async def test_a_disabled_tenant_is_refused_before_anything_else(fake, fake_engine, mode):
+    """Whether the tenant is checked on the event loop (a refusal is due anyway) or in
+    the engine's worker (the common path), a tenant not opted in answers -32603 first:
+    not Unknown tool, not RATE_LIMITED."""
+    off = token(tenant="globex", tools=[SEARCH])
+    await expect_protocol_error(fake.url, off, mode, GET, {"record_id": "mem_a", "purpose_ref": "purpose:test"}, CTX)
+    await expect_protocol_error(fake.url, off, mode, SEARCH, {**SEARCH_ARGS, "purpose_ref": "other"}, CTX)
+    for _ in range(12):  # past the principal's burst
+        await expect_protocol_error(fake.url, off, mode, SEARCH, SEARCH_ARGS, CTX)
+    assert fake_engine.calls == []
+
+
+@pytest.mark.parametrize("mode", MODES)
 async def test_purpose_mismatch_is_protocol_error(fake, fake_engine, mode):
     await expect_protocol_error(fake.url, token(), mode, SEARCH, {**SEARCH_ARGS, "purpose_ref": "other"}, CTX)
     await expect_protocol_error(fake.url, token(), mode, GET, {"record_id": "mem_a", "purpose_ref": "x"}, CTX)

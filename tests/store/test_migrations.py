@@ -3,6 +3,7 @@ a database a newer release migrated is refused with a clear error (store and CLI
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from service.store.journal import event_digest
 from service.store.migrations import Migration, SchemaTooNew, pending
 from service.store.sqlite import SQLITE_MIGRATIONS, SqliteStore
 
@@ -81,3 +83,90 @@ def test_steps_must_be_ordered() -> None:
     with pytest.raises(ValueError):
         pending(0, steps)
     assert [m.version for m in pending(1, (Migration(1, "a", ()), Migration(2, "b", ())))] == [2]
+
+
+# -- step 4: compact journal rows ------------------------------------------------------------
+
+SCOPE = ("acme", "ops")
+OLD_EVENTS = [
+    ("candidate_captured", "cand_one", {"payload_digest": "sha256:" + "1" * 64, "principal": "alice"}),
+    ("record_accepted", "mem_one", {"candidate_id": "cand_one", "record_digest": "sha256:" + "2" * 64,
+                                    "trust": "asserted"}),
+    ("record_tombstoned", "mem_one", {"reason_ref": "reason:obsolete", "principal": "alice",
+                                      "from_state": "accepted_current"}),
+]
+
+
+def old_journal_rows(events=OLD_EVENTS, scope=SCOPE) -> list[tuple]:
+    """Journal rows as a release before step 4 wrote them: JSON text bodies, digests as
+    text, each row naming its predecessor's digest."""
+    rows, prev = [], None
+    for cursor, (kind, subject, body) in enumerate(events, 1):
+        at = f"2026-01-01T00:00:0{cursor}.000Z"
+        event_id = f"evt_{cursor:032x}"
+        digest_ = event_digest(scope, cursor, event_id, kind, subject, body, prev, at)
+        rows.append((*scope, cursor, event_id, kind, subject, json.dumps(body, sort_keys=True), digest_, prev, at))
+        prev = digest_
+    return rows
+
+
+OLD_RECORD = (*SCOPE, "mem_one", "tombstoned", "sha256:" + "2" * 64, "sha256:" + "3" * 64, None, None,
+              1000, None, None, 2, "2026-01-01T00:00:02.000Z", "cand_one")
+
+
+def check_migrated_record(store) -> None:
+    """A record row of an older release reads back the same and is found by its payload."""
+    (row,) = store.records(SCOPE, ["mem_one"]).values()
+    assert (row.record_digest, row.payload_digest, row.state) == (OLD_RECORD[4], OLD_RECORD[5], "tombstoned")
+    with store.reader() as tx:
+        assert tx.tombstoned_payload(SCOPE, OLD_RECORD[5])
+        assert not tx.tombstoned_payload(SCOPE, "sha256:" + "4" * 64)
+
+
+def check_migrated_journal(store, rows: list[tuple]) -> None:
+    """The old events read back unchanged, the chain verifies, and a new event chains on."""
+    assert store.verify_chain(SCOPE)
+    events = list(store.events(SCOPE))
+    assert [(e.cursor, e.event_id, e.kind, e.subject, e.body, e.event_digest, e.recorded_at) for e in events] == [
+        (r[2], r[3], r[4], r[5], json.loads(r[6]), r[7], r[9]) for r in rows]
+    with store.transaction() as tx:
+        tx.append_event(SCOPE, "record_state_changed", "mem_one", {"operation": "expire"}, "2026-01-02T00:00:00.000Z")
+    assert store.verify_chain(SCOPE) and store.scope_cursor(SCOPE) == len(rows) + 1
+
+
+def test_journal_rows_of_an_older_release_are_compacted(tmp_path: Path) -> None:
+    path = tmp_path / "engram.db"
+    conn = sqlite3.connect(path)
+    conn.create_function("engram_idempotency_key_digest", 1, lambda key: key)
+    conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
+                 " applied_at TEXT NOT NULL)")
+    for step in SQLITE_MIGRATIONS[:3]:
+        for statement in step.statements:
+            conn.execute(statement)
+        conn.execute("INSERT INTO schema_migrations VALUES (?, ?, 'then')", (step.version, step.name))
+    rows = old_journal_rows()
+    conn.executemany("INSERT INTO journal VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+    conn.execute("INSERT INTO scopes VALUES (?, ?, ?, ?)", (*SCOPE, len(rows), rows[-1][7]))
+    conn.execute("INSERT INTO keys VALUES ('key_one', ?, 'kek-1')", (b"wrapped bytes",))
+    conn.execute("INSERT INTO records VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", OLD_RECORD)
+    conn.commit()
+    conn.close()
+    store = SqliteStore(path)
+    try:
+        assert store.schema_version() == len(SQLITE_MIGRATIONS)
+        check_migrated_journal(store, rows)
+        assert store.wrapped_key("key_one") == (b"wrapped bytes", "kek-1")  # the keys table, rebuilt
+        check_migrated_record(store)
+    finally:
+        store.close()
+    conn = sqlite3.connect(path)
+    kinds = conn.execute("SELECT DISTINCT typeof(body), typeof(event_id), typeof(event_digest), typeof(prev_digest)"
+                         " FROM journal").fetchall()
+    sizes = conn.execute("SELECT length(body), length(event_digest) FROM journal WHERE cursor <= ?"
+                         " ORDER BY cursor", (len(rows),)).fetchall()
+    conn.close()
+    assert kinds == [("blob", "blob", "blob", "null")]  # rewritten in place, in the compact form
+    conn = sqlite3.connect(path)
+    assert "WITHOUT ROWID" in conn.execute("SELECT sql FROM sqlite_master WHERE name = 'keys'").fetchone()[0]
+    conn.close()
+    assert all(body < len(r[6]) and digest_ == 32 for (body, digest_), r in zip(sizes, rows))
