@@ -65,7 +65,7 @@ class RankedList:
 
 
 class Ranker:
-    """Lexical (Tantivy) and semantic (hnswlib) projections under ``root``."""
+    """Lexical (Tantivy) and semantic (usearch HNSW) projections under ``root``."""
 
     def __init__(
         self,
