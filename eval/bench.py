@@ -207,7 +207,8 @@ def store_bytes_per_record(engine: Any, corpus: SyntheticCorpus, size: int, samp
     texts = [len(r.text.encode()) for _, r in zip(range(sample), corpus.records())]
     total = sum(tables.values()) / size
     text = statistics.fmean(texts) if texts else 0.0
-    return {"total": round(total), "text": round(text), "beyond_text": round(total - text),
+    # beyond = total - text of the rounded figures, so the three always add up
+    return {"total": round(total), "text": round(text), "beyond_text": round(total) - round(text),
             "tables": {name: round(b / size) for name, b in sorted(tables.items(), key=lambda kv: -kv[1])
                        if b / size >= 1}}
 
