@@ -384,8 +384,15 @@ class SemanticIndex:
         directory = self._dir(scope_key)
         meta = read_json(directory / "meta.json")
         if meta is None:
-            if any(directory.glob("vectors-*.bin")):
-                raise CorruptIndex("vector metadata missing")
+            # meta.json is swapped in only after a generation's file is durable, and never
+            # removed: without it nothing was ever saved, and vector files here are a first
+            # checkpoint that a crash interrupted. They name no state, so they go, and the
+            # scope starts from the beginning of the journal (whatever cursor.json says).
+            orphans = [*directory.glob("vectors-*.bin"), *directory.glob(".*.tmp")]
+            if orphans:
+                for orphan in orphans:
+                    orphan.unlink(missing_ok=True)
+                (directory / "cursor.json").unlink(missing_ok=True)
             cursor = self._disk_cursor(scope_key)
             return _ScopeVectors(index=_new_index(self._dim, self._graph), cursor=cursor, saved_cursor=cursor)
         try:

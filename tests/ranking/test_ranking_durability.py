@@ -231,3 +231,25 @@ def test_a_save_removes_temporary_files_a_crash_left_behind(tmp_path: Path):
     ranker.checkpoint()
     assert not leftover.exists()
     ranker.close()
+
+
+def test_a_first_checkpoint_cut_before_its_metadata_restarts_the_scope(tmp_path: Path):
+    """kill -9 between writing a scope's first vector file and swapping in meta.json
+    leaves a vector file no metadata names: the scope reopens empty at cursor 0 (the
+    projector replays the journal into it), not as a corrupt index."""
+    root = tmp_path / "idx"
+    ranker = Ranker(root, HashingTestEncoder())
+    ranker.apply("s", [doc("s", "mem_1", "alpha note one")], [], 1)
+    ranker.close()
+    directory = semantic_dir(root)
+    (directory / "meta.json").unlink()  # the state a kill between the two writes leaves
+    (directory / ".vectors-2.bin.tmp").write_bytes(b"partial")
+    assert list(directory.glob("vectors-*.bin"))
+
+    reopened = Ranker(root, HashingTestEncoder())
+    assert reopened.semantic_health("s") is None
+    assert reopened.projection_cursor("s")["semantic"] == 0
+    assert not list(directory.glob("vectors-*.bin")) and not list(directory.glob(".*.tmp"))
+    reopened.apply("s", [doc("s", "mem_1", "alpha note one")], [], 1)
+    assert semantic_ids(reopened, "s", "alpha note one") == ["mem_1"]
+    reopened.close()
