@@ -12,9 +12,10 @@ journal, both indexes). Then, in the same process:
 * the raw engines alone on the same indexes and queries, asked for what the engine
   asks of them: the encoder on one query, Tantivy's search for the lexical channel's
   query at the profile's candidate depth (analysis included, no stored-field reads) and
-  hnswlib ``knn_query`` at the semantic depth (plus k=10 for reference); and the ratios
-  engine / sum of raw parts;
-* HNSW recall@10 against exact numpy brute force over all vectors, at several ``ef``;
+  the HNSW index's (usearch) ``search`` at the semantic depth and the profile's search
+  expansion (plus k=10 for reference); and the ratios engine / sum of raw parts;
+* HNSW recall@10 against exact numpy brute force over all vectors, at several ``ef``
+  (the profile's ``SemanticConfig.expansion_search`` among them);
 * RSS (current and peak during ingest) and disk per component;
 * once, the encoder-bound ingest rate (no precomputed vectors, real model) on a small
   sample of real text against the encoder alone on the same passages, and, on the first
@@ -237,6 +238,7 @@ def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size:
     config = HYBRID_PROFILE.config
     assert config.semantic is not None
     lexical_k, semantic_k = config.lexical.cap, config.semantic.cap
+    expansion = config.semantic.expansion_search
     raw = ranker.raw_engines(key, HYBRID_PROFILE)
     vectors_q = list(qvecs)
     probes: dict[str, tuple[Callable[[Any], Any], list[Any]]] = {
@@ -247,7 +249,7 @@ def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size:
         "lexical_channel": (lambda q: raw.lexical_channel(q, lexical_k), texts),
         "raw_encoder_query": (lambda q: encoder.encode([q]), texts),
         "raw_tantivy_candidates": (lambda q: raw.tantivy(q, lexical_k), texts),
-        "raw_hnsw_candidates": (lambda v: raw.knn(v, semantic_k, max(128, semantic_k)), vectors_q),
+        "raw_hnsw_candidates": (lambda v: raw.knn(v, semantic_k, max(expansion, semantic_k)), vectors_q),
         "raw_hnsw_k10_ef128": (lambda v: raw.knn(v, 10, 128), vectors_q),
     }
     torch_backend = getattr(encoder, "torch", None)  # the bulk backend, for reference
@@ -266,7 +268,7 @@ def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size:
     if aligned:
         sample = np.asarray(qvecs[: min(200, len(qvecs))])
         exact = exact_top_k(vectors, sample, 10)
-        for ef in (16, 64, 128, 256):
+        for ef in sorted({16, 64, 128, 256, 512, expansion}):
             t0 = time.perf_counter()
             labels = raw.knn(sample, 10, ef)
             per_q = (time.perf_counter() - t0) / len(sample) * 1000
@@ -642,7 +644,7 @@ def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
              f"{env['cpu_count']} CPUs, encoder {env['encoder']}, {env['queries_per_size']} queries per size. "
              "Synthetic corpus: Zipfian text, 300-topic low-rank 384-d vectors (eval/corpus_gen.py). "
              "Raw engines are asked for what the engine asks of them (candidate depths below); "
-             "'raw sum' = encoder + Tantivy + hnswlib p50, with the query encoder the engine uses (ONNX "
+             "'raw sum' = encoder + Tantivy + HNSW index (usearch) p50, with the query encoder the engine uses (ONNX "
              "Runtime); the torch columns put the torch encoder of the same weights in the raw sum instead.", "",
              "| records | ingest rec/s | hybrid p50/p95/p99 ms | lexical p50/p95/p99 ms | encoder p50 | "
              "torch encoder p50 | tantivy p50 | hnsw p50 | raw sum | hybrid / raw sum | hybrid / raw sum (torch) | "

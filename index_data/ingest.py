@@ -9,7 +9,7 @@ into submissions and keeps the encoder busy.
 Pipeline: three stages joined by bounded queues (``depth`` batches each), so batch N+1 is
 embedded while batch N is sealed, committed and indexed, and batch N+2 is being prepared
 (secret scan, digests, which records exist). The stages run in threads: the encoder
-(torch), Tantivy and hnswlib release the GIL while they work. With precomputed vectors
+(torch), Tantivy and usearch release the GIL while they work. With precomputed vectors
 the middle stage only slices them, and the pipeline runs at its own ceiling. A failure
 in any stage stops the others and is raised here; whatever committed stays committed.
 

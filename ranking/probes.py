@@ -26,7 +26,7 @@ class RawEngines:
     tantivy: Callable[[str, int], Any]
     #: ``lexical_channel(query, k)``: the whole lexical channel (ids and valid times read).
     lexical_channel: Callable[[str, int], list[LexicalHit]]
-    #: ``knn(queries, k, ef)``: hnswlib ``knn_query`` labels, one row per query row.
+    #: ``knn(queries, k, ef)``: the HNSW index's search labels (usearch), one row per query row.
     knn: Callable[[np.ndarray, int, int], np.ndarray]
     #: ``label_record(label)``: the record a passage label belongs to.
     label_record: Callable[[int], str | None]

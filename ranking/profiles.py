@@ -74,12 +74,34 @@ class LexicalConfig:
     long_query_count_power: float = 0.5
 
 
+class VectorStorage(enum.StrEnum):
+    """How the semantic index stores each vector component (usearch scalar kinds)."""
+
+    F32 = "f32"
+    F16 = "f16"
+
+
 @dataclass(frozen=True)
 class SemanticConfig:
-    """The semantic channel: MiniLM passage vectors in one HNSW index per scope."""
+    """The semantic channel: MiniLM passage vectors in one HNSW index (usearch) per scope.
+
+    ``connectivity``, ``expansion_add`` and ``storage`` shape the graph a scope's index is
+    built with: a scope whose saved index was built otherwise is rebuilt when it opens.
+    ``expansion_search`` is the least search depth (ef); a search asking for more
+    candidates searches at least that deep.
+    """
 
     # Candidates handed to fusion (nearest neighbours asked of the index).
     cap: int = 200
+    connectivity: int = 16  # M: links per node in the graph
+    expansion_add: int = 200  # ef_construction
+    expansion_search: int = 512  # ef (chosen in eval/RESULTS.md)
+    storage: VectorStorage = VectorStorage.F16
+
+    def graph(self) -> dict[str, Any]:
+        """The build parameters a saved index records (and is compared with on open)."""
+        return {"engine": "usearch", "metric": "ip", "connectivity": self.connectivity,
+                "expansion_add": self.expansion_add, "storage": self.storage.value}
 
 
 @dataclass(frozen=True)
@@ -137,10 +159,12 @@ class ProfileConfig:
         """The inverse of :meth:`as_dict` (a stored snapshot's profile read back)."""
         lexical = dict(data["lexical"])
         fusion = data.get("fusion")
+        semantic = data.get("semantic")
         return cls(
             channels=tuple(Channel(c) for c in data["channels"]),
             lexical=LexicalConfig(field_weights=FieldWeights(**lexical.pop("field_weights")), **lexical),
-            semantic=SemanticConfig(**data["semantic"]) if data.get("semantic") else None,
+            semantic=SemanticConfig(**{k: VectorStorage(v) if k == "storage" else v for k, v in semantic.items()})
+            if semantic else None,
             fusion=FusionConfig(**{**fusion, "method": FusionMethod(fusion["method"])}) if fusion else None,
             recency=RecencyBlend(**data["recency"]),
             score_decimals=int(data["score_decimals"]),
@@ -195,6 +219,6 @@ def _config_digest(config: ProfileConfig) -> str:
 LEXICAL_PROFILE = Profile(name="lexical", version="3", config=ProfileConfig(channels=(LEXICAL,)))
 HYBRID_PROFILE = Profile(
     name="lexical_and_semantic",
-    version="6",
+    version="7",
     config=ProfileConfig(channels=(LEXICAL, SEMANTIC), semantic=SemanticConfig(), fusion=FusionConfig()),
 )

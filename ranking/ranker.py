@@ -73,7 +73,7 @@ class ChannelHits(NamedTuple):
 
 
 class Ranker:
-    """Lexical (Tantivy) and semantic (hnswlib) projections under ``root``."""
+    """Lexical (Tantivy) and semantic (usearch HNSW) projections under ``root``."""
 
     def __init__(
         self,

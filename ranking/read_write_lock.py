@@ -1,8 +1,8 @@
 """A lock that many readers hold at once, or one writer alone.
 
-Why: a scope's vector index serves searches that only read (hnswlib's ``knn_query`` and
+Why: a scope's vector index serves searches that only read (usearch's ``search`` and
 numpy's products release the GIL, so they run in parallel on several cores) and applies
-that change it (``add_items`` is not safe while a query runs). A plain lock made every
+that change it (an ``add`` or ``remove`` must not run while a search walks the graph). A plain lock made every
 search of a scope wait for the one before it. A writer that is waiting holds off new
 readers, so a steady stream of searches cannot starve an apply.
 """

@@ -1,9 +1,14 @@
-"""The semantic channel: one hnswlib index per scope over passage vectors.
+"""The semantic channel: one usearch HNSW index per scope over passage vectors.
 
 Why per scope: an approximate nearest-neighbour search cannot be filtered cheaply (a
-Python ``filter=`` callable holds the GIL), and a shared graph would let one tenant's
+Python filter callback holds the GIL), and a shared graph would let one tenant's
 vectors crowd another's out of the top k. Per-scope files also make a purge a rebuild of
 one small index.
+
+Vectors are held once, in the index (float16 by default: ``SemanticConfig.storage``);
+exact similarities of lexical-only candidates, purges, rebuilds and exports read them
+back from it (``Index.get``). Why usearch and these graph parameters: measured against
+hnswlib in ``eval/RESULTS.md`` (``engram bench-ann``).
 
 Records are embedded as passages (see :mod:`ranking.documents`): up to four overlapping
 180-word windows of primary + decision + evidence + context, and a record scores by its
@@ -11,13 +16,18 @@ best passage, so text past the model's 256-token window stays searchable: a reco
 later text (decisions, evidence) would otherwise be invisible to this channel (passages
 against head-only vectors, measured: ``eval/RESULTS.md``).
 
-Files per scope (``root/<sha256(scope)[:32]>/``): ``vectors-<generation>.bin`` (hnswlib),
-``meta.json`` (scope key, generation, sha256 of the vector file, label map, valid times)
-and ``cursor.json``. A save writes a new generation, then swaps ``meta.json`` atomically,
+Files per scope (``root/<sha256(scope)[:32]>/``): ``vectors-<generation>.bin`` (a usearch
+index), ``meta.json`` (scope key, generation, sha256 of the vector file, the graph's build
+parameters, label map, valid times) and ``cursor.json``. A save writes a new generation, then swaps ``meta.json`` atomically,
 then deletes older generations, then writes ``cursor.json``, so a crash leaves the
 previous consistent state and the cursor on disk never claims more than the saved file
 holds. The checksum is verified before the native loader ever reads the file, so a
 damaged file is reported as ``index corrupt`` instead of crashing the process.
+
+Rebuild on open: a scope whose saved index was built with other graph parameters than
+the profile's (``SemanticConfig.graph``), or saved by a release that used hnswlib (its
+meta.json has no ``graph``), is rebuilt from its stored vectors and saved as a new
+generation when it opens (the engine opens every scope at warm-up, before ready).
 
 Deferred saving: a save rewrites the whole scope (vector file, checksum, label map), so
 saving on every apply made bulk loading quadratic and made each admission pay a full
@@ -35,24 +45,34 @@ the cursor of a scope with nothing unsaved writes the cursor at once.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import shutil
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Iterable, Sequence
 
-import hnswlib
 import numpy as np
 
+try:
+    # usearch's extension links its own copy of the C++ runtime: loaded before the
+    # system's, its locale facets win and onnxruntime (the query encoder) then crashes
+    # on import (measured with usearch 2.26 and onnxruntime 1.31). The system runtime
+    # loaded first, globally, keeps one copy of them for every extension.
+    ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
+except OSError:  # no system C++ runtime: nothing else can then bring a second copy
+    pass
+from usearch.index import Index  # noqa: E402 - after the C++ runtime, see above
+
+from ranking.hnswlib_file import read_hnswlib_vectors
+from ranking.profiles import HYBRID_PROFILE, SemanticConfig
 from ranking.read_write_lock import ReadWriteLock
 from ranking.storage import atomic_write, atomic_write_json, read_json
 
-HNSW_M = 16
-HNSW_EF_CONSTRUCTION = 200
-HNSW_EF_SEARCH = 128
-INITIAL_CAPACITY = 1024
+assert HYBRID_PROFILE.config.semantic is not None
+DEFAULT_GRAPH: SemanticConfig = HYBRID_PROFILE.config.semantic
 # Checkpoint defaults: at most this many applied records (about a second of embedding at
 # most, since each costs a model call, and within the engine's semantic lag bound of
 # 1000 journal events) or this many seconds of applies are lost to a crash and re-applied.
@@ -62,8 +82,8 @@ CHECKPOINT_SECONDS = 30.0
 # passed since that save, so saving costs at most about a tenth of apply time however
 # large the scope grows (bulk loading stays linear; the window grows with save cost).
 CHECKPOINT_SPACING = 9.0
-# Vectors are read back from a loaded index this many at a time: hnswlib's get_items
-# builds Python lists before its numpy array, about 12 GB at once for a million vectors.
+# Vectors are read back from an index this many at a time (``Index.get`` makes one
+# array per key), so a rebuild of a million never holds them all twice.
 LOAD_CHUNK = 16_384
 
 
@@ -84,10 +104,9 @@ class SemanticHit:
 
 @dataclass
 class _ScopeVectors:
-    """One scope's in-memory index and the maps hnswlib does not keep for us."""
+    """One scope's in-memory index and the maps the index does not keep for us."""
 
-    index: hnswlib.Index
-    vectors: np.ndarray  # row = label; a copy hnswlib's slow get_items cannot serve fast
+    index: Index  # keys are passage labels; it holds the only copy of the vectors
     generation: int = 0
     next_label: int = 0
     label_record: dict[int, str] = field(default_factory=dict)
@@ -98,7 +117,7 @@ class _ScopeVectors:
     unsaved: int = 0  # records changed since the last save
     saved_at: float = float("-inf")  # time.monotonic() of the last save; never: -inf
     save_seconds: float = 0.0  # how long the last save took
-    ef: int = HNSW_EF_SEARCH  # the index's search depth now (hnswlib keeps one per index)
+    ef: int = 0  # the index's search depth now (the index keeps one; 0: not set yet)
     # Searches share it; applies, saves, purges and depth changes hold it alone.
     lock: ReadWriteLock = field(default_factory=ReadWriteLock)
 
@@ -107,11 +126,20 @@ class _ScopeVectors:
         return len(self.label_record)
 
 
-def _new_index(dim: int, capacity: int) -> hnswlib.Index:
-    index = hnswlib.Index(space="ip", dim=dim)
-    index.init_index(max_elements=max(capacity, 16), M=HNSW_M, ef_construction=HNSW_EF_CONSTRUCTION)
-    index.set_ef(HNSW_EF_SEARCH)
-    return index
+def _new_index(dim: int, graph: SemanticConfig) -> Index:
+    return Index(ndim=dim, metric="ip", dtype=graph.storage.value, connectivity=graph.connectivity,
+                 expansion_add=graph.expansion_add, expansion_search=graph.expansion_search, multi=False)
+
+
+def _keys(labels: Sequence[int]) -> np.ndarray:
+    return np.asarray(labels, dtype=np.uint64)
+
+
+def _rows(index: Index, labels: Sequence[int]) -> np.ndarray:
+    """The stored vectors of ``labels`` (all present) as float32 rows, in order."""
+    if not len(labels):
+        return np.zeros((0, index.ndim), np.float32)
+    return np.concatenate(index.get(_keys(labels))).reshape(len(labels), index.ndim).astype(np.float32, copy=False)
 
 
 def _sha256_file(path: Path) -> str:
@@ -130,12 +158,14 @@ class SemanticIndex:
         root: Path,
         dim: int,
         *,
+        graph: SemanticConfig = DEFAULT_GRAPH,
         checkpoint_records: int = CHECKPOINT_RECORDS,
         checkpoint_seconds: float = CHECKPOINT_SECONDS,
         checkpoint_spacing: float = CHECKPOINT_SPACING,
     ) -> None:
         self._root = root
         self._dim = dim
+        self._graph = graph
         self._checkpoint_records = max(1, int(checkpoint_records))
         self._checkpoint_seconds = float(checkpoint_seconds)
         self._spacing = float(checkpoint_spacing)
@@ -177,13 +207,14 @@ class SemanticIndex:
             for record_id in {*removals, *upserted}:
                 if self._hide(state, record_id) and record_id not in upserted:
                     changed += 1
-            rows = [np.asarray(v, dtype=np.float32).reshape(-1, self._dim) for _, _, v in upserts]
+            rows = [np.atleast_2d(np.asarray(v, dtype=np.float32)) for _, _, v in upserts]
+            if rows and state.index.size == 0 and state.index.ndim != rows[0].shape[1]:
+                # An empty scope takes the dimension of the vectors it is given (bulk
+                # ingestion of precomputed vectors runs without the model).
+                state.index, state.ef = _new_index(rows[0].shape[1], self._graph), 0
+            rows = [r.reshape(-1, state.index.ndim) for r in rows]
             total = sum(len(r) for r in rows)
             if total:
-                needed = state.index.get_current_count() + total
-                if needed > state.index.get_max_elements():
-                    state.index.resize_index(max(needed, 2 * state.index.get_max_elements()))
-                    state.index.set_ef(state.ef)
                 labels: list[int] = []
                 for (record_id, valid_time, _), vectors in zip(upserts, rows):
                     own = list(range(state.next_label, state.next_label + len(vectors)))
@@ -193,13 +224,7 @@ class SemanticIndex:
                     for label in own:
                         state.label_record[label] = record_id
                     labels.extend(own)
-                matrix = np.vstack(rows)
-                state.index.add_items(matrix, np.asarray(labels, dtype=np.int64))
-                if state.next_label > len(state.vectors):
-                    grown = np.zeros((max(state.next_label, 2 * len(state.vectors)), self._dim), np.float32)
-                    grown[: len(state.vectors)] = state.vectors
-                    state.vectors = grown
-                state.vectors[labels] = matrix
+                state.index.add(_keys(labels), np.vstack(rows))
             state.cursor = max(state.cursor, through_cursor)
             state.unsaved += changed
             if state.unsaved == 0:
@@ -236,14 +261,7 @@ class SemanticIndex:
         with state.lock.write():
             for record_id in record_ids:
                 self._hide(state, record_id)
-            live = sorted(state.label_record)
-            fresh = _new_index(self._dim, max(INITIAL_CAPACITY, len(live)))
-            if live:
-                fresh.add_items(state.vectors[live], np.asarray(live, dtype=np.int64))
-            hidden = np.ones(len(state.vectors), dtype=bool)
-            hidden[live] = False
-            state.vectors[hidden] = 0.0
-            state.index, state.ef = fresh, HNSW_EF_SEARCH
+            self._rebuild(state, lambda labels: _rows(state.index, labels))
             self._save(scope_key, state)
 
     def reset(self) -> None:
@@ -258,11 +276,13 @@ class SemanticIndex:
 
     # -- search -----------------------------------------------------------------------
 
-    @staticmethod
-    def _exact(state: _ScopeVectors, query: np.ndarray) -> list[tuple[int, float]]:
+    def _exact(self, state: _ScopeVectors, query: np.ndarray) -> list[tuple[int, float]]:
         live = sorted(state.label_record)
-        scores = state.vectors[live] @ query.astype(np.float32)
-        return list(zip(live, scores.tolist()))
+        out: list[tuple[int, float]] = []
+        for start in range(0, len(live), LOAD_CHUNK):
+            chunk = live[start : start + LOAD_CHUNK]
+            out += zip(chunk, (_rows(state.index, chunk) @ query.astype(np.float32)).tolist())
+        return out
 
     def search(self, scope_key: str, query: np.ndarray, limit: int) -> list[SemanticHit]:
         """Records by best-passage inner product with ``query``, best first. Searches of
@@ -272,15 +292,15 @@ class SemanticIndex:
             k = self._depth(state, limit)
             if k is None:
                 return []
-            if max(HNSW_EF_SEARCH, k) == state.ef:
+            if max(self._graph.expansion_search, k) == state.ef:
                 return self._search_locked(state, query, k, limit)
         with state.lock.write():
             k = self._depth(state, limit)
             if k is None:
                 return []
-            if max(HNSW_EF_SEARCH, k) != state.ef:
-                state.ef = max(HNSW_EF_SEARCH, k)
-                state.index.set_ef(state.ef)
+            if max(self._graph.expansion_search, k) != state.ef:
+                state.ef = max(self._graph.expansion_search, k)
+                state.index.expansion_search = state.ef
             return self._search_locked(state, query, k, limit)
 
     @staticmethod
@@ -294,13 +314,14 @@ class SemanticIndex:
         return min(live, int(limit * per_record) + 16)
 
     def _search_locked(self, state: _ScopeVectors, query: np.ndarray, k: int, limit: int) -> list[SemanticHit]:
-        try:
-            labels, distances = state.index.knn_query(query.reshape(1, -1), k=k)
-            pairs = zip(labels[0].tolist(), (1.0 - d for d in distances[0].tolist()))
-        except RuntimeError:
+        matches = state.index.search(query.reshape(-1).astype(np.float32, copy=False), k)
+        labels = matches.keys.tolist()
+        if len(labels) < k:
             # After many deletions the graph may reach fewer than k live elements;
             # the live set is then small enough to score exactly.
-            pairs = self._exact(state, query)
+            pairs: Iterable[tuple[int, float]] = self._exact(state, query)
+        else:
+            pairs = zip(labels, (1.0 - d for d in matches.distances.tolist()))
         best: dict[str, float] = {}
         for label, similarity in pairs:
             record_id = state.label_record[label]
@@ -317,7 +338,7 @@ class SemanticIndex:
             if not known:
                 return {}
             labels = [label for r in known for label in state.record_labels[r]]
-            scores = state.vectors[labels] @ query.reshape(-1)
+            scores = _rows(state.index, labels) @ query.reshape(-1).astype(np.float32, copy=False)
             out: dict[str, float] = {}
             for label, score in zip(labels, scores.tolist()):
                 record_id = state.label_record[label]
@@ -325,14 +346,14 @@ class SemanticIndex:
             return out
 
     def raw_knn(self, scope_key: str, queries: np.ndarray, k: int, ef: int) -> np.ndarray:
-        """hnswlib alone, for benchmarks: ``knn_query`` labels of each query row at ``ef``
+        """The index alone, for benchmarks: ``search`` labels of each query row at ``ef``
         (passage labels, no aggregation per record); ``label_record`` names them."""
         state = self._scope(scope_key)
         with state.lock.write():
             state.ef = ef
-            state.index.set_ef(ef)
-            labels, _ = state.index.knn_query(np.atleast_2d(queries), k=k)
-        return labels
+            state.index.expansion_search = ef
+            matches = state.index.search(np.atleast_2d(queries).astype(np.float32, copy=False), k)
+        return np.atleast_2d(matches.keys)
 
     def passage_vectors(self, scope_key: str, record_id: str) -> np.ndarray | None:
         """The record's passage vectors as indexed (one row per passage, in passage
@@ -340,7 +361,7 @@ class SemanticIndex:
         state = self._scope(scope_key)
         with state.lock.read():
             labels = state.record_labels.get(record_id)
-            return None if labels is None else np.array(state.vectors[labels], dtype=np.float32)
+            return None if labels is None else _rows(state.index, labels)
 
     def label_record(self, scope_key: str, label: int) -> str | None:
         """The record a passage label of ``raw_knn`` belongs to (None: no such label)."""
@@ -366,22 +387,23 @@ class SemanticIndex:
             if any(directory.glob("vectors-*.bin")):
                 raise CorruptIndex("vector metadata missing")
             cursor = self._disk_cursor(scope_key)
-            return _ScopeVectors(
-                index=_new_index(self._dim, INITIAL_CAPACITY),
-                vectors=np.zeros((0, self._dim), np.float32),
-                cursor=cursor,
-                saved_cursor=cursor,
-            )
+            return _ScopeVectors(index=_new_index(self._dim, self._graph), cursor=cursor, saved_cursor=cursor)
         try:
             path = directory / f"vectors-{meta['generation']}.bin"
             if meta["scope_key"] != scope_key or _sha256_file(path) != meta["sha256"]:
                 raise CorruptIndex("vector file does not match its checksum")
-            index = hnswlib.Index(space="ip", dim=self._dim)
-            index.load_index(str(path), max_elements=int(meta["capacity"]))
-            index.set_ef(HNSW_EF_SEARCH)
+            built_with = meta.get("graph")  # None: saved by a release that used hnswlib
+            # The file's own dimension, not the encoder's: a process without the model
+            # still hides and purges records of an index built with it.
+            if built_with is None:
+                legacy = read_hnswlib_vectors(path)
+                index = None
+            else:
+                index = Index.restore(str(path))
+                if index is None:
+                    raise CorruptIndex("vector file is not a vector index")
             state = _ScopeVectors(
-                index=index,
-                vectors=np.zeros((int(meta["next_label"]), self._dim), np.float32),
+                index=index if index is not None else _new_index(legacy.dim, self._graph),
                 generation=int(meta["generation"]),
                 next_label=int(meta["next_label"]),
             )
@@ -394,14 +416,21 @@ class SemanticIndex:
             raise
         except (OSError, KeyError, TypeError, ValueError, RuntimeError) as exc:
             raise CorruptIndex(f"vector index unreadable: {type(exc).__name__}") from exc
-        present = set(index.get_ids_list())
-        if not set(state.label_record) <= present:
-            raise CorruptIndex("vector labels missing from index")
         live = sorted(state.label_record)
-        for start in range(0, len(live), LOAD_CHUNK):
-            chunk = live[start : start + LOAD_CHUNK]
-            state.vectors[chunk] = index.get_items(chunk, return_type="numpy")
+        if index is None:
+            if not set(live) <= set(legacy.rows):
+                raise CorruptIndex("vector labels missing from index")
+            stored = lambda labels: np.vstack([legacy.rows[label] for label in labels])  # noqa: E731
+        else:
+            if live and not bool(np.all(index.contains(_keys(live)))):
+                raise CorruptIndex("vector labels missing from index")
+            stored = lambda labels: _rows(index, labels)  # noqa: E731
         state.cursor = state.saved_cursor = self._disk_cursor(scope_key)
+        if built_with != self._graph.graph():
+            # Built otherwise (an older release, other profile parameters): rebuild now.
+            self._rebuild(state, stored)
+            self._save(scope_key, state)
+            return state
         try:  # when the files were saved, on the monotonic clock
             age = max(0.0, time.time() - (directory / "meta.json").stat().st_mtime)
             state.saved_at = time.monotonic() - age
@@ -409,12 +438,24 @@ class SemanticIndex:
             pass
         return state
 
+    def _rebuild(self, state: _ScopeVectors, stored: Callable[[list[int]], np.ndarray]) -> None:
+        """Replace the scope's index by a fresh one built with the configured graph from
+        the live labels' vectors (``stored`` reads them, a chunk at a time), so vectors
+        of hidden labels are gone from it (caller holds ``state.lock`` or owns ``state``)."""
+        live = sorted(state.label_record)
+        fresh = _new_index(state.index.ndim, self._graph)
+        for start in range(0, len(live), LOAD_CHUNK):
+            chunk = live[start : start + LOAD_CHUNK]
+            fresh.add(_keys(chunk), stored(chunk))
+        state.index, state.ef = fresh, 0
+
     def _hide(self, state: _ScopeVectors, record_id: str) -> bool:
         """Hide the record's passages; False when the scope did not hold it."""
         labels = state.record_labels.pop(record_id, None)
         for label in labels or ():
-            state.index.mark_deleted(label)
             del state.label_record[label]
+        if labels:
+            state.index.remove(_keys(labels))
         state.valid_time.pop(record_id, None)
         return labels is not None
 
@@ -435,12 +476,12 @@ class SemanticIndex:
         path = directory / f"vectors-{state.generation}.bin"
         # Through a private temporary file, fsync'd, so meta.json never names a vector
         # file that is not durable, and no other user can read the vectors.
-        atomic_write(path, lambda tmp: state.index.save_index(str(tmp)))
+        atomic_write(path, lambda tmp: state.index.save(str(tmp)))
         meta = {
             "scope_key": scope_key,
             "generation": state.generation,
             "sha256": _sha256_file(path),
-            "capacity": state.index.get_max_elements(),
+            "graph": self._graph.graph(),
             "next_label": state.next_label,
             "records": [
                 [record_id, labels, state.valid_time[record_id]]

@@ -54,6 +54,7 @@ PLUGINS: dict[str, tuple[str, str]] = {
     "ingest": ("index_data.cli", "Bulk-ingest corpora into memory."),
     "eval": ("eval.cli", "Relevance evaluation runs and reports."),
     "bench": ("eval.bench_cli", "Capacity and latency benchmarks."),
+    "bench-ann": ("eval.ann_cli", "HNSW engines (hnswlib, usearch) side by side on the same vectors."),
     "fusion-fit": ("eval.fusion_cli", "Fit the fusion weight on saved hits, leave one collection out."),
 }
 

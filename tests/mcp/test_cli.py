@@ -17,7 +17,7 @@ runner = CliRunner()
 def test_help_is_fast_and_imports_nothing_heavy():
     code = (
         "import sys, service.cli;"
-        "heavy = [m for m in ('torch', 'sentence_transformers', 'tantivy', 'hnswlib', 'uvicorn', 'mcp', "
+        "heavy = [m for m in ('torch', 'sentence_transformers', 'tantivy', 'usearch', 'hnswlib', 'uvicorn', 'mcp', "
         "'service.engine.engine') if m in sys.modules];"
         "assert not heavy, heavy"
     )

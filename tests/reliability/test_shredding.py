@@ -33,7 +33,9 @@ from rel_support import (
     value,
 )
 
+from ranking import HYBRID_PROFILE
 from ranking.documents import passages
+from ranking.profiles import VectorStorage
 from service.engine.records import index_document, scope_key
 
 pytestmark = pytest.mark.anyio
@@ -59,7 +61,9 @@ def scan_bytes(root: Path, needles: list[bytes]) -> list[str]:
 def vector_rows(args: dict) -> list[bytes]:
     doc = index_document(scope_key(SCOPE), "mem_x", args["payload"])
     rows = HashingTestEncoder().encode(passages(doc.semantic_text()))
-    return [np.asarray(r, dtype=np.float32).tobytes() for r in rows]
+    assert HYBRID_PROFILE.config.semantic is not None
+    stored = np.float16 if HYBRID_PROFILE.config.semantic.storage is VectorStorage.F16 else np.float32
+    return [np.asarray(r, dtype=stored).tobytes() for r in rows]  # as the vector index stores them
 
 
 def content(words: list[str]) -> dict:

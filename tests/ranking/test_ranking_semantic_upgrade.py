@@ -1,0 +1,92 @@
+"""Rebuild on open: a scope saved by the hnswlib release, or built with other graph
+parameters than the profile's, is rebuilt from its stored vectors when it opens."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+from ranking_support import HashingTestEncoder
+
+from ranking import Ranker
+from ranking.profiles import SemanticConfig, VectorStorage
+from ranking.semantic import DEFAULT_GRAPH, SemanticIndex
+
+#: A semantic root written by the release before usearch (hnswlib files, 8-dimensional
+#: vectors): r0..r3 applied, then r2 removed and r4 added and r0 replaced (labels 0 and
+#: 3 are deleted but still in the hnswlib file), cursor 5.
+LEGACY = Path(__file__).resolve().parents[1] / "fixtures" / "semantic_hnswlib"
+
+
+def legacy_vectors() -> np.ndarray:
+    rng = np.random.default_rng(20261201)
+    v = rng.normal(size=(8, 8)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def scope_dir(root: Path) -> Path:
+    (directory,) = [p for p in root.iterdir() if p.is_dir()]
+    return directory
+
+
+def test_a_scope_of_the_hnswlib_release_opens_rebuilt_without_its_deleted_vectors(tmp_path: Path):
+    root = tmp_path / "semantic"
+    shutil.copytree(LEGACY, root)
+    v = legacy_vectors()
+    index = SemanticIndex(root, 8)
+    assert index.cursor("legacy-scope") == 5
+    index.check("legacy-scope")  # opening rebuilds and saves before anything is asked
+    meta = json.loads((scope_dir(root) / "meta.json").read_text())
+    assert meta["graph"] == DEFAULT_GRAPH.graph() and meta["generation"] == 3
+    assert sorted(p.name for p in scope_dir(root).iterdir()) == ["cursor.json", "meta.json", "vectors-3.bin"]
+    expected = {"r0": v[7:8], "r1": v[1:3], "r3": v[4:5], "r4": v[5:7]}
+    for record_id, rows in expected.items():
+        assert np.allclose(index.passage_vectors("legacy-scope", record_id), rows, atol=1e-3)
+    assert index.passage_vectors("legacy-scope", "r2") is None
+    assert index.search("legacy-scope", v[4], 1)[0].record_id == "r3"
+    assert index.search("legacy-scope", v[0], 4)[0].record_id != "r0"  # r0's old vector is gone
+    stored = (scope_dir(root) / "vectors-3.bin").read_bytes()
+    assert v[4].astype(np.float16).tobytes() in stored  # float16 rows are findable ...
+    for deleted in (0, 3):  # ... and those of deleted labels are not there any more
+        assert v[deleted].astype(np.float16).tobytes() not in stored
+        assert v[deleted].tobytes() not in stored
+    reopened = SemanticIndex(root, 8)
+    reopened.check("legacy-scope")
+    assert json.loads((scope_dir(root) / "meta.json").read_text())["generation"] == 3  # no second rebuild
+
+
+def test_a_scope_built_with_other_graph_parameters_is_rebuilt_when_it_opens(tmp_path: Path):
+    root = tmp_path / "semantic"
+    rng = np.random.default_rng(5)
+    v = rng.normal(size=(40, 8)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    older = SemanticConfig(connectivity=8, expansion_add=40, storage=VectorStorage.F32)
+    assert older.graph() != DEFAULT_GRAPH.graph()
+    first = SemanticIndex(root, 8, graph=older)
+    first.apply("s", [], [(f"r{i}", i, v[i : i + 1]) for i in range(40)], 7)
+    first.close()
+    generation = json.loads((scope_dir(root) / "meta.json").read_text())["generation"]
+
+    upgraded = SemanticIndex(root, 8)
+    upgraded.check("s")
+    meta = json.loads((scope_dir(root) / "meta.json").read_text())
+    assert meta["graph"] == DEFAULT_GRAPH.graph() and meta["generation"] == generation + 1
+    state = upgraded._scope("s")  # noqa: SLF001
+    assert state.index.connectivity == DEFAULT_GRAPH.connectivity and str(state.index.dtype).lower().endswith("f16")
+    assert upgraded.cursor("s") == 7
+    for i in range(40):
+        assert np.allclose(upgraded.passage_vectors("s", f"r{i}"), v[i : i + 1], atol=1e-3)
+    assert [h.record_id for h in upgraded.search("s", v[11], 1)] == ["r11"]
+
+
+def test_warm_up_rebuilds_an_old_scope_before_the_first_search(tmp_path: Path):
+    root = tmp_path / "idx"
+    shutil.copytree(LEGACY, root / "semantic")
+    ranker = Ranker(root, HashingTestEncoder(), dim=8)
+    ranker.warm("legacy-scope")
+    meta = json.loads((scope_dir(root / "semantic") / "meta.json").read_text())
+    assert meta["graph"] == DEFAULT_GRAPH.graph()
+    assert ranker.semantic_health("legacy-scope") is None
+    ranker.close()
