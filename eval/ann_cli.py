@@ -30,6 +30,7 @@ def bench_ann(
     dtypes: Annotated[str, typer.Option("--dtypes", help="Comma-separated usearch storage types (f32, f16, i8); hnswlib stores f32.")] = "f32,f16,i8",
     ef_construction: Annotated[int, typer.Option("--ef-construction", min=8, help="Insertion expansion for every build.")] = 200,
     queries: Annotated[int, typer.Option("--queries", min=10, help="Queries per synthetic set (the real set uses every query of its files).")] = 500,
+    hnswlib: Annotated[bool, typer.Option("--hnswlib/--no-hnswlib", help="Build hnswlib indexes beside usearch's (--no-hnswlib: usearch alone, e.g. at sizes where an hnswlib build takes too long).")] = True,
     threads: Annotated[int, typer.Option("--threads", min=0, help="Build threads (0: every CPU this process may use).")] = 0,
     out: Annotated[Path, typer.Option("--out", help="Output directory (ann.json, ann.md).")] = Path("./bench-ann"),
 ) -> None:
@@ -37,5 +38,6 @@ def bench_ann(
     from .ann_compare import default_threads, markdown, run
 
     rows = run(_ints(sizes), list(real), _ints(m), _ints(ef), [d.strip() for d in dtypes.split(",") if d.strip()],
-               ef_construction, queries, out, threads or default_threads(), say=lambda s: typer.echo(s, err=True))
+               ef_construction, queries, out, threads or default_threads(), say=lambda s: typer.echo(s, err=True),
+               hnswlib=hnswlib)
     typer.echo(markdown(rows))

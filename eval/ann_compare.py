@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .bench import exact_top_k, rss_mb
+from .bench import exact_top_k, recall_at_10, rss_mb
 from .corpus_gen import CorpusSpec, SyntheticCorpus
 
 K = 10
@@ -49,7 +49,7 @@ class EngineSpec:
         return f"{self.engine} M{self.m} {self.dtype}"
 
 
-def _build(spec: EngineSpec, vectors: np.ndarray, threads: int) -> tuple[Any, Callable[[np.ndarray, int], np.ndarray],
+def build(spec: EngineSpec, vectors: np.ndarray, threads: int) -> tuple[Any, Callable[[np.ndarray, int], np.ndarray],
                                                                         Callable[[int], None], Callable[[Path], None]]:
     """The built index, ``knn(query, k) -> labels``, ``set_ef(ef)`` and ``save(path)``."""
     n, dim = vectors.shape
@@ -81,7 +81,7 @@ def _measure_one(spec: EngineSpec, vectors_path: str, queries: np.ndarray, exact
     base = rss_mb()
     vectors = np.array(np.load(vectors_path, mmap_mode="r"), dtype=np.float32)
     t = time.perf_counter()
-    index, knn, set_ef, save = _build(spec, vectors, threads)
+    index, knn, set_ef, save = build(spec, vectors, threads)
     build_s = time.perf_counter() - t
     del vectors
     gc.collect()
@@ -103,9 +103,9 @@ def _measure_one(spec: EngineSpec, vectors_path: str, queries: np.ndarray, exact
             t = time.perf_counter()
             found.append(knn(q, K))
             seconds.append(time.perf_counter() - t)
-        recall = float(np.mean([len(set(a.tolist()) & set(b.tolist())) / K for a, b in zip(found, exact)]))
+        recall = recall_at_10(np.vstack(found), exact)
         ms = np.asarray(seconds) * 1000
-        rows.append({**asdict(spec), "ef": ef, "recall@10": round(recall, 4),
+        rows.append({**asdict(spec), "ef": ef, "recall@10": recall,
                      "p50_ms": round(float(np.percentile(ms, 50)), 3), "p99_ms": round(float(np.percentile(ms, 99)), 3),
                      "build_s": round(build_s, 1), "index_mb": round(held / 2**20, 1), "rss_growth_mb": round(ram, 1), "disk_mb": round(disk / 2**20, 1)})
     return {"rows": rows}
@@ -165,9 +165,10 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def run(sizes: list[int], real: list[Path], ms: list[int], efs: list[int], dtypes: list[str], ef_construction: int,
-        queries: int, out: Path, threads: int, say: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    specs = [EngineSpec("hnswlib", m, ef_construction) for m in ms]
-    if importlib.util.find_spec("hnswlib") is None:
+        queries: int, out: Path, threads: int, say: Callable[[str], None] = print,
+        hnswlib: bool = True) -> list[dict[str, Any]]:
+    specs = [EngineSpec("hnswlib", m, ef_construction) for m in ms] if hnswlib else []
+    if specs and importlib.util.find_spec("hnswlib") is None:
         say("hnswlib is not installed (it comes with the eval extra): measuring usearch alone")
         specs = []
     specs += [EngineSpec("usearch", m, ef_construction, d) for m in ms for d in dtypes]

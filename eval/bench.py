@@ -15,7 +15,9 @@ journal, both indexes). Then, in the same process:
   the HNSW index's (usearch) ``search`` at the semantic depth and the profile's search
   expansion (plus k=10 for reference); and the ratios engine / sum of raw parts;
 * HNSW recall@10 against exact numpy brute force over all vectors, at several ``ef``
-  (the profile's ``SemanticConfig.expansion_search`` among them);
+  (the profile's ``SemanticConfig.expansion_search`` among them), and, at sizes up to
+  ``hnswlib_up_to``, the same for hnswlib (the engine before usearch) built over the
+  same vectors with the same graph parameters, with its build time and bytes;
 * RSS (current and peak during ingest) and disk per component;
 * once, the encoder-bound ingest rate (no precomputed vectors, real model) on a small
   sample of real text against the encoder alone on the same passages, and, on the first
@@ -36,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import importlib.util
 import json
 import os
 import shutil
@@ -204,7 +207,8 @@ def store_bytes_per_record(engine: Any, corpus: SyntheticCorpus, size: int, samp
     texts = [len(r.text.encode()) for _, r in zip(range(sample), corpus.records())]
     total = sum(tables.values()) / size
     text = statistics.fmean(texts) if texts else 0.0
-    return {"total": round(total), "text": round(text), "beyond_text": round(total - text),
+    # beyond = total - text of the rounded figures, so the three always add up
+    return {"total": round(total), "text": round(text), "beyond_text": round(total) - round(text),
             "tables": {name: round(b / size) for name, b in sorted(tables.items(), key=lambda kv: -kv[1])
                        if b / size >= 1}}
 
@@ -214,7 +218,8 @@ def corpus_spec(size: int, encoder: Any) -> CorpusSpec:
 
 
 def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size: int | None,
-               progress: bool, reuse: bool, say: Callable[[str], None]) -> tuple[dict[str, Any], Any]:
+               progress: bool, reuse: bool, say: Callable[[str], None],
+               hnswlib_up_to: int = 0) -> tuple[dict[str, Any], Any]:
     from service.engine.engine import Engine
 
     root = work / f"n{size}"
@@ -268,14 +273,17 @@ def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size:
     if aligned:
         sample = np.asarray(qvecs[: min(200, len(qvecs))])
         exact = exact_top_k(vectors, sample, 10)
-        for ef in sorted({16, 64, 128, 256, 512, expansion}):
+        efs = sorted({16, 64, 128, 256, 512, expansion})
+        for ef in efs:
             t0 = time.perf_counter()
             labels = raw.knn(sample, 10, ef)
             per_q = (time.perf_counter() - t0) / len(sample) * 1000
-            r = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(labels.tolist(), exact.tolist())]))
-            recall[f"ef{ef}"] = {"recall@10": round(r, 4), "ms_per_query_batched": round(per_q, 3)}
+            recall[f"ef{ef}"] = {"recall@10": recall_at_10(labels, exact), "ms_per_query_batched": round(per_q, 3)}
     out["hnsw_recall"] = recall
     out.setdefault("rss_mb", {})["after_search"] = rss_mb()
+    if aligned and size <= hnswlib_up_to and importlib.util.find_spec("hnswlib") is not None:
+        say(f"[n={size}] hnswlib over the same vectors, beside the engine's index")
+        out["hnswlib_beside"] = hnswlib_beside(vectors, sample, exact, efs, root)
     return out | {
         "depths": {"lexical": lexical_k, "semantic": semantic_k},
         "latency": {name: percentiles(values) for name, values in samples.items()},
@@ -283,6 +291,39 @@ def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size:
         "_texts": texts,
         "_root": str(root),
     }, engine
+
+
+def recall_at_10(labels: np.ndarray, exact: np.ndarray) -> float:
+    return round(float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(labels.tolist(), exact.tolist())])), 4)
+
+
+def hnswlib_beside(vectors: np.ndarray, sample: np.ndarray, exact: np.ndarray, efs: list[int],
+                   scratch: Path) -> dict[str, Any]:
+    """hnswlib (the engine before usearch) built over the same vectors with the profile's
+    graph parameters, float32: build seconds, bytes, and recall@10 and batched ms per
+    query at the same ``ef`` values as the engine's index, in the same run."""
+    from .ann_compare import EngineSpec, build, default_threads
+
+    graph = HYBRID_PROFILE.config.semantic
+    assert graph is not None
+    spec = EngineSpec("hnswlib", graph.connectivity, graph.expansion_add)
+    t = time.perf_counter()
+    index, _, set_ef, save = build(spec, np.asarray(vectors, dtype=np.float32), default_threads())
+    out: dict[str, Any] = {"m": spec.m, "ef_construction": spec.ef_construction,
+                           "build_s": round(time.perf_counter() - t, 1)}
+    path = scratch / "hnswlib-beside.bin"
+    save(path)
+    out["index_mb"] = du_mb(path)
+    out["recall"] = {}
+    path.unlink()
+    for ef in efs:
+        set_ef(ef)
+        t = time.perf_counter()
+        labels, _ = index.knn_query(sample, k=10)
+        per_q = (time.perf_counter() - t) / len(sample) * 1000
+        out["recall"][f"ef{ef}"] = {"recall@10": recall_at_10(labels, exact),
+                                    "ms_per_query_batched": round(per_q, 3)}
+    return out
 
 
 def lexical_pass(root: Path, texts: list[str]) -> dict[str, float]:
@@ -536,7 +577,7 @@ def drive_clients(url: str, header: str, tokens: list[str], texts: list[str], pe
 def run_bench(sizes: list[int], out: Path, work: Path, *, queries: int = 200, clients: int = 8,
               calls: int = 400, encoder_sample: int = 256, batch_size: int | None = None,
               progress: bool = True, encoder: Any = None, load: bool = True, reuse: bool = False,
-              say: Callable[[str], None] = print) -> dict[str, Any]:
+              hnswlib_up_to: int = 100_000, say: Callable[[str], None] = print) -> dict[str, Any]:
     from ranking import MiniLMEncoder
 
     out.mkdir(parents=True, exist_ok=True)
@@ -556,7 +597,7 @@ def run_bench(sizes: list[int], out: Path, work: Path, *, queries: int = 200, cl
         result["encoder_bound_ingest"] = encoder_bound_ingest(work, encoder, encoder_sample, say)
     for n, size in enumerate(sizes):
         entry, engine = bench_size(size, work, encoder, queries=queries, batch_size=batch_size,
-                                   progress=progress, reuse=reuse, say=say)
+                                   progress=progress, reuse=reuse, say=say, hnswlib_up_to=hnswlib_up_to)
         texts, root = entry.pop("_texts"), Path(entry.pop("_root"))
         try:
             if load and n == 0:
@@ -680,8 +721,15 @@ def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
     for e in result["sizes"]:
         rec = e["hnsw_recall"]
         if rec.get("aligned_labels"):
-            lines += ["", f"HNSW recall@10 vs exact at {e['size']:,}: " + ", ".join(
-                f"{k} {v['recall@10']}" for k, v in rec.items() if k.startswith("ef"))]
+            lines += ["", f"HNSW recall@10 vs exact at {e['size']:,} (usearch, the engine's index, "
+                          f"{e['disk_mb']['semantic_mb']:,} MiB on disk): " + ", ".join(
+                f"{k} {v['recall@10']} ({v['ms_per_query_batched']} ms)" for k, v in rec.items() if k.startswith("ef"))]
+        beside = e.get("hnswlib_beside")
+        if beside:
+            lines += ["", f"hnswlib over the same vectors at {e['size']:,} (M {beside['m']}, ef_construction "
+                          f"{beside['ef_construction']}, float32, built in {beside['build_s']} s, "
+                          f"{beside['index_mb']:,} MiB): " + ", ".join(
+                f"{k} {v['recall@10']} ({v['ms_per_query_batched']} ms)" for k, v in beside["recall"].items())]
     for e in result["sizes"]:
         per = e.get("store_bytes_per_record")
         if per:

@@ -32,6 +32,10 @@ def bench(
     keep: Annotated[bool, typer.Option("--keep/--no-keep", help="Keep the scratch data.")] = False,
     reuse: Annotated[bool, typer.Option("--reuse/--no-reuse", help="Measure again on sizes already ingested in the scratch directory (implies --keep).")] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bars while ingesting.")] = True,
+    hnswlib_up_to: Annotated[int, typer.Option(
+        "--hnswlib-up-to", min=0,
+        help="At sizes up to this, also build hnswlib (the engine before usearch) over the same vectors and report "
+        "its recall@10, ms and bytes beside the engine's index (0: never; needs the eval extra).")] = 100_000,
     database_url: Annotated[Optional[str], typer.Option(
         "--database-url", envvar="ENGRAM_DATABASE_URL",
         help="Also compare stores at the first size: ingest rate and hybrid p50/p99 on SQLite, and on this "
@@ -54,7 +58,7 @@ def bench(
         say = lambda m: console.print(m, markup=False, highlight=False)  # noqa: E731
         result = run_bench(size_list, out, scratch, queries=queries, clients=clients, calls=calls,
                            encoder_sample=encoder_sample, batch_size=batch_size, progress=progress, load=load,
-                           reuse=reuse, say=say)
+                           reuse=reuse, hnswlib_up_to=hnswlib_up_to, say=say)
         if database_url:
             import json
 

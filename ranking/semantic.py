@@ -66,7 +66,7 @@ except OSError:  # no system C++ runtime: nothing else can then bring a second c
     pass
 from usearch.index import Index  # noqa: E402 - after the C++ runtime, see above
 
-from ranking.hnswlib_file import read_hnswlib_vectors
+from ranking.hnswlib_file import HnswlibVectors
 from ranking.profiles import HYBRID_PROFILE, SemanticConfig
 from ranking.read_write_lock import ReadWriteLock
 from ranking.storage import atomic_write, atomic_write_json, read_json
@@ -396,7 +396,7 @@ class SemanticIndex:
             # The file's own dimension, not the encoder's: a process without the model
             # still hides and purges records of an index built with it.
             if built_with is None:
-                legacy = read_hnswlib_vectors(path)
+                legacy = HnswlibVectors(path)
                 index = None
             else:
                 index = Index.restore(str(path))
@@ -418,9 +418,9 @@ class SemanticIndex:
             raise CorruptIndex(f"vector index unreadable: {type(exc).__name__}") from exc
         live = sorted(state.label_record)
         if index is None:
-            if not set(live) <= set(legacy.rows):
+            if not all(label in legacy for label in live):
                 raise CorruptIndex("vector labels missing from index")
-            stored = lambda labels: np.vstack([legacy.rows[label] for label in labels])  # noqa: E731
+            stored = legacy.rows
         else:
             if live and not bool(np.all(index.contains(_keys(live)))):
                 raise CorruptIndex("vector labels missing from index")

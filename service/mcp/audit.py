@@ -81,8 +81,7 @@ class AuditLog:
         self._changed = threading.Condition(threading.Lock())
         self._open = _Group()  # collecting lines; the syncer takes it when it flushes
         self._closing = False
-        self._syncer = threading.Thread(target=self._sync_loop, name="engram-audit-sync", daemon=True)
-        self._syncer.start()
+        self._syncer: threading.Thread | None = None  # started with the first line
 
     def record(
         self,
@@ -119,6 +118,9 @@ class AuditLog:
             if self._closing:
                 raise OSError("audit log closed")
             self._file.write(data)  # unbuffered O_APPEND: one write(2) per line
+            if self._syncer is None:
+                self._syncer = threading.Thread(target=self._sync_loop, name="engram-audit-sync", daemon=True)
+                self._syncer.start()
             group = self._open
             group.lines += 1
             self._changed.notify_all()
@@ -152,6 +154,8 @@ class AuditLog:
         with self._changed:
             self._closing = True
             self._changed.notify_all()
-        self._syncer.join()
+            syncer = self._syncer
+        if syncer is not None:
+            syncer.join()
         if not self._file.closed:
             self._file.close()

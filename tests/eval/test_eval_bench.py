@@ -32,6 +32,9 @@ def test_tiny_bench_run(tmp_path: Path, encoder):
     assert entry["ingest"]["ingested"] == 400
     assert entry["hnsw_recall"]["aligned_labels"] is True
     assert entry["hnsw_recall"]["ef128"]["recall@10"] > 0.9
+    beside = entry["hnswlib_beside"]  # the engine before usearch, on the same vectors
+    assert beside["recall"]["ef128"]["recall@10"] > 0.9 and beside["index_mb"] > 0 and beside["m"] == 16
+    assert set(beside["recall"]) == {k for k in entry["hnsw_recall"] if k.startswith("ef")}
     for name in ("engine_hybrid", "engine_lexical", "raw_encoder_query", "raw_tantivy_candidates",
                  "raw_hnsw_candidates", "raw_hnsw_k10_ef128"):
         assert entry["latency"][name]["p50_ms"] > 0
@@ -46,6 +49,7 @@ def test_tiny_bench_run(tmp_path: Path, encoder):
     assert per["tables"]["journal"] > 0 and per["tables"]["records"] > 0 and per["text"] > 0
     assert per["total"] == per["text"] + per["beyond_text"] and per["total"] >= sum(per["tables"].values()) - 10
     assert "Store bytes per record at 400" in (out / "report.md").read_text()
+    assert "hnswlib over the same vectors at 400" in (out / "report.md").read_text()
     load = result["load"]
     assert "skipped" not in load, load
     assert load["bare_http_search_hybrid"]["n"] == 12  # every bare JSON-RPC search answered ok

@@ -134,21 +134,32 @@ def check_migrated_journal(store, rows: list[tuple]) -> None:
     assert store.verify_chain(SCOPE) and store.scope_cursor(SCOPE) == len(rows) + 1
 
 
+def write_step3_database(conn, steps, mark: str, applied_at_type: str) -> list[tuple]:
+    """Bring an empty database (SQLite or PostgreSQL, through ``conn.execute`` with
+    ``mark`` placeholders) to step 3 as an older release left it: its journal rows (which
+    it returns), the scope head, one key and one record. What step 4 then migrates."""
+    marks = lambda n: ",".join([mark] * n)  # noqa: E731
+    conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
+                 f" applied_at {applied_at_type} NOT NULL)")
+    for step in steps[:3]:
+        for statement in step.statements:
+            conn.execute(statement)
+        conn.execute(f"INSERT INTO schema_migrations VALUES ({marks(3)})",
+                     (step.version, step.name, "2026-01-01T00:00:00Z"))
+    rows = old_journal_rows()
+    for row in rows:
+        conn.execute(f"INSERT INTO journal VALUES ({marks(10)})", row)
+    conn.execute(f"INSERT INTO scopes VALUES ({marks(4)})", (*SCOPE, len(rows), rows[-1][7]))
+    conn.execute(f"INSERT INTO keys VALUES ({marks(3)})", ("key_one", b"wrapped bytes", "kek-1"))
+    conn.execute(f"INSERT INTO records VALUES ({marks(14)})", OLD_RECORD)
+    return rows
+
+
 def test_journal_rows_of_an_older_release_are_compacted(tmp_path: Path) -> None:
     path = tmp_path / "engram.db"
     conn = sqlite3.connect(path)
     conn.create_function("engram_idempotency_key_digest", 1, lambda key: key)
-    conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
-                 " applied_at TEXT NOT NULL)")
-    for step in SQLITE_MIGRATIONS[:3]:
-        for statement in step.statements:
-            conn.execute(statement)
-        conn.execute("INSERT INTO schema_migrations VALUES (?, ?, 'then')", (step.version, step.name))
-    rows = old_journal_rows()
-    conn.executemany("INSERT INTO journal VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
-    conn.execute("INSERT INTO scopes VALUES (?, ?, ?, ?)", (*SCOPE, len(rows), rows[-1][7]))
-    conn.execute("INSERT INTO keys VALUES ('key_one', ?, 'kek-1')", (b"wrapped bytes",))
-    conn.execute("INSERT INTO records VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", OLD_RECORD)
+    rows = write_step3_database(conn, SQLITE_MIGRATIONS, "?", "TEXT")
     conn.commit()
     conn.close()
     store = SqliteStore(path)

@@ -22,7 +22,7 @@ from engine_support import (  # noqa: E402
 
 from service.store.migrations import SchemaTooNew  # noqa: E402
 from test_migrations import (  # noqa: E402
-    OLD_RECORD, SCOPE, check_migrated_journal, check_migrated_record, old_journal_rows,
+    SCOPE, check_migrated_journal, check_migrated_record, write_step3_database,
 )
 from service.store.postgres import POSTGRES_MIGRATIONS, PostgresStore  # noqa: E402
 
@@ -192,18 +192,8 @@ def test_admin_replicas_lists_and_retires_a_replica_gone_for_good(database_url: 
 def test_journal_of_an_older_release_migrates(database_url: str) -> None:
     """A database at step 3 (JSON text bodies, digests as text, stored links) migrates to
     the compact journal: old events read back unchanged, chains verify, new ones chain on."""
-    rows = old_journal_rows()
     with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
-                     " applied_at TIMESTAMPTZ NOT NULL)")
-        for step in POSTGRES_MIGRATIONS[:3]:
-            for statement in step.statements:
-                conn.execute(statement)
-            conn.execute("INSERT INTO schema_migrations VALUES (%s, %s, now())", (step.version, step.name))
-        with conn.cursor() as cur:
-            cur.executemany("INSERT INTO journal VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)", rows)
-        conn.execute("INSERT INTO scopes VALUES (%s, %s, %s, %s)", (*SCOPE, len(rows), rows[-1][7]))
-        conn.execute("INSERT INTO records VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)", OLD_RECORD)
+        rows = write_step3_database(conn, POSTGRES_MIGRATIONS, "%s", "TIMESTAMPTZ")
     store = PostgresStore(database_url)
     try:
         assert store.schema_version() == len(POSTGRES_MIGRATIONS)
