@@ -273,7 +273,7 @@ def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size:
     if aligned:
         sample = np.asarray(qvecs[: min(200, len(qvecs))])
         exact = exact_top_k(vectors, sample, 10)
-        efs = sorted({16, 64, 128, 256, 512, expansion})
+        efs = sorted({16, 64, 128, 256, 512, 1024, expansion})
         for ef in efs:
             t0 = time.perf_counter()
             labels = raw.knn(sample, 10, ef)

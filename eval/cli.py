@@ -33,6 +33,10 @@ def eval_command(
         help="Ingest conversation turns with up to N neighbouring turns as context (own scope); 0 = off.")] = 0,
     vectors: Annotated[Optional[Path], typer.Option(
         "--vectors", help="Precomputed passage vectors (.npz, as engram ingest --vectors) for the ingested texts.")] = None,
+    save_hits: Annotated[bool, typer.Option(
+        "--save-hits",
+        help="Also write hits.json.gz: each judged query's lexical and semantic hits as fusion "
+             "receives them (the input of engram fusion-fit).")] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
 ) -> None:
     """Ingest DATASET (or reuse it), run every judged query, write report.json/.md, full TREC
@@ -61,7 +65,7 @@ def eval_command(
         typer.echo(f"engram eval: {dataset} has no qrels/{split}.tsv", err=True)
         raise typer.Exit(2)
     report, details = run_relevance(dataset, data_dir / dataset.name, channels=chosen, progress=progress,
-                                    split=split, context_turns=context_turns, vectors=vectors,
+                                    split=split, context_turns=context_turns, vectors=vectors, save_hits=save_hits,
                                     log=lambda m: console.print(m, markup=False, highlight=False))
     write_outputs(out, report, details)
     console.print(markdown(report), markup=False, highlight=False)

@@ -43,12 +43,14 @@ from index_data.ingest import ingest_corpus
 from index_data.readers import VectorSource, read_beir, with_context
 from index_data.records import DEFAULT_PURPOSE, RefusedRecord, record_id_for
 from ranking import HYBRID_PROFILE, Profile
+from ranking.ranker import ChannelHits
 from ranking.profiles import FieldWeights, FusionConfig, FusionMethod, SemanticConfig
 from service.engine import CallContext
 from service.engine.clock import now_ms
 from service.engine.records import scope_key
 
 from .metrics import METRICS, NDCG10, evaluate, load_qrels, mean_metrics, paired_randomization
+from .report import label
 
 CHANNELS = ("lexical", "semantic", "hybrid")
 DEPTH = 100
@@ -151,6 +153,7 @@ def run_relevance(
     split: str = "test",
     context_turns: int = 0,
     vectors: Path | None = None,
+    save_hits: bool = False,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Ingest (or reuse) the collection, run every judged query; (report, per_query).
 
@@ -158,6 +161,9 @@ def run_relevance(
     that many neighbouring conversation turns as context (:func:`with_context`), into a
     scope of its own. ``vectors``: passage vectors aligned with the ingested texts
     (``.npz``, as ``engram ingest --vectors`` reads), so the corpus is not embedded again.
+    ``save_hits``: also keep each judged query's channel hits as the hybrid profile's
+    fusion receives them (``details["hits"]``, written as hits.json.gz), the input of
+    ``engram fusion-fit``.
     """
     from service.engine.engine import Engine
 
@@ -182,6 +188,7 @@ def run_relevance(
     timings: dict[str, Any] = {}
     runs: dict[str, dict[str, list[str]]] = {}
     receipts: dict[str, Any] = {}
+    hits: dict[str, Any] = {}
 
     needs_model = any(c in ("semantic", "hybrid") for c in channels)
     t0 = time.perf_counter()
@@ -215,6 +222,8 @@ def run_relevance(
                                                           "channels": ["semantic"]})
                         samples.append(time.perf_counter() - t)
                         run[qid] = [rid_to_doc.get(r, r) for r in ids]
+                        if save_hits and channel == "hybrid":
+                            hits[qid] = _hits_json(engine.ranker.channel_hits(key, text, HYBRID_PROFILE), rid_to_doc)
                         if bar:
                             bar.advance(task)
                     runs[channel] = run
@@ -273,4 +282,19 @@ def run_relevance(
         "runs": runs,
         "environment": {"cpu_count": os.cpu_count()},
     }
+    if save_hits:
+        details["hits"] = {"collection": label(report_json), "qrels": {q: qrels[q] for q in judged}, "queries": hits}
     return report_json, details
+
+
+def _hits_json(hits: ChannelHits, rid_to_doc: dict[str, str]) -> dict[str, Any]:
+    """One query's channel lists with collection document ids: [id, score, valid_time_ms]."""
+
+    def doc(record_id: str) -> str:
+        return rid_to_doc.get(record_id, record_id)
+
+    return {
+        "lexical": [[doc(h.record_id), h.score, h.valid_time_ms] for h in hits.lexical],
+        "semantic": [[doc(h.record_id), h.similarity, h.valid_time_ms] for h in hits.semantic or ()],
+        "similarity": {doc(r): v for r, v in hits.similarity.items()},
+    }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -108,7 +109,11 @@ def write_outputs(out: Path, report: dict[str, Any], details: dict[str, Any]) ->
     for channel, run in details.get("runs", {}).items():
         (out / f"run.{channel}.trec").write_text(trec_run(run, f"engram-{channel}"))
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    kept = {k: v for k, v in details.items() if k != "runs"}  # the runs are in run.<channel>.trec
+    if "hits" in details:  # channel hits for engram fusion-fit
+        with gzip.open(out / "hits.json.gz", "wt", encoding="utf-8") as handle:
+            json.dump(details["hits"], handle)
+    # the runs are in run.<channel>.trec, the hits in hits.json.gz
+    kept = {k: v for k, v in details.items() if k not in ("runs", "hits")}
     (out / "per_query.json").write_text(json.dumps(kept, indent=1) + "\n")
     plots = _plots(out, report, details)
     (out / "report.md").write_text(markdown(report, details, plots))

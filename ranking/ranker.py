@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -62,6 +62,14 @@ class RankedList:
     channels: tuple[str, ...]
     candidates: list[Contribution]
     candidate_ids: list[str]
+
+
+class ChannelHits(NamedTuple):
+    """One query's channel lists as fusion receives them (``semantic`` None: lexical-only)."""
+
+    lexical: list[LexicalHit]
+    semantic: list[SemanticHit] | None
+    similarity: dict[str, float]
 
 
 class Ranker:
@@ -247,6 +255,20 @@ class Ranker:
             candidates=candidates,
             candidate_ids=sorted(c.record_id for c in candidates),
         )
+
+    def channel_hits(
+        self, scope_key: str, query: str, profile: Profile, *, candidate_cap: int = 1000
+    ) -> ChannelHits:
+        """What ``search`` hands to fusion for ``profile``, before fusing: the lexical hits,
+        the semantic hits and the exact cosines of lexical-only hits (fitting fusion
+        offline). Raises :class:`SemanticUnavailable` when the profile needs a semantic
+        channel that cannot serve."""
+        config = profile.config
+        lexical = self._lexical.search(scope_key, query, config.lexical, min(candidate_cap, config.lexical.cap))
+        if config.semantic is None:
+            return ChannelHits(lexical, None, {})
+        semantic, similarity = self._semantic_candidates(scope_key, query, lexical, config.semantic, candidate_cap)
+        return ChannelHits(lexical, semantic, similarity)
 
     def passage_vectors(self, scope_key: str, record_ids: Sequence[str]) -> list[np.ndarray | None]:
         """Each record's indexed passage vectors (None where the semantic channel does not
