@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -59,6 +60,9 @@ class KeyRing:
         if not self._kek_files():
             self._write_kek(self._next_id(), AESGCM.generate_key(bit_length=256))
         self._keks = {path.stem: path.read_bytes() for path in self._kek_files()}
+        # Wraps (each syncing with the directory), a rotation's retire and unwraps adopting a
+        # KEK change the map from different threads: changes and walks over it hold this.
+        self._keks_lock = threading.Lock()
 
     def _kek_files(self) -> list[Path]:
         return sorted(self.key_dir.glob("kek-*.key"))
@@ -81,18 +85,20 @@ class KeyRing:
 
     @property
     def active_id(self) -> str:
-        return max(self._keks)
+        with self._keks_lock:
+            return max(self._keks)
 
     def _sync(self) -> None:
         """Follow the key directory that other processes share (replicas of one
         database): adopt a KEK another replica's rotation wrote, so nothing is wrapped
         under a KEK already replaced, and forget one it retired (no key needs it)."""
         on_disk = {path.stem: path for path in self._kek_files()}
-        for kek_id, path in on_disk.items():
-            if kek_id not in self._keks:
-                self._keks[kek_id] = path.read_bytes()
-        for kek_id in [k for k in self._keks if k not in on_disk]:
-            self._keks.pop(kek_id, None)  # a rotation's retire may be forgetting it too
+        with self._keks_lock:
+            for kek_id, path in on_disk.items():
+                if kek_id not in self._keks:
+                    self._keks[kek_id] = path.read_bytes()
+            for kek_id in [k for k in self._keks if k not in on_disk]:
+                del self._keks[kek_id]
 
     def wrap(self, data_key: bytes, key_id: str) -> tuple[bytes, str]:
         self._sync()
@@ -109,7 +115,9 @@ class KeyRing:
             path = self.key_dir / f"{kek_id}.key"
             if not path.is_file():
                 raise SealBroken()
-            kek = self._keks[kek_id] = path.read_bytes()
+            kek = path.read_bytes()
+            with self._keks_lock:
+                self._keks[kek_id] = kek
         try:
             return AESGCM(kek).decrypt(wrapped[:NONCE_BYTES], wrapped[NONCE_BYTES:], key_id.encode())
         except Exception as exc:  # InvalidTag and malformed input alike
@@ -123,7 +131,8 @@ class KeyRing:
         new_id = self._next_id()
         material = AESGCM.generate_key(bit_length=256)
         self._write_kek(new_id, material)
-        self._keks[new_id] = material
+        with self._keks_lock:
+            self._keks[new_id] = material
         self.finish_rotation(store)
         return new_id
 
@@ -166,9 +175,10 @@ class KeyRing:
         # uncommitted: what is read now is final.
         with store.transaction():
             needed = {kek_id for _, _, kek_id in store.all_wrapped_keys()} | {active}
-            for old in [k for k in self._keks if k not in needed]:
-                (self.key_dir / f"{old}.key").unlink(missing_ok=True)
-                self._keks.pop(old, None)  # a concurrent wrap's _sync may have forgotten it already
+            with self._keks_lock:
+                for old in [k for k in self._keks if k not in needed]:
+                    (self.key_dir / f"{old}.key").unlink(missing_ok=True)
+                    del self._keks[old]
             _fsync_dir(self.key_dir)
         return rewrapped
 
