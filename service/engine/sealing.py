@@ -92,8 +92,8 @@ class KeyRing:
         """Follow the key directory that other processes share (replicas of one
         database): adopt a KEK another replica's rotation wrote, so nothing is wrapped
         under a KEK already replaced, and forget one it retired (no key needs it)."""
-        on_disk = {path.stem: path for path in self._kek_files()}
-        with self._keks_lock:
+        with self._keks_lock:  # list the directory inside: a rotation writes, then adds
+            on_disk = {path.stem: path for path in self._kek_files()}
             for kek_id, path in on_disk.items():
                 if kek_id not in self._keks:
                     self._keks[kek_id] = path.read_bytes()
