@@ -18,7 +18,11 @@ journal, both indexes). Then, in the same process:
   (the profile's ``SemanticConfig.expansion_search`` among them), and, at sizes up to
   ``hnswlib_up_to``, the same for hnswlib (the engine before usearch) built over the
   same vectors with the same graph parameters, with its build time and bytes;
-* RSS (current and peak during ingest) and disk per component;
+* the bench process's own RSS (current and peak during ingest: it also holds the model,
+  earlier sizes' leftovers and the precomputed-vector file's pages) and disk per
+  component; then the service's own memory: ``engram serve`` started alone on the
+  size's directory, resident memory after ``/readyz`` and after a fixed number of
+  searches, and its peak (:mod:`eval.service_memory`);
 * once, the encoder-bound ingest rate (no precomputed vectors, real model) on a small
   sample of real text against the encoder alone on the same passages, and, on the first
   size, MCP over HTTP on loopback against ``service.mcp.app.create_app``: one client's
@@ -62,6 +66,7 @@ from service.engine import CallContext
 from service.engine.records import scope_key
 
 from .corpus_gen import CorpusSpec, SyntheticCorpus
+from .service_memory import measure_service
 
 BENCH_SCOPE = ("bench", "synthetic")
 PURPOSE = DEFAULT_PURPOSE
@@ -408,7 +413,8 @@ def _capture_args(i: int, client: int) -> dict[str, Any]:
 
 def load_run(engine: Any, data_dir: Path, texts: list[str], *, clients: int, calls: int,
              say: Callable[[str], None]) -> dict[str, Any]:
-    """MCP over HTTP against ``engine``: one client's sequential searches, then ``clients``
+    """MCP over HTTP against ``engine`` (its tenant enabled by the caller): one client's
+    sequential searches, then ``clients``
     concurrent clients for about ``calls`` steps in all.
 
     The server runs here (uvicorn in a thread, the engine already open); the clients run
@@ -429,7 +435,6 @@ def load_run(engine: Any, data_dir: Path, texts: list[str], *, clients: int, cal
     from multiprocessing import get_context
 
     secret = os.urandom(32)
-    engine.set_tenant_enabled(BENCH_SCOPE[0], True)
     app = create_app(engine, Settings(data_dir=data_dir, rate=0), host_secret=secret)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -577,7 +582,8 @@ def drive_clients(url: str, header: str, tokens: list[str], texts: list[str], pe
 def run_bench(sizes: list[int], out: Path, work: Path, *, queries: int = 200, clients: int = 8,
               calls: int = 400, encoder_sample: int = 256, batch_size: int | None = None,
               progress: bool = True, encoder: Any = None, load: bool = True, reuse: bool = False,
-              hnswlib_up_to: int = 100_000, say: Callable[[str], None] = print) -> dict[str, Any]:
+              hnswlib_up_to: int = 100_000, service_searches: int = 100,
+              say: Callable[[str], None] = print) -> dict[str, Any]:
     from ranking import MiniLMEncoder
 
     out.mkdir(parents=True, exist_ok=True)
@@ -600,11 +606,17 @@ def run_bench(sizes: list[int], out: Path, work: Path, *, queries: int = 200, cl
                                    progress=progress, reuse=reuse, say=say, hnswlib_up_to=hnswlib_up_to)
         texts, root = entry.pop("_texts"), Path(entry.pop("_root"))
         try:
+            engine.set_tenant_enabled(BENCH_SCOPE[0], True)  # for the MCP runs and the lone server
             if load and n == 0:
                 result["load"] = load_run(engine, root / "data", texts, clients=clients, calls=calls, say=say)
         finally:
             engine.close()
         entry["latency"]["engine_lexical"] = lexical_pass(root, texts)
+        if service_searches:
+            say(f"[n={size}] the service alone: engram serve on this directory, {service_searches} searches")
+            entry["service_memory"] = measure_service(
+                root / "data", BENCH_SCOPE, PURPOSE, texts, model=isinstance(encoder, MiniLMEncoder),
+                model_cache=work / "models", searches=service_searches, say=say)
         lat = entry["latency"]
         entry["ratios_p50"] = raw_ratios(lat, result.get("load") if n == 0 else None)
         entry["rss_mb"]["end"] = rss_mb()
@@ -666,7 +678,12 @@ def write_plots(result: dict[str, Any], out: Path) -> list[str]:
     ax1.legend(fontsize=6)
     for part in ("store_mb", "lexical_mb", "semantic_mb", "total_mb"):
         ax2.plot(sizes, [e["disk_mb"][part] for e in result["sizes"]], "-o", label=part)
-    ax2.plot(sizes, [e["rss_mb"]["peak_during_ingest"] for e in result["sizes"]], "--", label="peak RSS (ingest)")
+    ax2.plot(sizes, [e["rss_mb"]["peak_during_ingest"] for e in result["sizes"]], "--",
+             label="bench-process peak RSS (ingest)")
+    served = [(e["size"], e["service_memory"]["peak_mb"]) for e in result["sizes"]
+              if "peak_mb" in e.get("service_memory", {})]
+    if served:
+        ax2.plot(*zip(*served), "-s", label="service peak RSS (engram serve alone)")
     ax2.set_xscale("log")
     ax2.set_yscale("log")
     ax2.set_xlabel("records")
@@ -689,7 +706,7 @@ def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
              "Runtime); the torch columns put the torch encoder of the same weights in the raw sum instead.", "",
              "| records | ingest rec/s | hybrid p50/p95/p99 ms | lexical p50/p95/p99 ms | encoder p50 | "
              "torch encoder p50 | tantivy p50 | hnsw p50 | raw sum | hybrid / raw sum | hybrid / raw sum (torch) | "
-             "HNSW R@10 (ef128) | disk MiB | peak RSS MiB |",
+             "HNSW R@10 (ef128) | disk MiB | bench-process peak RSS MiB |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in result["sizes"]:
         lat = e["latency"]
@@ -710,6 +727,7 @@ def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
     if result["sizes"]:
         depths = result["sizes"][0]["depths"]
         lines += ["", f"Candidate depths: lexical {depths['lexical']}, semantic {depths['semantic']}."]
+    lines += service_memory_markdown(result["sizes"])
     enc = result.get("encoder_bound_ingest")
     if enc:
         lines += ["", f"Encoder-bound ingest (real model embeds every record): {enc['records_per_s']} records/s on "
@@ -750,3 +768,29 @@ def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
     for plot in plots:
         lines += ["", f"![{plot}]({plot})"]
     return "\n".join(lines) + "\n"
+
+
+def service_memory_markdown(sizes: list[dict[str, Any]]) -> list[str]:
+    """The service-alone memory rows (``engram serve`` on each size's directory)."""
+    rows = [e for e in sizes if e.get("service_memory")]
+    if not rows:
+        return []
+    lines = ["", "The service alone (`engram serve` on the size's directory, nothing else in the process; "
+                 "the bench-process column above also holds the model twice, earlier sizes and the vector file): "
+                 "resident MiB (anonymous + file-backed) after /readyz and after the searches, and its peak.", "",
+             "| records | ready s | RSS after ready | RSS after searches | peak RSS | searches answered |",
+             "|---|---|---|---|---|---|"]
+    for e in rows:
+        mem = e["service_memory"]
+        if "skipped" in mem:
+            lines.append(f"| {e['size']:,} | skipped: {mem['skipped'][:120]} | | | | |")
+            continue
+
+        def rss(at: dict[str, float]) -> str:
+            return f"{at['rss_mb']:,.0f} ({at['anon_mb']:,.0f} + {at['file_mb']:,.0f})"
+
+        searches = mem["searches"]
+        lines.append(f"| {e['size']:,} | {mem['ready_s']} | {rss(mem['after_ready'])} | {rss(mem['after_searches'])} | "
+                     f"{mem['peak_mb']:,.0f} | {searches['answered']} / {searches['asked']} "
+                     f"({mem['searches_profile']}) |")
+    return lines

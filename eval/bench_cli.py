@@ -36,6 +36,10 @@ def bench(
         "--hnswlib-up-to", min=0,
         help="At sizes up to this, also build hnswlib (the engine before usearch) over the same vectors and report "
         "its recall@10, ms and bytes beside the engine's index (0: never; needs the eval extra).")] = 100_000,
+    service_searches: Annotated[int, typer.Option(
+        "--service-searches", min=0,
+        help="After each size, start `engram serve` alone on its directory and report that process's resident "
+        "memory after ready, after this many searches, and its peak (0: skip).")] = 100,
     database_url: Annotated[Optional[str], typer.Option(
         "--database-url", envvar="ENGRAM_DATABASE_URL",
         help="Also compare stores at the first size: ingest rate and hybrid p50/p99 on SQLite, and on this "
@@ -58,7 +62,8 @@ def bench(
         say = lambda m: console.print(m, markup=False, highlight=False)  # noqa: E731
         result = run_bench(size_list, out, scratch, queries=queries, clients=clients, calls=calls,
                            encoder_sample=encoder_sample, batch_size=batch_size, progress=progress, load=load,
-                           reuse=reuse, hnswlib_up_to=hnswlib_up_to, say=say)
+                           reuse=reuse, hnswlib_up_to=hnswlib_up_to, service_searches=service_searches,
+                           say=say)
         if database_url:
             import json
 

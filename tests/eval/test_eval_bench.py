@@ -27,7 +27,7 @@ def test_percentiles():
 def test_tiny_bench_run(tmp_path: Path, encoder):
     out = tmp_path / "out"
     result = run_bench([400], out, tmp_path / "work", queries=12, clients=2, calls=12, encoder_sample=8,
-                       progress=False, encoder=encoder, say=lambda _m: None)
+                       progress=False, encoder=encoder, service_searches=12, say=lambda _m: None)
     entry = result["sizes"][0]
     assert entry["ingest"]["ingested"] == 400
     assert entry["hnsw_recall"]["aligned_labels"] is True
@@ -54,10 +54,16 @@ def test_tiny_bench_run(tmp_path: Path, encoder):
     assert "skipped" not in load, load
     assert load["bare_http_search_hybrid"]["n"] == 12  # every bare JSON-RPC search answered ok
     assert load["admitted_not_readable"] == 0 and load["calls_completed"] > 0 and not load["errors"]
+    served = entry["service_memory"]  # `engram serve` alone on the directory (no model: lexical searches)
+    assert "skipped" not in served, served
+    assert served["searches"] == {"asked": 12, "answered": 12, "failed": 0}
+    for at in (served["after_ready"], served["after_searches"]):
+        assert 0 < at["anon_mb"] <= at["rss_mb"] <= served["peak_mb"] and at["file_mb"] > 0
+    assert "The service alone" in (out / "report.md").read_text()
     assert json.loads((out / "bench.json").read_text())["sizes"][0]["size"] == 400
     assert (out / "report.md").exists() and (out / "cost_growth.png").stat().st_size > 0
 
     again = run_bench([400], tmp_path / "again", tmp_path / "work", queries=12, encoder_sample=0, load=False,
-                      reuse=True, progress=False, encoder=encoder, say=lambda _m: None)["sizes"][0]
+                      reuse=True, service_searches=0, progress=False, encoder=encoder, say=lambda _m: None)["sizes"][0]
     assert again["reused_ingest"] is True and again["ingest"] == entry["ingest"]
     assert again["hnsw_recall"]["aligned_labels"] is True

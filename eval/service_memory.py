@@ -1,0 +1,143 @@
+"""The service's own resident memory: `engram serve` started alone on an ingested directory.
+
+Why a separate process: the bench process's RSS also holds the model twice (torch and
+ONNX), what earlier sizes left behind, the pages of the precomputed-vector file it
+ingested from and the exact-search matrices; none of that is what a deployment pays.
+Here the real server (``python -m service.cli serve``, the command line a deployment
+runs, so the engine opens exactly as it does there) is started on the size's data
+directory, asked ``/readyz`` until it answers 200, then asked a fixed number of searches
+as plain JSON-RPC POSTs to ``/mcp``, and its ``/proc/<pid>/status`` is read: resident
+memory after ready and after the searches, split into anonymous and file-backed pages
+(memory-mapped index files count as file-backed), and the peak (``VmHWM``) over its life.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+#: Fields of /proc/<pid>/status reported, in MiB.
+STATUS_FIELDS = {"VmRSS": "rss_mb", "RssAnon": "anon_mb", "RssFile": "file_mb", "VmHWM": "peak_mb"}
+PROTOCOL = "2026-07-28"
+
+
+def process_memory(pid: int) -> dict[str, float]:
+    """Resident, anonymous, file-backed and peak resident MiB of process ``pid``."""
+    out: dict[str, float] = {}
+    with open(f"/proc/{pid}/status") as handle:
+        for line in handle:
+            name, _, value = line.partition(":")
+            if name in STATUS_FIELDS:
+                out[STATUS_FIELDS[name]] = round(int(value.split()[0]) / 1024, 1)
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _seed_model_cache(model_cache: Path | None, data_dir: Path) -> None:
+    """Give the server the query encoder's export the bench already made (the service
+    keeps it in ``<data_dir>/models``), so its first start does not export the model
+    (a torch job whose peak a served directory never pays again)."""
+    if model_cache is None or not model_cache.is_dir():
+        return
+    target = data_dir / "models"
+    target.mkdir(parents=True, exist_ok=True)
+    for source in model_cache.glob("*.onnx"):
+        if not (target / source.name).exists():
+            shutil.copyfile(source, target / source.name)
+
+
+def measure_service(data_dir: Path, scope: tuple[str, str], purpose: str, texts: list[str], *,
+                    model: bool, model_cache: Path | None = None, searches: int = 100,
+                    ready_timeout_s: float = 3600.0, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Start `engram serve` on ``data_dir`` (its tenant enabled, no other process
+    holding it), wait for ready, run ``searches`` searches of ``scope`` (hybrid with the
+    model, lexical without it), and report the server process's memory."""
+    import httpx2
+
+    from models.tools import SEARCH
+    from service.mcp.host_context import HEADER, mint_token
+
+    if model:
+        _seed_model_cache(model_cache, data_dir)
+    secret = secrets.token_hex(32)
+    port = _free_port()
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "ENGRAM_HOST_SECRET": secret,
+           "PYTHONPATH": os.pathsep.join([str(root), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    command = [sys.executable, "-m", "service.cli", "serve", "-d", str(data_dir), "--port", str(port),
+               "--rate", "0", "--log-level", "warning", "--model" if model else "--no-model"]
+    minimum = "lexical_and_semantic" if model else "lexical"
+    base = f"http://127.0.0.1:{port}"
+    log = data_dir.parent / "service-memory.log"
+    started = time.perf_counter()
+    with open(log, "wb") as stderr:
+        proc = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    out: dict[str, Any] = {"command": "engram " + " ".join(command[3:]), "searches_profile": minimum}
+    try:
+        with httpx2.Client(timeout=httpx2.Timeout(120.0)) as http:
+            deadline = time.monotonic() + ready_timeout_s
+            while True:
+                if proc.poll() is not None:
+                    return {**out, "skipped": f"server exited with {proc.returncode}: "
+                                              + log.read_text(errors="replace")[-500:]}
+                try:
+                    if http.get(base + "/readyz").status_code == 200:
+                        break
+                except httpx2.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    return {**out, "skipped": f"not ready after {ready_timeout_s:.0f} s"}
+                time.sleep(0.2)
+            out["ready_s"] = round(time.perf_counter() - started, 1)
+            out["after_ready"] = process_memory(proc.pid)
+            say(f"service ready in {out['ready_s']} s: {out['after_ready']}")
+            token = mint_token({"tenant": scope[0], "workspace": scope[1], "principal": "bench:memory",
+                                "agent_id": "engram-bench", "session": "s-memory", "purpose": purpose,
+                                "tools": [SEARCH], "confirm": []}, secret.encode(), ttl_s=24 * 3600)
+            headers = {HEADER: token, "Accept": "application/json, text/event-stream",
+                       "Content-Type": "application/json", "MCP-Protocol-Version": PROTOCOL,
+                       "Mcp-Method": "tools/call", "Mcp-Name": SEARCH}
+            meta = _request_meta()
+            answered = failed = 0
+            for n in range(searches):
+                args = {"query": texts[n % len(texts)], "purpose_ref": purpose, "limit": 10,
+                        "capability_policy": {"minimum_channels": minimum, "network": "forbid"}}
+                body = {"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                        "params": {"name": SEARCH, "_meta": meta, "arguments": args}}
+                response = http.post(base + "/mcp", content=json.dumps(body), headers=headers)
+                if response.status_code == 200 and '"ok":true' in response.text:
+                    answered += 1
+                else:
+                    failed += 1
+            out["searches"] = {"asked": searches, "answered": answered, "failed": failed}
+            out["after_searches"] = process_memory(proc.pid)
+            out["peak_mb"] = out["after_searches"]["peak_mb"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return out
+
+
+def _request_meta() -> dict[str, Any]:
+    import mcp_types
+
+    return {mcp_types.PROTOCOL_VERSION_META_KEY: PROTOCOL, mcp_types.CLIENT_CAPABILITIES_META_KEY: {},
+            mcp_types.CLIENT_INFO_META_KEY: {"name": "engram-bench", "version": "1"}}
