@@ -277,6 +277,34 @@ def test_read_write_lock_lets_readers_share_and_writers_wait():
     assert sorted(order[:2]) == ["r0", "r1"] and order[2] == "writer"  # the writer waited for both
 
 
+def test_read_write_lock_timed_read_gives_up_while_a_writer_holds_it():
+    import threading
+
+    from ranking.read_write_lock import ReadWriteLock
+
+    lock = ReadWriteLock()
+    with lock.read(timeout=0) as held:
+        assert held  # free: taken at once
+    writing, release = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        with lock.write():
+            writing.set()
+            release.wait(timeout=30)
+
+    w = threading.Thread(target=writer)
+    w.start()
+    assert writing.wait(timeout=30)
+    with lock.read(timeout=0.05) as held:
+        assert not held  # the writer holds it: gave up, not held...
+    release.set()
+    w.join(timeout=30)
+    with lock.read(timeout=0.05) as held:
+        assert held
+    with lock.write():  # ...and a refused reader left no count behind
+        pass
+
+
 def test_concurrent_searches_of_one_scope_agree_with_a_lone_search(tmp_path: Path):
     from concurrent.futures import ThreadPoolExecutor
 
