@@ -15,7 +15,7 @@ journal, both indexes). Then, in the same process:
   the HNSW index's (usearch) ``search`` at the semantic depth and the profile's search
   expansion (plus k=10 for reference); and the ratios engine / sum of raw parts;
 * HNSW recall@10 against exact numpy brute force over all vectors, at several ``ef``
-  (the profile's ``SemanticConfig.expansion_search`` among them, up to four times it), and, at sizes up to
+  (16 to 4096, and the ef the profile gives an index of that size), and, at sizes up to
   ``hnswlib_up_to``, the same for hnswlib (the engine before usearch) built over the
   same vectors with the same graph parameters, with its build time and bytes;
 * the bench process's own RSS (current and peak during ingest: it also holds the model,
@@ -248,7 +248,7 @@ def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size:
     config = HYBRID_PROFILE.config
     assert config.semantic is not None
     lexical_k, semantic_k = config.lexical.cap, config.semantic.cap
-    expansion = config.semantic.expansion_search
+    expansion = config.semantic.expansion_for(len(vectors))  # one passage per record
     raw = ranker.raw_engines(key, HYBRID_PROFILE)
     vectors_q = list(qvecs)
     probes: dict[str, tuple[Callable[[Any], Any], list[Any]]] = {
@@ -278,7 +278,7 @@ def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size:
     if aligned:
         sample = np.asarray(qvecs[: min(200, len(qvecs))])
         exact = exact_top_k(vectors, sample, 10)
-        efs = sorted({16, 64, 128, 256, 512, 1024, expansion, 2 * expansion, 4 * expansion})
+        efs = sorted({16, 64, 128, 256, 512, 1024, 2048, 4096, expansion})
         for ef in efs:
             t0 = time.perf_counter()
             labels = raw.knn(sample, 10, ef)

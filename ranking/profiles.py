@@ -87,16 +87,26 @@ class SemanticConfig:
 
     ``connectivity``, ``expansion_add`` and ``storage`` shape the graph a scope's index is
     built with: a scope whose saved index was built otherwise is rebuilt when it opens.
-    ``expansion_search`` is the least search depth (ef); a search asking for more
-    candidates searches at least that deep.
+    The search depth (ef) grows with the index, since recall at a fixed ef falls as the
+    graph grows: ``expansion_search`` up to ``expansion_reference`` live passages, then
+    scaled by (live / reference) ** ``expansion_growth`` (``expansion_for``); a search
+    asking for more candidates searches at least that deep.
     """
 
     # Candidates handed to fusion (nearest neighbours asked of the index).
     cap: int = 200
     connectivity: int = 32  # M: links per node in the graph (chosen in eval/RESULTS.md)
     expansion_add: int = 200  # ef_construction
-    expansion_search: int = 1024  # ef (chosen in eval/RESULTS.md)
+    # ef and its growth with the index (chosen in eval/RESULTS.md).
+    expansion_search: int = 512
+    expansion_reference: int = 100_000
+    expansion_growth: float = 0.9
     storage: VectorStorage = VectorStorage.F16
+
+    def expansion_for(self, live_passages: int) -> int:
+        """The search depth (ef) for an index of ``live_passages`` vectors."""
+        scale = max(1.0, live_passages / self.expansion_reference) ** self.expansion_growth
+        return round(self.expansion_search * scale)
 
     def graph(self) -> dict[str, Any]:
         """The build parameters a saved index records (and is compared with on open)."""
@@ -219,6 +229,6 @@ def _config_digest(config: ProfileConfig) -> str:
 LEXICAL_PROFILE = Profile(name="lexical", version="3", config=ProfileConfig(channels=(LEXICAL,)))
 HYBRID_PROFILE = Profile(
     name="lexical_and_semantic",
-    version="8",
+    version="9",
     config=ProfileConfig(channels=(LEXICAL, SEMANTIC), semantic=SemanticConfig(), fusion=FusionConfig()),
 )

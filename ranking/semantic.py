@@ -308,16 +308,20 @@ class SemanticIndex:
             k = self._depth(state, limit)
             if k is None:
                 return []
-            if max(self._graph.expansion_search, k) == state.ef:
+            if self._ef(state, k) == state.ef:
                 return self._search_locked(state, query, k, limit)
         with state.lock.write():
             k = self._depth(state, limit)
             if k is None:
                 return []
-            if max(self._graph.expansion_search, k) != state.ef:
-                state.ef = max(self._graph.expansion_search, k)
+            if self._ef(state, k) != state.ef:
+                state.ef = self._ef(state, k)
                 state.index.expansion_search = state.ef
             return self._search_locked(state, query, k, limit)
+
+    def _ef(self, state: _ScopeVectors, k: int) -> int:
+        """The search depth for ``k`` candidates from this scope's index, as it is now."""
+        return max(self._graph.expansion_for(state.live_count), k)
 
     @staticmethod
     def _depth(state: _ScopeVectors, limit: int) -> int | None:
