@@ -1,9 +1,10 @@
 """Natural batching of query encodes: concurrent searches share one encoder run.
 
 Why: a hybrid search is CPU-bound and encoding its query is the largest part of it. On
-a CPU, one ONNX Runtime run over eight short queries costs about half the CPU time of
-eight runs of one (figures in eval/RESULTS.md), and concurrent runs of one session also
-compete for its intra-op thread pool. So concurrent searches should encode together.
+a CPU, one ONNX Runtime run over eight short queries costs a half to two thirds of the
+CPU time of eight runs of one (figures in eval/RESULTS.md), and concurrent runs of one
+session also compete for its intra-op thread pool. So concurrent searches should encode
+together.
 
 There is no wait window and no background thread. A query that finds the encoder idle
 is encoded at once, alone: a lone search pays nothing. Queries that arrive while a

@@ -190,7 +190,9 @@ class SemanticIndex:
         self._spacing = float(checkpoint_spacing)
         root.mkdir(parents=True, exist_ok=True)
         self._scopes: dict[str, _ScopeVectors] = {}
-        self._scopes_lock = threading.Lock()
+        self._scopes_lock = threading.Lock()  # guards the three fields below
+        self._loading: dict[str, threading.Lock] = {}  # one per scope, held while it loads
+        self._epoch = 0  # bumped by reset: a load that began before it is not kept
 
     # -- projection -------------------------------------------------------------------
 
@@ -280,6 +282,7 @@ class SemanticIndex:
     def reset(self) -> None:
         with self._scopes_lock:
             self._scopes = {}
+            self._epoch += 1
             shutil.rmtree(self._root, ignore_errors=True)
             self._root.mkdir(parents=True, exist_ok=True)
 
@@ -389,12 +392,27 @@ class SemanticIndex:
         return self._root / hashlib.sha256(scope_key.encode()).hexdigest()[:32]
 
     def _scope(self, scope_key: str) -> _ScopeVectors:
-        with self._scopes_lock:
-            state = self._scopes.get(scope_key)
-            if state is None:
+        """The scope's loaded state, loading it first if needed. A load (reading and
+        checking the vector file, perhaps rebuilding it) holds only that scope's loading
+        lock, so searches and applies of other scopes never wait for it."""
+        while True:
+            with self._scopes_lock:
+                state = self._scopes.get(scope_key)
+                if state is not None:
+                    return state
+                loading = self._loading.setdefault(scope_key, threading.Lock())
+                epoch = self._epoch
+            with loading:
+                with self._scopes_lock:
+                    state = self._scopes.get(scope_key)
+                    if state is not None:
+                        return state
                 state = self._load(scope_key)
-                self._scopes[scope_key] = state
-            return state
+                with self._scopes_lock:
+                    if self._epoch == epoch:
+                        self._scopes[scope_key] = state
+                        return state
+            # A reset ran during the load: load again from what the disk holds now.
 
     def _load(self, scope_key: str) -> _ScopeVectors:
         directory = self._dir(scope_key)
