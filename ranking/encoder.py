@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Protocol, Sequence, runtime_checkable
@@ -65,6 +66,17 @@ def resolve_device(requested: Device | str = Device.AUTO) -> Device:
     return choose_device(
         requested, cuda=torch.cuda.is_available(), mps=bool(mps is not None and mps.is_available())
     )
+
+
+# Device nodes through which torch could reach a GPU (NVIDIA, AMD ROCm, WSL's GPU).
+ACCELERATOR_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
+
+
+def accelerator_possible() -> bool:
+    """Whether torch might find a GPU here, answered without importing torch: importing
+    it is a large share of a CPU service's resident memory (measured in eval/RESULTS.md),
+    paid only to learn there is none. A yes is then settled by torch itself."""
+    return sys.platform == "darwin" or any(os.path.exists(node) for node in ACCELERATOR_NODES)
 
 
 def model_path() -> Path:
@@ -163,10 +175,18 @@ class MiniLMEncoder:
                     self.onnx = onnx
                 except Exception as exc:  # noqa: BLE001 - torch remains: serve through it
                     logger.warning("ONNX query encoder unavailable, using torch: %s", exc)
-            if self.onnx is None or resolve_device(self.torch.requested) is not Device.CPU:
+            if self.onnx is None or not self._torch_on_cpu():
                 self.torch.load()
                 self.torch.encode(["warm up"])
             self._loaded = True
+
+    def _torch_on_cpu(self) -> bool:
+        """Whether the torch backend would run on the CPU (then it only serves bulk
+        batches and loads on the first one), without importing torch where no GPU can be."""
+        requested = self.torch.requested
+        if requested is Device.CPU or (requested is Device.AUTO and not accelerator_possible()):
+            return True
+        return resolve_device(requested) is Device.CPU
 
     @property
     def backend(self) -> str:

@@ -107,9 +107,22 @@ def test_service_encoder_routes_small_batches_to_onnx_and_reuses_the_export(back
     encoder = MiniLMEncoder(cache_dir, device=Device.CPU, small_batch=2)
     encoder.load()
     assert encoder.backend == "onnx"
+    assert encoder.torch.device is None  # torch on the CPU serves bulk only: loaded on the first
     assert export_file(cache_dir).stat().st_mtime_ns == stamp  # cached, not exported again
     small, large = encoder.encode(SAMPLE[:2]), encoder.encode(SAMPLE[:3])  # onnx, then torch
     assert cosines(small, large[:2]).min() >= 0.999
+    assert encoder.torch.device is Device.CPU
+
+
+@pytest.mark.model
+def test_auto_device_without_a_gpu_node_does_not_load_torch(backends, cache_dir: Path, monkeypatch):
+    import ranking.encoder as encoder_module
+
+    monkeypatch.setattr(encoder_module, "accelerator_possible", lambda: False)
+    encoder = MiniLMEncoder(cache_dir, device=Device.AUTO)
+    encoder.load()
+    assert encoder.backend == "onnx" and encoder.torch.device is None
+    assert encoder.encode(SAMPLE[:1]).shape == (1, 384)
 
 
 @pytest.mark.model
