@@ -15,7 +15,7 @@ journal, both indexes). Then, in the same process:
   the HNSW index's (usearch) ``search`` at the semantic depth and the profile's search
   expansion (plus k=10 for reference); and the ratios engine / sum of raw parts;
 * HNSW recall@10 against exact numpy brute force over all vectors, at several ``ef``
-  (the profile's ``SemanticConfig.expansion_search`` among them), and, at sizes up to
+  (the profile's ``SemanticConfig.expansion_search`` among them, up to four times it), and, at sizes up to
   ``hnswlib_up_to``, the same for hnswlib (the engine before usearch) built over the
   same vectors with the same graph parameters, with its build time and bytes;
 * the bench process's own RSS (current and peak during ingest: it also holds the model,
@@ -278,7 +278,7 @@ def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size:
     if aligned:
         sample = np.asarray(qvecs[: min(200, len(qvecs))])
         exact = exact_top_k(vectors, sample, 10)
-        efs = sorted({16, 64, 128, 256, 512, 1024, expansion})
+        efs = sorted({16, 64, 128, 256, 512, 1024, expansion, 2 * expansion, 4 * expansion})
         for ef in efs:
             t0 = time.perf_counter()
             labels = raw.knn(sample, 10, ef)

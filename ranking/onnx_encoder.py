@@ -104,6 +104,11 @@ class OnnxMiniLM:
                 export(path)
             options = onnxruntime.SessionOptions()
             options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+            # The intra-op pool's threads block between parallel sections instead of
+            # spinning: spinning doubled the CPU time of a query encode on this 2-core
+            # machine (measured: eval/RESULTS.md), time the service's other requests
+            # and concurrent searches need.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             try:
                 session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
             except Exception:  # noqa: BLE001 - a damaged cache file: export it again, once

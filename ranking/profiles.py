@@ -93,9 +93,9 @@ class SemanticConfig:
 
     # Candidates handed to fusion (nearest neighbours asked of the index).
     cap: int = 200
-    connectivity: int = 16  # M: links per node in the graph
+    connectivity: int = 32  # M: links per node in the graph (chosen in eval/RESULTS.md)
     expansion_add: int = 200  # ef_construction
-    expansion_search: int = 512  # ef (chosen in eval/RESULTS.md)
+    expansion_search: int = 1024  # ef (chosen in eval/RESULTS.md)
     storage: VectorStorage = VectorStorage.F16
 
     def graph(self) -> dict[str, Any]:

@@ -33,11 +33,12 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ranking.documents import IndexDocument, passages
-from ranking.encoder import Encoder
+from ranking.encoder import SMALL_BATCH, Encoder
 from ranking.fusion import Contribution, fuse
 from ranking.lexical import LexicalHit, LexicalIndex
 from ranking.probes import RawEngines
 from ranking.profiles import LEXICAL, SEMANTIC, Profile, SemanticConfig
+from ranking.query_batching import QueryBatcher
 from ranking.semantic import (
     CHECKPOINT_RECORDS,
     CHECKPOINT_SECONDS,
@@ -101,6 +102,9 @@ class Ranker:
             checkpoint_spacing=checkpoint_spacing,
         )
         self._encoder_error: str | None = None
+        # Concurrent searches encode their queries together (see ranking.query_batching),
+        # in batches no larger than what the encoder serves through ONNX Runtime.
+        self._queries = QueryBatcher(self._encode, max_batch=SMALL_BATCH)
         self._lifecycle = threading.Lock()
         #: Called with (stage, seconds) after each search stage: lexical, semantic
         #: (query encoding included), fusion. Set by the engine's owner (metrics).
@@ -331,7 +335,7 @@ class Ranker:
     # -- internals --------------------------------------------------------------------
 
     def _query_vector(self, query: str) -> np.ndarray:
-        return self._encode([query])[0]
+        return self._queries.encode(query)
 
     def _encode(self, texts: Sequence[str]) -> np.ndarray:
         if self._encoder is None:

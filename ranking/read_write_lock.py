@@ -24,13 +24,18 @@ class ReadWriteLock:
         self._writers_waiting = 0
 
     @contextmanager
-    def read(self) -> Iterator[None]:
+    def read(self, timeout: float | None = None) -> Iterator[bool]:
+        """Hold the lock shared; yields True. With a ``timeout`` (seconds) it gives up
+        after that long and yields False, not holding it."""
         with self._changed:
-            while self._writing or self._writers_waiting:
-                self._changed.wait()
-            self._readers += 1
+            acquired = self._changed.wait_for(lambda: not (self._writing or self._writers_waiting), timeout)
+            if acquired:
+                self._readers += 1
+        if not acquired:
+            yield False
+            return
         try:
-            yield
+            yield True
         finally:
             with self._changed:
                 self._readers -= 1

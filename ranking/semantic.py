@@ -47,6 +47,8 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
+import json
 import shutil
 import threading
 import time
@@ -67,6 +69,7 @@ except OSError:  # no system C++ runtime: nothing else can then bring a second c
 from usearch.index import Index  # noqa: E402 - after the C++ runtime, see above
 
 from ranking.hnswlib_file import HnswlibVectors
+from ranking.passage_labels import PassageLabels
 from ranking.profiles import HYBRID_PROFILE, SemanticConfig
 from ranking.read_write_lock import ReadWriteLock
 from ranking.storage import atomic_write, atomic_write_json, read_json
@@ -85,6 +88,8 @@ CHECKPOINT_SPACING = 9.0
 # Vectors are read back from an index this many at a time (``Index.get`` makes one
 # array per key), so a rebuild of a million never holds them all twice.
 LOAD_CHUNK = 16_384
+# meta.json rows serialised at a time (see ``_write_meta``).
+META_SLICE = 8_192
 
 
 class SemanticUnavailable(Exception):
@@ -108,10 +113,7 @@ class _ScopeVectors:
 
     index: Index  # keys are passage labels; it holds the only copy of the vectors
     generation: int = 0
-    next_label: int = 0
-    label_record: dict[int, str] = field(default_factory=dict)
-    record_labels: dict[str, list[int]] = field(default_factory=dict)
-    valid_time: dict[str, int] = field(default_factory=dict)
+    labels: PassageLabels = field(default_factory=PassageLabels)  # label <-> record, valid times
     cursor: int = 0  # in memory: what this process has applied
     saved_cursor: int = 0  # what cursor.json says (never beyond the saved files)
     unsaved: int = 0  # records changed since the last save
@@ -123,7 +125,7 @@ class _ScopeVectors:
 
     @property
     def live_count(self) -> int:
-        return len(self.label_record)
+        return self.labels.live_count
 
 
 def _new_index(dim: int, graph: SemanticConfig) -> Index:
@@ -140,6 +142,23 @@ def _rows(index: Index, labels: Sequence[int]) -> np.ndarray:
     if not len(labels):
         return np.zeros((0, index.ndim), np.float32)
     return np.concatenate(index.get(_keys(labels))).reshape(len(labels), index.ndim).astype(np.float32, copy=False)
+
+
+def _write_meta(path: Path, header: dict[str, object], records: Iterable[tuple[str, list[int], int]]) -> None:
+    """meta.json: ``header`` plus ``"records"`` as ``[record_id, labels, valid_time]``
+    rows, the bytes ``atomic_write_json`` would write (sorted keys, compact), but written
+    a slice of rows at a time, so a save never holds every row as JSON text at once."""
+    head, tail = json.dumps({**header, "records": []}, sort_keys=True, separators=(",", ":")).split(
+        '"records":[]', 1
+    )
+    with open(path, "wb") as out:
+        out.write(f'{head}"records":['.encode())
+        rows = iter(records)
+        first = True
+        while chunk := [list(row) for row in itertools.islice(rows, META_SLICE)]:
+            out.write(((b"" if first else b",") + json.dumps(chunk, separators=(",", ":"))[1:-1].encode()))
+            first = False
+        out.write(f"]{tail}".encode())
 
 
 def _sha256_file(path: Path) -> str:
@@ -171,7 +190,9 @@ class SemanticIndex:
         self._spacing = float(checkpoint_spacing)
         root.mkdir(parents=True, exist_ok=True)
         self._scopes: dict[str, _ScopeVectors] = {}
-        self._scopes_lock = threading.Lock()
+        self._scopes_lock = threading.Lock()  # guards the three fields below
+        self._loading: dict[str, threading.Lock] = {}  # one per scope, held while it loads
+        self._epoch = 0  # bumped by reset: a load that began before it is not kept
 
     # -- projection -------------------------------------------------------------------
 
@@ -217,13 +238,7 @@ class SemanticIndex:
             if total:
                 labels: list[int] = []
                 for (record_id, valid_time, _), vectors in zip(upserts, rows):
-                    own = list(range(state.next_label, state.next_label + len(vectors)))
-                    state.next_label += len(vectors)
-                    state.record_labels[record_id] = own
-                    state.valid_time[record_id] = int(valid_time)
-                    for label in own:
-                        state.label_record[label] = record_id
-                    labels.extend(own)
+                    labels.extend(state.labels.add(record_id, valid_time, len(vectors)))
                 state.index.add(_keys(labels), np.vstack(rows))
             state.cursor = max(state.cursor, through_cursor)
             state.unsaved += changed
@@ -267,6 +282,7 @@ class SemanticIndex:
     def reset(self) -> None:
         with self._scopes_lock:
             self._scopes = {}
+            self._epoch += 1
             shutil.rmtree(self._root, ignore_errors=True)
             self._root.mkdir(parents=True, exist_ok=True)
 
@@ -277,10 +293,10 @@ class SemanticIndex:
     # -- search -----------------------------------------------------------------------
 
     def _exact(self, state: _ScopeVectors, query: np.ndarray) -> list[tuple[int, float]]:
-        live = sorted(state.label_record)
+        live = state.labels.live_labels()
         out: list[tuple[int, float]] = []
         for start in range(0, len(live), LOAD_CHUNK):
-            chunk = live[start : start + LOAD_CHUNK]
+            chunk = live[start : start + LOAD_CHUNK].tolist()
             out += zip(chunk, (_rows(state.index, chunk) @ query.astype(np.float32)).tolist())
         return out
 
@@ -310,7 +326,7 @@ class SemanticIndex:
         live = state.live_count
         if live == 0 or limit <= 0:
             return None
-        per_record = live / max(1, len(state.record_labels))
+        per_record = live / max(1, state.labels.record_count)
         return min(live, int(limit * per_record) + 16)
 
     def _search_locked(self, state: _ScopeVectors, query: np.ndarray, k: int, limit: int) -> list[SemanticHit]:
@@ -324,24 +340,27 @@ class SemanticIndex:
             pairs = zip(labels, (1.0 - d for d in matches.distances.tolist()))
         best: dict[str, float] = {}
         for label, similarity in pairs:
-            record_id = state.label_record[label]
+            record_id = state.labels.owner(label)
+            if record_id is None:  # the index holds live labels only
+                raise KeyError(label)
             if similarity > best.get(record_id, -2.0):
                 best[record_id] = similarity
         ranked = sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit]
-        return [SemanticHit(r, s, state.valid_time[r]) for r, s in ranked]
+        return [SemanticHit(r, s, state.labels.valid_time(r)) for r, s in ranked]
 
     def similarities(self, scope_key: str, query: np.ndarray, record_ids: Sequence[str]) -> dict[str, float]:
         """Exact best-passage similarity for each known record (used to explain and fuse)."""
         state = self._scope(scope_key)
         with state.lock.read():
-            known = [r for r in record_ids if r in state.record_labels]
+            held = [(r, state.labels.labels(r)) for r in record_ids]
+            known = [(r, labels) for r, labels in held if labels]
             if not known:
                 return {}
-            labels = [label for r in known for label in state.record_labels[r]]
+            owners = [r for r, labels in known for _ in labels]
+            labels = [label for _, labels in known for label in labels]
             scores = _rows(state.index, labels) @ query.reshape(-1).astype(np.float32, copy=False)
             out: dict[str, float] = {}
-            for label, score in zip(labels, scores.tolist()):
-                record_id = state.label_record[label]
+            for record_id, score in zip(owners, scores.tolist()):
                 out[record_id] = max(out.get(record_id, -2.0), float(score))
             return out
 
@@ -360,12 +379,12 @@ class SemanticIndex:
         order), or None when the record is not in the index."""
         state = self._scope(scope_key)
         with state.lock.read():
-            labels = state.record_labels.get(record_id)
+            labels = state.labels.labels(record_id)
             return None if labels is None else _rows(state.index, labels)
 
     def label_record(self, scope_key: str, label: int) -> str | None:
         """The record a passage label of ``raw_knn`` belongs to (None: no such label)."""
-        return self._scope(scope_key).label_record.get(label)
+        return self._scope(scope_key).labels.owner(label)
 
     # -- internals --------------------------------------------------------------------
 
@@ -373,12 +392,27 @@ class SemanticIndex:
         return self._root / hashlib.sha256(scope_key.encode()).hexdigest()[:32]
 
     def _scope(self, scope_key: str) -> _ScopeVectors:
-        with self._scopes_lock:
-            state = self._scopes.get(scope_key)
-            if state is None:
+        """The scope's loaded state, loading it first if needed. A load (reading and
+        checking the vector file, perhaps rebuilding it) holds only that scope's loading
+        lock, so searches and applies of other scopes never wait for it."""
+        while True:
+            with self._scopes_lock:
+                state = self._scopes.get(scope_key)
+                if state is not None:
+                    return state
+                loading = self._loading.setdefault(scope_key, threading.Lock())
+                epoch = self._epoch
+            with loading:
+                with self._scopes_lock:
+                    state = self._scopes.get(scope_key)
+                    if state is not None:
+                        return state
                 state = self._load(scope_key)
-                self._scopes[scope_key] = state
-            return state
+                with self._scopes_lock:
+                    if self._epoch == epoch:
+                        self._scopes[scope_key] = state
+                        return state
+            # A reset ran during the load: load again from what the disk holds now.
 
     def _load(self, scope_key: str) -> _ScopeVectors:
         directory = self._dir(scope_key)
@@ -412,24 +446,23 @@ class SemanticIndex:
             state = _ScopeVectors(
                 index=index if index is not None else _new_index(legacy.dim, self._graph),
                 generation=int(meta["generation"]),
-                next_label=int(meta["next_label"]),
             )
-            for record_id, labels, valid_time in meta["records"]:
-                state.record_labels[record_id] = list(labels)
-                state.valid_time[record_id] = int(valid_time)
-                for label in labels:
-                    state.label_record[label] = record_id
+            records = meta.pop("records")
+            for record_id, labels, valid_time in records:
+                state.labels.restore(record_id, labels, valid_time)
+            del records  # the parsed file, before the next steps allocate
+            state.labels.reserve(int(meta["next_label"]))
         except CorruptIndex:
             raise
         except (OSError, KeyError, TypeError, ValueError, RuntimeError) as exc:
             raise CorruptIndex(f"vector index unreadable: {type(exc).__name__}") from exc
-        live = sorted(state.label_record)
+        live = state.labels.live_labels()
         if index is None:
             if not all(label in legacy for label in live):
                 raise CorruptIndex("vector labels missing from index")
             stored = legacy.rows
         else:
-            if live and not bool(np.all(index.contains(_keys(live)))):
+            if len(live) and not bool(np.all(index.contains(_keys(live)))):
                 raise CorruptIndex("vector labels missing from index")
             stored = lambda labels: _rows(index, labels)  # noqa: E731
         state.cursor = state.saved_cursor = self._disk_cursor(scope_key)
@@ -445,11 +478,11 @@ class SemanticIndex:
             pass
         return state
 
-    def _rebuild(self, state: _ScopeVectors, stored: Callable[[list[int]], np.ndarray]) -> None:
+    def _rebuild(self, state: _ScopeVectors, stored: Callable[[Sequence[int]], np.ndarray]) -> None:
         """Replace the scope's index by a fresh one built with the configured graph from
         the live labels' vectors (``stored`` reads them, a chunk at a time), so vectors
         of hidden labels are gone from it (caller holds ``state.lock`` or owns ``state``)."""
-        live = sorted(state.label_record)
+        live = state.labels.live_labels()
         fresh = _new_index(state.index.ndim, self._graph)
         for start in range(0, len(live), LOAD_CHUNK):
             chunk = live[start : start + LOAD_CHUNK]
@@ -458,12 +491,9 @@ class SemanticIndex:
 
     def _hide(self, state: _ScopeVectors, record_id: str) -> bool:
         """Hide the record's passages; False when the scope did not hold it."""
-        labels = state.record_labels.pop(record_id, None)
-        for label in labels or ():
-            del state.label_record[label]
+        labels = state.labels.remove(record_id)
         if labels:
             state.index.remove(_keys(labels))
-        state.valid_time.pop(record_id, None)
         return labels is not None
 
     def _write_cursor(self, scope_key: str, state: _ScopeVectors) -> None:
@@ -484,18 +514,14 @@ class SemanticIndex:
         # Through a private temporary file, fsync'd, so meta.json never names a vector
         # file that is not durable, and no other user can read the vectors.
         atomic_write(path, lambda tmp: state.index.save(str(tmp)))
-        meta = {
+        header = {
             "scope_key": scope_key,
             "generation": state.generation,
             "sha256": _sha256_file(path),
             "graph": self._graph.graph(),
-            "next_label": state.next_label,
-            "records": [
-                [record_id, labels, state.valid_time[record_id]]
-                for record_id, labels in sorted(state.record_labels.items())
-            ],
+            "next_label": state.labels.next_label,
         }
-        atomic_write_json(directory / "meta.json", meta)
+        atomic_write(directory / "meta.json", lambda tmp: _write_meta(tmp, header, state.labels.records()))
         # Older generations, and temporary files a crash left behind (they may hold
         # vectors of records forgotten since), are no longer referenced.
         for stale in [*directory.glob("vectors-*.bin"), *directory.glob(".*.tmp")]:

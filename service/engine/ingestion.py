@@ -162,7 +162,7 @@ def admit(parts: Parts, batch: PreparedBatch, operator: CallContext, *,
     if not batch.records:
         return outcome
     actor = {"principal": operator.principal, "agent_id": operator.agent_id, "session": operator.session}
-    with parts.projector.exclusive():
+    with parts.projector.exclusive(scope):
         t0 = time.perf_counter()
         written: list[int] = []
         with parts.store.transaction() as tx:

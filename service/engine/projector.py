@@ -10,11 +10,13 @@ so a crash between an index commit and its cursor write only repeats harmless wo
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ranking import IndexDocument, Ranker
+from ranking.read_write_lock import ReadWriteLock
 
 from service.store.base import Store
 
@@ -49,7 +51,13 @@ class Projector:
         self.store = store
         self.vault = vault
         self.ranker = ranker
-        self._lock = threading.Lock()
+        # One lock per scope: a scope's catch-up (an admission's, a search's, bulk
+        # ingestion's batch) waits only for its own scope's, never another scope's.
+        # Held shared under ``_all``, which a projection of everything (a backup's copy,
+        # a rebuild's reset) takes alone. Order: ``_all``, then a scope's lock.
+        self._all = ReadWriteLock()
+        self._scope_locks: dict[tuple[str, str], threading.Lock] = {}
+        self._scope_locks_guard = threading.Lock()
         self._long: str | None = None  # the long projection running now, if any
 
     @property
@@ -86,28 +94,39 @@ class Projector:
         return self.view(scope).lags
 
     @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        """Hold off catch-up while a caller (bulk ingestion) commits and applies a batch
-        itself, so the two never interleave on one scope."""
-        with self._lock:
+    def exclusive(self, scope: tuple[str, str] | None = None) -> Iterator[None]:
+        """Hold off catch-up of ``scope`` (every scope when None) while a caller commits
+        and applies a batch itself (bulk ingestion), or copies the projections (backup),
+        so the two never interleave."""
+        if scope is None:
+            with self._all.write():
+                yield
+            return
+        with self._all.read(), self._scope_lock(scope):
             yield
 
     def try_catch_up(self, scope: tuple[str, str], wait_s: float = 0.0) -> tuple[bool, ProjectionView]:
-        """Catch up unless a long projection (warm-up, ingest, rebuild) holds the lock
-        for more than `wait_s`: a search must not queue behind it. Returns whether it
-        caught up, and the scope's view (after the catch-up when there was one); when
-        not, the caller judges the lag (search answers PROJECTION_STALE rather than an
-        empty list from an index that is behind)."""
+        """Catch up unless another projection of this scope (an admission's catch-up,
+        an ingest batch) or of every scope (backup, rebuild's reset) holds it for more
+        than `wait_s`: a search must not queue behind it. Returns whether it caught up,
+        and the scope's view (after the catch-up when there was one); when not, the
+        caller judges the lag (search answers PROJECTION_STALE rather than an empty
+        list from an index that is behind)."""
         view = self.view(scope)
         if max(view.lags.values()) <= 0:
-            # Nothing to apply: answer without the lock, so a search never waits while
-            # another scope's mutation or ingest projects.
+            # Nothing to apply: answer without any lock.
             return True, view
-        acquired = self._lock.acquire(timeout=wait_s) if wait_s > 0 else self._lock.acquire(blocking=False)
-        if not acquired:
-            return False, view
-        self._lock.release()
-        self.catch_up(scope)
+        deadline = time.monotonic() + wait_s
+        with self._all.read(timeout=wait_s) as shared:
+            if not shared:
+                return False, view
+            lock = self._scope_lock(scope)
+            if not lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                return False, view
+            try:
+                self._catch_up_locked(scope)
+            finally:
+                lock.release()
         return True, self.view(scope)
 
     def catch_up(self, scope: tuple[str, str], progress: Progress | None = None) -> None:
@@ -116,26 +135,34 @@ class Projector:
         Each batch is labelled with the cursor of its last event, so a channel that
         already stands at or past it skips the batch (no re-embedding after a lexical-
         only rebuild), and a crash between batches resumes at the last applied one."""
-        with self._lock:
-            key = scope_key(scope)
-            after = min(self.ranker.projection_cursor(key).values())
-            head = self.store.scope_cursor(scope)
-            if after >= head:
-                return
-            batch: dict[str, None] = {}
-            for event in self.store.events(scope, after=after):
-                if event.cursor > head:
-                    break
-                if event.kind in RANKING_EVENTS:
-                    batch[event.subject] = None
-                if len(batch) >= BATCH:
-                    self._apply(scope, key, list(batch), event.cursor, after)
-                    if progress is not None:
-                        progress(len(batch))
-                    after, batch = event.cursor, {}
-            self._apply(scope, key, list(batch), head, after)
-            if progress is not None and batch:
-                progress(len(batch))
+        with self._all.read(), self._scope_lock(scope):
+            self._catch_up_locked(scope, progress)
+
+    def _scope_lock(self, scope: tuple[str, str]) -> threading.Lock:
+        with self._scope_locks_guard:
+            return self._scope_locks.setdefault(scope, threading.Lock())
+
+    def _catch_up_locked(self, scope: tuple[str, str], progress: Progress | None = None) -> None:
+        """:meth:`catch_up`'s work (caller holds ``_all`` shared and the scope's lock)."""
+        key = scope_key(scope)
+        after = min(self.ranker.projection_cursor(key).values())
+        head = self.store.scope_cursor(scope)
+        if after >= head:
+            return
+        batch: dict[str, None] = {}
+        for event in self.store.events(scope, after=after):
+            if event.cursor > head:
+                break
+            if event.kind in RANKING_EVENTS:
+                batch[event.subject] = None
+            if len(batch) >= BATCH:
+                self._apply(scope, key, list(batch), event.cursor, after)
+                if progress is not None:
+                    progress(len(batch))
+                after, batch = event.cursor, {}
+        self._apply(scope, key, list(batch), head, after)
+        if progress is not None and batch:
+            progress(len(batch))
 
     def _apply(
         self, scope: tuple[str, str], key: str, record_ids: list[str], through: int, after: int
@@ -159,7 +186,7 @@ class Projector:
     def rebuild(self, progress: Progress | None = None) -> None:
         """Drop every index and replay all scopes' journals into fresh ones."""
         with self.running("rebuild"):
-            with self._lock:
+            with self._all.write():
                 self.ranker.reset()
             for scope in self.store.scopes():
                 self.catch_up(scope, progress)

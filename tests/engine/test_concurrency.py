@@ -70,7 +70,8 @@ def test_concurrent_readers_and_writers(engine) -> None:
 def test_a_held_mutation_does_not_block_another_scopes_searches(engine, monkeypatch, hold) -> None:
     """While scope A's admission is held inside its store transaction (the writer lock)
     or while it projects the new record (the projector), scope B's search and get
-    answer: they finish before A is released."""
+    answer: they finish before A is released. While A projects, B's own admission also
+    projects (the projector locks per scope), and B's next search finds its record."""
     a, b = context(workspace="held-a"), context(workspace="free-b")
     rid_b = accept(engine, b, "The otter ledger balances every night.")
     _, cap = capture(engine, a, "The heron ledger waits for its turn.")
@@ -108,6 +109,10 @@ def test_a_held_mutation_does_not_block_another_scopes_searches(engine, monkeypa
         def read_b() -> None:
             outcome["search"] = search_ids(engine, b, "otter ledger")
             outcome["get"] = get(engine, b, rid_b)["record"]["record_id"]
+            if hold == "projection":  # (inside a transaction, A holds the single writer)
+                _, cap_b = capture(engine, b, "The otter ledger closes at dawn.")
+                outcome["b"] = admit(engine, b, cap_b["candidate_id"])["outcome"].get("record_id")
+                outcome["search_after"] = search_ids(engine, b, "otter ledger")
             answered.set()
 
         reader = threading.Thread(target=read_b)
@@ -115,6 +120,8 @@ def test_a_held_mutation_does_not_block_another_scopes_searches(engine, monkeypa
         assert answered.wait(60)  # B answered...
         assert mutation.is_alive() and not release.is_set()  # ...while A was still held
         assert outcome["search"] == [rid_b] and outcome["get"] == rid_b
+        if hold == "projection":
+            assert outcome["b"] is not None and set(outcome["search_after"]) == {rid_b, outcome["b"]}
     finally:
         release.set()
         mutation.join(60)

@@ -206,7 +206,7 @@ def test_reload_and_rebuild_keep_the_vectors_exactly_and_files_stay_private(tmp_
     monkeypatch.setattr(semantic, "LOAD_CHUNK", 3)  # many chunks, one short
     reopened = Ranker(root, HashingTestEncoder())
     state = reopened._semantic._scope("s")  # noqa: SLF001
-    assert len(state.label_record) == 39
+    assert state.labels.live_count == 39
     after = reopened.passage_vectors("s", names)
     assert all((a is None and b is None) or np.array_equal(a, b) for a, b in zip(before, after))
     assert sorted(semantic_ids(reopened, "s", "topic3")) == sorted(semantic_ids(ranker, "s", "topic3"))

@@ -277,6 +277,34 @@ def test_read_write_lock_lets_readers_share_and_writers_wait():
     assert sorted(order[:2]) == ["r0", "r1"] and order[2] == "writer"  # the writer waited for both
 
 
+def test_read_write_lock_timed_read_gives_up_while_a_writer_holds_it():
+    import threading
+
+    from ranking.read_write_lock import ReadWriteLock
+
+    lock = ReadWriteLock()
+    with lock.read(timeout=0) as held:
+        assert held  # free: taken at once
+    writing, release = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        with lock.write():
+            writing.set()
+            release.wait(timeout=30)
+
+    w = threading.Thread(target=writer)
+    w.start()
+    assert writing.wait(timeout=30)
+    with lock.read(timeout=0.05) as held:
+        assert not held  # the writer holds it: gave up, not held...
+    release.set()
+    w.join(timeout=30)
+    with lock.read(timeout=0.05) as held:
+        assert held
+    with lock.write():  # ...and a refused reader left no count behind
+        pass
+
+
 def test_concurrent_searches_of_one_scope_agree_with_a_lone_search(tmp_path: Path):
     from concurrent.futures import ThreadPoolExecutor
 
@@ -288,3 +316,42 @@ def test_concurrent_searches_of_one_scope_agree_with_a_lone_search(tmp_path: Pat
         results = list(pool.map(lambda _: ids(ranker, "scopeA", "payment cache"), range(32)))
     assert all(r == alone for r in results)
     ranker.close()
+
+
+def test_a_scope_loading_its_vector_file_does_not_hold_up_another_scopes_search(tmp_path: Path):
+    """The first use of scope A reads and checks its vector file; scope B's searches
+    meanwhile answer (loads are per scope, not under the index's global lock)."""
+    import threading
+
+    from ranking.semantic import SemanticIndex
+
+    writer = Ranker(tmp_path / "idx", HashingTestEncoder())
+    seed(writer)
+    writer.close()
+    reader = Ranker(tmp_path / "idx", HashingTestEncoder())
+    assert ids(reader, "scopeB", "payment service") == ["mem_b1"]  # B loaded
+    loading, release = threading.Event(), threading.Event()
+    load = SemanticIndex._load
+
+    def held_load(self, scope_key):  # noqa: ANN001, ANN202
+        if scope_key == "scopeA":
+            loading.set()
+            assert release.wait(60)
+        return load(self, scope_key)
+
+    outcome: dict[str, list[str]] = {}
+    try:
+        SemanticIndex._load = held_load  # type: ignore[method-assign]
+        first_a = threading.Thread(target=lambda: outcome.update(a=ids(reader, "scopeA", "payment")))
+        first_a.start()
+        assert loading.wait(60)
+        b = threading.Thread(target=lambda: outcome.update(b=ids(reader, "scopeB", "payment service")))
+        b.start()
+        b.join(60)
+        assert outcome.get("b") == ["mem_b1"] and first_a.is_alive()  # B answered while A was loading
+    finally:
+        release.set()
+        SemanticIndex._load = load  # type: ignore[method-assign]
+    first_a.join(60)
+    assert outcome["a"][0] == "mem_a1"
+    reader.close()
