@@ -1,4 +1,4 @@
-"""`engram fusion-fit`: fit the hybrid profile's lexical weight, leave one collection out.
+"""`engram fusion-fit`: fit the hybrid profile's fusion constants, leave one collection out.
 
 Registered by ``service.cli`` as a plugin sub-app (``app``); heavy imports inside.
 """
@@ -12,7 +12,8 @@ from typing import Annotated, Optional
 import typer
 
 app = typer.Typer(
-    help="Fit the fusion weight (base and confidence gain) on hits saved by engram eval --save-hits.",
+    help="Fit the fusion constants (power of the normalised BM25, base weight and confidence gain) "
+         "on hits saved by engram eval --save-hits.",
     invoke_without_command=True,
     no_args_is_help=True,
     add_completion=False,
@@ -30,8 +31,9 @@ def fusion_fit(
     step: Annotated[float, typer.Option(
         "--step", min=0.01, max=0.25, help="Spacing of the fixed lexical weights each query is scored at.")] = 0.05,
 ) -> None:
-    """Fit base_lexical_weight and confidence_gain of the hybrid profile with leave-one-collection-out
-    validation, and print each held-out collection's nDCG@10 beside the current profile's."""
+    """Fit lexical_norm_power, base_lexical_weight and confidence_gain of the hybrid profile with
+    leave-one-collection-out validation, and print each held-out collection's nDCG@10 beside the
+    current profile's."""
     from .extra import require_eval_extra
 
     require_eval_extra("fusion-fit")

@@ -1,11 +1,12 @@
-"""Fitting the hybrid profile's lexical weight on saved channel hits, leave one collection out.
+"""Fitting the hybrid profile's fusion constants on saved channel hits, leave one collection out.
 
 Why: how much fusion trusts each channel decides every hybrid order, and constants set by
 hand on a few collections fit those collections. This fits the two constants of the
 query's lexical weight, ``w = clip(base_lexical_weight + confidence_gain * (lexical -
-semantic confidence))``, on the channel hits ``engram eval --save-hits`` writes, holding
-out one collection at a time (a collection and its ``+ctxN`` ingests form one fold), so
-the held-out figure is what an unseen collection gets.
+semantic confidence))``, and the power of the normalised BM25 (``lexical_norm_power``),
+on the channel hits ``engram eval --save-hits`` writes, holding out one collection at a
+time (a collection and its ``+ctxN`` ingests form one fold), so the held-out figure is
+what an unseen collection gets.
 
 Method. Every query is fused with :func:`ranking.fuse` (the service's own fusion, every
 other constant from the profile) at fixed lexical weights on a grid between the profile's
@@ -14,7 +15,9 @@ receipt's ``lexical_weight`` of a fusion with base 0, gain 1 and no clip. A pair
 (base, gain) then gives each query the weight ``clip(base + gain * difference)`` and the
 nDCG@10 of the nearest grid weight; the pair with the best mean over the training
 collections (each collection weighed equally, each query equally within it) wins an
-exhaustive search. The held-out collection is then fused exactly with the fold's pair.
+exhaustive search. That search is repeated with the tables built at each power of the
+grid, and the best (power, base, gain) wins. The held-out collection is then fused
+exactly with the fold's triple.
 """
 
 from __future__ import annotations
@@ -128,16 +131,31 @@ def weight_table(collection: CollectionHits, config: ProfileConfig, step: float)
 
 @dataclass(frozen=True)
 class Grid:
-    """The (base, gain) pairs searched."""
+    """The (base, gain) pairs searched, at each power of the normalised BM25."""
 
     bases: Sequence[float]
     gains: Sequence[float]
+    powers: Sequence[float] = (1.0, 1.5, 2.0, 2.5, 3.0)
 
 
 def default_grid(fusion: FusionConfig) -> Grid:
     low, high = fusion.min_lexical_weight, fusion.max_lexical_weight
     return Grid(bases=[round(x, 2) for x in np.arange(low, high + 0.005, 0.01)],
                 gains=[round(x, 2) for x in np.arange(0.0, 1.5 + 0.01, 0.02)])
+
+
+_Fit = tuple[float, float, float, float]  # power, base, gain, training mean
+
+
+def best_triple(tables: dict[float, Sequence[WeightTable]], fusion: FusionConfig, grid: Grid) -> _Fit:
+    """The (power, base, gain) with the best mean over each power's ``tables``; ties go
+    to the first power of the grid."""
+    best: _Fit = (fusion.lexical_norm_power, fusion.base_lexical_weight, fusion.confidence_gain, -1.0)
+    for power in grid.powers:
+        base, gain, value = best_pair(tables[power], fusion, grid)
+        if value > best[3] + 1e-12:
+            best = (float(power), base, gain, value)
+    return best
 
 
 def best_pair(tables: Sequence[WeightTable], fusion: FusionConfig, grid: Grid) -> tuple[float, float, float]:
@@ -158,31 +176,38 @@ def fit(collections: Sequence[CollectionHits], *, config: ProfileConfig = HYBRID
     fusion = config.fusion
     assert fusion is not None
     grid = grid or default_grid(fusion)
-    tables = {c.name: weight_table(c, config, step) for c in collections}
+    tables = {power: {c.name: weight_table(c, _with_fusion(config, lexical_norm_power=float(power)), step)
+                      for c in collections} for power in grid.powers}
     folds = sorted({c.fold for c in collections})
-    report: dict[str, Any] = {"profile": {"base_lexical_weight": fusion.base_lexical_weight,
-                                          "confidence_gain": fusion.confidence_gain},
+    report: dict[str, Any] = {"profile": _constants(fusion.lexical_norm_power, fusion.base_lexical_weight,
+                                                    fusion.confidence_gain),
                               "folds": [], "collections": {}}
     for fold in folds:
-        train = [tables[c.name] for c in collections if c.fold != fold]
-        if not train:
+        train = {p: [t[c.name] for c in collections if c.fold != fold] for p, t in tables.items()}
+        if not any(train.values()):
             continue
-        base, gain, _ = best_pair(train, fusion, grid)
-        report["folds"].append({"held_out": fold, "base_lexical_weight": base, "confidence_gain": gain})
-        fitted = _with_fusion(config, base_lexical_weight=base, confidence_gain=gain)
+        power, base, gain, _ = best_triple(train, fusion, grid)
+        report["folds"].append({"held_out": fold, **_constants(power, base, gain)})
+        fitted = _with_fusion(config, **_constants(power, base, gain))
         for c in collections:
             if c.fold == fold:
                 report["collections"].setdefault(c.name, {})["held_out"] = _mean(_ndcg(c, fitted))
-    base, gain, _ = best_pair(list(tables.values()), fusion, grid)
-    report["all"] = {"base_lexical_weight": base, "confidence_gain": gain}
-    fitted = _with_fusion(config, base_lexical_weight=base, confidence_gain=gain)
+    power, base, gain, _ = best_triple({p: list(t.values()) for p, t in tables.items()}, fusion, grid)
+    report["all"] = _constants(power, base, gain)
+    fitted = _with_fusion(config, **report["all"])
+    profile_power = tables.get(fusion.lexical_norm_power)
     for c in collections:
         entry = report["collections"].setdefault(c.name, {})
         entry["profile"] = _mean(_ndcg(c, config))
         entry["fit_on_all"] = _mean(_ndcg(c, fitted))
-        best = int(tables[c.name].ndcg.mean(axis=0).argmax())
-        entry["best_fixed_weight"] = float(tables[c.name].weights[best])
+        if profile_power is not None:  # the fixed weights at the profile's own power
+            best = int(profile_power[c.name].ndcg.mean(axis=0).argmax())
+            entry["best_fixed_weight"] = float(profile_power[c.name].weights[best])
     return report
+
+
+def _constants(power: float, base: float, gain: float) -> dict[str, float]:
+    return {"lexical_norm_power": power, "base_lexical_weight": base, "confidence_gain": gain}
 
 
 def _mean(values: dict[str, float]) -> float:
@@ -192,16 +217,19 @@ def _mean(values: dict[str, float]) -> float:
 def markdown(report: dict[str, Any]) -> str:
     p, a = report["profile"], report["all"]
     lines = [
-        f"Profile: base {p['base_lexical_weight']}, gain {p['confidence_gain']}. "
-        f"Fitted on every collection: base {a['base_lexical_weight']}, gain {a['confidence_gain']}.",
+        f"Profile: power {p['lexical_norm_power']}, base {p['base_lexical_weight']}, gain {p['confidence_gain']}. "
+        f"Fitted on every collection: power {a['lexical_norm_power']}, base {a['base_lexical_weight']}, "
+        f"gain {a['confidence_gain']}.",
         "",
-        "| held out | base | gain |", "|---|---|---|",
-        *[f"| {f['held_out']} | {f['base_lexical_weight']} | {f['confidence_gain']} |" for f in report["folds"]],
+        "| held out | power | base | gain |", "|---|---|---|---|",
+        *[f"| {f['held_out']} | {f['lexical_norm_power']} | {f['base_lexical_weight']} | {f['confidence_gain']} |"
+          for f in report["folds"]],
         "",
         "| collection | profile nDCG@10 | held out (LOCO) | fitted on all | best fixed weight |",
         "|---|---|---|---|---|",
     ]
     for name, c in report["collections"].items():
         held = f"{c['held_out']:.3f}" if "held_out" in c else "-"
-        lines.append(f"| {name} | {c['profile']:.3f} | {held} | {c['fit_on_all']:.3f} | {c['best_fixed_weight']} |")
+        fixed = c.get("best_fixed_weight", "-")
+        lines.append(f"| {name} | {c['profile']:.3f} | {held} | {c['fit_on_all']:.3f} | {fixed} |")
     return "\n".join(lines) + "\n"

@@ -13,7 +13,11 @@ best score of the query. Hybrid ranking is chosen by ``FusionConfig.method``:
     A convex combination of per-query normalised scores,
     ``w * lexical_norm + (1 - w) * semantic_norm``:
 
-    * ``lexical_norm`` = BM25 / best BM25 of the query (0 when the record matched no term).
+    * ``lexical_norm`` = (BM25 / best BM25 of the query) ** ``lexical_norm_power`` (0 when
+      the record matched no term). The power (fitted, like the weight below) lowers
+      records that share only common words with the query: divided by the best score
+      alone, such a record keeps a large share of it, while the cosine is already
+      rescaled so that a typical unrelated record scores 0.
     * ``semantic_norm`` = cosine rescaled so the best cosine is 1 and the cosine at rank
       ``semantic_floor_rank`` (the "typical unrelated record") is 0, clipped to [0, 1].
       Lexical candidates outside the semantic list get their exact cosine, so both
@@ -25,7 +29,7 @@ best score of the query. Hybrid ranking is chosen by ``FusionConfig.method``:
       name gives one BM25 spike over a flat cosine profile, so the weight shifts to
       lexical; a paraphrase with no shared term gives a flat or empty BM25 list, so it
       shifts to semantic. ``w`` is clipped to [min_lexical_weight, max_lexical_weight].
-      The base and the gain were fitted on the dev collections with
+      The base, the gain and the power were fitted on the dev collections with
       leave-one-collection-out validation (``eval/RESULTS.md``), not tuned by hand.
     * The convex score is then blended with a rank term:
       ``(1 - rank_blend) * convex + rank_blend * rank_term``, where ``rank_term`` is the
@@ -119,7 +123,8 @@ def _adaptive_convex(
     fusion: FusionConfig,
 ) -> tuple[dict[str, float], float]:
     """Fused score per candidate, and the lexical weight chosen for this query."""
-    lex = _lexical_norm(lexical)
+    power = fusion.lexical_norm_power
+    lex = {r: v**power for r, v in _lexical_norm(lexical).items()}
     sem: dict[str, float] = {}
     sem_profile: list[float] = []
     if semantic:

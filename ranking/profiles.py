@@ -120,12 +120,13 @@ class FusionConfig:
 
     method: FusionMethod = FusionMethod.ADAPTIVE_CONVEX
     # The query's lexical weight: base + confidence_gain * (lexical - semantic
-    # confidence), clipped to [min, max]; base and gain fitted with
-    # leave-one-collection-out validation (eval/RESULTS.md).
-    base_lexical_weight: float = 0.65
+    # confidence), clipped to [min, max]; base, gain and the power of the normalised
+    # BM25 fitted with leave-one-collection-out validation (eval/RESULTS.md).
+    base_lexical_weight: float = 0.58
     min_lexical_weight: float = 0.35
     max_lexical_weight: float = 0.85
-    confidence_gain: float = 0.3
+    confidence_gain: float = 0.24
+    lexical_norm_power: float = 2.0
     confidence_depth: int = 10
     semantic_floor_rank: int = 100
     rrf_k: int = 60

@@ -55,7 +55,7 @@ PLUGINS: dict[str, tuple[str, str]] = {
     "eval": ("eval.cli", "Relevance evaluation runs and reports."),
     "bench": ("eval.bench_cli", "Capacity and latency benchmarks."),
     "bench-ann": ("eval.ann_cli", "HNSW engines (hnswlib, usearch) side by side on the same vectors."),
-    "fusion-fit": ("eval.fusion_cli", "Fit the fusion weight on saved hits, leave one collection out."),
+    "fusion-fit": ("eval.fusion_cli", "Fit the fusion constants on saved hits, leave one collection out."),
 }
 
 #: Operator sub-commands other rooms contribute under `engram admin`, the same way.

@@ -1,7 +1,8 @@
-"""Fitting the fusion weight on saved channel hits (engram eval --save-hits, engram fusion-fit)."""
+"""Fitting the fusion constants on saved channel hits (engram eval --save-hits, engram fusion-fit)."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from pathlib import Path
@@ -9,9 +10,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from eval.fusion_fit import CollectionHits, QueryHits, fit, load_hits, markdown
+from eval.fusion_fit import CollectionHits, QueryHits, default_grid, fit, load_hits, markdown
 from eval.relevance import run_relevance
 from eval.report import write_outputs
+from ranking import HYBRID_PROFILE
 from ranking.lexical import LexicalHit
 from ranking.semantic import SemanticHit
 
@@ -60,12 +62,21 @@ def test_fit_follows_the_channel_that_is_right(tmp_path: Path):
     lexical_world = [_collection("a", True), _collection("b", True), _collection("c", True)]
     out = fit(lexical_world, step=0.1)
     assert [f["held_out"] for f in out["folds"]] == ["a", "b", "c"]
+    assert all(f["lexical_norm_power"] in default_grid(HYBRID_PROFILE.config.fusion).powers for f in out["folds"])
     for c in out["collections"].values():  # every fold learns to trust lexical
-        assert c["held_out"] == 1.0 and c["best_fixed_weight"] == 0.85 and c["profile"] < 1.0
+        assert c["held_out"] == 1.0 and c["profile"] < 1.0
     semantic_world = fit([_collection("d", False), _collection("e", False)], step=0.1)
     for c in semantic_world["collections"].values():  # and here semantic
-        assert c["held_out"] == 1.0 and c["best_fixed_weight"] == 0.35 and c["profile"] < 0.5
+        assert c["held_out"] == 1.0 and c["best_fixed_weight"] == 0.35 and c["profile"] < 1.0
     assert "| a | " in markdown(out)
+
+    # the weight alone (power held at 1, where the thresholds of _collection hold)
+    fusion = HYBRID_PROFILE.config.fusion
+    assert fusion is not None
+    linear = dataclasses.replace(HYBRID_PROFILE.config, fusion=dataclasses.replace(fusion, lexical_norm_power=1.0))
+    weight_only = dataclasses.replace(default_grid(fusion), powers=(1.0,))
+    for c in fit(lexical_world, config=linear, step=0.1, grid=weight_only)["collections"].values():
+        assert c["held_out"] == 1.0 and c["best_fixed_weight"] == 0.85 and c["profile"] < 1.0
 
     # the command line: hits files in, fit.json and fit.md out
     files = []

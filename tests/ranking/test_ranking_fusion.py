@@ -93,9 +93,9 @@ def test_receipt_lexical_weight_recomputes_the_fused_score():
     assert len(weights) == 1
     w = weights.pop()
     assert w is not None and fusion.min_lexical_weight <= w <= fusion.max_lexical_weight
-    k, blend = fusion.rrf_k, fusion.rank_blend
+    k, blend, power = fusion.rrf_k, fusion.rank_blend, fusion.lexical_norm_power
     # "b": half the best BM25, lexical rank 2, cosine at the floor (semantic norm 0)
-    expected = (1 - blend) * (w * 0.5) + blend * w * (k + 1) / (k + 2)
+    expected = (1 - blend) * (w * 0.5**power) + blend * w * (k + 1) / (k + 2)
     assert out["b"].fused_score == pytest.approx(expected)
     assert out["b"].as_dict()["lexical_weight"] == round(w, 6)
     assert all(c.lexical_weight is None for c in fuse(lexical, None, {}, LEXICAL_PROFILE.config, 0))
