@@ -314,9 +314,10 @@ class SemanticIndex:
             k = self._depth(state, limit)
             if k is None:
                 return []
-            if self._ef(state, k) != state.ef:
-                state.ef = self._ef(state, k)
-                state.index.expansion_search = state.ef
+            ef = self._ef(state, k)
+            if ef != state.ef:
+                state.ef = ef
+                state.index.expansion_search = ef
             return self._search_locked(state, query, k, limit)
 
     def _ef(self, state: _ScopeVectors, k: int) -> int:
