@@ -42,6 +42,11 @@ best score of the query. Hybrid ranking is chosen by ``FusionConfig.method``:
     * Each contribution carries the query's ``w`` (``lexical_weight``): with it and the
       profile's constants a receipt is enough to recompute every fused score.
 
+A channel's *rank* is competition ranking over its scores ("1224"): hits with equal scores
+share the best rank among them, so two records with the same evidence get the same fused
+score whatever order the engine returned them in (record ids are random, and an index's
+order among equal scores is its insertion order). Receipts carry these ranks.
+
 Either way ``final = relevance_weight * fused / max fused + recency_weight * recency``,
 ties broken by recency (newer first) then record_id ascending.
 """
@@ -101,6 +106,17 @@ def recency(valid_time_ms: int, valid_as_of_ms: int, half_life_ms: float) -> flo
     return math.exp(-math.log(2.0) * age / float(half_life_ms))
 
 
+def _ranks(ids: Sequence[str], scores: Sequence[float]) -> dict[str, int]:
+    """Competition ranks of a best-first hit list: equal scores share the best rank."""
+    out: dict[str, int] = {}
+    rank = 0
+    for position, (record_id, score) in enumerate(zip(ids, scores), start=1):
+        if position == 1 or score != scores[position - 2]:
+            rank = position
+        out[record_id] = rank
+    return out
+
+
 def _standout(scores: Sequence[float], depth: int) -> float:
     """How much the best score exceeds the mean of the next ``depth - 1``, relative to it."""
     if not scores or scores[0] <= 0:
@@ -121,6 +137,8 @@ def _adaptive_convex(
     semantic: Sequence[SemanticHit],
     similarity: Mapping[str, float],
     fusion: FusionConfig,
+    lexical_ranks: Mapping[str, int],
+    semantic_ranks: Mapping[str, int],
 ) -> tuple[dict[str, float], float]:
     """Fused score per candidate, and the lexical weight chosen for this query."""
     power = fusion.lexical_norm_power
@@ -149,7 +167,7 @@ def _adaptive_convex(
     # Only the channels' candidates are fused, whatever else ``similarity`` may hold.
     candidates = set(lex) | {h.record_id for h in semantic}
     blend = fusion.rank_blend
-    ranks = _rank_term(lexical, semantic, float(fusion.rrf_k), weight) if blend > 0.0 else {}
+    ranks = _rank_term(lexical_ranks, semantic_ranks, float(fusion.rrf_k), weight) if blend > 0.0 else {}
     return {
         r: (1.0 - blend) * (weight * lex.get(r, 0.0) + (1.0 - weight) * sem.get(r, 0.0)) + blend * ranks.get(r, 0.0)
         for r in candidates
@@ -157,7 +175,7 @@ def _adaptive_convex(
 
 
 def _rank_term(
-    lexical: Sequence[LexicalHit], semantic: Sequence[SemanticHit], k: float, lexical_weight: float
+    lexical_ranks: Mapping[str, int], semantic_ranks: Mapping[str, int], k: float, lexical_weight: float
 ) -> dict[str, float]:
     """Weighted reciprocal rank, ``w (k+1)/(k+rank_lex) + (1-w) (k+1)/(k+rank_sem)``, in [0, 1].
 
@@ -165,19 +183,16 @@ def _rank_term(
     gets a weak vote here too (plain RRF gives it an equal one).
     """
     scale = k + 1.0
-    out: dict[str, float] = {}
-    for rank, hit in enumerate(lexical, start=1):
-        out[hit.record_id] = out.get(hit.record_id, 0.0) + lexical_weight * scale / (k + rank)
-    for rank, hit in enumerate(semantic, start=1):
-        out[hit.record_id] = out.get(hit.record_id, 0.0) + (1.0 - lexical_weight) * scale / (k + rank)
+    out = {r: lexical_weight * scale / (k + rank) for r, rank in lexical_ranks.items()}
+    for r, rank in semantic_ranks.items():
+        out[r] = out.get(r, 0.0) + (1.0 - lexical_weight) * scale / (k + rank)
     return out
 
 
-def _rrf(lexical: Sequence[LexicalHit], semantic: Sequence[SemanticHit], k: float) -> dict[str, float]:
-    fused: dict[str, float] = {}
-    for hits in (lexical, semantic):
-        for rank, hit in enumerate(hits, start=1):
-            fused[hit.record_id] = fused.get(hit.record_id, 0.0) + 1.0 / (k + rank)
+def _rrf(lexical_ranks: Mapping[str, int], semantic_ranks: Mapping[str, int], k: float) -> dict[str, float]:
+    fused = {r: 1.0 / (k + rank) for r, rank in lexical_ranks.items()}
+    for r, rank in semantic_ranks.items():
+        fused[r] = fused.get(r, 0.0) + 1.0 / (k + rank)
     return fused
 
 
@@ -196,15 +211,17 @@ def fuse(
     """
     fusion = config.fusion
     weight: float | None = None
+    lexical_ranks = _ranks([h.record_id for h in lexical], [h.score for h in lexical])
+    semantic_ranks = _ranks([h.record_id for h in semantic or ()], [h.similarity for h in semantic or ()])
     if semantic is None or fusion is None:
         fused = _lexical_norm(lexical)
     elif fusion.method is FusionMethod.RRF:
-        fused = _rrf(lexical, semantic, float(fusion.rrf_k))
+        fused = _rrf(lexical_ranks, semantic_ranks, float(fusion.rrf_k))
     else:
-        fused, weight = _adaptive_convex(lexical, semantic, similarity, fusion)
+        fused, weight = _adaptive_convex(lexical, semantic, similarity, fusion, lexical_ranks, semantic_ranks)
     top = max(fused.values(), default=0.0)
-    lex_by_id = {h.record_id: (rank, h) for rank, h in enumerate(lexical, start=1)}
-    sem_by_id = {h.record_id: (rank, h) for rank, h in enumerate(semantic or (), start=1)}
+    lex_by_id = {h.record_id: (lexical_ranks[h.record_id], h) for h in lexical}
+    sem_by_id = {h.record_id: (semantic_ranks[h.record_id], h) for h in semantic or ()}
     relevance_weight = config.recency.relevance_weight
     recency_weight = config.recency.recency_weight
     half_life = float(config.recency.half_life_ms)

@@ -230,6 +230,6 @@ def _config_digest(config: ProfileConfig) -> str:
 LEXICAL_PROFILE = Profile(name="lexical", version="3", config=ProfileConfig(channels=(LEXICAL,)))
 HYBRID_PROFILE = Profile(
     name="lexical_and_semantic",
-    version="10",
+    version="11",
     config=ProfileConfig(channels=(LEXICAL, SEMANTIC), semantic=SemanticConfig(), fusion=FusionConfig()),
 )

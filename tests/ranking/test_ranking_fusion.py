@@ -63,6 +63,25 @@ def test_ties_break_by_recency_then_record_id():
     assert [c.record_id for c in out] == ["c", "a", "b"]
 
 
+@pytest.mark.parametrize("method", list(FusionMethod))
+def test_equal_channel_scores_get_equal_fused_scores_in_any_order(method: FusionMethod):
+    """Two records with the same evidence in both channels score the same, whichever the
+    engines listed first (their order among equal scores is insertion order, and record
+    ids are random): ranks are shared by equal scores, so the rank term cannot split them."""
+    base = HYBRID_PROFILE.config
+    assert base.fusion is not None
+    config = dataclasses.replace(base, fusion=dataclasses.replace(base.fusion, method=method))
+    tail = [(f"s{i}", 0.5 - i * 0.01) for i in range(20)]
+    sims = {"x": 0.1, "y": 0.1}
+    first = fuse(lex(("top", 9.0), ("x", 3.0), ("y", 3.0), ("z", 1.0)), sem(*tail), sims, config, 0)
+    swapped = fuse(lex(("top", 9.0), ("y", 3.0), ("x", 3.0), ("z", 1.0)), sem(*tail), sims, config, 0)
+    for out in (first, swapped):
+        by_id = {c.record_id: c for c in out}
+        assert by_id["x"].fused_score == by_id["y"].fused_score
+        assert by_id["x"].lexical_rank == by_id["y"].lexical_rank == 2 and by_id["z"].lexical_rank == 4
+    assert [c.as_dict() for c in first] == [c.as_dict() for c in swapped]
+
+
 def test_identifier_spike_outranks_flat_semantic():
     """A code matched by one record must lead even when every cosine says otherwise."""
     lexical = lex(("exact", 12.0), ("partial", 2.0), ("partial2", 1.9), ("partial3", 1.8))
