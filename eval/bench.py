@@ -236,6 +236,9 @@ def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size:
         engine = Engine.open(root / "data", encoder=encoder)
     else:
         ingested, vectors, engine = ingest_size(size, root, encoder, batch_size=batch_size, progress=progress, say=say)
+    # Opted in at once, so the directory serves agents' calls (the MCP runs, the lone
+    # server, and whoever opens it after the bench) however the run goes on or ends.
+    engine.set_tenant_enabled(BENCH_SCOPE[0], True)
     out: dict[str, Any] = {"size": size, "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
                            "reused_ingest": reused,
                            **ingested}
@@ -606,7 +609,6 @@ def run_bench(sizes: list[int], out: Path, work: Path, *, queries: int = 200, cl
                                    progress=progress, reuse=reuse, say=say, hnswlib_up_to=hnswlib_up_to)
         texts, root = entry.pop("_texts"), Path(entry.pop("_root"))
         try:
-            engine.set_tenant_enabled(BENCH_SCOPE[0], True)  # for the MCP runs and the lone server
             if load and n == 0:
                 result["load"] = load_run(engine, root / "data", texts, clients=clients, calls=calls, say=say)
         finally:

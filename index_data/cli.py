@@ -87,7 +87,11 @@ def ingest(
             engine, (tenant, workspace), with_context(read_dataset(dataset), context_turns), vectors=source,
             batch_size=batch_size, depth=depth, progress=progress, purpose_ref=purpose, total=count_lines(dataset),
         )
+        opted_in = engine.tenant_enabled(tenant)
     finally:
         engine.close()
         lock.release()
     typer.echo(json.dumps(report.as_dict(), indent=2))
+    if not opted_in:  # ingest never opts a tenant in: that is the operator's own decision
+        typer.echo(f"engram ingest: tenant {tenant!r} is not opted in, so agents' calls in its scopes are refused "
+                   f"(-32603) until `engram admin tenant enable {tenant}` (with the same store options)", err=True)

@@ -238,6 +238,7 @@ def serve(
 
         with _own(data_dir):
             engine = _open_engine(settings)
+            _warn_tenants_not_opted_in(engine)
             try:
                 with _operator_channel(engine, data_dir):
                     serve_stdio(engine, binding, settings)
@@ -265,11 +266,20 @@ def serve(
     with _own(data_dir):
         # Warm up in the background: /readyz answers 503 until projections caught up.
         engine = _open_engine(settings, background=True, serve_replica=True)
+        _warn_tenants_not_opted_in(engine)
         application = create_app(engine, settings, host_secret=secret, close_engine=True)
         with _operator_channel(engine, data_dir):
             # log_config=None: uvicorn's loggers propagate to the handler configured above.
             uvicorn.run(application, host=settings.host, port=settings.port, log_config=None,
                         log_level=settings.log_level.value)
+
+
+def _warn_tenants_not_opted_in(engine: Any) -> None:
+    """Name, at start, each tenant whose memory is there but whose calls will be refused
+    (bulk ingest and `engram bench` write scopes; opting in is a separate operator step)."""
+    for tenant in engine.tenants_not_opted_in():
+        _err(f"engram: warning: tenant {tenant!r} holds memory but is not opted in: its calls are refused "
+             f"(-32603, logged as 'tenant not enabled') until `engram admin tenant enable {tenant}`")
 
 
 @contextlib.contextmanager

@@ -160,6 +160,15 @@ class Engine:
     def set_tenant_enabled(self, tenant: str, enabled: bool) -> None:
         self.parts.store.set_tenant_enabled(tenant, enabled, instant(now_ms()))
 
+    def tenants_not_opted_in(self) -> list[str]:
+        """Tenants that hold scopes in this store but are not opted in: every agent call
+        in their scopes is refused (-32603) until an operator runs `engram admin tenant
+        enable TENANT`. Bulk ingest writes a scope without opting its tenant in (opt-in is
+        the operator's separate decision), so `engram ingest` and `engram serve` name them."""
+        store = self.parts.store
+        return [tenant for tenant in sorted({tenant for tenant, _ in store.scopes()})
+                if not store.tenant_enabled(tenant)]
+
     def readiness(self) -> dict[str, Any]:
         """Ready once warm-up is done. Without a configured model the service is
         lexical-only by the operator's choice, which is ready; a configured model that

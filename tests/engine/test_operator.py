@@ -205,3 +205,16 @@ def test_store_footprint_counts_each_table(engine) -> None:
     assert {"journal", "records", "keys", "candidates"} <= set(after)
     assert sum(after.values()) > sum(before.values())
     assert all(size >= 0 for size in after.values())
+
+
+def test_tenants_holding_memory_without_opt_in_are_named(engine) -> None:
+    """Writing a scope (bulk ingest does it through the same path) never opts its tenant
+    in; `engram ingest` and `engram serve` name the tenants left out, from this list."""
+    assert engine.tenants_not_opted_in() == []
+    accept(engine, CTX, "The heron service keeps its billing in region one.")
+    accept(engine, OTHER, "The heron service of beta keeps its own billing.")
+    assert engine.tenants_not_opted_in() == sorted({CTX.tenant, OTHER.tenant})
+    engine.set_tenant_enabled(CTX.tenant, True)
+    assert engine.tenants_not_opted_in() == [OTHER.tenant]
+    engine.set_tenant_enabled(CTX.tenant, False)
+    assert engine.tenants_not_opted_in() == sorted({CTX.tenant, OTHER.tenant})

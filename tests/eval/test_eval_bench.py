@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from eval.bench import exact_top_k, percentiles, run_bench
+from eval.bench import BENCH_SCOPE, bench_size, exact_top_k, percentiles, run_bench
 from ranking import HYBRID_PROFILE
 
 
@@ -69,3 +69,20 @@ def test_tiny_bench_run(tmp_path: Path, encoder):
                       reuse=True, service_searches=0, progress=False, encoder=encoder, say=lambda _m: None)["sizes"][0]
     assert again["reused_ingest"] is True and again["ingest"] == entry["ingest"]
     assert again["hnsw_recall"]["aligned_labels"] is True
+
+
+def test_a_bench_directory_is_opted_in_once_ingested(tmp_path: Path, encoder):
+    """A directory the bench leaves (kept, reused, or cut short after ingest) serves
+    agents' calls when opened later: its tenant is opted in as soon as it is ingested,
+    not only when the MCP load run happens to run (the first size, with --load)."""
+    from service.engine.engine import Engine
+
+    entry, engine = bench_size(200, tmp_path, encoder, queries=10, batch_size=None, progress=False,
+                               reuse=False, say=lambda _m: None)
+    engine.close()
+    reopened = Engine.open(Path(entry["_root"]) / "data", encoder=encoder)
+    try:
+        assert reopened.tenant_enabled(BENCH_SCOPE[0])
+        assert reopened.tenants_not_opted_in() == []
+    finally:
+        reopened.close()

@@ -211,9 +211,16 @@ def test_cli_ingest(tiny_beir: Path, tmp_path: Path):
             "--no-model", "--no-progress", "--batch-size", "7"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["ingested"] == 30
+    assert json.loads(result.stdout)["ingested"] == 30
+    # Ingest does not opt the tenant in, and says how to (agents' calls are refused until then).
+    assert "tenant 't' is not opted in" in result.stderr and "engram admin tenant enable t" in result.stderr
+    from service.cli import app as engram
+
+    enabled = CliRunner().invoke(engram, ["admin", "tenant", "enable", "t", "--data-dir", str(tmp_path / "d")])
+    assert enabled.exit_code == 0, enabled.output
     again = CliRunner().invoke(app, args)
-    assert json.loads(again.output)["skipped_existing"] == 30
+    assert json.loads(again.stdout)["skipped_existing"] == 30
+    assert "not opted in" not in again.stderr
 
 
 class _SignallingEncoder:
