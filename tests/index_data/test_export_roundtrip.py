@@ -89,7 +89,7 @@ def test_ingest_of_an_export_answers_searches_the_same(tmp_path: Path, encoder):
                                  str(tmp_path / "b"), "--tenant", SCOPE[0], "--workspace", SCOPE[1],
                                  "--no-progress"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["ingested"] == 25
+    assert json.loads(result.stdout)["ingested"] == 25
     target = Engine.open(tmp_path / "b", encoder=encoder)
     try:
         got = answers(target)
