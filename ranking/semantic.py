@@ -18,7 +18,8 @@ against head-only vectors, measured: ``eval/RESULTS.md``).
 
 Files per scope (``root/<sha256(scope)[:32]>/``): ``vectors-<generation>.bin`` (a usearch
 index), ``meta.json`` (scope key, generation, sha256 of the vector file, the graph's build
-parameters, label map, valid times) and ``cursor.json``. A save writes a new generation, then swaps ``meta.json`` atomically,
+parameters, label map, valid times; written and streamed back by :mod:`ranking.scope_meta`)
+and ``cursor.json``. A save writes a new generation, then swaps ``meta.json`` atomically,
 then deletes older generations, then writes ``cursor.json``, so a crash leaves the
 previous consistent state and the cursor on disk never claims more than the saved file
 holds. The checksum is verified before the native loader ever reads the file, so a
@@ -47,8 +48,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import itertools
-import json
 import shutil
 import threading
 import time
@@ -72,6 +71,7 @@ from ranking.hnswlib_file import HnswlibVectors
 from ranking.passage_labels import PassageLabels
 from ranking.profiles import HYBRID_PROFILE, SemanticConfig
 from ranking.read_write_lock import ReadWriteLock
+from ranking.scope_meta import read_meta, write_meta
 from ranking.storage import atomic_write, atomic_write_json, read_json
 
 assert HYBRID_PROFILE.config.semantic is not None
@@ -88,8 +88,6 @@ CHECKPOINT_SPACING = 9.0
 # Vectors are read back from an index this many at a time (``Index.get`` makes one
 # array per key), so a rebuild of a million never holds them all twice.
 LOAD_CHUNK = 16_384
-# meta.json rows serialised at a time (see ``_write_meta``).
-META_SLICE = 8_192
 
 
 class SemanticUnavailable(Exception):
@@ -142,23 +140,6 @@ def _rows(index: Index, labels: Sequence[int]) -> np.ndarray:
     if not len(labels):
         return np.zeros((0, index.ndim), np.float32)
     return np.concatenate(index.get(_keys(labels))).reshape(len(labels), index.ndim).astype(np.float32, copy=False)
-
-
-def _write_meta(path: Path, header: dict[str, object], records: Iterable[tuple[str, list[int], int]]) -> None:
-    """meta.json: ``header`` plus ``"records"`` as ``[record_id, labels, valid_time]``
-    rows, the bytes ``atomic_write_json`` would write (sorted keys, compact), but written
-    a slice of rows at a time, so a save never holds every row as JSON text at once."""
-    head, tail = json.dumps({**header, "records": []}, sort_keys=True, separators=(",", ":")).split(
-        '"records":[]', 1
-    )
-    with open(path, "wb") as out:
-        out.write(f'{head}"records":['.encode())
-        rows = iter(records)
-        first = True
-        while chunk := [list(row) for row in itertools.islice(rows, META_SLICE)]:
-            out.write(((b"" if first else b",") + json.dumps(chunk, separators=(",", ":"))[1:-1].encode()))
-            first = False
-        out.write(f"]{tail}".encode())
 
 
 def _sha256_file(path: Path) -> str:
@@ -421,8 +402,11 @@ class SemanticIndex:
 
     def _load(self, scope_key: str) -> _ScopeVectors:
         directory = self._dir(scope_key)
-        meta = read_json(directory / "meta.json")
-        if meta is None:
+        try:
+            saved = read_meta(directory / "meta.json")
+        except (OSError, ValueError) as exc:
+            raise CorruptIndex(f"vector index unreadable: {type(exc).__name__}") from exc
+        if saved is None:
             # meta.json is swapped in only after a generation's file is durable, and never
             # removed: without it nothing was ever saved, and vector files here are a first
             # checkpoint that a crash interrupted. They name no state, so they go, and the
@@ -434,6 +418,8 @@ class SemanticIndex:
                 (directory / "cursor.json").unlink(missing_ok=True)
             cursor = self._disk_cursor(scope_key)
             return _ScopeVectors(index=_new_index(self._dim, self._graph), cursor=cursor, saved_cursor=cursor)
+        meta, rows, current = saved.header, saved.rows, saved.current
+        del saved
         try:
             path = directory / f"vectors-{meta['generation']}.bin"
             if meta["scope_key"] != scope_key or _sha256_file(path) != meta["sha256"]:
@@ -452,10 +438,9 @@ class SemanticIndex:
                 index=index if index is not None else _new_index(legacy.dim, self._graph),
                 generation=int(meta["generation"]),
             )
-            records = meta.pop("records")
-            for record_id, labels, valid_time in records:
+            for record_id, labels, valid_time in rows:  # streamed (see ranking.scope_meta)
                 state.labels.restore(record_id, labels, valid_time)
-            del records  # the parsed file, before the next steps allocate
+            del rows  # (an earlier layout's parsed file) before the next steps allocate
             state.labels.reserve(int(meta["next_label"]))
         except CorruptIndex:
             raise
@@ -476,6 +461,8 @@ class SemanticIndex:
             self._rebuild(state, stored)
             self._save(scope_key, state)
             return state
+        if not current:  # an earlier release's meta.json layout: rewrite it (same generation)
+            self._write_meta(scope_key, state, meta["sha256"])
         try:  # when the files were saved, on the monotonic clock
             age = max(0.0, time.time() - (directory / "meta.json").stat().st_mtime)
             state.saved_at = time.monotonic() - age
@@ -508,6 +495,17 @@ class SemanticIndex:
             atomic_write_json(self._dir(scope_key) / "cursor.json", {"cursor": state.cursor})
             state.saved_cursor = state.cursor
 
+    def _write_meta(self, scope_key: str, state: _ScopeVectors, sha256: str) -> None:
+        """Swap in the meta.json of ``state``'s generation, whose vector file has ``sha256``."""
+        header = {
+            "scope_key": scope_key,
+            "generation": state.generation,
+            "sha256": sha256,
+            "graph": self._graph.graph(),
+            "next_label": state.labels.next_label,
+        }
+        atomic_write(self._dir(scope_key) / "meta.json", lambda tmp: write_meta(tmp, header, state.labels.records()))
+
     def _save(self, scope_key: str, state: _ScopeVectors) -> None:
         """Checkpoint: a new vector generation, then meta.json, then the cursor (caller
         holds ``state.lock``)."""
@@ -519,14 +517,7 @@ class SemanticIndex:
         # Through a private temporary file, fsync'd, so meta.json never names a vector
         # file that is not durable, and no other user can read the vectors.
         atomic_write(path, lambda tmp: state.index.save(str(tmp)))
-        header = {
-            "scope_key": scope_key,
-            "generation": state.generation,
-            "sha256": _sha256_file(path),
-            "graph": self._graph.graph(),
-            "next_label": state.labels.next_label,
-        }
-        atomic_write(directory / "meta.json", lambda tmp: _write_meta(tmp, header, state.labels.records()))
+        self._write_meta(scope_key, state, _sha256_file(path))
         # Older generations, and temporary files a crash left behind (they may hold
         # vectors of records forgotten since), are no longer referenced.
         for stale in [*directory.glob("vectors-*.bin"), *directory.glob(".*.tmp")]:

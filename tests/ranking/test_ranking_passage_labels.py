@@ -1,11 +1,15 @@
-"""The semantic channel's compact label map, and meta.json written a slice at a time."""
+"""The semantic channel's compact label map, and meta.json written a slice at a time and streamed back."""
 
 from __future__ import annotations
 
+import gc
 import json
+import tracemalloc
 from pathlib import Path
 
-import ranking.semantic as semantic
+import pytest
+
+import ranking.scope_meta as scope_meta
 from ranking.passage_labels import PassageLabels
 
 
@@ -36,16 +40,80 @@ def test_restored_labels_keep_their_shape_and_the_counter():
     assert list(labels.remove("mem_odd") or []) == [9, 2] and labels.live_labels().tolist() == [5, 6, 12]
 
 
-def test_meta_written_in_slices_is_the_json_of_the_whole(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(semantic, "META_SLICE", 3)
+def test_meta_written_in_slices_reads_back_header_first(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(scope_meta, "META_SLICE", 3)
     header = {"scope_key": 'a "records":[] scope', "generation": 4, "sha256": "ab", "graph": {"m": 16},
               "next_label": 9}
     for n in (0, 1, 3, 7):
         rows = [(f"mem_{i}", [i, i + 1], 1_700_000_000_000 + i) for i in range(n)]
         path = tmp_path / f"meta-{n}.json"
-        semantic._write_meta(path, header, iter(rows))  # noqa: SLF001
-        whole = {**header, "records": [list(r) for r in rows]}
-        assert path.read_bytes() == json.dumps(whole, sort_keys=True, separators=(",", ":")).encode()
+        scope_meta.write_meta(path, header, iter(rows))
+        whole = json.loads(path.read_bytes())  # still one JSON object
+        assert whole == {**header, "format": scope_meta.FORMAT, "records": [list(r) for r in rows]}
+        assert list(whole)[-1] == "records" and list(whole)[:-1] == sorted(list(whole)[:-1])
+        saved = scope_meta.read_meta(path)
+        assert saved is not None and saved.current
+        assert saved.header == {**header, "format": scope_meta.FORMAT}
+        assert [tuple(r) for r in saved.rows] == rows
+    assert scope_meta.read_meta(tmp_path / "absent.json") is None
+
+
+def test_meta_of_an_earlier_release_is_still_read(tmp_path: Path):
+    """The earlier layout: every key sorted (rows before scope_key and sha256), no format."""
+    header = {"scope_key": "s", "generation": 2, "sha256": "cd", "graph": {"m": 16}, "next_label": 3}
+    rows = [["mem_a", [0, 1], 5], ["mem_b", [2], 6]]
+    path = tmp_path / "meta.json"
+    path.write_text(json.dumps({**header, "records": rows}, sort_keys=True, separators=(",", ":")))
+    saved = scope_meta.read_meta(path)
+    assert saved is not None and not saved.current
+    assert saved.header == header and [list(r) for r in saved.rows] == rows
+
+
+def test_meta_that_is_not_one_raises_value_error(tmp_path: Path):
+    path = tmp_path / "meta.json"
+    for text in ("", "[1, 2]", '{"format": 2, "records": [["mem_a", [0], 1], ["mem_b"'):
+        path.write_text(text)
+        with pytest.raises(ValueError):
+            saved = scope_meta.read_meta(path)
+            assert saved is not None
+            list(saved.rows)
+
+
+def test_reading_meta_streams_the_rows(tmp_path: Path):
+    """Restoring a label map from meta.json holds one row at a time beside the map, not
+    the parsed file (a json.load of it allocates several times the file)."""
+    n = 20_000
+    rows = ((f"mem_{i:052d}", [i], 1_700_000_000_000 + i) for i in range(n))
+    path = tmp_path / "meta.json"
+    scope_meta.write_meta(path, {"scope_key": "s", "generation": 1, "sha256": "x", "next_label": n}, rows)
+
+    def transient(read) -> int:
+        gc.collect()
+        tracemalloc.start()
+        try:
+            kept = read()
+            after, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert kept.record_count == n
+        return peak - after
+
+    def streamed() -> PassageLabels:
+        labels = PassageLabels()
+        saved = scope_meta.read_meta(path)
+        assert saved is not None and saved.current
+        for record_id, labels_of, valid_time in saved.rows:
+            labels.restore(record_id, labels_of, valid_time)
+        return labels
+
+    def parsed_whole() -> PassageLabels:
+        labels = PassageLabels()
+        for record_id, labels_of, valid_time in json.loads(path.read_bytes())["records"]:
+            labels.restore(record_id, labels_of, valid_time)
+        return labels
+
+    whole, stream = transient(parsed_whole), transient(streamed)
+    assert stream * 10 < whole, (stream, whole)
 
 
 def test_restored_ids_are_the_maps_own_copies():

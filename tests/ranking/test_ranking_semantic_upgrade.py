@@ -90,3 +90,32 @@ def test_warm_up_rebuilds_an_old_scope_before_the_first_search(tmp_path: Path):
     assert meta["graph"] == DEFAULT_GRAPH.graph()
     assert ranker.semantic_health("legacy-scope") is None
     ranker.close()
+
+
+def test_a_meta_file_of_the_earlier_layout_opens_and_is_rewritten_streamable(tmp_path: Path):
+    """meta.json as the release before streaming wrote it (keys all sorted, rows before the
+    scope key and checksum, no format) opens with the same answers and is rewritten in the
+    streamable layout, same generation and vector file."""
+    root = tmp_path / "semantic"
+    rng = np.random.default_rng(9)
+    v = rng.normal(size=(30, 8)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    first = SemanticIndex(root, 8)
+    first.apply("s", [], [(f"r{i}", 1_000 + i, v[i : i + 1]) for i in range(30)], 4)
+    first.close()
+    path = scope_dir(root) / "meta.json"
+    meta = json.loads(path.read_text())
+    assert meta.pop("format") == 2 and list(meta)[-1] == "records"
+    path.write_text(json.dumps(meta, sort_keys=True, separators=(",", ":")))  # the earlier layout
+    vectors = sorted(p.name for p in scope_dir(root).iterdir() if p.name.startswith("vectors-"))
+
+    reopened = SemanticIndex(root, 8)
+    assert [h.record_id for h in reopened.search("s", v[17], 1)] == ["r17"]
+    assert reopened.search("s", v[17], 1)[0].valid_time_ms == 1_017 and reopened.cursor("s") == 4
+    rewritten = json.loads(path.read_text())
+    assert rewritten["format"] == 2 and list(rewritten)[-1] == "records"
+    assert {k: rewritten[k] for k in meta} == meta  # same generation, checksum, rows
+    assert sorted(p.name for p in scope_dir(root).iterdir() if p.name.startswith("vectors-")) == vectors
+    reopened.close()
+    again = SemanticIndex(root, 8)
+    assert [h.record_id for h in again.search("s", v[3], 1)] == ["r3"]
