@@ -54,7 +54,10 @@ def ingest(
     progress: Annotated[bool, typer.Option("--progress/--no-progress",
                                            help="A progress bar with records/s on stderr.")] = True,
 ) -> None:
-    """Ingest DATASET into TENANT/WORKSPACE; idempotent and resumable (rerun to finish)."""
+    """Ingest DATASET into TENANT/WORKSPACE; idempotent and resumable (rerun to finish).
+
+    Ingest does not opt TENANT in: agents' calls are refused until `engram admin tenant enable TENANT`.
+    """
     from service.engine.engine import Engine
     from service.settings import load_settings
     from service.store import SchemaTooNew, StoreUnavailable
