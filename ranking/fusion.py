@@ -49,12 +49,19 @@ order among equal scores is its insertion order). Receipts carry these ranks.
 
 Either way ``final = relevance_weight * fused / max fused + recency_weight * recency``,
 ties broken by recency (newer first) then record_id ascending.
+
+The arithmetic runs on numpy arrays over one candidate axis (:class:`_Candidates`: the
+lexical hits, then the semantic-only ones), not per candidate in Python: a search fuses
+up to 400 candidates, and fusion was the largest part of the ranker's own cost.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any, Mapping, NamedTuple, Sequence
+
+import numpy as np
 
 from ranking.lexical import LexicalHit
 from ranking.profiles import FusionConfig, FusionMethod, ProfileConfig
@@ -100,100 +107,132 @@ class Contribution(NamedTuple):
         }
 
 
-def recency(valid_time_ms: int, valid_as_of_ms: int, half_life_ms: float) -> float:
-    """exp(-ln2 * age / half_life); a record valid from the future counts as age 0."""
-    age = max(0, int(valid_as_of_ms) - int(valid_time_ms))
-    return math.exp(-math.log(2.0) * age / float(half_life_ms))
+def recency(valid_time_ms: Any, valid_as_of_ms: int, half_life_ms: float) -> Any:
+    """exp(-ln2 * age / half_life); a record valid from the future counts as age 0.
+    Elementwise over an array of valid times."""
+    age = np.maximum(0, int(valid_as_of_ms) - np.asarray(valid_time_ms, dtype=np.int64))
+    return np.exp(-math.log(2.0) * age / float(half_life_ms))
 
 
-def _ranks(ids: Sequence[str], scores: Sequence[float]) -> dict[str, int]:
-    """Competition ranks of a best-first hit list: equal scores share the best rank."""
-    out: dict[str, int] = {}
-    rank = 0
-    for position, (record_id, score) in enumerate(zip(ids, scores), start=1):
-        if position == 1 or score != scores[position - 2]:
-            rank = position
-        out[record_id] = rank
-    return out
+class _Candidates:
+    """Both channels' hits laid out on one axis: a slot per candidate, the lexical hits
+    first (in their order), then the records only the semantic channel proposed.
+
+    Each channel list holds a record at most once (both channels aggregate per record).
+    """
+
+    def __init__(
+        self, lexical: Sequence[LexicalHit], semantic: Sequence[SemanticHit], similarity: Mapping[str, float]
+    ) -> None:
+        slot = {h.record_id: i for i, h in enumerate(lexical)}
+        semantic_ids = [h.record_id for h in semantic]
+        for record_id in semantic_ids:
+            slot.setdefault(record_id, len(slot))
+        ids = list(slot)  # insertion order: lexical hits, then the semantic-only ones
+        semantic_slots = [slot[r] for r in semantic_ids]
+        valid = [h.valid_time_ms for h in lexical]
+        valid += [h.valid_time_ms for h, i in zip(semantic, semantic_slots) if i >= len(lexical)]
+        self.ids = ids
+        self.lexical_count = len(lexical)
+        self.lexical_score = np.array([h.score for h in lexical], dtype=np.float64)
+        self.lexical_rank = _ranks(self.lexical_score)
+        self.semantic_slots = np.array(semantic_slots, dtype=np.intp)
+        self.semantic_score = np.array([h.similarity for h in semantic], dtype=np.float64)
+        self.semantic_rank = _ranks(self.semantic_score)
+        self.valid_time = np.array(valid, dtype=np.int64)
+        # Each candidate's cosine: a semantic hit's own, else the exact one of a lexical
+        # candidate the semantic channel did not return (NaN: not known).
+        cosine = np.full(len(ids), np.nan)
+        if similarity:
+            cosine[: self.lexical_count] = [similarity.get(r, np.nan) for r in ids[: self.lexical_count]]
+        cosine[self.semantic_slots] = self.semantic_score
+        self.cosine = cosine
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def spread(self, lexical: np.ndarray | None, semantic: np.ndarray | None) -> np.ndarray:
+        """Per-hit values of each channel placed on the candidate axis (0 where absent)."""
+        out = np.zeros(len(self.ids))
+        if lexical is not None:
+            out[: self.lexical_count] = lexical
+        if semantic is not None:
+            out[self.semantic_slots] += semantic
+        return out
 
 
-def _standout(scores: Sequence[float], depth: int) -> float:
+def _ranks(scores: np.ndarray) -> np.ndarray:
+    """Competition ranks of a best-first score list: equal scores share the best rank
+    among them ("1224"), whatever order the engine listed them in."""
+    if len(scores) == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.ones(len(scores), dtype=bool)
+    starts[1:] = scores[1:] != scores[:-1]
+    positions = np.arange(1, len(scores) + 1)
+    return np.maximum.accumulate(np.where(starts, positions, 0))
+
+
+def _standout(scores: np.ndarray, depth: int) -> float:
     """How much the best score exceeds the mean of the next ``depth - 1``, relative to it."""
-    if not scores or scores[0] <= 0:
+    if len(scores) == 0 or scores[0] <= 0:
         return 0.0
     rest = scores[1:depth]
-    if not rest:
+    if len(rest) == 0:
         return 1.0
-    return max(0.0, min(1.0, (scores[0] - sum(rest) / len(rest)) / scores[0]))
+    return max(0.0, min(1.0, float((scores[0] - rest.mean()) / scores[0])))
 
 
-def _lexical_norm(lexical: Sequence[LexicalHit]) -> dict[str, float]:
-    top = lexical[0].score if lexical else 0.0
-    return {h.record_id: (h.score / top if top > 0 else 0.0) for h in lexical}
+def _lexical_norm(scores: np.ndarray) -> np.ndarray:
+    """BM25 over the query's best (the list's first); 0 when nothing scored."""
+    top = scores[0] if len(scores) else 0.0
+    return scores / top if top > 0 else np.zeros(len(scores))
 
 
-def _adaptive_convex(
-    lexical: Sequence[LexicalHit],
-    semantic: Sequence[SemanticHit],
-    similarity: Mapping[str, float],
-    fusion: FusionConfig,
-    lexical_ranks: Mapping[str, int],
-    semantic_ranks: Mapping[str, int],
-) -> tuple[dict[str, float], float]:
+def _adaptive_convex(c: _Candidates, fusion: FusionConfig) -> tuple[np.ndarray, float]:
     """Fused score per candidate, and the lexical weight chosen for this query."""
-    power = fusion.lexical_norm_power
-    lex = {r: v**power for r, v in _lexical_norm(lexical).items()}
-    sem: dict[str, float] = {}
-    sem_profile: list[float] = []
-    if semantic:
-        top = semantic[0].similarity
-        floor_rank = fusion.semantic_floor_rank
-        floor = semantic[min(floor_rank, len(semantic)) - 1].similarity
+    lexical = c.spread(_lexical_norm(c.lexical_score) ** fusion.lexical_norm_power, None)
+    semantic = np.zeros(len(c))
+    profile = np.zeros(0)
+    if len(c.semantic_score):
+        top = c.semantic_score[0]
+        floor = c.semantic_score[min(fusion.semantic_floor_rank, len(c.semantic_score)) - 1]
         span = top - floor
-        rescale = (lambda s: max(0.0, min(1.0, (s - floor) / span))) if span > 1e-9 else (lambda s: 1.0)
-        sem = {r: rescale(s) for r, s in similarity.items()}
-        sem.update((h.record_id, rescale(h.similarity)) for h in semantic)
-        sem_profile = [rescale(h.similarity) for h in semantic]
+        known = ~np.isnan(c.cosine)
+        if span > 1e-9:
+            semantic[known] = np.clip((c.cosine[known] - floor) / span, 0.0, 1.0)
+            profile = np.clip((c.semantic_score - floor) / span, 0.0, 1.0)
+        else:
+            semantic[known] = 1.0
+            profile = np.ones(len(c.semantic_score))
     depth = fusion.confidence_depth
-    lex_conf = _standout([h.score for h in lexical], depth) if lexical else 0.0
-    sem_conf = _standout(sem_profile, depth) if sem_profile else 0.0
-    if not lexical:
+    if not c.lexical_count:
         weight = 0.0
-    elif not semantic:
+    elif not len(c.semantic_score):
         weight = 1.0
     else:
-        weight = fusion.base_lexical_weight + fusion.confidence_gain * (lex_conf - sem_conf)
+        difference = _standout(c.lexical_score, depth) - _standout(profile, depth)
+        weight = fusion.base_lexical_weight + fusion.confidence_gain * difference
         weight = max(fusion.min_lexical_weight, min(fusion.max_lexical_weight, weight))
-    # Only the channels' candidates are fused, whatever else ``similarity`` may hold.
-    candidates = set(lex) | {h.record_id for h in semantic}
     blend = fusion.rank_blend
-    ranks = _rank_term(lexical_ranks, semantic_ranks, float(fusion.rrf_k), weight) if blend > 0.0 else {}
-    return {
-        r: (1.0 - blend) * (weight * lex.get(r, 0.0) + (1.0 - weight) * sem.get(r, 0.0)) + blend * ranks.get(r, 0.0)
-        for r in candidates
-    }, weight
+    convex = weight * lexical + (1.0 - weight) * semantic
+    if blend <= 0.0:
+        return (1.0 - blend) * convex, weight
+    return (1.0 - blend) * convex + blend * _rank_term(c, float(fusion.rrf_k), weight), weight
 
 
-def _rank_term(
-    lexical_ranks: Mapping[str, int], semantic_ranks: Mapping[str, int], k: float, lexical_weight: float
-) -> dict[str, float]:
+def _rank_term(c: _Candidates, k: float, lexical_weight: float) -> np.ndarray:
     """Weighted reciprocal rank, ``w (k+1)/(k+rank_lex) + (1-w) (k+1)/(k+rank_sem)``, in [0, 1].
 
     Same confidence weight as the convex part, so a channel judged weak for this query
     gets a weak vote here too (plain RRF gives it an equal one).
     """
     scale = k + 1.0
-    out = {r: lexical_weight * scale / (k + rank) for r, rank in lexical_ranks.items()}
-    for r, rank in semantic_ranks.items():
-        out[r] = out.get(r, 0.0) + (1.0 - lexical_weight) * scale / (k + rank)
-    return out
+    return c.spread(lexical_weight * scale / (k + c.lexical_rank),
+                    (1.0 - lexical_weight) * scale / (k + c.semantic_rank))
 
 
-def _rrf(lexical_ranks: Mapping[str, int], semantic_ranks: Mapping[str, int], k: float) -> dict[str, float]:
-    fused = {r: 1.0 / (k + rank) for r, rank in lexical_ranks.items()}
-    for r, rank in semantic_ranks.items():
-        fused[r] = fused.get(r, 0.0) + 1.0 / (k + rank)
-    return fused
+def _rrf(c: _Candidates, k: float) -> np.ndarray:
+    return c.spread(1.0 / (k + c.lexical_rank), 1.0 / (k + c.semantic_rank))
 
 
 def fuse(
@@ -209,52 +248,47 @@ def fuse(
     lexical candidates the semantic channel did not return (used for explanation and
     fusion); a semantic hit's own similarity always wins over an entry there.
     """
-    fusion = config.fusion
+    fusion = config.fusion if semantic is not None else None
+    c = _Candidates(lexical, semantic or (), similarity if fusion is not None else {})
+    if not len(c):
+        return []
     weight: float | None = None
-    lexical_ranks = _ranks([h.record_id for h in lexical], [h.score for h in lexical])
-    semantic_ranks = _ranks([h.record_id for h in semantic or ()], [h.similarity for h in semantic or ()])
-    if semantic is None or fusion is None:
-        fused = _lexical_norm(lexical)
+    if fusion is None:
+        fused = _lexical_norm(c.lexical_score)
     elif fusion.method is FusionMethod.RRF:
-        fused = _rrf(lexical_ranks, semantic_ranks, float(fusion.rrf_k))
+        fused = _rrf(c, float(fusion.rrf_k))
     else:
-        fused, weight = _adaptive_convex(lexical, semantic, similarity, fusion, lexical_ranks, semantic_ranks)
-    top = max(fused.values(), default=0.0)
-    lex_by_id = {h.record_id: (lexical_ranks[h.record_id], h) for h in lexical}
-    sem_by_id = {h.record_id: (semantic_ranks[h.record_id], h) for h in semantic or ()}
-    relevance_weight = config.recency.relevance_weight
-    recency_weight = config.recency.recency_weight
-    half_life = float(config.recency.half_life_ms)
-    decimals = config.score_decimals
-    # A candidate only the semantic channel proposes, with a cosine below this floor, is
-    # a nearest neighbour, not a match: without it a query about nothing in memory
-    # would still fill the page with whatever lies closest.
-    floor = -math.inf
+        fused, weight = _adaptive_convex(c, fusion)
+    top = float(fused.max())
+    normalised = fused / top if top > 0 else np.zeros(len(c))
+    fresh = recency(c.valid_time, valid_as_of_ms, float(config.recency.half_life_ms))
+    final = config.recency.relevance_weight * normalised + config.recency.recency_weight * fresh
+    kept = np.arange(len(c))
     if fusion is not None and fusion.semantic_only_min_similarity is not None:
-        floor = fusion.semantic_only_min_similarity
-    out: list[Contribution] = []
-    for record_id, score in fused.items():
-        lex_entry = lex_by_id.get(record_id)
-        sem_entry = sem_by_id.get(record_id)
-        if lex_entry is None and sem_entry is not None and sem_entry[1].similarity < floor:
-            continue
-        valid_time = (lex_entry or sem_entry)[1].valid_time_ms  # type: ignore[index]
-        fresh = recency(valid_time, valid_as_of_ms, half_life)
-        normalised = score / top if top > 0 else 0.0
-        sim = sem_entry[1].similarity if sem_entry else similarity.get(record_id)
-        out.append(
-            Contribution(
-                record_id=record_id,
-                lexical_rank=lex_entry[0] if lex_entry else None,
-                lexical_score=lex_entry[1].score if lex_entry else None,
-                semantic_rank=sem_entry[0] if sem_entry else None,
-                semantic_similarity=sim,
-                fused_score=score,
-                recency=fresh,
-                final_score=relevance_weight * normalised + recency_weight * fresh,
-                decimals=decimals,
-                lexical_weight=weight,
-            )
-        )
-    out.sort(key=lambda c: (-round(c.final_score, decimals), -round(c.recency, decimals), c.record_id))
-    return out
+        # A candidate only the semantic channel proposes, with a cosine below this floor,
+        # is a nearest neighbour, not a match: without it a query about nothing in memory
+        # would still fill the page with whatever lies closest.
+        kept = kept[~((kept >= c.lexical_count) & (c.cosine < fusion.semantic_only_min_similarity))]
+    # Order: final score, then recency (newer first), then record_id, scores compared as
+    # the receipt rounds them so that floating-point noise cannot split a tie.
+    decimals = config.score_decimals
+    order = kept[np.lexsort((np.array(c.ids)[kept], -np.round(fresh[kept], decimals),
+                             -np.round(final[kept], decimals)))]
+    slots = order.tolist()
+    in_lexical = c.lexical_count
+    lexical_rank, lexical_score = c.lexical_rank.tolist(), c.lexical_score.tolist()
+    semantic_rank = np.zeros(len(c), dtype=np.int64)
+    semantic_rank[c.semantic_slots] = c.semantic_rank
+    return list(map(
+        Contribution,
+        [c.ids[i] for i in slots],
+        [lexical_rank[i] if i < in_lexical else None for i in slots],
+        [lexical_score[i] if i < in_lexical else None for i in slots],
+        [rank or None for rank in semantic_rank[order].tolist()],  # ranks start at 1; 0: absent
+        [None if x != x else x for x in c.cosine[order].tolist()],  # NaN: no cosine known
+        fused[order].tolist(),
+        fresh[order].tolist(),
+        final[order].tolist(),
+        itertools.repeat(decimals),
+        itertools.repeat(weight),
+    ))
