@@ -99,6 +99,9 @@ def _dumps_form(value: Any) -> Any:
     (UTF-16 and code-point order agree there), safe integers, booleans, null, and floats
     whose shortest round-trip digits both write in plain decimal notation; an integral
     float becomes the int JCS writes for it. Anything else takes the full path.
+
+    A container comes back as itself unless something inside it had to change (an
+    integral float), so a value that is already in form is checked, not copied.
     """
     kind = type(value)
     if kind is str or isinstance(value, str):  # a StrEnum member too: both write its value
@@ -106,13 +109,29 @@ def _dumps_form(value: Any) -> Any:
             return value
         raise _NeedsFullCanonicaliser
     if kind is dict:
-        if not all(isinstance(k, str) and k.isascii() for k in value):
-            raise _NeedsFullCanonicaliser
-        return {k: _dumps_form(v) for k, v in value.items()}
+        changed: dict[str, Any] | None = None
+        for key, item in value.items():
+            if not (isinstance(key, str) and key.isascii()):
+                raise _NeedsFullCanonicaliser
+            if type(item) is str and item.isascii():
+                continue
+            formed = _dumps_form(item)
+            if formed is not item:
+                if changed is None:
+                    changed = dict(value)
+                changed[key] = formed
+        return value if changed is None else changed
     if kind is list or kind is tuple:
-        if all(type(item) is str and item.isascii() for item in value):
-            return value  # a list of ids: no call per item
-        return [_dumps_form(item) for item in value]
+        items: list[Any] | None = None
+        for i, item in enumerate(value):
+            if type(item) is str and item.isascii():
+                continue  # ids: no call per item
+            formed = _dumps_form(item)
+            if formed is not item:
+                if items is None:
+                    items = list(value)
+                items[i] = formed
+        return value if items is None else items
     if kind is int:
         if abs(value) > MAX_SAFE_INTEGER:
             raise _NeedsFullCanonicaliser
