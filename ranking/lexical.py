@@ -46,9 +46,8 @@ import shutil
 import threading
 from collections import Counter, OrderedDict
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import tantivy
 
@@ -96,8 +95,9 @@ def _schema() -> tantivy.Schema:
     return builder.build()
 
 
-@dataclass(frozen=True)
-class LexicalHit:
+class LexicalHit(NamedTuple):
+    """One lexical candidate. A named tuple: a search builds up to 200 of them."""
+
     record_id: str
     score: float
     valid_time_ms: int

@@ -64,6 +64,30 @@ class PassageLabels:
         """The record ``label`` belongs to (None: no such live label)."""
         return self._owner[label] if 0 <= label < len(self._owner) else None
 
+    def owners(self, labels: Sequence[int]) -> list[str | None]:
+        """:meth:`owner` of each label, in one pass (a search resolves a few hundred)."""
+        owner, count = self._owner, len(self._owner)
+        return [owner[label] if 0 <= label < count else None for label in labels]
+
+    def valid_times(self, record_ids: Sequence[str]) -> list[int]:
+        """:meth:`valid_time` of each held record."""
+        packed, valid = self._packed, self._valid
+        return [valid[packed[r] >> _COUNT_BITS] if r in packed else self.valid_time(r) for r in record_ids]
+
+    def gather(self, record_ids: Sequence[str]) -> tuple[list[str], list[int], list[int]]:
+        """The held records among ``record_ids`` (in order), each one's label count, and
+        all their labels, record after record (what an exact per-record score reads)."""
+        known: list[str] = []
+        counts: list[int] = []
+        labels: list[int] = []
+        for record_id in record_ids:
+            held = self.labels(record_id)
+            if held:
+                known.append(record_id)
+                counts.append(len(held))
+                labels.extend(held)
+        return known, counts, labels
+
     def valid_time(self, record_id: str) -> int:
         labels = self.labels(record_id)
         if not labels:

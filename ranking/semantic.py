@@ -53,7 +53,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -98,8 +98,10 @@ class CorruptIndex(Exception):
     """A scope's vector files are missing, truncated or do not match their checksum."""
 
 
-@dataclass(frozen=True)
-class SemanticHit:
+class SemanticHit(NamedTuple):
+    """One semantic candidate (a record's best passage). A named tuple: a search builds
+    up to 200 of them."""
+
     record_id: str
     similarity: float
     valid_time_ms: int
@@ -273,13 +275,16 @@ class SemanticIndex:
 
     # -- search -----------------------------------------------------------------------
 
-    def _exact(self, state: _ScopeVectors, query: np.ndarray) -> list[tuple[int, float]]:
+    def _exact(self, state: _ScopeVectors, query: np.ndarray) -> tuple[list[int], list[float]]:
+        """Every live label and its inner product with ``query``."""
         live = state.labels.live_labels()
-        out: list[tuple[int, float]] = []
+        labels: list[int] = []
+        similarities: list[float] = []
         for start in range(0, len(live), LOAD_CHUNK):
             chunk = live[start : start + LOAD_CHUNK].tolist()
-            out += zip(chunk, (_rows(state.index, chunk) @ query.astype(np.float32)).tolist())
-        return out
+            labels += chunk
+            similarities += (_rows(state.index, chunk) @ query.astype(np.float32)).astype(np.float64).tolist()
+        return labels, similarities
 
     def search(self, scope_key: str, query: np.ndarray, limit: int) -> list[SemanticHit]:
         """Records by best-passage inner product with ``query``, best first. Searches of
@@ -317,38 +322,33 @@ class SemanticIndex:
 
     def _search_locked(self, state: _ScopeVectors, query: np.ndarray, k: int, limit: int) -> list[SemanticHit]:
         matches = state.index.search(query.reshape(-1).astype(np.float32, copy=False), k)
-        labels = matches.keys.tolist()
-        if len(labels) < k:
+        if len(matches.keys) < k:
             # After many deletions the graph may reach fewer than k live elements;
             # the live set is then small enough to score exactly.
-            pairs: Iterable[tuple[int, float]] = self._exact(state, query)
+            labels, similarities = self._exact(state, query)
         else:
-            pairs = zip(labels, (1.0 - d for d in matches.distances.tolist()))
+            labels = matches.keys.tolist()
+            similarities = (1.0 - matches.distances.astype(np.float64)).tolist()
         best: dict[str, float] = {}
-        for label, similarity in pairs:
-            record_id = state.labels.owner(label)
+        for record_id, similarity in zip(state.labels.owners(labels), similarities):
             if record_id is None:  # the index holds live labels only
-                raise KeyError(label)
+                raise KeyError("a search returned a label that no record holds")
             if similarity > best.get(record_id, -2.0):
                 best[record_id] = similarity
         ranked = sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit]
-        return [SemanticHit(r, s, state.labels.valid_time(r)) for r, s in ranked]
+        times = state.labels.valid_times([record_id for record_id, _ in ranked])
+        return [SemanticHit(r, s, t) for (r, s), t in zip(ranked, times)]
 
     def similarities(self, scope_key: str, query: np.ndarray, record_ids: Sequence[str]) -> dict[str, float]:
         """Exact best-passage similarity for each known record (used to explain and fuse)."""
         state = self._scope(scope_key)
         with state.lock.read():
-            held = [(r, state.labels.labels(r)) for r in record_ids]
-            known = [(r, labels) for r, labels in held if labels]
+            known, counts, labels = state.labels.gather(record_ids)
             if not known:
                 return {}
-            owners = [r for r, labels in known for _ in labels]
-            labels = [label for _, labels in known for label in labels]
             scores = _rows(state.index, labels) @ query.reshape(-1).astype(np.float32, copy=False)
-            out: dict[str, float] = {}
-            for record_id, score in zip(owners, scores.tolist()):
-                out[record_id] = max(out.get(record_id, -2.0), float(score))
-            return out
+            starts = np.cumsum([0, *counts[:-1]])
+            return dict(zip(known, np.maximum.reduceat(scores, starts).astype(np.float64).tolist()))
 
     def raw_knn(self, scope_key: str, queries: np.ndarray, k: int, ef: int) -> np.ndarray:
         """The index alone, for benchmarks: ``search`` labels of each query row at ``ef``
