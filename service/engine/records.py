@@ -9,6 +9,7 @@ refs (host bookkeeping). Everything else a reader needs to use and cite the reco
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from enum import StrEnum
@@ -114,16 +115,23 @@ def disclose(
         present.append("evidence.attestation")
     if "reconciliation" in payload:
         present.append("payload.reconciliation")
-    receipt = seal_receipt(
+    return record, present, _redaction_receipt_digest(record_id_, record_digest_, tuple(present))
+
+
+@functools.lru_cache(maxsize=4096)
+def _redaction_receipt_digest(record_id_: str, record_digest_: str, redacted: tuple[str, ...]) -> str:
+    """The redaction receipt's digest, a function of ids, digests and field names only
+    (no record content), so it is computed once per record rather than on every search
+    that discloses it."""
+    return seal_receipt(
         DigestKind.REDACTION_RECEIPT,
         {
             "record_id": record_id_,
             "record_digest": record_digest_,
             "policy": REDACTION_POLICY,
-            "redacted_fields": present,
+            "redacted_fields": list(redacted),
         },
-    )
-    return record, present, receipt["receipt_digest"]
+    )["receipt_digest"]
 
 
 def index_document(key: str, record_id_: str, payload: dict[str, Any]) -> IndexDocument:
