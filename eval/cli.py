@@ -26,7 +26,7 @@ def eval_command(
     dataset: Annotated[Path, typer.Option("--dataset", help="BEIR directory (corpus.jsonl, queries.jsonl, qrels/test.tsv).")],
     data_dir: Annotated[Optional[Path], typer.Option("--data-dir", "-d", help="Root of the per-collection engine directories (the embedding cache); default: <ENGRAM_DATA_DIR, else ./data>/eval.")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Output directory (default ./eval-out/<dataset>).")] = None,
-    channels: Annotated[str, typer.Option("--channels", help="Comma-separated: lexical,semantic,hybrid.")] = "lexical,semantic,hybrid",
+    channels: Annotated[str, typer.Option("--channels", help="Comma-separated: lexical,semantic,hybrid. With hybrid, naive RRF (k 60) of the same two channel lists also runs, as the baseline hybrid is tested against.")] = "lexical,semantic,hybrid",
     split: Annotated[str, typer.Option("--split", help="Judge with qrels/<SPLIT>.tsv.")] = "test",
     context_turns: Annotated[int, typer.Option(
         "--context-turns", min=0,
@@ -40,7 +40,8 @@ def eval_command(
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
 ) -> None:
     """Ingest DATASET (or reuse it), run every judged query, write report.json/.md, full TREC
-    run files (run.<channel>.trec, every rank returned) and plots."""
+    run files (run.<channel>.trec, every rank returned) and plots. Each report carries a
+    paired randomisation test of hybrid against each channel and against naive RRF."""
     from rich.console import Console
 
     from .extra import require_eval_extra

@@ -14,6 +14,12 @@ Channels, and how each is obtained:
     directory **without the model** (``Engine.open(load_model=False)``): the engine then
     picks its lexical profile, exactly as a deployment whose model is down or absent would.
     (With a healthy model, ``lexical`` still fuses semantic; that is the contract's floor.)
+``naive_rrf`` (a baseline, run with ``hybrid``)
+    Plain reciprocal rank fusion (k = 60, every candidate kept, no channel weighting) of
+    the very channel lists the hybrid profile fuses, through ``Ranker.search`` with an
+    evaluation profile (``NAIVE_RRF``): the naive fusion that hybrid must beat, measured
+    on the service's own channels so that the two pair query by query in a significance
+    test (the data READMEs' RRF anchor fuses the raw engines instead).
 ``semantic``
     No semantic-only profile exists in the engine, so this is the ranker's public
     ``Ranker.search`` with an evaluation profile (``SEMANTIC_ONLY``): every lexical field
@@ -53,6 +59,8 @@ from .metrics import METRICS, NDCG10, evaluate, load_qrels, mean_metrics, paired
 from .report import label
 
 CHANNELS = ("lexical", "semantic", "hybrid")
+#: Runs that are not channels of the service but what hybrid is judged against.
+BASELINES = ("naive_rrf",)
 DEPTH = 100
 PAGE_LIMIT = 50
 MAX_PACKET = 1_048_576
@@ -68,6 +76,14 @@ SEMANTIC_ONLY = Profile(
         # the channel alone, unfloored: the floor is part of fusion, not of the channel
         fusion=FusionConfig(method=FusionMethod.RRF, semantic_only_min_similarity=None),
     ),
+)
+
+
+NAIVE_RRF = Profile(
+    name="eval_naive_rrf",
+    version="1",
+    config=replace(HYBRID_PROFILE.config,
+                   fusion=FusionConfig(method=FusionMethod.RRF, semantic_only_min_similarity=None)),
 )
 
 
@@ -204,7 +220,8 @@ def run_relevance(
         bar = _progress(progress)
         try:
             if needs_model:
-                for channel in [c for c in ("semantic", "hybrid") if c in channels]:
+                model_runs = [c for c in ("semantic", "hybrid") if c in channels]
+                for channel in model_runs + (["naive_rrf"] if "hybrid" in channels else []):
                     task = bar.add_task(f"{name} {channel}", total=len(judged)) if bar else None
                     samples, run = [], {}
                     for qid in judged:
@@ -215,11 +232,12 @@ def run_relevance(
                             receipts.setdefault(channel, {"profile": receipt.get("profile"),
                                                           "channels": receipt.get("channels")})
                         else:
-                            ranked = engine.ranker.search(
-                                key, text, SEMANTIC_ONLY, valid_as_of_ms=now_ms(), candidate_cap=DEPTH)
+                            profile = SEMANTIC_ONLY if channel == "semantic" else NAIVE_RRF
+                            ranked = engine.ranker.search(key, text, profile, valid_as_of_ms=now_ms(),
+                                                          candidate_cap=DEPTH if channel == "semantic" else 1000)
                             ids = [c.record_id for c in ranked.candidates[:DEPTH]]
-                            receipts.setdefault(channel, {"profile": SEMANTIC_ONLY.name,
-                                                          "channels": ["semantic"]})
+                            receipts.setdefault(channel, {"profile": profile.name,
+                                                          "channels": list(ranked.channels)})
                         samples.append(time.perf_counter() - t)
                         run[qid] = [rid_to_doc.get(r, r) for r in ids]
                         if save_hits and channel == "hybrid":
@@ -258,16 +276,17 @@ def run_relevance(
                 bar.stop()
             lexical_engine.close()
 
-    per_query = {c: evaluate({q: qrels[q] for q in judged}, runs[c]) for c in CHANNELS if c in runs}
+    per_query = {c: evaluate({q: qrels[q] for q in judged}, runs[c]) for c in (*CHANNELS, *BASELINES) if c in runs}
     report_json = {
         "dataset": name,
         "docs": len(docs),
         "queries": len(judged),
         "channels": {c: mean_metrics(per_query[c]) for c in CHANNELS if c in per_query},
+        "baselines": {c: mean_metrics(per_query[c]) for c in BASELINES if c in per_query},
         "significance": {
             f"hybrid_vs_{c}": paired_randomization(
                 [per_query["hybrid"][q][NDCG10] for q in judged], [per_query[c][q][NDCG10] for q in judged])
-            for c in ("lexical", "semantic") if "hybrid" in per_query and c in per_query
+            for c in ("lexical", "semantic", *BASELINES) if "hybrid" in per_query and c in per_query
         },
         "split": split,
         "context_turns": context_turns,

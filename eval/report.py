@@ -31,11 +31,12 @@ def _plots(out: Path, report: dict[str, Any], details: dict[str, Any]) -> list[s
     import matplotlib.pyplot as plt
 
     written = []
-    channels = list(report["channels"])
+    runs = {**report["channels"], **report.get("baselines", {})}
+    channels = list(runs)
     fig, ax = plt.subplots(figsize=(7, 4))
     width = 0.8 / max(1, len(channels))
     for i, channel in enumerate(channels):
-        values = [report["channels"][channel][m] for m in METRICS]
+        values = [runs[channel][m] for m in METRICS]
         xs = [j + i * width for j in range(len(METRICS))]
         bars = ax.bar(xs, values, width, label=channel)
         ax.bar_label(bars, fmt="%.3f", fontsize=7)
@@ -72,7 +73,7 @@ def markdown(report: dict[str, Any], details: dict[str, Any] | None = None, plot
     lines = [f"# Relevance: {report['dataset']}", "",
              f"{report['docs']} documents, {report['queries']} judged queries.", "",
              "| channel | nDCG@10 | recall@100 | MRR@10 | mean ms/query |", "|---|---|---|---|---|"]
-    for channel, values in report["channels"].items():
+    for channel, values in [*report["channels"].items(), *report.get("baselines", {}).items()]:
         ms = report["timings"].get(channel, {}).get("mean_ms", "")
         lines.append(f"| {channel} | {values['ndcg@10']:.3f} | {values['recall@100']:.3f} | "
                      f"{values['mrr@10']:.3f} | {ms} |")
@@ -133,8 +134,9 @@ def results_table(reports: list[dict[str, Any]]) -> str:
     for channel in ("lexical", "semantic", "hybrid"):
         head.append(f" {channel} nDCG@10 | {channel} R@100 | {channel} MRR@10 |")
         sep.append("---|---|---|")
-    head.append(" raw BM25 nDCG@10 | naive RRF nDCG@10 | hybrid - best channel (p) |")
-    sep.append("---|---|---|")
+    head.append(" raw BM25 nDCG@10 | naive RRF nDCG@10 | hybrid - best channel (p) |"
+                " RRF of the channels nDCG@10 | hybrid - it (p) |")
+    sep.append("---|---|---|---|---|")
     lines = ["".join(head), "".join(sep)]
     for rep in reports:
         row = f"| {label(rep)} | {rep['docs']:,} | {rep['queries']} |"
@@ -146,6 +148,9 @@ def results_table(reports: list[dict[str, Any]]) -> str:
         tests = rep.get("significance", {})
         best = max(("lexical", "semantic"), key=lambda c: rep["channels"].get(c, {}).get("ndcg@10", -1.0))
         test = tests.get(f"hybrid_vs_{best}")
+        row += f" {test['delta']:+.3f} ({test['p']:.3f}) |" if test else " - |"
+        rrf, test = rep.get("baselines", {}).get("naive_rrf"), tests.get("hybrid_vs_naive_rrf")
+        row += f" {rrf['ndcg@10']:.3f} |" if rrf else " - |"
         row += f" {test['delta']:+.3f} ({test['p']:.3f}) |" if test else " - |"
         lines.append(row)
     return "\n".join(lines) + "\n"

@@ -330,9 +330,9 @@ class SemanticIndex:
             labels = matches.keys.tolist()
             similarities = (1.0 - matches.distances.astype(np.float64)).tolist()
         best: dict[str, float] = {}
-        for record_id, similarity in zip(state.labels.owners(labels), similarities):
+        for label, record_id, similarity in zip(labels, state.labels.owners(labels), similarities):
             if record_id is None:  # the index holds live labels only
-                raise KeyError("a search returned a label that no record holds")
+                raise KeyError(label)
             if similarity > best.get(record_id, -2.0):
                 best[record_id] = similarity
         ranked = sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit]

@@ -12,8 +12,9 @@ from eval.report import results_table, write_outputs
 def test_report_shape_and_outputs(tiny_beir: Path, tmp_path: Path, encoder):
     data = tmp_path / "data"
     report, details = run_relevance(tiny_beir, data, encoder=encoder, progress=False)
-    assert list(report) == ["dataset", "docs", "queries", "channels", "significance", "split", "context_turns", "timings"]
-    assert set(report["significance"]) == {"hybrid_vs_lexical", "hybrid_vs_semantic"}
+    assert list(report) == ["dataset", "docs", "queries", "channels", "baselines", "significance", "split",
+                            "context_turns", "timings"]
+    assert set(report["significance"]) == {"hybrid_vs_lexical", "hybrid_vs_semantic", "hybrid_vs_naive_rrf"}
     assert all(0.0 < t["p"] <= 1.0 for t in report["significance"].values())
     assert report["dataset"] == "tiny" and report["docs"] == 30
     assert report["queries"] == 6  # the unjudged query does not count
@@ -24,12 +25,16 @@ def test_report_shape_and_outputs(tiny_beir: Path, tmp_path: Path, encoder):
     assert report["channels"]["lexical"]["recall@100"] == 1.0  # every doc shares its topic's words
     assert details["profiles"]["lexical"]["channels"] == ["lexical"]
     assert details["profiles"]["hybrid"]["channels"] == ["lexical", "semantic"]
+    # Naive RRF runs on the same channels, through an RRF profile of its own.
+    assert details["profiles"]["naive_rrf"] == {"profile": "eval_naive_rrf", "channels": ["lexical", "semantic"]}
+    assert set(report["baselines"]["naive_rrf"]) == {"ndcg@10", "recall@100", "mrr@10"}
     assert set(details["per_query"]["hybrid"]) == {f"q{i}" for i in range(6)}
 
     out = tmp_path / "out"
     write_outputs(out, report, details)
     assert json.loads((out / "report.json").read_text()) == report
-    for name in ("per_query.json", "report.md", "metrics.png", "ndcg_delta_hybrid_vs_lexical.png", "run.hybrid.trec"):
+    for name in ("per_query.json", "report.md", "metrics.png", "ndcg_delta_hybrid_vs_lexical.png", "run.hybrid.trec",
+                 "run.naive_rrf.trec"):
         assert (out / name).stat().st_size > 0
     assert "| tiny | 30 | 6 |" in results_table([report])
 
