@@ -54,6 +54,7 @@ from ranking.profiles import FieldWeights, FusionConfig, FusionMethod, SemanticC
 from service.engine import CallContext
 from service.engine.clock import now_ms
 from service.engine.records import scope_key
+from service.engine.search import CANDIDATE_CAP
 
 from .metrics import METRICS, NDCG10, evaluate, load_qrels, mean_metrics, paired_randomization
 from .report import label
@@ -233,8 +234,10 @@ def run_relevance(
                                                           "channels": receipt.get("channels")})
                         else:
                             profile = SEMANTIC_ONLY if channel == "semantic" else NAIVE_RRF
+                            # naive RRF sees the candidates a search gives fusion (CANDIDATE_CAP)
+                            cap = DEPTH if channel == "semantic" else CANDIDATE_CAP
                             ranked = engine.ranker.search(key, text, profile, valid_as_of_ms=now_ms(),
-                                                          candidate_cap=DEPTH if channel == "semantic" else 1000)
+                                                          candidate_cap=cap)
                             ids = [c.record_id for c in ranked.candidates[:DEPTH]]
                             receipts.setdefault(channel, {"profile": profile.name,
                                                           "channels": list(ranked.channels)})
