@@ -37,6 +37,11 @@ def eval_command(
         "--save-hits",
         help="Also write hits.json.gz: each judged query's lexical and semantic hits as fusion "
              "receives them (the input of engram fusion-fit).")] = False,
+    raw_anchors: Annotated[bool, typer.Option(
+        "--raw-anchors",
+        help="Also run the raw engines alone (Tantivy BM25 and exact MiniLM over title + text, "
+             "RRF k 60 of their top 100: the data READMEs' anchors) and test hybrid against their "
+             "RRF query by query (embeds every document once more).")] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
 ) -> None:
     """Ingest DATASET (or reuse it), run every judged query, write report.json/.md, full TREC
@@ -67,6 +72,7 @@ def eval_command(
         raise typer.Exit(2)
     report, details = run_relevance(dataset, data_dir / dataset.name, channels=chosen, progress=progress,
                                     split=split, context_turns=context_turns, vectors=vectors, save_hits=save_hits,
+                                    raw_anchors=raw_anchors,
                                     log=lambda m: console.print(m, markup=False, highlight=False))
     write_outputs(out, report, details)
     console.print(markdown(report), markup=False, highlight=False)

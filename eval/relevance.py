@@ -20,6 +20,9 @@ Channels, and how each is obtained:
     evaluation profile (``NAIVE_RRF``): the naive fusion that hybrid must beat, measured
     on the service's own channels so that the two pair query by query in a significance
     test (the data READMEs' RRF anchor fuses the raw engines instead).
+``raw_bm25``, ``raw_minilm``, ``raw_rrf`` (baselines, with ``raw_anchors``)
+    The raw engines alone, as the data READMEs' anchors were measured
+    (:mod:`eval.raw_engines`), so hybrid pairs with them query by query too.
 ``semantic``
     No semantic-only profile exists in the engine, so this is the ranker's public
     ``Ranker.search`` with an evaluation profile (``SEMANTIC_ONLY``): every lexical field
@@ -57,11 +60,14 @@ from service.engine.records import scope_key
 from service.engine.search import CANDIDATE_CAP
 
 from .metrics import METRICS, NDCG10, evaluate, load_qrels, mean_metrics, paired_randomization
+from .raw_engines import RUNS as RAW_RUNS, raw_runs
 from .report import label
 
 CHANNELS = ("lexical", "semantic", "hybrid")
 #: Runs that are not channels of the service but what hybrid is judged against.
-BASELINES = ("naive_rrf",)
+BASELINES = ("naive_rrf", *RAW_RUNS)
+#: What each report tests hybrid against, query by query.
+PAIRED = ("lexical", "semantic", "naive_rrf", "raw_rrf")
 DEPTH = 100
 PAGE_LIMIT = 50
 MAX_PACKET = 1_048_576
@@ -171,6 +177,7 @@ def run_relevance(
     context_turns: int = 0,
     vectors: Path | None = None,
     save_hits: bool = False,
+    raw_anchors: bool = False,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Ingest (or reuse) the collection, run every judged query; (report, per_query).
 
@@ -180,9 +187,12 @@ def run_relevance(
     (``.npz``, as ``engram ingest --vectors`` reads), so the corpus is not embedded again.
     ``save_hits``: also keep each judged query's channel hits as the hybrid profile's
     fusion receives them (``details["hits"]``, written as hits.json.gz), the input of
-    ``engram fusion-fit``.
+    ``engram fusion-fit``. ``raw_anchors``: also run the raw engines alone over the plain
+    collection (:func:`eval.raw_engines.raw_runs`, which embeds every document once more,
+    whole) and test hybrid against their RRF.
     """
-    from service.engine.engine import Engine
+    from ranking import MiniLMEncoder
+    from service.engine.engine import MODELS_DIR, Engine
 
     say = log or (lambda _m: None)
     dataset_dir = Path(dataset_dir)
@@ -208,6 +218,8 @@ def run_relevance(
     hits: dict[str, Any] = {}
 
     needs_model = any(c in ("semantic", "hybrid") for c in channels)
+    if raw_anchors and encoder is None:  # the raw runs embed with the engine's own model
+        encoder = MiniLMEncoder(Path(data_dir) / MODELS_DIR)
     t0 = time.perf_counter()
     engine = Engine.open(data_dir, encoder=encoder) if encoder is not None else Engine.open(data_dir)
     timings["engine_open_s"] = round(time.perf_counter() - t0, 3)
@@ -252,6 +264,12 @@ def run_relevance(
         finally:
             if bar:
                 bar.stop()
+        if raw_anchors:
+            say(f"[{name}] the raw engines alone (BM25, exact MiniLM, their RRF)")
+            t = time.perf_counter()
+            plain = [(doc.external_id, doc.text) for doc in read_beir(dataset_dir, name)]
+            runs.update(raw_runs(plain, {q: _query_text(queries[q]) for q in judged}, encoder))
+            timings["raw_engines_s"] = round(time.perf_counter() - t, 3)
     finally:
         engine.close()
 
@@ -289,7 +307,7 @@ def run_relevance(
         "significance": {
             f"hybrid_vs_{c}": paired_randomization(
                 [per_query["hybrid"][q][NDCG10] for q in judged], [per_query[c][q][NDCG10] for q in judged])
-            for c in ("lexical", "semantic", *BASELINES) if "hybrid" in per_query and c in per_query
+            for c in PAIRED if "hybrid" in per_query and c in per_query
         },
         "split": split,
         "context_turns": context_turns,

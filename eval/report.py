@@ -31,7 +31,8 @@ def _plots(out: Path, report: dict[str, Any], details: dict[str, Any]) -> list[s
     import matplotlib.pyplot as plt
 
     written = []
-    runs = {**report["channels"], **report.get("baselines", {})}
+    # the channels and the fusions hybrid is tested against (not the raw single engines)
+    runs = {**report["channels"], **{k: v for k, v in report.get("baselines", {}).items() if k.endswith("rrf")}}
     channels = list(runs)
     fig, ax = plt.subplots(figsize=(7, 4))
     width = 0.8 / max(1, len(channels))
@@ -135,8 +136,8 @@ def results_table(reports: list[dict[str, Any]]) -> str:
         head.append(f" {channel} nDCG@10 | {channel} R@100 | {channel} MRR@10 |")
         sep.append("---|---|---|")
     head.append(" raw BM25 nDCG@10 | naive RRF nDCG@10 | hybrid - best channel (p) |"
-                " RRF of the channels nDCG@10 | hybrid - it (p) |")
-    sep.append("---|---|---|---|---|")
+                " RRF of the channels nDCG@10 | hybrid - it (p) | hybrid - raw engines' RRF (p) |")
+    sep.append("---|---|---|---|---|---|")
     lines = ["".join(head), "".join(sep)]
     for rep in reports:
         row = f"| {label(rep)} | {rep['docs']:,} | {rep['queries']} |"
@@ -151,6 +152,8 @@ def results_table(reports: list[dict[str, Any]]) -> str:
         row += f" {test['delta']:+.3f} ({test['p']:.3f}) |" if test else " - |"
         rrf, test = rep.get("baselines", {}).get("naive_rrf"), tests.get("hybrid_vs_naive_rrf")
         row += f" {rrf['ndcg@10']:.3f} |" if rrf else " - |"
+        row += f" {test['delta']:+.3f} ({test['p']:.3f}) |" if test else " - |"
+        test = tests.get("hybrid_vs_raw_rrf")
         row += f" {test['delta']:+.3f} ({test['p']:.3f}) |" if test else " - |"
         lines.append(row)
     return "\n".join(lines) + "\n"

@@ -34,9 +34,13 @@ def main(root: str) -> None:
           "minimum_channels lexical_and_semantic. Depth 100 through paging. nDCG@10 linear gain (trec_eval "
           "ndcg_cut_10), recall@100, MRR@10; judged queries only. 'raw BM25' and 'naive RRF' are the data "
           "READMEs' raw-engine anchors (Tantivy en_stem BM25 over title + text; RRF k=60 of BM25 and exact "
-          "MiniLM). The last column is hybrid minus the better single channel, with the two-sided p of a "
-          "paired randomisation test over the queries (10,000 sign flips). Full runs (every rank) are "
-          "written as run.<channel>.trec beside each report (not kept in git).\n")
+          "MiniLM). 'hybrid - best channel' is hybrid minus the better single channel, with the two-sided p "
+          "of a paired randomisation test over the queries (10,000 sign flips); 'RRF of the channels' is "
+          "naive RRF (k 60, every candidate, no weighting) of the very two channel lists hybrid fuses, and "
+          "'hybrid - it' hybrid minus it, tested the same way; the last column tests hybrid against the raw "
+          "engines' RRF itself, reproduced query by query (`engram eval --raw-anchors`, eval/raw_engines.py). "
+          "Full runs (every rank) are written as "
+          "run.<channel>.trec beside each report (not kept in git).\n")
     print(results_table(reports))
     for group in ("locomo-dev", "locomo-dev-ctx2"):
         members = [json.loads((Path(root) / group / c / "report.json").read_text()) for c in CONVERSATIONS
@@ -44,6 +48,8 @@ def main(root: str) -> None:
         if len(members) == len(CONVERSATIONS):
             means = {ch: sum(m["channels"][ch]["ndcg@10"] for m in members) / len(members)
                      for ch in ("lexical", "semantic", "hybrid")}
+            if all("naive_rrf" in m.get("baselines", {}) for m in members):
+                means["RRF of the channels"] = sum(m["baselines"]["naive_rrf"]["ndcg@10"] for m in members) / len(members)
             print(f"{group} mean nDCG@10 over the five conversations: " + ", ".join(
                 f"{ch} {v:.3f}" for ch, v in means.items()) + " (raw BM25 0.457, naive RRF 0.426).\n")
     lines = ["| collection | lexical ms/q | semantic ms/q | hybrid ms/q | ingest s |", "|---|---|---|---|---|"]
