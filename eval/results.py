@@ -26,8 +26,8 @@ def main(root: str) -> None:
     print("Reproduce (one collection; each gets its own engine directory under --data-dir; `--vectors` "
           "takes passage vectors computed once, `--context-turns 2` ingests each conversation turn with two "
           "neighbouring turns on each side as context):\n")
-    print("```\nengram eval --dataset ../shared/data/<name> --data-dir ./eval-data --out eval/results/<name>\n"
-          "engram eval --dataset ../shared/data/locomo-dev/conv-26 --context-turns 2 --data-dir ./eval-data "
+    print("```\nengram eval --dataset ../shared/data/<name> --raw-anchors --data-dir ./eval-data --out eval/results/<name>\n"
+          "engram eval --dataset ../shared/data/locomo-dev/conv-26 --context-turns 2 --raw-anchors --data-dir ./eval-data "
           "--out eval/results/locomo-dev-ctx2/conv-26\n```\n")
     print("lexical = the engine's lexical profile (engine opened without the model); semantic = the ranker's "
           "semantic channel alone (best-passage cosine, same HNSW index); hybrid = engram_memory_search with "
