@@ -118,12 +118,14 @@ class _Candidates:
     """Both channels' hits laid out on one axis: a slot per candidate, the lexical hits
     first (in their order), then the records only the semantic channel proposed.
 
-    Each channel list holds a record at most once (both channels aggregate per record).
+    Both channels list a record at most once (each aggregates per record); should one list
+    it twice, its first (best) hit counts, as a per-record map of the hits would keep one.
     """
 
     def __init__(
         self, lexical: Sequence[LexicalHit], semantic: Sequence[SemanticHit], similarity: Mapping[str, float]
     ) -> None:
+        lexical, semantic = _first_hits(lexical), _first_hits(semantic)
         slot = {h.record_id: i for i, h in enumerate(lexical)}
         semantic_ids = [h.record_id for h in semantic]
         for record_id in semantic_ids:
@@ -159,6 +161,14 @@ class _Candidates:
         if semantic is not None:
             out[self.semantic_slots] += semantic
         return out
+
+
+def _first_hits(hits: Sequence[Any]) -> Sequence[Any]:
+    """``hits`` without later repeats of a record id (the list itself when it has none)."""
+    if len({h.record_id for h in hits}) == len(hits):
+        return hits
+    seen: set[str] = set()
+    return [h for h in hits if not (h.record_id in seen or seen.add(h.record_id))]
 
 
 def _ranks(scores: np.ndarray) -> np.ndarray:

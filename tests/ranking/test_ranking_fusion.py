@@ -298,3 +298,17 @@ def test_semantic_only_neighbours_below_the_floor_are_not_matches() -> None:
     assert kept == {"kw", "close"}
     nothing = fuse([], [SemanticHit("far", 0.05, 0)], {"far": 0.05}, HYBRID_PROFILE.config, 0)
     assert nothing == []
+
+
+@pytest.mark.parametrize("method", list(FusionMethod))
+def test_a_record_listed_twice_by_a_channel_counts_once(method: FusionMethod):
+    """Channels aggregate per record, but fusion must not misalign its candidate axis if
+    one ever lists a record twice: the first (best) hit counts, once."""
+    base = HYBRID_PROFILE.config
+    assert base.fusion is not None
+    config = dataclasses.replace(base, fusion=dataclasses.replace(base.fusion, method=method))
+    tail = [(f"s{i}", 0.5 - i * 0.01) for i in range(20)]
+    once = fuse(lex(("a", 5.0), ("b", 3.0)), sem(("b", 0.7), *tail), {"a": 0.3}, config, 0)
+    twice = fuse(lex(("a", 5.0), ("b", 3.0), ("a", 1.0)), sem(("b", 0.7), *tail, ("b", 0.1)), {"a": 0.3}, config, 0)
+    assert [c.as_dict() for c in twice] == [c.as_dict() for c in once]
+    assert sorted(c.record_id for c in twice) == sorted({c.record_id for c in twice})
