@@ -109,29 +109,9 @@ def _dumps_form(value: Any) -> Any:
             return value
         raise _NeedsFullCanonicaliser
     if kind is dict:
-        changed: dict[str, Any] | None = None
-        for key, item in value.items():
-            if not (isinstance(key, str) and key.isascii()):
-                raise _NeedsFullCanonicaliser
-            if type(item) is str and item.isascii():
-                continue
-            formed = _dumps_form(item)
-            if formed is not item:
-                if changed is None:
-                    changed = dict(value)
-                changed[key] = formed
-        return value if changed is None else changed
+        return _formed_members(value, value.items(), dict, keyed=True)
     if kind is list or kind is tuple:
-        items: list[Any] | None = None
-        for i, item in enumerate(value):
-            if type(item) is str and item.isascii():
-                continue  # ids: no call per item
-            formed = _dumps_form(item)
-            if formed is not item:
-                if items is None:
-                    items = list(value)
-                items[i] = formed
-        return value if items is None else items
+        return _formed_members(value, enumerate(value), list, keyed=False)
     if kind is int:
         if abs(value) > MAX_SAFE_INTEGER:
             raise _NeedsFullCanonicaliser
@@ -145,6 +125,24 @@ def _dumps_form(value: Any) -> Any:
     if value is None or kind is bool:
         return value
     raise _NeedsFullCanonicaliser
+
+
+def _formed_members(container: Any, members: Any, copy: Any, *, keyed: bool) -> Any:
+    """``container`` with each (key or index, item) of ``members`` in form: the container
+    itself when no item changed, else a ``copy`` of it with the changed items replaced.
+    ``keyed``: the slots are an object's keys, which must be ASCII strings."""
+    changed = None
+    for slot, item in members:
+        if keyed and not (isinstance(slot, str) and slot.isascii()):
+            raise _NeedsFullCanonicaliser
+        if type(item) is str and item.isascii():
+            continue  # ids and plain text: no call per item
+        formed = _dumps_form(item)
+        if formed is not item:
+            if changed is None:
+                changed = copy(container)
+            changed[slot] = formed
+    return container if changed is None else changed
 
 
 def _encodable(text: str) -> bool:
