@@ -283,7 +283,7 @@ class SemanticIndex:
         for start in range(0, len(live), LOAD_CHUNK):
             chunk = live[start : start + LOAD_CHUNK].tolist()
             labels += chunk
-            similarities += (_rows(state.index, chunk) @ query.astype(np.float32)).astype(np.float64).tolist()
+            similarities += (_rows(state.index, chunk) @ query.astype(np.float32)).tolist()
         return labels, similarities
 
     def search(self, scope_key: str, query: np.ndarray, limit: int) -> list[SemanticHit]:
@@ -348,7 +348,7 @@ class SemanticIndex:
                 return {}
             scores = _rows(state.index, labels) @ query.reshape(-1).astype(np.float32, copy=False)
             starts = np.cumsum([0, *counts[:-1]])
-            return dict(zip(known, np.maximum.reduceat(scores, starts).astype(np.float64).tolist()))
+            return dict(zip(known, np.maximum.reduceat(scores, starts).tolist()))
 
     def raw_knn(self, scope_key: str, queries: np.ndarray, k: int, ef: int) -> np.ndarray:
         """The index alone, for benchmarks: ``search`` labels of each query row at ``ef``
