@@ -25,6 +25,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Sequence
@@ -37,7 +38,7 @@ from ranking.encoder import SMALL_BATCH, Encoder
 from ranking.fusion import Contribution, fuse
 from ranking.lexical import LexicalHit, LexicalIndex
 from ranking.probes import RawEngines
-from ranking.profiles import LEXICAL, SEMANTIC, Profile, SemanticConfig
+from ranking.profiles import LEXICAL, SEMANTIC, LexicalConfig, Profile, SemanticConfig
 from ranking.query_batching import QueryBatcher
 from ranking.semantic import (
     CHECKPOINT_RECORDS,
@@ -53,6 +54,11 @@ from ranking.semantic import (
 FUSION = "fusion"
 
 EMBED_BATCH = 256
+
+#: Threads that run hybrid searches' lexical channels beside their query encodes. A
+#: lexical search takes a few ms against the encoder's ten or more, so a few threads
+#: keep up with many concurrent searches; one that finds them all busy waits its turn.
+LEXICAL_THREADS = 4
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,8 @@ class Ranker:
         # Concurrent searches encode their queries together (see ranking.query_batching),
         # in batches no larger than what the encoder serves through ONNX Runtime.
         self._queries = QueryBatcher(self._encode, max_batch=SMALL_BATCH)
+        # A hybrid search's lexical channel runs here while its caller encodes the query.
+        self._lexical_pool = ThreadPoolExecutor(LEXICAL_THREADS, thread_name_prefix="engram-lexical")
         self._lifecycle = threading.Lock()
         #: Called with (stage, seconds) after each search stage: lexical, semantic
         #: (query encoding included), fusion. Set by the engine's owner (metrics).
@@ -189,6 +197,7 @@ class Ranker:
     def close(self) -> None:
         """Checkpoint the semantic channel and close the lexical writers."""
         with self._lifecycle:
+            self._lexical_pool.shutdown(wait=True)
             try:
                 self._semantic.close()
             finally:
@@ -229,14 +238,13 @@ class Ranker:
         config = profile.config
         started = time.perf_counter()
         lexical_cap = min(candidate_cap, config.lexical.cap)
-        lexical = self._lexical.search(scope_key, query, config.lexical, lexical_cap)
+        lexical_job = self._lexical_job(scope_key, query, config.lexical, lexical_cap, beside=config.semantic)
         semantic = None
         similarity: dict[str, float] = {}
-        lexical_done = time.perf_counter()
         if config.semantic is not None:
             try:
                 semantic, similarity = self._semantic_candidates(
-                    scope_key, query, lexical, config.semantic, candidate_cap
+                    scope_key, query, lexical_job, config.semantic, candidate_cap
                 )
             except SemanticUnavailable:
                 if fallback is None or fallback.needs_semantic:
@@ -244,15 +252,16 @@ class Ranker:
                 asked, profile, config = config, fallback, fallback.config
                 fallback_cap = min(candidate_cap, config.lexical.cap)
                 if fallback_cap != lexical_cap or config.lexical != asked.lexical:
-                    lexical = self._lexical.search(scope_key, query, config.lexical, fallback_cap)
-        semantic_done = time.perf_counter()
+                    lexical_job = self._lexical_job(scope_key, query, config.lexical, fallback_cap, beside=None)
+        channels_done = time.perf_counter()
+        lexical, lexical_seconds = lexical_job.result()
         candidates = fuse(lexical, semantic, similarity, config, valid_as_of_ms)
         observe = self.observe_latency
         if observe is not None:
-            observe(LEXICAL, lexical_done - started)
+            observe(LEXICAL, lexical_seconds)
             if semantic is not None:
-                observe(SEMANTIC, semantic_done - lexical_done)
-            observe(FUSION, time.perf_counter() - semantic_done)
+                observe(SEMANTIC, channels_done - started)
+            observe(FUSION, time.perf_counter() - channels_done)
         return RankedList(
             profile=profile,
             channels=profile.channels,
@@ -268,11 +277,12 @@ class Ranker:
         offline). Raises :class:`SemanticUnavailable` when the profile needs a semantic
         channel that cannot serve."""
         config = profile.config
-        lexical = self._lexical.search(scope_key, query, config.lexical, min(candidate_cap, config.lexical.cap))
+        lexical_cap = min(candidate_cap, config.lexical.cap)
+        lexical_job = self._lexical_job(scope_key, query, config.lexical, lexical_cap, beside=config.semantic)
         if config.semantic is None:
-            return ChannelHits(lexical, None, {})
-        semantic, similarity = self._semantic_candidates(scope_key, query, lexical, config.semantic, candidate_cap)
-        return ChannelHits(lexical, semantic, similarity)
+            return ChannelHits(lexical_job.result()[0], None, {})
+        semantic, similarity = self._semantic_candidates(scope_key, query, lexical_job, config.semantic, candidate_cap)
+        return ChannelHits(lexical_job.result()[0], semantic, similarity)
 
     def passage_vectors(self, scope_key: str, record_ids: Sequence[str]) -> list[np.ndarray | None]:
         """Each record's indexed passage vectors (None where the semantic channel does not
@@ -294,14 +304,41 @@ class Ranker:
         """Whether the lexical channel has an index for ``scope_key`` on disk."""
         return self._lexical.present(scope_key)
 
+    def _lexical_job(
+        self, scope_key: str, query: str, config: LexicalConfig, limit: int, *, beside: SemanticConfig | None
+    ) -> Future[tuple[list[LexicalHit], float]]:
+        """The lexical channel's hits and the seconds they took. Beside a semantic channel
+        the lexical search runs on the ranker's own thread while the caller encodes the
+        query (both release the GIL), so a hybrid search waits for the longer of the two
+        rather than their sum; alone it runs here, with no thread hand-off."""
+        if beside is not None:
+            return self._lexical_pool.submit(self._timed_lexical, scope_key, query, config, limit)
+        job: Future[tuple[list[LexicalHit], float]] = Future()
+        job.set_result(self._timed_lexical(scope_key, query, config, limit))
+        return job
+
+    def _timed_lexical(
+        self, scope_key: str, query: str, config: LexicalConfig, limit: int
+    ) -> tuple[list[LexicalHit], float]:
+        started = time.perf_counter()
+        hits = self._lexical.search(scope_key, query, config, limit)
+        return hits, time.perf_counter() - started
+
     def _semantic_candidates(
-        self, scope_key: str, query: str, lexical: Sequence[LexicalHit], config: SemanticConfig, candidate_cap: int
+        self,
+        scope_key: str,
+        query: str,
+        lexical_job: Future[tuple[list[LexicalHit], float]],
+        config: SemanticConfig,
+        candidate_cap: int,
     ) -> tuple[list[SemanticHit], dict[str, float]]:
         """The semantic channel's hits, and exact similarities of lexical-only hits (so
-        both channels judge the same candidates)."""
+        both channels judge the same candidates): the query is encoded and the graph
+        searched while ``lexical_job`` runs; only the exact similarities wait for it."""
         vector = self._query_vector(query)
         try:
             semantic = self._semantic.search(scope_key, vector, min(candidate_cap, config.cap))
+            lexical, _ = lexical_job.result()
             similarity = self._semantic.similarities(
                 scope_key, vector, sorted({h.record_id for h in lexical} - {h.record_id for h in semantic})
             )

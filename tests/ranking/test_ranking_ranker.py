@@ -355,3 +355,41 @@ def test_a_scope_loading_its_vector_file_does_not_hold_up_another_scopes_search(
     first_a.join(60)
     assert outcome["a"][0] == "mem_a1"
     reader.close()
+
+
+def test_a_hybrid_search_encodes_its_query_while_the_lexical_channel_searches(tmp_path: Path):
+    """The query encode and the lexical search of one hybrid search overlap: here each
+    waits until the other has begun, which only completes if they run side by side (in
+    sequence the lexical search would wait for an encode that had not started)."""
+    import threading
+
+    from ranking.lexical import LexicalIndex
+
+    encoding, searching = threading.Event(), threading.Event()
+    met: list[str] = []
+
+    class MeetingEncoder(HashingTestEncoder):
+        def encode(self, texts):  # noqa: ANN001, ANN202
+            if texts == ["payment cache"]:
+                encoding.set()
+                met.append("encoder" if searching.wait(10) else "encoder alone")
+            return super().encode(texts)
+
+    ranker = Ranker(tmp_path / "idx", MeetingEncoder())
+    seed(ranker)
+    search = LexicalIndex.search
+
+    def meeting_search(self, scope_key, query, config, limit):  # noqa: ANN001, ANN202
+        if query == "payment cache":
+            searching.set()
+            met.append("lexical" if encoding.wait(10) else "lexical alone")
+        return search(self, scope_key, query, config, limit)
+
+    try:
+        LexicalIndex.search = meeting_search  # type: ignore[method-assign]
+        hybrid = ids(ranker, "scopeA", "payment cache")
+    finally:
+        LexicalIndex.search = search  # type: ignore[method-assign]
+    assert sorted(met) == ["encoder", "lexical"]
+    assert hybrid == ids(ranker, "scopeA", "payment cache")  # the same list as an unhindered search
+    ranker.close()
