@@ -35,11 +35,11 @@ from threadpoolctl import threadpool_limits
 
 from ranking.documents import IndexDocument, passages
 from ranking.encoder import SMALL_BATCH, Encoder
+from ranking.batching import NaturalBatcher
 from ranking.fusion import Contribution, fuse
 from ranking.lexical import LexicalHit, LexicalIndex
 from ranking.probes import RawEngines
 from ranking.profiles import LEXICAL, SEMANTIC, LexicalConfig, Profile, SemanticConfig
-from ranking.query_batching import QueryBatcher
 from ranking.semantic import (
     CHECKPOINT_RECORDS,
     CHECKPOINT_SECONDS,
@@ -108,9 +108,9 @@ class Ranker:
             checkpoint_spacing=checkpoint_spacing,
         )
         self._encoder_error: str | None = None
-        # Concurrent searches encode their queries together (see ranking.query_batching),
-        # in batches no larger than what the encoder serves through ONNX Runtime.
-        self._queries = QueryBatcher(self._encode, max_batch=SMALL_BATCH)
+        # Concurrent searches encode their queries together (see ranking.batching), in
+        # batches no larger than what the encoder serves through ONNX Runtime.
+        self._queries: NaturalBatcher[str, np.ndarray] = NaturalBatcher(self._encode, max_batch=SMALL_BATCH)
         # A hybrid search's lexical channel runs here while its caller encodes the query.
         self._lexical_pool = ThreadPoolExecutor(LEXICAL_THREADS, thread_name_prefix="engram-lexical")
         self._lifecycle = threading.Lock()
@@ -372,7 +372,7 @@ class Ranker:
     # -- internals --------------------------------------------------------------------
 
     def _query_vector(self, query: str) -> np.ndarray:
-        return self._queries.encode(query)
+        return self._queries.submit(query)
 
     def _encode(self, texts: Sequence[str]) -> np.ndarray:
         if self._encoder is None:

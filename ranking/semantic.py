@@ -10,6 +10,10 @@ exact similarities of lexical-only candidates, purges, rebuilds and exports read
 back from it (``Index.get``). Why usearch and these graph parameters: measured against
 hnswlib in ``eval/RESULTS.md`` (``engram bench-ann``).
 
+usearch holds the GIL while it searches, so concurrent searches of one scope would take
+turns on one core: they share one multi-threaded graph search instead, batched as query
+encodes are (:mod:`ranking.batching`); a lone search is one plain call.
+
 Records are embedded as passages (see :mod:`ranking.documents`): up to four overlapping
 180-word windows of primary + decision + evidence + context, and a record scores by its
 best passage, so text past the model's 256-token window stays searchable: a record's
@@ -48,6 +52,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
 import shutil
 import threading
 import time
@@ -65,8 +70,9 @@ try:
     ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
 except OSError:  # no system C++ runtime: nothing else can then bring a second copy
     pass
-from usearch.index import Index  # noqa: E402 - after the C++ runtime, see above
+from usearch.index import Index, Matches  # noqa: E402 - after the C++ runtime, see above
 
+from ranking.batching import NaturalBatcher
 from ranking.hnswlib_file import HnswlibVectors
 from ranking.passage_labels import PassageLabels
 from ranking.profiles import HYBRID_PROFILE, SemanticConfig
@@ -88,6 +94,11 @@ CHECKPOINT_SPACING = 9.0
 # Vectors are read back from an index this many at a time (``Index.get`` makes one
 # array per key), so a rebuild of a million never holds them all twice.
 LOAD_CHUNK = 16_384
+# Concurrent graph searches of one scope run as one batch of at most this many queries,
+# on up to this many of usearch's threads (it holds the GIL while it searches, so
+# threads of our own would take turns; see ranking.batching).
+GRAPH_BATCH = 16
+GRAPH_THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class SemanticUnavailable(Exception):
@@ -107,6 +118,35 @@ class SemanticHit(NamedTuple):
     valid_time_ms: int
 
 
+class _GraphSearch(NamedTuple):
+    """One caller's query of a scope's graph: the index, a float32 vector, how many."""
+
+    index: Index
+    vector: np.ndarray
+    k: int
+
+
+def _graph_searches(requests: Sequence[_GraphSearch]) -> list[Matches]:
+    """Each request's matches: alone, one plain search; together, one multi-threaded
+    search per index and depth (the same matches each query gets alone)."""
+    if len(requests) == 1:
+        index, vector, k = requests[0]
+        return [index.search(vector, k)]
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, request in enumerate(requests):
+        groups.setdefault((id(request.index), request.k), []).append(i)
+    found: dict[int, Matches] = {}
+    for rows in groups.values():
+        index, _, k = requests[rows[0]]
+        if len(rows) == 1:
+            found[rows[0]] = index.search(requests[rows[0]].vector, k)
+            continue
+        batch = index.search(np.stack([requests[i].vector for i in rows]), k,
+                             threads=min(len(rows), GRAPH_THREADS))
+        found.update((i, batch[j]) for j, i in enumerate(rows))
+    return [found[i] for i in range(len(requests))]
+
+
 @dataclass
 class _ScopeVectors:
     """One scope's in-memory index and the maps the index does not keep for us."""
@@ -122,6 +162,10 @@ class _ScopeVectors:
     ef: int = 0  # the index's search depth now (the index keeps one; 0: not set yet)
     # Searches share it; applies, saves, purges and depth changes hold it alone.
     lock: ReadWriteLock = field(default_factory=ReadWriteLock)
+    # Concurrent searches (each under ``lock`` shared) run their graph queries together.
+    searches: NaturalBatcher[_GraphSearch, Matches] = field(
+        default_factory=lambda: NaturalBatcher(_graph_searches, max_batch=GRAPH_BATCH)
+    )
 
     @property
     def live_count(self) -> int:
@@ -321,7 +365,8 @@ class SemanticIndex:
         return min(live, int(limit * per_record) + 16)
 
     def _search_locked(self, state: _ScopeVectors, query: np.ndarray, k: int, limit: int) -> list[SemanticHit]:
-        matches = state.index.search(query.reshape(-1).astype(np.float32, copy=False), k)
+        vector = query.reshape(-1).astype(np.float32, copy=False)
+        matches = state.searches.submit(_GraphSearch(state.index, vector, k))
         if len(matches.keys) < k:
             # After many deletions the graph may reach fewer than k live elements;
             # the live set is then small enough to score exactly.

@@ -13,7 +13,7 @@ import pytest
 from ranking_support import HashingTestEncoder, doc
 
 from ranking import HYBRID_PROFILE, Ranker
-from ranking.query_batching import QueryBatcher
+from ranking.batching import NaturalBatcher
 
 
 class GatedEncoder:
@@ -35,7 +35,7 @@ class GatedEncoder:
         return self.inner.encode(texts)
 
 
-def queued(batcher: QueryBatcher) -> int:
+def queued(batcher: NaturalBatcher) -> int:
     return len(batcher._queued)  # noqa: SLF001 - how many callers wait, to sequence the test
 
 
@@ -46,7 +46,7 @@ def wait_until(condition, timeout: float = 60.0) -> None:  # noqa: ANN001
         time.sleep(0.005)
 
 
-def encode_concurrently(batcher: QueryBatcher, encoder: GatedEncoder, texts: list[str],
+def encode_concurrently(batcher: NaturalBatcher, encoder: GatedEncoder, texts: list[str],
                         first: str = "the first query") -> tuple[np.ndarray, dict[str, object]]:
     """Start one encode, hold it inside the encoder until every one of ``texts`` has
     queued behind it, then let all run; returns the first's vector and each text's
@@ -57,7 +57,7 @@ def encode_concurrently(batcher: QueryBatcher, encoder: GatedEncoder, texts: lis
 
     def call(text: str) -> None:
         try:
-            results[text] = batcher.encode(text)
+            results[text] = batcher.submit(text)
         except Exception as exc:  # noqa: BLE001 - compared below
             results[text] = exc
 
@@ -76,17 +76,17 @@ def encode_concurrently(batcher: QueryBatcher, encoder: GatedEncoder, texts: lis
 
 def test_a_lone_query_is_encoded_at_once_and_alone() -> None:
     encoder = GatedEncoder(HashingTestEncoder())
-    batcher = QueryBatcher(encoder.encode, max_batch=16)
-    vector = batcher.encode("otter ledger")
+    batcher = NaturalBatcher(encoder.encode, max_batch=16)
+    vector = batcher.submit("otter ledger")
     assert encoder.batches == [["otter ledger"]]
     assert np.array_equal(vector, HashingTestEncoder().encode(["otter ledger"])[0])
-    batcher.encode("heron ledger")  # the encoder is idle again: alone again
+    batcher.submit("heron ledger")  # the encoder is idle again: alone again
     assert encoder.batches[-1] == ["heron ledger"]
 
 
 def test_queries_arriving_during_a_batch_share_the_next_one() -> None:
     encoder = GatedEncoder(HashingTestEncoder())
-    batcher = QueryBatcher(encoder.encode, max_batch=16)
+    batcher = NaturalBatcher(encoder.encode, max_batch=16)
     texts = [f"query number {i} about otters" for i in range(7)]
     _, results = encode_concurrently(batcher, encoder, texts)
     assert encoder.batches[0] == ["the first query"]
@@ -94,12 +94,12 @@ def test_queries_arriving_during_a_batch_share_the_next_one() -> None:
     reference = HashingTestEncoder().encode(texts)
     for text, row in zip(texts, reference):
         assert np.array_equal(results[text], row)  # each caller gets its own text's vector
-    assert batcher.encode("alone again") is not None and encoder.batches[-1] == ["alone again"]
+    assert batcher.submit("alone again") is not None and encoder.batches[-1] == ["alone again"]
 
 
 def test_batches_are_capped_and_the_queue_drains() -> None:
     encoder = GatedEncoder(HashingTestEncoder())
-    batcher = QueryBatcher(encoder.encode, max_batch=4)
+    batcher = NaturalBatcher(encoder.encode, max_batch=4)
     texts = [f"query {i}" for i in range(10)]
     _, results = encode_concurrently(batcher, encoder, texts)
     assert [len(b) for b in encoder.batches] == [1, 4, 4, 2]
@@ -118,14 +118,14 @@ def test_a_failing_batch_fails_each_of_its_callers_and_the_next_batch_still_runs
             raise RuntimeError("model failed")
         return out
 
-    batcher = QueryBatcher(encode, max_batch=3)
+    batcher = NaturalBatcher(encode, max_batch=3)
     texts = [f"query {i}" for i in range(5)]
     first, results = encode_concurrently(batcher, encoder, texts)
     assert isinstance(first, np.ndarray)
     failed = [t for t, v in results.items() if isinstance(v, RuntimeError)]
     assert sorted(failed) == sorted(encoder.batches[1])  # the second batch, all of it
     assert all(isinstance(results[t], np.ndarray) for t in encoder.batches[2])
-    assert batcher.encode("after the failure") is not None
+    assert batcher.submit("after the failure") is not None
 
 
 def test_concurrent_hybrid_searches_rank_as_lone_ones(tmp_path: Path) -> None:
@@ -170,10 +170,92 @@ def test_the_real_model_gives_a_batched_query_its_lone_vector(minilm) -> None:
              "Why was the billing ledger moved to serialisable transactions?",
              "naïve café — ünïcödé, 日本語のテキスト", "the effect of x-rays on bone density " * 8]
     encoder = GatedEncoder(minilm)
-    batcher = QueryBatcher(encoder.encode, max_batch=16)
+    batcher = NaturalBatcher(encoder.encode, max_batch=16)
     _, results = encode_concurrently(batcher, encoder, texts)
     assert sorted(encoder.batches[1]) == sorted(texts)
     for text in texts:
         lone = minilm.encode([text])[0]
         assert np.allclose(results[text], lone, atol=1e-5)
         assert float(np.dot(results[text], lone)) >= 0.99999
+
+
+# -- graph searches ---------------------------------------------------------------------
+
+
+def test_a_batch_of_graph_searches_gives_each_query_its_lone_matches() -> None:
+    """Queries of two indexes at two depths, searched as one batch: each gets exactly the
+    keys and distances a lone search of its index gives it."""
+    from usearch.index import Index
+
+    from ranking.semantic import _graph_searches, _GraphSearch
+
+    rng = np.random.default_rng(7)
+    indexes = []
+    for _ in range(2):
+        index = Index(ndim=32, metric="ip", dtype="f16", connectivity=16, expansion_search=64)
+        vectors = rng.standard_normal((2000, 32)).astype(np.float32)
+        index.add(np.arange(2000), vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
+        indexes.append(index)
+    queries = rng.standard_normal((9, 32)).astype(np.float32)
+    requests = [_GraphSearch(indexes[i % 2], queries[i], (10, 40)[i % 3 == 0]) for i in range(9)]
+    together = _graph_searches(requests)
+    assert len(together) == len(requests)
+    for request, matches in zip(requests, together):
+        alone = request.index.search(request.vector, request.k)
+        assert len(alone.keys) == request.k
+        assert np.array_equal(matches.keys, alone.keys)
+        assert np.array_equal(matches.distances, alone.distances)
+
+
+def test_concurrent_searches_of_one_scope_share_one_graph_search(tmp_path: Path, monkeypatch) -> None:
+    """Searches that arrive while a scope's graph search runs are searched together in the
+    next one, and each ranks as it does alone."""
+    import ranking.semantic as semantic
+
+    runs: list[int] = []
+    gate, entered = threading.Event(), threading.Event()
+    real = semantic._graph_searches  # noqa: SLF001
+
+    def gated(requests):  # noqa: ANN001, ANN202
+        runs.append(len(requests))
+        entered.set()
+        assert gate.wait(60)
+        return real(requests)
+
+    writer = Ranker(tmp_path / "idx", HashingTestEncoder())
+    docs = [doc("s", f"r{i}", f"The otter {w} ledger entry {i} balances.") for i, w in
+            enumerate(["river", "sea", "night", "bank", "tide", "moss", "stone", "reed"])]
+    writer.apply("s", docs, [], through_cursor=1)
+    queries = ["otter river", "sea ledger", "night entry", "tide moss stone"]
+
+    def ranked(ranker: Ranker, query: str) -> list[tuple[str, float]]:
+        out = ranker.search("s", query, HYBRID_PROFILE, valid_as_of_ms=0)
+        return [(c.record_id, c.as_dict()["final_score"]) for c in out.candidates]
+
+    alone = {q: ranked(writer, q) for q in queries}
+    writer.close()
+    monkeypatch.setattr(semantic, "_graph_searches", gated)
+    ranker = Ranker(tmp_path / "idx", HashingTestEncoder())  # its scope batches through `gated`
+    try:
+        gate.set()
+        ranked(ranker, "warm the scope")
+        runs.clear()
+        gate.clear()
+        entered.clear()
+        together: dict[str, list[tuple[str, float]]] = {}
+        lead = threading.Thread(target=lambda: together.update(lead=ranked(ranker, "the first query")))
+        lead.start()
+        assert entered.wait(60)
+        threads = [threading.Thread(target=lambda q=q: together.update({q: ranked(ranker, q)})) for q in queries]
+        for t in threads:
+            t.start()
+        batcher = ranker._semantic._scope("s").searches  # noqa: SLF001 - to sequence the test
+        wait_until(lambda: queued(batcher) == len(queries))
+        gate.set()
+        for t in [lead, *threads]:
+            t.join(60)
+        assert runs == [1, len(queries)]  # the lead alone, then the four together
+        assert {q: together[q] for q in queries} == alone
+    finally:
+        gate.set()
+        ranker.close()
