@@ -33,9 +33,9 @@ from typing import NamedTuple, Sequence
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from ranking.batching import NaturalBatcher
 from ranking.documents import IndexDocument, passages
 from ranking.encoder import SMALL_BATCH, Encoder
-from ranking.batching import NaturalBatcher
 from ranking.fusion import Contribution, fuse
 from ranking.lexical import LexicalHit, LexicalIndex
 from ranking.probes import RawEngines
