@@ -1,5 +1,7 @@
-"""Concurrent query encodes share batches; a lone one runs at once; every caller gets its
-own text's vector (the real model's batched vectors equal its lone ones)."""
+"""Natural batching: concurrent query encodes share batches, a lone one runs at once, and
+every caller gets its own text's vector (the real model's batched vectors equal its lone
+ones); concurrent graph searches of one scope share one usearch call, and each query
+gets the matches it gets alone."""
 
 from __future__ import annotations
 
