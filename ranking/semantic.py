@@ -129,9 +129,6 @@ class _GraphSearch(NamedTuple):
 def _graph_searches(requests: Sequence[_GraphSearch]) -> list[Matches]:
     """Each request's matches: alone, one plain search; together, one multi-threaded
     search per index and depth (the same matches each query gets alone)."""
-    if len(requests) == 1:
-        index, vector, k = requests[0]
-        return [index.search(vector, k)]
     groups: dict[tuple[int, int], list[int]] = {}
     for i, request in enumerate(requests):
         groups.setdefault((id(request.index), request.k), []).append(i)
