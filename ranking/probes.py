@@ -26,7 +26,9 @@ class RawEngines:
     tantivy: Callable[[str, int], Any]
     #: ``lexical_channel(query, k)``: the whole lexical channel (ids and valid times read).
     lexical_channel: Callable[[str, int], list[LexicalHit]]
-    #: ``knn(queries, k, ef)``: the HNSW index's search labels (usearch), one row per query row.
-    knn: Callable[[np.ndarray, int, int], np.ndarray]
+    #: ``knn(queries, k, ef)``: the HNSW index's search labels (usearch), one row per query
+    #: row; ``ef`` None scans every vector exactly instead, as the channel does for a scope
+    #: of at most ``SemanticConfig.exact_up_to`` passages.
+    knn: Callable[[np.ndarray, int, int | None], np.ndarray]
     #: ``label_record(label)``: the record a passage label belongs to.
     label_record: Callable[[int], str | None]

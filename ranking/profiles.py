@@ -90,7 +90,8 @@ class SemanticConfig:
     The search depth (ef) grows with the index, since recall at a fixed ef falls as the
     graph grows: ``expansion_search`` up to ``expansion_reference`` live passages, then
     scaled by (live / reference) ** ``expansion_growth`` (``expansion_for``); a search
-    asking for more candidates searches at least that deep.
+    asking for more candidates searches at least that deep. A scope of at most
+    ``exact_up_to`` live passages is not walked but scanned: every vector scored.
     """
 
     # Candidates handed to fusion (nearest neighbours asked of the index).
@@ -102,6 +103,14 @@ class SemanticConfig:
     expansion_reference: int = 100_000
     expansion_growth: float = 0.9
     storage: VectorStorage = VectorStorage.F16
+    # A scope of at most this many live passages is searched by scoring every vector
+    # (exact, recall 1) instead of walking the graph: up to here the scan is also the
+    # faster of the two (chosen in eval/RESULTS.md). 0 always walks the graph.
+    exact_up_to: int = 15_000
+
+    def scans_exactly(self, live_passages: int) -> bool:
+        """Whether an index of ``live_passages`` vectors is searched by an exact scan."""
+        return live_passages <= self.exact_up_to
 
     def expansion_for(self, live_passages: int) -> int:
         """The search depth (ef) for an index of ``live_passages`` vectors."""
@@ -230,6 +239,6 @@ def _config_digest(config: ProfileConfig) -> str:
 LEXICAL_PROFILE = Profile(name="lexical", version="3", config=ProfileConfig(channels=(LEXICAL,)))
 HYBRID_PROFILE = Profile(
     name="lexical_and_semantic",
-    version="11",
+    version="12",
     config=ProfileConfig(channels=(LEXICAL, SEMANTIC), semantic=SemanticConfig(), fusion=FusionConfig()),
 )

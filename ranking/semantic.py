@@ -10,6 +10,12 @@ exact similarities of lexical-only candidates, purges, rebuilds and exports read
 back from it (``Index.get``). Why usearch and these graph parameters: measured against
 hnswlib in ``eval/RESULTS.md`` (``engram bench-ann``).
 
+A scope of at most ``SemanticConfig.exact_up_to`` live passages (most agents' memories)
+is not walked but scanned: usearch scores every stored vector (``exact=True``, the same
+kernels on the same copy), which up to there is also faster than the graph, and finds the
+true nearest neighbours (measured: ``eval/RESULTS.md``). A graph that reaches fewer
+vectors than asked for (after many deletions) is scanned the same way.
+
 usearch holds the GIL while it searches, so concurrent searches of one scope would take
 turns on one core: they share one multi-threaded graph search instead, batched as query
 encodes are (:mod:`ranking.batching`); a lone search is one plain call.
@@ -119,27 +125,29 @@ class SemanticHit(NamedTuple):
 
 
 class _GraphSearch(NamedTuple):
-    """One caller's query of a scope's graph: the index, a float32 vector, how many."""
+    """One caller's query of a scope's index: the index, a float32 vector, how many, and
+    whether to scan every vector (exact) instead of walking the graph."""
 
     index: Index
     vector: np.ndarray
     k: int
+    exact: bool = False
 
 
 def _graph_searches(requests: Sequence[_GraphSearch]) -> list[Matches]:
     """Each request's matches: alone, one plain search; together, one multi-threaded
-    search per index and depth (the same matches each query gets alone)."""
-    groups: dict[tuple[int, int], list[int]] = {}
+    search per index, depth and kind (the same matches each query gets alone)."""
+    groups: dict[tuple[int, int, bool], list[int]] = {}
     for i, request in enumerate(requests):
-        groups.setdefault((id(request.index), request.k), []).append(i)
+        groups.setdefault((id(request.index), request.k, request.exact), []).append(i)
     found: dict[int, Matches] = {}
     for rows in groups.values():
-        index, _, k = requests[rows[0]]
+        index, _, k, exact = requests[rows[0]]
         if len(rows) == 1:
-            found[rows[0]] = index.search(requests[rows[0]].vector, k)
+            found[rows[0]] = index.search(requests[rows[0]].vector, k, exact=exact)
             continue
         batch = index.search(np.stack([requests[i].vector for i in rows]), k,
-                             threads=min(len(rows), GRAPH_THREADS))
+                             threads=min(len(rows), GRAPH_THREADS), exact=exact)
         found.update((i, batch[j]) for j, i in enumerate(rows))
     return [found[i] for i in range(len(requests))]
 
@@ -316,26 +324,16 @@ class SemanticIndex:
 
     # -- search -----------------------------------------------------------------------
 
-    def _exact(self, state: _ScopeVectors, query: np.ndarray) -> tuple[list[int], list[float]]:
-        """Every live label and its inner product with ``query``."""
-        live = state.labels.live_labels()
-        labels: list[int] = []
-        similarities: list[float] = []
-        for start in range(0, len(live), LOAD_CHUNK):
-            chunk = live[start : start + LOAD_CHUNK].tolist()
-            labels += chunk
-            similarities += (_rows(state.index, chunk) @ query.astype(np.float32)).tolist()
-        return labels, similarities
-
     def search(self, scope_key: str, query: np.ndarray, limit: int) -> list[SemanticHit]:
         """Records by best-passage inner product with ``query``, best first. Searches of
-        one scope run in parallel; one that needs another search depth sets it alone."""
+        one scope run in parallel; one that needs another graph depth sets it alone (a
+        scope small enough to scan needs none)."""
         state = self._scope(scope_key)
         with state.lock.read():
             k = self._depth(state, limit)
             if k is None:
                 return []
-            if self._ef(state, k) == state.ef:
+            if self._graph.scans_exactly(state.live_count) or self._ef(state, k) == state.ef:
                 return self._search_locked(state, query, k, limit)
         with state.lock.write():
             k = self._depth(state, limit)
@@ -363,14 +361,14 @@ class SemanticIndex:
 
     def _search_locked(self, state: _ScopeVectors, query: np.ndarray, k: int, limit: int) -> list[SemanticHit]:
         vector = query.reshape(-1).astype(np.float32, copy=False)
-        matches = state.searches.submit(_GraphSearch(state.index, vector, k))
+        exact = self._graph.scans_exactly(state.live_count)
+        matches = state.searches.submit(_GraphSearch(state.index, vector, k, exact))
         if len(matches.keys) < k:
             # After many deletions the graph may reach fewer than k live elements;
-            # the live set is then small enough to score exactly.
-            labels, similarities = self._exact(state, query)
-        else:
-            labels = matches.keys.tolist()
-            similarities = (1.0 - matches.distances.astype(np.float64)).tolist()
+            # the live set is then small enough to score exactly, all of it.
+            matches = state.searches.submit(_GraphSearch(state.index, vector, state.live_count, True))
+        labels = matches.keys.tolist()
+        similarities = (1.0 - matches.distances.astype(np.float64)).tolist()
         best: dict[str, float] = {}
         for label, record_id, similarity in zip(labels, state.labels.owners(labels), similarities):
             if record_id is None:  # the index holds live labels only
@@ -392,14 +390,17 @@ class SemanticIndex:
             starts = np.cumsum([0, *counts[:-1]])
             return dict(zip(known, np.maximum.reduceat(scores, starts).tolist()))
 
-    def raw_knn(self, scope_key: str, queries: np.ndarray, k: int, ef: int) -> np.ndarray:
-        """The index alone, for benchmarks: ``search`` labels of each query row at ``ef``
-        (passage labels, no aggregation per record); ``label_record`` names them."""
+    def raw_knn(self, scope_key: str, queries: np.ndarray, k: int, ef: int | None) -> np.ndarray:
+        """The index alone, for benchmarks: labels of each query row's graph search at
+        ``ef``, or of an exact scan when ``ef`` is None (passage labels, no aggregation
+        per record); ``label_record`` names them."""
         state = self._scope(scope_key)
+        rows = np.atleast_2d(queries).astype(np.float32, copy=False)
         with state.lock.write():
-            state.ef = ef
-            state.index.expansion_search = ef
-            matches = state.index.search(np.atleast_2d(queries).astype(np.float32, copy=False), k)
+            if ef is not None:
+                state.ef = ef
+                state.index.expansion_search = ef
+            matches = state.index.search(rows, k, exact=ef is None)
         return np.atleast_2d(matches.keys)
 
     def passage_vectors(self, scope_key: str, record_id: str) -> np.ndarray | None:

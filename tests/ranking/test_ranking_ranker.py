@@ -172,9 +172,10 @@ def test_semantic_search_scores_exactly_when_the_graph_cannot_fill_k(tmp_path, m
 
     import numpy as np
 
+    from ranking.profiles import SemanticConfig
     from ranking.semantic import SemanticIndex
 
-    index = SemanticIndex(tmp_path, 8)
+    index = SemanticIndex(tmp_path, 8, graph=SemanticConfig(exact_up_to=0))  # always the graph
     rng = np.random.default_rng(0)
     vectors = rng.normal(size=(30, 8)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -189,8 +190,10 @@ def test_semantic_search_scores_exactly_when_the_graph_cannot_fill_k(tmp_path, m
         expansion_search = 0
         ndim = real.ndim
 
-        def search(self, query, k):
-            found = real.search(query, k)
+        def search(self, query, k, exact=False):
+            found = real.search(query, k, exact=exact)
+            if exact:
+                return found
             return types.SimpleNamespace(keys=found.keys[:2], distances=found.distances[:2])
 
         def get(self, keys):

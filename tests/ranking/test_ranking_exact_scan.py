@@ -1,0 +1,56 @@
+"""A small scope's semantic search is an exact scan of every vector; past
+``SemanticConfig.exact_up_to`` live passages it walks the HNSW graph."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ranking.profiles import SemanticConfig, VectorStorage
+from ranking.semantic import SemanticIndex
+
+# A deliberately poor graph (few links, shallow build and search), float32 vectors.
+POOR_GRAPH = dict(connectivity=4, expansion_add=8, expansion_search=8, storage=VectorStorage.F32)
+
+
+def _vectors(n: int, dim: int, seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def _top(hits) -> list[str]:  # noqa: ANN001
+    return [h.record_id for h in hits]
+
+
+def test_a_small_scope_finds_the_true_nearest_records_where_its_graph_misses(tmp_path: Path):
+    vectors, queries = _vectors(3000, 16, 1), _vectors(20, 16, 2)
+    passages = [(f"r{i}", i, vectors[i : i + 1]) for i in range(len(vectors))]
+    scanned = SemanticIndex(tmp_path / "scan", 16, graph=SemanticConfig(**POOR_GRAPH, exact_up_to=3000))
+    walked = SemanticIndex(tmp_path / "graph", 16, graph=SemanticConfig(**POOR_GRAPH, exact_up_to=2999))
+    for index in (scanned, walked):
+        index.apply("s", [], passages, 1)
+    graph_misses = 0
+    for query in queries:
+        similarities = vectors @ query
+        truth = np.argsort(-similarities, kind="stable")[:10]
+        hits = scanned.search("s", query, 10)
+        assert {h.record_id for h in hits} == {f"r{i}" for i in truth}
+        assert np.allclose([h.similarity for h in hits], similarities[truth], atol=1e-5)
+        graph_misses += set(_top(walked.search("s", query, 10))) != set(_top(hits))
+    assert graph_misses > 0  # the same graph, walked, misses some: the scan is what finds them
+
+
+def test_a_scope_that_grows_past_the_threshold_is_then_searched_through_its_graph(tmp_path: Path):
+    config = SemanticConfig(expansion_search=16, exact_up_to=60)
+    vectors = _vectors(100, 8, 3)
+    index = SemanticIndex(tmp_path, 8, graph=config)
+    index.apply("s", [], [(f"r{i}", i, vectors[i : i + 1]) for i in range(60)], 1)
+    assert _top(index.search("s", vectors[5], 3))[0] == "r5"
+    assert index._scope("s").ef == 0  # noqa: SLF001 - scanned: no graph depth was ever set
+    index.apply("s", [], [(f"r{i}", i, vectors[i : i + 1]) for i in range(60, 100)], 2)
+    assert _top(index.search("s", vectors[70], 3))[0] == "r70"
+    assert index._scope("s").ef >= config.expansion_for(100) > 0  # noqa: SLF001 - walked at a graph depth
+    index.apply("s", [f"r{i}" for i in range(50)], [], 3)  # back to 50 live: scanned again
+    hits = index.search("s", vectors[55], 50)
+    assert len(hits) == 50 and {h.record_id for h in hits} == {f"r{i}" for i in range(50, 100)}
