@@ -1,8 +1,9 @@
 """The six tools: names, descriptions, argument and output models, published schemas.
 
 `tools/list` publishes `input_schema` and `output_schema` from here. Both are generated
-from the pydantic models and then made strictly closed: every object gets
-`additionalProperties: false`, and no `default: null` survives (optional means omitted).
+from the pydantic models, made self-contained (definitions inlined, no `$ref`) and then
+strictly closed: every object gets `additionalProperties: false`, and no `default: null`
+survives (optional means omitted).
 """
 
 from __future__ import annotations
@@ -43,6 +44,33 @@ FORGET = "engram_memory_forget"
 MUTATIONS = frozenset({CAPTURE, REQUEST_ADMISSION, WITHDRAW, FORGET})
 
 
+def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with every local ``$ref`` replaced by the definition it names, and no
+    ``$defs``: the same constraints, in one self-contained tree.
+
+    Why: a host's validator descends once more for each ``$ref`` it meets (the MCP SDK
+    client checks every tool result this way: about a quarter of that check's time on a
+    search envelope, measured in eval/RESULTS.md), and some hosts resolve ``$ref`` in tool
+    schemas poorly or not at all. No model here is recursive (that would raise)."""
+    defs = schema.get("$defs", {})
+
+    def resolve(node: Any, seen: tuple[str, ...]) -> Any:
+        if isinstance(node, list):
+            return [resolve(item, seen) for item in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if ref is None:
+            return {k: resolve(v, seen) for k, v in node.items() if k != "$defs"}
+        name = ref.removeprefix("#/$defs/")
+        if name in seen:
+            raise ValueError(f"recursive schema definition {name!r}")
+        siblings = {k: resolve(v, seen) for k, v in node.items() if k != "$ref"}
+        return {**resolve(defs[name], (*seen, name)), **siblings}
+
+    return resolve(schema, ())
+
+
 def _closed(schema: Any) -> Any:
     """Close every object schema and drop `default: null` throughout."""
     if isinstance(schema, dict):
@@ -65,7 +93,7 @@ class ToolSpec:
 
     @cached_property
     def input_schema(self) -> dict[str, Any]:
-        return _closed(self.input_model.model_json_schema())
+        return _closed(_inlined(self.input_model.model_json_schema()))
 
     @cached_property
     def output_schema(self) -> dict[str, Any]:
@@ -73,7 +101,7 @@ class ToolSpec:
         success = SuccessEnvelope[self.output_model].model_json_schema()  # type: ignore[name-defined]
         failure = FailureEnvelope.model_json_schema()
         defs = {**success.pop("$defs", {}), **failure.pop("$defs", {})}
-        return _closed({"type": "object", "anyOf": [success, failure], "$defs": defs})
+        return _closed(_inlined({"type": "object", "anyOf": [success, failure], "$defs": defs}))
 
 
 TOOLS: dict[str, ToolSpec] = {

@@ -635,6 +635,62 @@ def test_published_output_schema_is_closed(tool: str) -> None:
             assert node.get("additionalProperties") is False, path
 
 
+def _mutations(value: Any, path: tuple = ()):
+    """(path, mutated copy) for each object given an unknown member and each leaf given a
+    value of another JSON type, anywhere in ``value``."""
+    if isinstance(value, dict):
+        yield path, {**value, "zz_unknown": 1}
+        for k, v in value.items():
+            for sub, mutated in _mutations(v, (*path, k)):
+                yield sub, {**value, k: mutated}
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            for sub, mutated in _mutations(v, (*path, i)):
+                yield sub, [*value[:i], mutated, *value[i + 1:]]
+    elif isinstance(value, bool) or value is None:
+        yield path, "not-a-boolean-or-null"
+    elif isinstance(value, (int, float)):
+        yield path, "not-a-number"
+    else:
+        yield path, 12345
+
+
+def test_published_schemas_are_self_contained_and_hold_every_nested_object(make_engine) -> None:
+    """No `$ref` anywhere (definitions inlined), and the output schema still accepts each
+    tool's real envelope and rejects it with an unknown member in any of its objects or a
+    leaf of another type at any depth."""
+    import jsonschema
+
+    from engine_support import accept, capture, forget, get, search, withdraw
+    from models.envelope import failure_envelope, success_envelope
+
+    for spec in TOOLS.values():
+        assert "$ref" not in json.dumps(spec.input_schema) + json.dumps(spec.output_schema)
+    eng = make_engine()
+    ctx = context()
+    record_id = accept(eng, ctx, "the billing ledger closes on fridays")
+    _, pending = capture(eng, ctx, "a pending note about the ledger")
+    outputs = {
+        SEARCH: search(eng, ctx, "billing ledger"),
+        GET: get(eng, ctx, record_id),
+        CAPTURE: capture(eng, ctx, "another note on invoices")[1],
+        REQUEST_ADMISSION: eng.execute(REQUEST_ADMISSION, ctx, {"candidate_id": pending["candidate_id"],
+                                                                 "idempotency_key": key("adm")}),
+        WITHDRAW: withdraw(eng, ctx, capture(eng, ctx, "a note to withdraw")[1]["candidate_id"]),
+        FORGET: forget(eng, ctx, record_id),
+    }
+    audit = "aud_" + "0" * 32
+    for tool, value in outputs.items():
+        validator = jsonschema.Draft202012Validator(TOOLS[tool].output_schema)
+        for envelope in (success_envelope(value, audit), failure_envelope(ErrorCode.INVALID_SCHEMA, audit)):
+            envelope = json.loads(json.dumps(envelope))
+            assert validator.is_valid(envelope), tool
+            mutated = list(_mutations(envelope))
+            assert len(mutated) >= 8  # the smallest, a failure envelope: 2 objects, 6 leaves
+            for path, bad in mutated:
+                assert not validator.is_valid(bad), (tool, path)
+
+
 # -- fuzz: garbage never escapes as anything but ContractError -------------------------------------
 
 json_leaf = st.one_of(
