@@ -7,7 +7,7 @@ go in, ordered candidates with per-channel contributions come out.
 from ranking.documents import IndexDocument, passages
 from ranking.encoder import Device, DeviceUnavailable, Encoder, MiniLMEncoder
 from ranking.fusion import Contribution, fuse, recency
-from ranking.profiles import HYBRID_PROFILE, LEXICAL_PROFILE, Profile
+from ranking.profiles import HYBRID_PROFILE, LEXICAL_PROFILE, Profile, config_dict_digest
 from ranking.ranker import RankedList, Ranker
 from ranking.semantic import SemanticUnavailable
 
@@ -24,6 +24,7 @@ __all__ = [
     "RankedList",
     "Ranker",
     "SemanticUnavailable",
+    "config_dict_digest",
     "fuse",
     "passages",
     "recency",

@@ -176,19 +176,33 @@ class ProfileConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ProfileConfig:
-        """The inverse of :meth:`as_dict` (a stored snapshot's profile read back)."""
-        lexical = dict(data["lexical"])
+        """The inverse of :meth:`as_dict` (a stored snapshot's profile read back).
+
+        A snapshot may have been written by another release, whose classes had fields
+        these lack (read past) or lack fields these have (their defaults): what it
+        ranked with is then named by the digest of the stored dict itself
+        (:func:`config_dict_digest`), not by this read-back's."""
+        lexical = _known(LexicalConfig, data["lexical"])
         fusion = data.get("fusion")
         semantic = data.get("semantic")
         return cls(
             channels=tuple(Channel(c) for c in data["channels"]),
-            lexical=LexicalConfig(field_weights=FieldWeights(**lexical.pop("field_weights")), **lexical),
-            semantic=SemanticConfig(**{k: VectorStorage(v) if k == "storage" else v for k, v in semantic.items()})
+            lexical=LexicalConfig(**{**lexical, "field_weights": FieldWeights(
+                **_known(FieldWeights, data["lexical"]["field_weights"]))}),
+            semantic=SemanticConfig(**{k: VectorStorage(v) if k == "storage" else v
+                                       for k, v in _known(SemanticConfig, semantic).items()})
             if semantic else None,
-            fusion=FusionConfig(**{**fusion, "method": FusionMethod(fusion["method"])}) if fusion else None,
-            recency=RecencyBlend(**data["recency"]),
+            fusion=FusionConfig(**{**_known(FusionConfig, fusion), "method": FusionMethod(fusion["method"])})
+            if fusion else None,
+            recency=RecencyBlend(**_known(RecencyBlend, data["recency"])),
             score_decimals=int(data["score_decimals"]),
         )
+
+
+def _known(kind: type, data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` without the keys ``kind`` (a config dataclass) has no field for."""
+    names = {f.name for f in dataclasses.fields(kind)}
+    return {k: v for k, v in data.items() if k in names}
 
 
 def _plain(value: Any) -> Any:
@@ -230,10 +244,16 @@ class Profile:
         return _config_digest(self.config)
 
 
+def config_dict_digest(config: dict[str, Any]) -> str:
+    """The digest of a configuration's dict form as written (:meth:`Profile.config_digest`
+    of the release that wrote it, whatever fields this release's classes have)."""
+    return "sha256:" + hashlib.sha256(rfc8785.dumps(config)).hexdigest()
+
+
 @functools.lru_cache(maxsize=64)
 def _config_digest(config: ProfileConfig) -> str:
     """Once per configuration (configurations are frozen), not once per search."""
-    return "sha256:" + hashlib.sha256(rfc8785.dumps(config.as_dict())).hexdigest()
+    return config_dict_digest(config.as_dict())
 
 
 LEXICAL_PROFILE = Profile(name="lexical", version="3", config=ProfileConfig(channels=(LEXICAL,)))

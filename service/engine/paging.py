@@ -28,7 +28,7 @@ from typing import Any
 
 from models.codes import ContractError, ErrorCode
 from models.digests import DigestKind, digest
-from ranking import Contribution, Profile, RankedList
+from ranking import Contribution, Profile, RankedList, config_dict_digest
 from service.store.base import SharedStore
 
 from .clock import instant, now_ms
@@ -46,7 +46,6 @@ class SnapshotDigests:
 
     snapshot_digest: str
     candidate_ids_digest: str
-    profile_config_digest: str
 
 
 @dataclass(frozen=True)
@@ -57,21 +56,23 @@ class Snapshot:
     system_as_of: int
     valid_as_of_ms: int
     created: float
+    # The digest of the configuration the list was ranked with: the profile's own, or,
+    # read back from a shared store, that of the configuration as stored (which another
+    # release may have written with other fields), so every page names the same one.
+    profile_config_digest: str
 
     @cached_property
     def digests(self) -> SnapshotDigests:
         """Computed on first use, then shared by every budget pass and later page."""
-        profile_digest = self.ranked.profile.config_digest()
         return SnapshotDigests(
             snapshot_digest=digest(DigestKind.SNAPSHOT, {
                 "snapshot_id": self.snapshot_id,
                 "ordered_ids": [c.record_id for c in self.ranked.candidates],
                 "system_as_of": str(self.system_as_of),
                 "valid_as_of": instant(self.valid_as_of_ms),
-                "profile_config_digest": profile_digest,
+                "profile_config_digest": self.profile_config_digest,
             }),
             candidate_ids_digest=digest(DigestKind.IDS, sorted(self.ranked.candidate_ids)),
-            profile_config_digest=profile_digest,
         )
 
 
@@ -98,7 +99,7 @@ def _decode_snapshot(snapshot_id: str, body: str) -> Snapshot:
         profile=Profile.from_dict(fields["profile"]), channels=tuple(fields["channels"]),
         candidates=[Contribution(*c) for c in fields["candidates"]], candidate_ids=fields["candidate_ids"])
     return Snapshot(snapshot_id, str(fields.get("tenant", "")), ranked, fields["system_as_of"],
-                    fields["valid_as_of_ms"], time.monotonic())
+                    fields["valid_as_of_ms"], time.monotonic(), config_dict_digest(fields["profile"]["config"]))
 
 
 class SnapshotCache:
@@ -112,7 +113,7 @@ class SnapshotCache:
 
     def put(self, tenant: str, ranked: RankedList, system_as_of: int, valid_as_of_ms: int) -> Snapshot:
         snap = Snapshot("snap_" + secrets.token_hex(12), tenant, ranked, system_as_of, valid_as_of_ms,
-                        time.monotonic())
+                        time.monotonic(), ranked.profile.config_digest())
         if self._shared is not None:
             at = now_ms()
             self._shared.put_snapshot(snap.snapshot_id, _encode_snapshot(snap), at, at - int(SNAPSHOT_TTL_S * 1000))

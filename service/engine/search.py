@@ -203,7 +203,7 @@ def _receipt_fixed(
         "authorization_receipt_digest": authorization_receipt(ctx, SEARCH, at)["receipt_digest"],
         "profile": profile.name,
         "profile_version": profile.version,
-        "profile_config_digest": snap.digests.profile_config_digest,
+        "profile_config_digest": snap.profile_config_digest,
         "channels": list(ranked.channels),
         "valid_as_of": instant(snap.valid_as_of_ms),
         "system_as_of": str(snap.system_as_of),

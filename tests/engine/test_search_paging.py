@@ -334,3 +334,31 @@ def test_records_added_between_pages_do_not_shift_the_snapshot(engine) -> None:
     assert sorted(got) == sorted(ids) and added not in got
     assert "next_page_cursor" not in second
     assert added in search_ids(engine, ctx, "puffin roster", limit=10)
+
+
+@pytest.mark.parametrize("release", ["earlier", "later"])
+def test_a_shared_snapshot_another_release_wrote_keeps_the_digest_it_was_ranked_with(release) -> None:
+    """Replicas share snapshots through the store; during an upgrade one release pages
+    through a list another ranked. Its profile dict then lacks a field this release has
+    (an earlier writer: here v11, before `exact_up_to`) or has one this release lacks (a
+    later writer). Either reads back, and every page names the configuration digest of
+    the dict as written, which is what that release's first page reported."""
+    from ranking import HYBRID_PROFILE, RankedList, config_dict_digest
+    from service.engine.paging import SnapshotCache, _decode_snapshot, _encode_snapshot  # noqa: PLC2701
+
+    ranked = RankedList(profile=HYBRID_PROFILE, channels=("lexical", "semantic"), candidates=[], candidate_ids=[])
+    snap = SnapshotCache().put("acme", ranked, 7, 1_700_000_000_000)
+    assert snap.profile_config_digest == HYBRID_PROFILE.config_digest()
+    body = json.loads(_encode_snapshot(snap))
+    semantic = body["profile"]["config"]["semantic"]
+    if release == "earlier":
+        del semantic["exact_up_to"]
+        body["profile"]["version"] = "11"
+    else:
+        semantic["a_later_knob"] = 3
+    written = config_dict_digest(body["profile"]["config"])
+    assert written != HYBRID_PROFILE.config_digest()
+    again = _decode_snapshot(snap.snapshot_id, json.dumps(body))
+    assert again.profile_config_digest == written
+    assert again.digests.snapshot_digest != snap.digests.snapshot_digest  # it names the written digest
+    assert again.ranked.profile.version == body["profile"]["version"]
