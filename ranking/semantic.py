@@ -17,8 +17,8 @@ true nearest neighbours (measured: ``eval/RESULTS.md``). A graph that reaches fe
 vectors than asked for (after many deletions) is scanned the same way.
 
 usearch holds the GIL while it searches, so concurrent searches of one scope would take
-turns on one core: they share one multi-threaded graph search instead, batched as query
-encodes are (:mod:`ranking.batching`); a lone search is one plain call.
+turns on one core: they share one multi-threaded graph search (or scan) instead, batched
+as query encodes are (:mod:`ranking.batching`); a lone search is one plain call.
 
 Records are embedded as passages (see :mod:`ranking.documents`): up to four overlapping
 180-word windows of primary + decision + evidence + context, and a record scores by its
