@@ -194,6 +194,11 @@ class Ranker:
         """Make every applied change durable now (all scopes, or just ``scope_key``)."""
         self._semantic.checkpoint(scope_key)
 
+    def settle(self, timeout: float | None = None) -> bool:
+        """Wait until the checkpoints that applies made due (taken in the background) are
+        saved; False if ``timeout`` seconds ran out first."""
+        return self._semantic.settle(timeout)
+
     def close(self) -> None:
         """Checkpoint the semantic channel and close the lexical writers."""
         with self._lifecycle:

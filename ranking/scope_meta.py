@@ -29,8 +29,9 @@ import ijson
 #: The layout this module writes (absent in files of earlier releases).
 FORMAT = 2
 RECORDS = "records"
-#: Rows serialised at a time by :func:`write_meta`.
-META_SLICE = 8_192
+#: Rows serialised at a time by :func:`write_meta`: one ``json.dumps`` of them holds the
+#: GIL for a few milliseconds, while a background save runs beside searches.
+META_SLICE = 2_048
 
 Row = tuple[str, list[int], int]
 

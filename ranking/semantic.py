@@ -45,13 +45,20 @@ saving on every apply made bulk loading quadratic and made each admission pay a 
 save. ``apply`` therefore changes only the in-memory index and the in-memory cursor (what
 search and :meth:`SemanticIndex.cursor` read); a *checkpoint* makes it durable once
 ``checkpoint_records`` records were applied or ``checkpoint_seconds`` passed since the
-scope's last save (checked on apply, and spaced by :data:`CHECKPOINT_SPACING`; a scope
-never saved is due at once, so its first apply is saved), on :meth:`SemanticIndex.checkpoint` and
+scope's last save or load (checked on apply, and spaced by :data:`CHECKPOINT_SPACING`; a scope
+never saved is due at once), on :meth:`SemanticIndex.checkpoint` and
 :meth:`SemanticIndex.close`, and always before :meth:`SemanticIndex.purge` returns (a
 purge must reach the disk). After a crash the scope reopens at its last checkpoint, with
 that checkpoint's cursor, and the engine's projector re-applies the journal from there
 (re-deriving from current state, so the repeat is harmless). An apply that only moves
 the cursor of a scope with nothing unsaved writes the cursor at once.
+
+A due checkpoint is taken in the background (:mod:`ranking.checkpointer`), not by the
+apply that made it due: that apply returns at once, searches of the scope go on while
+the save reads the index (it holds the scope's lock shared), and only a change to the
+scope (the next apply, a purge) waits for the save to end, without
+holding searches off meanwhile (it waits on ``_ScopeVectors.changing`` before it asks for
+the lock alone).
 """
 
 from __future__ import annotations
@@ -79,6 +86,7 @@ except OSError:  # no system C++ runtime: nothing else can then bring a second c
 from usearch.index import Index, Matches  # noqa: E402 - after the C++ runtime, see above
 
 from ranking.batching import NaturalBatcher
+from ranking.checkpointer import Checkpointer
 from ranking.hnswlib_file import HnswlibVectors
 from ranking.passage_labels import PassageLabels
 from ranking.profiles import HYBRID_PROFILE, SemanticConfig
@@ -97,6 +105,9 @@ CHECKPOINT_SECONDS = 30.0
 # passed since that save, so saving costs at most about a tenth of apply time however
 # large the scope grows (bulk loading stays linear; the window grows with save cost).
 CHECKPOINT_SPACING = 9.0
+# usearch holds the GIL while it writes an index (about a second at a million vectors);
+# a save gives it back to the process's other threads at least this often (seconds).
+SAVE_YIELD_S = 0.005
 # Vectors are read back from an index this many at a time (``Index.get`` makes one
 # array per key), so a rebuild of a million never holds them all twice.
 LOAD_CHUNK = 16_384
@@ -126,23 +137,28 @@ class SemanticHit(NamedTuple):
 
 class _GraphSearch(NamedTuple):
     """One caller's query of a scope's index: the index, a float32 vector, how many, and
-    whether to scan every vector (exact) instead of walking the graph."""
+    the graph's search depth (ef), or ``exact`` to scan every vector instead."""
 
     index: Index
     vector: np.ndarray
     k: int
+    ef: int = 0
     exact: bool = False
 
 
 def _graph_searches(requests: Sequence[_GraphSearch]) -> list[Matches]:
     """Each request's matches: alone, one plain search; together, one multi-threaded
-    search per index, depth and kind (the same matches each query gets alone)."""
-    groups: dict[tuple[int, int, bool], list[int]] = {}
+    search per index, depth and kind (the same matches each query gets alone). usearch
+    keeps one search depth per index, not per query, so each group sets its own before
+    it searches; a scope's batches run one at a time (:mod:`ranking.batching`)."""
+    groups: dict[tuple[int, int, int, bool], list[int]] = {}
     for i, request in enumerate(requests):
-        groups.setdefault((id(request.index), request.k, request.exact), []).append(i)
+        groups.setdefault((id(request.index), request.k, request.ef, request.exact), []).append(i)
     found: dict[int, Matches] = {}
     for rows in groups.values():
-        index, _, k, exact = requests[rows[0]]
+        index, _, k, ef, exact = requests[rows[0]]
+        if not exact and index.expansion_search != ef:
+            index.expansion_search = ef
         if len(rows) == 1:
             found[rows[0]] = index.search(requests[rows[0]].vector, k, exact=exact)
             continue
@@ -164,9 +180,13 @@ class _ScopeVectors:
     unsaved: int = 0  # records changed since the last save
     saved_at: float = float("-inf")  # time.monotonic() of the last save; never: -inf
     save_seconds: float = 0.0  # how long the last save took
-    ef: int = 0  # the index's search depth now (the index keeps one; 0: not set yet)
-    # Searches share it; applies, saves, purges and depth changes hold it alone.
+    # Searches and a background save share it; applies and purges hold it alone, after
+    # taking ``changing``.
     lock: ReadWriteLock = field(default_factory=ReadWriteLock)
+    # Held by every change to the scope and by its save, before ``lock``: a change waits
+    # here for a background save to end, so it never waits as a writer (which would
+    # hold new searches off) for as long as a save takes.
+    changing: threading.Lock = field(default_factory=threading.Lock)
     # Concurrent searches (each under ``lock`` shared) run their graph queries together.
     searches: NaturalBatcher[_GraphSearch, Matches] = field(
         default_factory=lambda: NaturalBatcher(_graph_searches, max_batch=GRAPH_BATCH)
@@ -191,6 +211,26 @@ def _rows(index: Index, labels: Sequence[int]) -> np.ndarray:
     if not len(labels):
         return np.zeros((0, index.ndim), np.float32)
     return np.concatenate(index.get(_keys(labels))).reshape(len(labels), index.ndim).astype(np.float32, copy=False)
+
+
+def _yielding_progress() -> Callable[[int, int], bool]:
+    """A progress callback for usearch's save that lets other threads run: usearch holds
+    the GIL while it writes and calls this back for every element it writes, so every
+    ``SAVE_YIELD_S`` the callback sleeps for no time, which hands the GIL over."""
+    last = time.monotonic()
+
+    def progress(done: int, total: int) -> bool:
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= SAVE_YIELD_S:
+            time.sleep(0)
+            last = time.monotonic()
+        return True
+
+    # usearch checks a callback's annotations against the types themselves, not the
+    # strings this module's postponed annotations leave in them.
+    progress.__annotations__ = {"done": int, "total": int, "return": bool}
+    return progress
 
 
 def _sha256_file(path: Path) -> str:
@@ -225,6 +265,8 @@ class SemanticIndex:
         self._scopes_lock = threading.Lock()  # guards the three fields below
         self._loading: dict[str, threading.Lock] = {}  # one per scope, held while it loads
         self._epoch = 0  # bumped by reset: a load that began before it is not kept
+        self._checkpointer = Checkpointer(self._background_save)
+        self._saving = threading.Lock()  # held by a background save; reset waits on it
 
     # -- projection -------------------------------------------------------------------
 
@@ -254,7 +296,7 @@ class SemanticIndex:
         ``upserts`` holds (record_id, valid_time_ms, passage vectors as rows).
         """
         state = self._scope(scope_key)
-        with state.lock.write():
+        with state.changing, state.lock.write():
             upserted = {r for r, _, _ in upserts}
             changed = len(upserted)
             for record_id in {*removals, *upserted}:
@@ -264,7 +306,7 @@ class SemanticIndex:
             if rows and state.index.size == 0 and state.index.ndim != rows[0].shape[1]:
                 # An empty scope takes the dimension of the vectors it is given (bulk
                 # ingestion of precomputed vectors runs without the model).
-                state.index, state.ef = _new_index(rows[0].shape[1], self._graph), 0
+                state.index = _new_index(rows[0].shape[1], self._graph)
             rows = [r.reshape(-1, state.index.ndim) for r in rows]
             total = sum(len(r) for r in rows)
             if total:
@@ -279,8 +321,12 @@ class SemanticIndex:
             else:
                 elapsed = time.monotonic() - state.saved_at
                 due = state.unsaved >= self._checkpoint_records or elapsed >= self._checkpoint_seconds
-                if due and elapsed >= self._spacing * state.save_seconds:
-                    self._save(scope_key, state)
+                if due and elapsed >= self._spacing * state.save_seconds and not self._checkpointer.request(scope_key):
+                    self._save(scope_key, state)  # closed: no background saves any more
+
+    def settle(self, timeout: float | None = None) -> bool:
+        """Wait until no background checkpoint is due or running; False on timeout."""
+        return self._checkpointer.settle(timeout)
 
     def checkpoint(self, scope_key: str | None = None) -> None:
         """Save every loaded scope (or just ``scope_key``) with unsaved changes."""
@@ -291,28 +337,31 @@ class SemanticIndex:
                 else [(scope_key, self._scopes[scope_key])] if scope_key in self._scopes else []
             )
         for key, state in states:
-            with state.lock.write():
+            with state.changing, state.lock.write():
                 if state.unsaved:
                     self._save(key, state)
                 elif state.cursor > state.saved_cursor:
                     self._write_cursor(key, state)
 
     def close(self) -> None:
-        """Checkpoint every scope (the in-memory indexes stay usable)."""
+        """End background checkpoints, then checkpoint every scope (the in-memory indexes
+        stay usable; later due checkpoints are taken by the apply itself)."""
+        self._checkpointer.stop()
         self.checkpoint()
 
     def purge(self, scope_key: str, record_ids: Sequence[str]) -> None:
         """Rebuild the scope's index from live vectors only and save it (with anything
         else unsaved) before returning, so hidden ones leave the disk."""
         state = self._scope(scope_key)
-        with state.lock.write():
+        with state.changing, state.lock.write():
             for record_id in record_ids:
                 self._hide(state, record_id)
             self._rebuild(state, lambda labels: _rows(state.index, labels))
             self._save(scope_key, state)
 
     def reset(self) -> None:
-        with self._scopes_lock:
+        self._checkpointer.discard()
+        with self._saving, self._scopes_lock:  # no background save writes into what goes
             self._scopes = {}
             self._epoch += 1
             shutil.rmtree(self._root, ignore_errors=True)
@@ -326,23 +375,12 @@ class SemanticIndex:
 
     def search(self, scope_key: str, query: np.ndarray, limit: int) -> list[SemanticHit]:
         """Records by best-passage inner product with ``query``, best first. Searches of
-        one scope run in parallel; one that needs another graph depth sets it alone (a
-        scope small enough to scan needs none)."""
+        one scope run in parallel, beside a background save too."""
         state = self._scope(scope_key)
         with state.lock.read():
             k = self._depth(state, limit)
             if k is None:
                 return []
-            if self._graph.scans_exactly(state.live_count) or self._ef(state, k) == state.ef:
-                return self._search_locked(state, query, k, limit)
-        with state.lock.write():
-            k = self._depth(state, limit)
-            if k is None:
-                return []
-            ef = self._ef(state, k)
-            if ef != state.ef:
-                state.ef = ef
-                state.index.expansion_search = ef
             return self._search_locked(state, query, k, limit)
 
     def _ef(self, state: _ScopeVectors, k: int) -> int:
@@ -361,12 +399,14 @@ class SemanticIndex:
 
     def _search_locked(self, state: _ScopeVectors, query: np.ndarray, k: int, limit: int) -> list[SemanticHit]:
         vector = query.reshape(-1).astype(np.float32, copy=False)
-        exact = self._graph.scans_exactly(state.live_count)
-        matches = state.searches.submit(_GraphSearch(state.index, vector, k, exact))
+        if self._graph.scans_exactly(state.live_count):
+            matches = state.searches.submit(_GraphSearch(state.index, vector, k, exact=True))
+        else:
+            matches = state.searches.submit(_GraphSearch(state.index, vector, k, ef=self._ef(state, k)))
         if len(matches.keys) < k:
             # After many deletions the graph may reach fewer than k live elements;
             # the live set is then small enough to score exactly, all of it.
-            matches = state.searches.submit(_GraphSearch(state.index, vector, state.live_count, True))
+            matches = state.searches.submit(_GraphSearch(state.index, vector, state.live_count, exact=True))
         labels = matches.keys.tolist()
         similarities = (1.0 - matches.distances.astype(np.float64)).tolist()
         best: dict[str, float] = {}
@@ -396,9 +436,8 @@ class SemanticIndex:
         per record); ``label_record`` names them."""
         state = self._scope(scope_key)
         rows = np.atleast_2d(queries).astype(np.float32, copy=False)
-        with state.lock.write():
+        with state.changing, state.lock.write():
             if ef is not None:
-                state.ef = ef
                 state.index.expansion_search = ef
             matches = state.index.search(rows, k, exact=ef is None)
         return np.atleast_2d(matches.keys)
@@ -506,11 +545,9 @@ class SemanticIndex:
             return state
         if not current:  # an earlier release's meta.json layout: rewrite it (same generation)
             self._write_meta(scope_key, state, meta["sha256"])
-        try:  # when the files were saved, on the monotonic clock
-            age = max(0.0, time.time() - (directory / "meta.json").stat().st_mtime)
-            state.saved_at = time.monotonic() - age
-        except OSError:
-            pass
+        # The files hold everything applied so far: the checkpoint clock starts now, so
+        # the first changes after a restart are not due at once however old the files are.
+        state.saved_at = time.monotonic()
         return state
 
     def _rebuild(self, state: _ScopeVectors, stored: Callable[[Sequence[int]], np.ndarray]) -> None:
@@ -522,7 +559,7 @@ class SemanticIndex:
         for start in range(0, len(live), LOAD_CHUNK):
             chunk = live[start : start + LOAD_CHUNK]
             fresh.add(_keys(chunk), stored(chunk))
-        state.index, state.ef = fresh, 0
+        state.index = fresh
 
     def _hide(self, state: _ScopeVectors, record_id: str) -> bool:
         """Hide the record's passages; False when the scope did not hold it."""
@@ -549,9 +586,21 @@ class SemanticIndex:
         }
         atomic_write(self._dir(scope_key) / "meta.json", lambda tmp: write_meta(tmp, header, state.labels.records()))
 
+    def _background_save(self, scope_key: str) -> None:
+        """A due checkpoint, on the checkpointer's thread: beside the scope's searches,
+        never beside a change to it."""
+        with self._saving:
+            with self._scopes_lock:
+                state = self._scopes.get(scope_key)
+            if state is None:  # reset since it fell due
+                return
+            with state.changing, state.lock.read():
+                if state.unsaved:
+                    self._save(scope_key, state)
+
     def _save(self, scope_key: str, state: _ScopeVectors) -> None:
         """Checkpoint: a new vector generation, then meta.json, then the cursor (caller
-        holds ``state.lock``)."""
+        holds ``state.changing`` and ``state.lock``, or owns ``state``)."""
         started = time.monotonic()
         directory = self._dir(scope_key)
         directory.mkdir(parents=True, exist_ok=True)
@@ -559,7 +608,7 @@ class SemanticIndex:
         path = directory / f"vectors-{state.generation}.bin"
         # Through a private temporary file, fsync'd, so meta.json never names a vector
         # file that is not durable, and no other user can read the vectors.
-        atomic_write(path, lambda tmp: state.index.save(str(tmp)))
+        atomic_write(path, lambda tmp: state.index.save(str(tmp), progress=_yielding_progress()))
         self._write_meta(scope_key, state, _sha256_file(path))
         # Older generations, and temporary files a crash left behind (they may hold
         # vectors of records forgotten since), are no longer referenced.

@@ -124,6 +124,7 @@ class Engine:
             for scope in self.parts.store.scopes():
                 self.parts.projector.catch_up(scope)
                 self.parts.ranker.warm(scope_key(scope))
+            self.parts.ranker.settle()  # what catching up made due is saved before ready
         self.sweep_invalidations()  # a replica that was down purges what it missed, first
         if self._serve_replica and self.parts.replica is not None:
             self.parts.replica.follow(

@@ -185,8 +185,9 @@ def test_the_real_model_gives_a_batched_query_its_lone_vector(minilm) -> None:
 
 
 def test_a_batch_of_graph_searches_gives_each_query_its_lone_matches() -> None:
-    """Queries of two indexes at two depths, graph walks and exact scans, searched as one
-    batch: each gets exactly the keys and distances a lone search of its index gives it."""
+    """Queries of two indexes at two depths and two search depths (ef), graph walks and
+    exact scans, searched as one batch: each gets exactly the keys and distances a lone
+    search of its index at its ef gives it."""
     from usearch.index import Index
 
     from ranking.semantic import _graph_searches, _GraphSearch
@@ -199,10 +200,12 @@ def test_a_batch_of_graph_searches_gives_each_query_its_lone_matches() -> None:
         index.add(np.arange(2000), vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
         indexes.append(index)
     queries = rng.standard_normal((9, 32)).astype(np.float32)
-    requests = [_GraphSearch(indexes[i % 2], queries[i], (10, 40)[i % 3 == 0], i % 4 == 1) for i in range(9)]
+    requests = [_GraphSearch(indexes[i % 2], queries[i], (10, 40)[i % 3 == 0], ef=(48, 200)[i % 5 < 2],
+                             exact=i % 4 == 1) for i in range(9)]
     together = _graph_searches(requests)
     assert len(together) == len(requests)
     for request, matches in zip(requests, together):
+        request.index.expansion_search = request.ef or 64
         alone = request.index.search(request.vector, request.k, exact=request.exact)
         assert len(alone.keys) == request.k
         assert np.array_equal(matches.keys, alone.keys)

@@ -76,29 +76,33 @@ def test_apply_defers_saving_until_a_checkpoint(tmp_path: Path):
     root = tmp_path / "idx"
     ranker = Ranker(root, HashingTestEncoder(), checkpoint_records=5, checkpoint_seconds=3600,
                     checkpoint_spacing=0)
-    ranker.apply("s", [doc("s", f"mem_{i}", f"alpha note {i}") for i in range(3)], [], 3)
-    directory = semantic_dir(root)
+
+    def apply(*args) -> None:
+        ranker.apply("s", *args)
+        assert ranker.settle(30)  # whatever it made due is saved (in the background)
 
     def on_disk() -> tuple[int, int]:
+        directory = semantic_dir(root)
         meta = json.loads((directory / "meta.json").read_text())
         return json.loads((directory / "cursor.json").read_text())["cursor"], len(meta["records"])
 
-    assert on_disk() == (3, 3)  # a scope never saved is saved on its first apply
-    ranker.apply("s", [doc("s", "mem_3", "alpha note 3")], [], 4)
-    ranker.apply("s", [doc("s", "mem_4", "alpha note 4")], ["mem_0"], 5)  # 3 records unsaved
+    apply([doc("s", f"mem_{i}", f"alpha note {i}") for i in range(3)], [], 3)
+    assert on_disk() == (3, 3)  # a scope never saved is due at once
+    apply([doc("s", "mem_3", "alpha note 3")], [], 4)
+    apply([doc("s", "mem_4", "alpha note 4")], ["mem_0"], 5)  # 3 records unsaved
     assert ranker.projection_cursor("s") == {"lexical": 5, "semantic": 5}
     assert on_disk() == (3, 3)
     assert sorted(semantic_ids(ranker, "s", "alpha note")) == ["mem_1", "mem_2", "mem_3", "mem_4"]
-    ranker.apply("s", [doc("s", f"mem_{i}", f"alpha note {i}") for i in range(5, 7)], [], 7)  # 5 records
+    apply([doc("s", f"mem_{i}", f"alpha note {i}") for i in range(5, 7)], [], 7)  # 5 records
     assert on_disk() == (7, 6)
-    assert len(list(directory.glob("vectors-*.bin"))) == 1
-    ranker.apply("s", [doc("s", "mem_7", "alpha note 7")], [], 8)
+    assert len(list(semantic_dir(root).glob("vectors-*.bin"))) == 1
+    apply([doc("s", "mem_7", "alpha note 7")], [], 8)
     assert on_disk() == (7, 6)  # not yet
     ranker.checkpoint()
     assert on_disk() == (8, 7)
-    ranker.apply("s", [], ["never-indexed"], 9)  # nothing unsaved: the cursor is written at once
+    apply([], ["never-indexed"], 9)  # nothing unsaved: the cursor is written at once
     assert on_disk() == (9, 7)
-    ranker.apply("s", [doc("s", "mem_8", "alpha note 8")], [], 10)
+    apply([doc("s", "mem_8", "alpha note 8")], [], 10)
     ranker.close()
     assert on_disk() == (10, 8)
 
@@ -253,3 +257,83 @@ def test_a_first_checkpoint_cut_before_its_metadata_restarts_the_scope(tmp_path:
     reopened.apply("s", [doc("s", "mem_1", "alpha note one")], [], 1)
     assert semantic_ids(reopened, "s", "alpha note one") == ["mem_1"]
     reopened.close()
+
+
+def hold_saves(semantic: SemanticIndex) -> tuple[threading.Event, threading.Event]:
+    """Make the index's saves wait: (set once a save has begun, set to let it go on)."""
+    saving, release = threading.Event(), threading.Event()
+    real_save = SemanticIndex._save
+
+    def held_save(self, scope_key, state):  # noqa: ANN001, ANN202
+        saving.set()
+        assert release.wait(30)
+        real_save(self, scope_key, state)
+
+    semantic._save = held_save.__get__(semantic)  # noqa: SLF001 - the save is held open
+    return saving, release
+
+
+def test_a_due_checkpoint_is_saved_beside_searches_not_by_the_apply(tmp_path: Path):
+    """A save rewrites the whole scope (seconds at a million records). The apply that
+    makes it due returns without it, searches of the scope are answered while it runs,
+    and a change that must wait for it does not hold searches off while waiting."""
+    root = tmp_path / "idx"
+    ranker = Ranker(root, HashingTestEncoder(), checkpoint_records=1, checkpoint_seconds=3600,
+                    checkpoint_spacing=0)
+    saving, release = hold_saves(ranker._semantic)  # noqa: SLF001
+
+    def in_thread(fn, *args) -> tuple[threading.Thread, list]:
+        out: list = []
+        thread = threading.Thread(target=lambda: out.append(fn(*args)), daemon=True)
+        thread.start()
+        return thread, out
+
+    first, _ = in_thread(ranker.apply, "s", [doc("s", "mem_1", "alpha note one")], [], 1)
+    first.join(30)
+    assert not first.is_alive()  # answered while its checkpoint waits to be written
+    assert saving.wait(30)  # the save is running, on the checkpointer's thread
+    later, _ = in_thread(ranker.apply, "s", [doc("s", "mem_2", "alpha note two")], [], 2)
+    later.join(0.2)  # give it time to queue behind the save
+    search, found = in_thread(semantic_ids, ranker, "s", "alpha note")
+    search.join(30)
+    assert not search.is_alive() and "mem_1" in found[0]  # served during the save
+    release.set()
+    later.join(30)
+    assert not later.is_alive()
+    assert ranker.settle(30)
+    meta = json.loads((semantic_dir(root) / "meta.json").read_text())
+    assert sorted(r[0] for r in meta["records"]) == ["mem_1", "mem_2"]
+    assert json.loads((semantic_dir(root) / "cursor.json").read_text())["cursor"] == 2
+    ranker.close()
+
+
+def test_a_walked_scope_is_searched_during_a_save_at_a_new_depth(tmp_path: Path):
+    """A scope searched through its graph sets the graph's search depth (which grows with
+    the scope) as it searches: that is no change to wait for, so a search is answered
+    while a background save of the scope runs, even the first one at a new depth."""
+    from ranking.profiles import SemanticConfig
+
+    dim = 16
+    rng = np.random.default_rng(5)
+    vectors = rng.normal(size=(300, dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    index = SemanticIndex(tmp_path / "sem", dim, graph=SemanticConfig(exact_up_to=0, expansion_reference=100),
+                          checkpoint_records=1, checkpoint_spacing=0)
+    index.apply("s", [], [(f"r{i}", i, vectors[i : i + 1]) for i in range(200)], 1)
+    assert index.settle(30)
+    assert index.search("s", vectors[3], 5)[0].record_id == "r3"
+    saving, release = hold_saves(index)
+    index.apply("s", [], [(f"r{i}", i, vectors[i : i + 1]) for i in range(200, 300)], 2)  # a deeper graph now
+    assert saving.wait(30)
+    found: list = []
+    search = threading.Thread(target=lambda: found.append(index.search("s", vectors[250], 5)), daemon=True)
+    search.start()
+    search.join(30)
+    try:
+        assert not search.is_alive() and found[0][0].record_id == "r250"
+        graph = index._scope("s").index  # noqa: SLF001
+        assert graph.expansion_search == SemanticConfig(expansion_reference=100).expansion_for(300)
+    finally:
+        release.set()
+    assert index.settle(30)
+    index.close()

@@ -47,10 +47,12 @@ def test_a_scope_that_grows_past_the_threshold_is_then_searched_through_its_grap
     index = SemanticIndex(tmp_path, 8, graph=config)
     index.apply("s", [], [(f"r{i}", i, vectors[i : i + 1]) for i in range(60)], 1)
     assert _top(index.search("s", vectors[5], 3))[0] == "r5"
-    assert index._scope("s").ef == 0  # noqa: SLF001 - scanned: no graph depth was ever set
+    graph = index._scope("s").index  # noqa: SLF001 - the usearch index, to read its search depth
+    assert graph.expansion_search == config.expansion_search  # scanned: no graph depth was set
     index.apply("s", [], [(f"r{i}", i, vectors[i : i + 1]) for i in range(60, 100)], 2)
     assert _top(index.search("s", vectors[70], 3))[0] == "r70"
-    assert index._scope("s").ef >= config.expansion_for(100) > 0  # noqa: SLF001 - walked at a graph depth
+    # walked, at the depth this size and k ask for (k = 3 + 16 > the configured 16)
+    assert index._scope("s").index.expansion_search == max(config.expansion_for(100), 3 + 16)  # noqa: SLF001
     index.apply("s", [f"r{i}" for i in range(50)], [], 3)  # back to 50 live: scanned again
     hits = index.search("s", vectors[55], 50)
     assert len(hits) == 50 and {h.record_id for h in hits} == {f"r{i}" for i in range(50, 100)}
