@@ -621,7 +621,8 @@ def run_bench(sizes: list[int], out: Path, work: Path, *, queries: int = 200, cl
             say(f"[n={size}] the service alone: engram serve on this directory, {service_searches} searches")
             entry["service_memory"] = measure_service(
                 root / "data", BENCH_SCOPE, PURPOSE, texts, model=isinstance(encoder, MiniLMEncoder),
-                model_cache=work / "models", searches=service_searches, say=say)
+                model_cache=work / "models", searches=service_searches,
+                capture_args=lambda n: _capture_args(n, clients + 1), say=say)
         lat = entry["latency"]
         entry["ratios_p50"] = raw_ratios(lat, result.get("load") if n == 0 else None, scan=entry["semantic_scan"])
         entry["rss_mb"]["end"] = rss_mb()
@@ -813,4 +814,23 @@ def service_memory_markdown(sizes: list[dict[str, Any]]) -> list[str]:
         lines.append(f"| {e['size']:,} | {mem['ready_s']} | {rss(mem['after_ready'])} | {rss(mem['after_searches'])} | "
                      f"{mem['peak_mb']:,.0f} | {searches['answered']} / {searches['asked']} "
                      f"({mem['searches_profile']}) |")
+    return lines + first_calls_markdown(rows)
+
+
+def first_calls_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    """Each tool's first call after /readyz against its later ones (the same lone server)."""
+    timed = [e for e in rows if e["service_memory"].get("first_calls")]
+    if not timed:
+        return []
+    names = (("search", "search"), ("capture", "capture"), ("request_admission", "admission"),
+             ("search_after_admission", "search after an admission"))
+    lines = ["", "First calls after /readyz (the same server, one client, one call at a time): the first call "
+                 "of each kind, then the median and the slowest of the later ones, ms.", "",
+             "| records | " + " | ".join(f"{label}: first / later p50 / later max" for _, label in names) + " |",
+             "|---|" + "---|" * len(names)]
+    for e in timed:
+        first = e["service_memory"]["first_calls"]
+        cells = [f"{f['first_ms']} / {f['later_p50_ms']} / {f['later_max_ms']}" if (f := first.get(name)) else "-"
+                 for name, _ in names]
+        lines.append(f"| {e['size']:,} | " + " | ".join(cells) + " |")
     return lines

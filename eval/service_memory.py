@@ -9,6 +9,11 @@ directory, asked ``/readyz`` until it answers 200, then asked a fixed number of 
 as plain JSON-RPC POSTs to ``/mcp``, and its ``/proc/<pid>/status`` is read: resident
 memory after ready and after the searches, split into anonymous and file-backed pages
 (memory-mapped index files count as file-backed), and the peak (``VmHWM``) over its life.
+
+The same run times the first calls after ready against later ones (issue 12: no call
+after ``/readyz`` may pay a warm-up): each search is timed, then a few rounds of capture,
+request_admission and search in the size's own scope (so its directory gains that many
+records), and the first of each tool is reported beside the median of the others.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ import signal
 import socket
 import subprocess
 import sys
+import statistics
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -62,13 +69,16 @@ def _seed_model_cache(model_cache: Path | None, data_dir: Path) -> None:
 
 def measure_service(data_dir: Path, scope: tuple[str, str], purpose: str, texts: list[str], *,
                     model: bool, model_cache: Path | None = None, searches: int = 100,
+                    capture_args: Callable[[int], dict[str, Any]] | None = None, mutations: int = 5,
                     ready_timeout_s: float = 3600.0, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Start `engram serve` on ``data_dir`` (its tenant enabled, no other process
     holding it), wait for ready, run ``searches`` searches of ``scope`` (hybrid with the
-    model, lexical without it), and report the server process's memory."""
+    model, lexical without it), then, given ``capture_args`` (the arguments of the n-th
+    capture), ``mutations`` rounds of capture, admission and search; report the server
+    process's memory and each tool's first call after ready against its later ones."""
     import httpx2
 
-    from models.tools import SEARCH
+    from models.tools import CAPTURE, REQUEST_ADMISSION, SEARCH
     from service.mcp.host_context import HEADER, mint_token
 
     if model:
@@ -107,25 +117,50 @@ def measure_service(data_dir: Path, scope: tuple[str, str], purpose: str, texts:
             say(f"service ready in {out['ready_s']} s: {out['after_ready']}")
             token = mint_token({"tenant": scope[0], "workspace": scope[1], "principal": "bench:memory",
                                 "agent_id": "engram-bench", "session": "s-memory", "purpose": purpose,
-                                "tools": [SEARCH], "confirm": []}, secret.encode(), ttl_s=24 * 3600)
+                                "tools": [SEARCH, CAPTURE, REQUEST_ADMISSION], "confirm": []},
+                               secret.encode(), ttl_s=24 * 3600)
             headers = {HEADER: token, "Accept": "application/json, text/event-stream",
-                       "Content-Type": "application/json", "MCP-Protocol-Version": PROTOCOL,
-                       "Mcp-Method": "tools/call", "Mcp-Name": SEARCH}
+                       "Content-Type": "application/json", "MCP-Protocol-Version": PROTOCOL}
             meta = _request_meta()
-            answered = failed = 0
-            for n in range(searches):
+            timings: dict[str, list[float]] = {}
+
+            def call(tool: str, args: dict[str, Any], timed_as: str) -> dict[str, Any] | None:
+                """The tool's value, or None when it failed; the call's ms go to ``timed_as``."""
+                body = {"jsonrpc": "2.0", "id": sum(map(len, timings.values())), "method": "tools/call",
+                        "params": {"name": tool, "_meta": meta, "arguments": args}}
+                started_at = time.perf_counter()
+                response = http.post(base + "/mcp", content=json.dumps(body),
+                                     headers={**headers, "Mcp-Method": "tools/call", "Mcp-Name": tool})
+                timings.setdefault(timed_as, []).append((time.perf_counter() - started_at) * 1000)
+                if response.status_code != 200 or '"ok":true' not in response.text:
+                    return None
+                return response.json()["result"]["structuredContent"]["output"]["value"]
+
+            def search(n: int, timed_as: str) -> bool:
                 args = {"query": texts[n % len(texts)], "purpose_ref": purpose, "limit": 10,
                         "capability_policy": {"minimum_channels": minimum, "network": "forbid"}}
-                body = {"jsonrpc": "2.0", "id": n, "method": "tools/call",
-                        "params": {"name": SEARCH, "_meta": meta, "arguments": args}}
-                response = http.post(base + "/mcp", content=json.dumps(body), headers=headers)
-                if response.status_code == 200 and '"ok":true' in response.text:
-                    answered += 1
-                else:
-                    failed += 1
-            out["searches"] = {"asked": searches, "answered": answered, "failed": failed}
+                return call(SEARCH, args, timed_as) is not None
+
+            answered = sum(search(n, "search") for n in range(searches))
+            out["searches"] = {"asked": searches, "answered": answered, "failed": searches - answered}
             out["after_searches"] = process_memory(proc.pid)
-            out["peak_mb"] = out["after_searches"]["peak_mb"]
+            admitted = 0
+            for n in range(mutations if capture_args is not None else 0):
+                captured = call(CAPTURE, capture_args(n), "capture")
+                if captured is None:
+                    continue
+                decided = call(REQUEST_ADMISSION, {"candidate_id": captured["candidate_id"],
+                                                   "idempotency_key": f"bench-first-{uuid.uuid4().hex}"},
+                               "request_admission")
+                admitted += bool(decided and decided["outcome"]["status"] == "accepted")
+                search(searches + n, "search_after_admission")
+            if capture_args is not None:
+                out["mutations"] = {"rounds": mutations, "admitted": admitted}
+            out["first_calls"] = {
+                name: {"first_ms": round(ms[0], 1), "later_p50_ms": round(statistics.median(ms[1:]), 1),
+                       "later_max_ms": round(max(ms[1:]), 1), "calls": len(ms)}
+                for name, ms in timings.items() if len(ms) > 1}
+            out["peak_mb"] = process_memory(proc.pid)["peak_mb"]
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

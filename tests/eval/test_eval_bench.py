@@ -70,6 +70,12 @@ def test_tiny_bench_run(tmp_path: Path, encoder):
     for at in (served["after_ready"], served["after_searches"]):
         assert 0 < at["anon_mb"] <= at["rss_mb"] <= served["peak_mb"] and at["file_mb"] > 0
     assert "The service alone" in (out / "report.md").read_text()
+    assert served["mutations"] == {"rounds": 5, "admitted": 5}  # each tool's first call after ready, timed
+    first = served["first_calls"]
+    assert set(first) == {"search", "capture", "request_admission", "search_after_admission"}
+    assert first["search"]["calls"] == 12 and first["request_admission"]["calls"] == 5
+    assert all(0 < f["later_p50_ms"] <= f["later_max_ms"] and f["first_ms"] > 0 for f in first.values())
+    assert "First calls after /readyz" in (out / "report.md").read_text()
     assert json.loads((out / "bench.json").read_text())["sizes"][0]["size"] == 400
     assert (out / "report.md").exists() and (out / "cost_growth.png").stat().st_size > 0
 
