@@ -112,6 +112,25 @@ def _status_kb(field: str) -> int:
     return 0
 
 
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, all threads) process ``pid`` has used so far."""
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_per_call(server_s: float, client_s: float, calls: int) -> dict[str, float]:
+    """The load run's CPU per call on each side, and the calls per second this machine's
+    cores could carry at that cost, server and clients together (the bound a load run on
+    one machine cannot pass)."""
+    if not calls:
+        return {}
+    server_ms, client_ms = server_s * 1000 / calls, client_s * 1000 / calls
+    cores = os.cpu_count() or 1
+    return {"server_cpu_ms_per_call": round(server_ms, 1), "client_cpu_ms_per_call": round(client_ms, 1),
+            "cpu_bound_calls_per_s": round(cores * 1000 / (server_ms + client_ms), 1) if server_ms + client_ms else 0.0}
+
+
 def rss_mb() -> float:
     return round(_status_kb("VmRSS") / 1024, 1)
 
@@ -484,6 +503,7 @@ def load_run(engine: Any, data_dir: Path, texts: list[str], *, clients: int, cal
         "bare_http_search_hybrid": percentiles(driven["bare"]),
         "clients": clients, "steps_planned": per_client * clients, "calls_completed": total,
         "wall_s": round(wall, 2), "throughput_calls_per_s": round(total / wall, 2) if wall else 0.0,
+        **cpu_per_call(driven["server_cpu_s"], driven["client_cpu_s"], total),
         "latency": {k: percentiles(v) for k, v in latencies.items() if v},
         "errors": driven["errors"], "admitted": len(driven["admitted"]), "admitted_not_readable": lost,
     }
@@ -576,9 +596,11 @@ def drive_clients(url: str, header: str, tokens: list[str], texts: list[str], pe
 
     async def main() -> dict[str, Any]:
         single, bare = await sequential_searches()
-        t = time.perf_counter()
+        server = os.getppid()  # the bench process, which serves (uvicorn in a thread)
+        server_cpu, client_cpu, t = process_cpu_s(server), time.process_time(), time.perf_counter()
         await asyncio.gather(*(one_client(c) for c in range(len(tokens) - 1)))
-        return {"single": single, "bare": bare, "wall_s": time.perf_counter() - t}
+        return {"single": single, "bare": bare, "wall_s": time.perf_counter() - t,
+                "server_cpu_s": process_cpu_s(server) - server_cpu, "client_cpu_s": time.process_time() - client_cpu}
 
     return {**asyncio.run(main()), "latencies": latencies, "errors": dict(errors), "admitted": admitted}
 
@@ -785,7 +807,14 @@ def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
                 lines += ["", f"MCP over HTTP, one {label}, hybrid search: p50 {sample['p50_ms']:.1f} ms, "
                               f"p99 {sample['p99_ms']:.1f} ms; {first[f'{key}_over_raw_sum']} x the raw engines' "
                               f"sum, {first[f'{key}_over_engine']} x the engine's own hybrid p50."]
-        lines += ["", "## Load run", "", "```", json.dumps(load, indent=1), "```"]
+        lines += ["", "## Load run"]
+        if "server_cpu_ms_per_call" in load:
+            lines += ["", f"{load['clients']} MCP SDK clients (one child process) against the server (this "
+                          f"process): {load['throughput_calls_per_s']} calls/s. CPU per call: server "
+                          f"{load['server_cpu_ms_per_call']} ms, clients {load['client_cpu_ms_per_call']} ms; at that "
+                          f"cost this machine's {result['environment']['cpu_count']} CPUs carry at most "
+                          f"{load['cpu_bound_calls_per_s']} calls/s, server and clients together."]
+        lines += ["", "```", json.dumps(load, indent=1), "```"]
     for plot in plots:
         lines += ["", f"![{plot}]({plot})"]
     return "\n".join(lines) + "\n"

@@ -64,6 +64,8 @@ def test_tiny_bench_run(tmp_path: Path, encoder):
     assert "skipped" not in load, load
     assert load["bare_http_search_hybrid"]["n"] == 12  # every bare JSON-RPC search answered ok
     assert load["admitted_not_readable"] == 0 and load["calls_completed"] > 0 and not load["errors"]
+    assert load["server_cpu_ms_per_call"] > 0 and load["client_cpu_ms_per_call"] > 0
+    assert load["cpu_bound_calls_per_s"] > 0 and "CPU per call: server" in (out / "report.md").read_text()
     served = entry["service_memory"]  # `engram serve` alone on the directory (no model: lexical searches)
     assert "skipped" not in served, served
     assert served["searches"] == {"asked": 12, "answered": 12, "failed": 0}
