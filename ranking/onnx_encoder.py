@@ -22,7 +22,6 @@ from typing import Sequence
 
 import numpy as np
 
-from ranking.cpus import available_cpus
 from ranking.encoder import MINILM_DIM, model_path
 from ranking.storage import atomic_write
 
@@ -30,12 +29,6 @@ from ranking.storage import atomic_write
 EXPORT_REVISION = 1
 OPSET = 17
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-#: Threads of the session's intra-op pool: every core but one, which the service's own
-#: Python (one interpreter lock) keeps busy beside it. ONNX Runtime's default pool takes
-#: every core; on two, a lone query then cost 11.4 ms of CPU for 7.0 ms of wall time,
-#: against 7.9 and 7.9 on one thread, and eight clients got 12% more calls/s through
-#: (measured: eval/RESULTS.md).
-QUERY_THREADS = max(1, available_cpus() - 1)
 
 
 def export_file(cache_dir: Path) -> Path:
@@ -116,7 +109,6 @@ class OnnxMiniLM:
             # machine (measured: eval/RESULTS.md), time the service's other requests
             # and concurrent searches need.
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            options.intra_op_num_threads = QUERY_THREADS
             try:
                 session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
             except Exception:  # noqa: BLE001 - a damaged cache file: export it again, once

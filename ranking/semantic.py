@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
 import shutil
 import threading
 import time
@@ -86,7 +87,6 @@ from usearch.index import Index, Matches  # noqa: E402 - after the C++ runtime, 
 
 from ranking.batching import NaturalBatcher
 from ranking.checkpointer import Checkpointer
-from ranking.cpus import available_cpus
 from ranking.hnswlib_file import HnswlibVectors
 from ranking.passage_labels import PassageLabels
 from ranking.profiles import HYBRID_PROFILE, SemanticConfig
@@ -115,7 +115,7 @@ LOAD_CHUNK = 16_384
 # on up to this many of usearch's threads (it holds the GIL while it searches, so
 # threads of our own would take turns; see ranking.batching).
 GRAPH_BATCH = 16
-GRAPH_THREADS = available_cpus()
+GRAPH_THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class SemanticUnavailable(Exception):

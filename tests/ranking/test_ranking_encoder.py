@@ -15,8 +15,7 @@ import pytest
 
 from ranking import Device, DeviceUnavailable, MiniLMEncoder
 from ranking.encoder import TorchMiniLM, choose_device, resolve_device
-from ranking.cpus import available_cpus
-from ranking.onnx_encoder import QUERY_THREADS, OnnxMiniLM, export_file
+from ranking.onnx_encoder import OnnxMiniLM, export_file
 
 SAMPLE = [
     "vehicle ignition failure",
@@ -84,15 +83,6 @@ def test_onnx_matches_torch_on_sample_text(backends):
     assert cosines(one_by_one, reference).min() >= 0.999
     assert cosines(batched, reference).min() >= 0.999
     assert np.allclose(np.linalg.norm(batched, axis=1), 1.0, atol=1e-5)
-
-
-@pytest.mark.model
-def test_the_query_session_leaves_a_core_to_the_interpreter(backends):
-    """Its intra-op pool takes every CPU the process may use but one (one on two), not
-    ONNX Runtime's default of every core."""
-    onnx, _ = backends
-    threads = onnx._session.get_session_options().intra_op_num_threads  # noqa: SLF001
-    assert threads == QUERY_THREADS == max(1, available_cpus() - 1)
 
 
 def _dev_queries() -> list[str]:
