@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import gc
 import importlib
 import json
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -238,6 +240,7 @@ def serve(
 
         with _own(data_dir):
             engine = _open_engine(settings)
+            _collect_less_once_ready(engine)
             _warn_tenants_not_opted_in(engine)
             try:
                 with _operator_channel(engine, data_dir):
@@ -266,12 +269,26 @@ def serve(
     with _own(data_dir):
         # Warm up in the background: /readyz answers 503 until projections caught up.
         engine = _open_engine(settings, background=True, serve_replica=True)
+        _collect_less_once_ready(engine)
         _warn_tenants_not_opted_in(engine)
         application = create_app(engine, settings, host_secret=secret, close_engine=True)
         with _operator_channel(engine, data_dir):
             # log_config=None: uvicorn's loggers propagate to the handler configured above.
             uvicorn.run(application, host=settings.host, port=settings.port, log_config=None,
                         log_level=settings.log_level.value)
+
+
+def _collect_less_once_ready(engine: Any) -> None:
+    """Once the engine is warm, put what is loaded by then (modules, the model, the
+    index maps: the process's long-lived objects) out of the cyclic collector's reach: a
+    full collection then walks only what calls made since. Walking everything paused
+    every thread of the server for 50 to 100 ms at a time (eval/RESULTS.md)."""
+
+    def freeze() -> None:
+        if engine.wait_ready():
+            gc.freeze()
+
+    threading.Thread(target=freeze, name="engram-gc-freeze", daemon=True).start()
 
 
 def _warn_tenants_not_opted_in(engine: Any) -> None:

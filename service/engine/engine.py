@@ -155,6 +155,10 @@ class Engine:
         except CommitUncertain:
             raise ContractError(ErrorCode.MUTATION_OUTCOME_UNKNOWN) from None
 
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Block until warm-up is done (True), or until ``timeout`` seconds passed (False)."""
+        return self._ready.wait(timeout)
+
     def tenant_enabled(self, tenant: str) -> bool:
         return self.parts.store.tenant_enabled(tenant)
 

@@ -147,3 +147,36 @@ def test_keyless_backup_export_kek_and_restore(tmp_path):
     from_own_keys = runner.invoke(app, ["admin", "restore", str(tmp_path / "b2"), "-d", str(tmp_path / "r2"),
                                         "--no-model"])
     assert from_own_keys.exit_code == 0, from_own_keys.output
+
+
+def test_the_server_freezes_what_warm_up_loaded_out_of_the_collectors_reach_once_ready():
+    """A full collection walking the loaded model and index maps paused every thread of
+    the server for 50 to 100 ms; `engram serve` freezes them once warm-up is done, not
+    before (what a warm-up still loads would otherwise stay walkable)."""
+    import gc
+    import threading
+    import time
+
+    from service.cli import _collect_less_once_ready
+
+    class Warming:
+        def __init__(self) -> None:
+            self.ready = threading.Event()
+
+        def wait_ready(self, timeout: float | None = None) -> bool:
+            return self.ready.wait(timeout)
+
+    gc.unfreeze()
+    engine = Warming()
+    try:
+        _collect_less_once_ready(engine)
+        time.sleep(0.2)
+        assert gc.get_freeze_count() == 0  # still warming up: nothing frozen yet
+        engine.ready.set()
+        deadline = time.monotonic() + 10
+        while gc.get_freeze_count() == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert gc.get_freeze_count() > 0
+    finally:
+        engine.ready.set()
+        gc.unfreeze()
