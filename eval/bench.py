@@ -415,10 +415,14 @@ def encoder_bound_ingest(work: Path, encoder: Any, sample: int, say: Callable[[s
 
 # -- load run over MCP/HTTP -----------------------------------------------------------------
 
-def _capture_args(i: int, client: int) -> dict[str, Any]:
+def _capture_args(i: int, client: int, run: str) -> dict[str, Any]:
+    """The i-th capture of a client. ``run`` (one per bench run) is in the text: a later
+    run on a reused directory would otherwise capture the same payloads again, and their
+    admissions answer duplicate_exact (no projection) instead of admitting."""
     import hashlib
 
-    text = f"load run note {client}-{i}: the nightly compaction job keeps {i % 7} replicas of shard {client}"
+    text = (f"load run note {client}-{i} of run {run}: the nightly compaction job keeps {i % 7} replicas "
+            f"of shard {client}")
     sha = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
     t = 1_700_000_000_000 + i
     return {
@@ -516,6 +520,7 @@ def drive_clients(url: str, header: str, tokens: list[str], texts: list[str], pe
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
+    run = uuid.uuid4().hex[:12]
     latencies: dict[str, list[float]] = {"search_hybrid": [], "search_lexical": [], "capture": [],
                                          "request_admission": []}
     errors: Counter[str] = Counter()
@@ -554,13 +559,13 @@ def drive_clients(url: str, header: str, tokens: list[str], texts: list[str], pe
                                search_args(query, "lexical"))
                 else:
                     cap = await call(mcp_client, latencies["capture"], "engram_memory_capture",
-                                     _capture_args(i, client))
+                                     _capture_args(i, client, run))
                     if cap is None:
                         continue
                     adm = await call(mcp_client, latencies["request_admission"], "engram_memory_request_admission",
                                      {"candidate_id": cap["candidate_id"],
                                       "idempotency_key": f"bench-adm-{uuid.uuid4().hex}"})
-                    if adm and adm["outcome"].get("record_id"):
+                    if adm and adm["outcome"]["status"] == "accepted":
                         admitted.append(adm["outcome"]["record_id"])
 
     async def sequential_searches() -> tuple[list[float], list[float]]:
@@ -615,6 +620,7 @@ def run_bench(sizes: list[int], out: Path, work: Path, *, queries: int = 200, cl
     from ranking import MiniLMEncoder
 
     out.mkdir(parents=True, exist_ok=True)
+    run = uuid.uuid4().hex[:12]  # in every capture's text: see _capture_args
     work.mkdir(parents=True, exist_ok=True)
     if encoder is None:
         encoder = MiniLMEncoder(work / "models")
@@ -644,7 +650,7 @@ def run_bench(sizes: list[int], out: Path, work: Path, *, queries: int = 200, cl
             entry["service_memory"] = measure_service(
                 root / "data", BENCH_SCOPE, PURPOSE, texts, model=isinstance(encoder, MiniLMEncoder),
                 model_cache=work / "models", searches=service_searches,
-                capture_args=lambda n: _capture_args(n, clients + 1), say=say)
+                capture_args=lambda n: _capture_args(n, clients + 1, run), say=say)
         lat = entry["latency"]
         entry["ratios_p50"] = raw_ratios(lat, result.get("load") if n == 0 else None, scan=entry["semantic_scan"])
         entry["rss_mb"]["end"] = rss_mb()

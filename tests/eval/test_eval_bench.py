@@ -82,9 +82,11 @@ def test_tiny_bench_run(tmp_path: Path, encoder):
     assert (out / "report.md").exists() and (out / "cost_growth.png").stat().st_size > 0
 
     again = run_bench([400], tmp_path / "again", tmp_path / "work", queries=12, encoder_sample=0, load=False,
-                      reuse=True, service_searches=0, progress=False, encoder=encoder, say=lambda _m: None)["sizes"][0]
+                      reuse=True, service_searches=4, progress=False, encoder=encoder, say=lambda _m: None)["sizes"][0]
     assert again["reused_ingest"] is True and again["ingest"] == entry["ingest"]
     assert again["hnsw_recall"]["aligned_labels"] is True
+    # new captures on the reused directory are admitted (not duplicates of the first run's)
+    assert again["service_memory"]["mutations"] == {"rounds": 5, "admitted": 5}
 
 
 def test_a_bench_directory_is_opted_in_once_ingested(tmp_path: Path, encoder):
