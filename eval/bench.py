@@ -218,6 +218,9 @@ def ingest_size(size: int, root: Path, encoder: Any, *, batch_size: int | None, 
     out["ingest"] = report.as_dict()
     out["ingest_records_per_s"] = round(report.ingested_per_s, 1)
     out["rss_mb"] = {"before_ingest": rss_before, "after_ingest": rss_mb(), "peak_during_ingest": peak_rss_mb()}
+    # A checkpoint still being written holds the previous generation and the new one on
+    # disk at once: the footprint is read once it is done.
+    engine.ranker.settle()
     out["disk_mb"] = {**disk_breakdown(root / "data"), "vectors_npy_mb": du_mb(root / "vectors.npy")}
     out["store_bytes_per_record"] = store_bytes_per_record(engine, corpus, size)
     (root / "ingest.json").write_text(json.dumps(out, indent=2) + "\n")
