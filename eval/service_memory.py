@@ -24,9 +24,9 @@ import secrets
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
-import statistics
 import time
 import uuid
 from pathlib import Path

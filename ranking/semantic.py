@@ -45,8 +45,8 @@ saving on every apply made bulk loading quadratic and made each admission pay a 
 save. ``apply`` therefore changes only the in-memory index and the in-memory cursor (what
 search and :meth:`SemanticIndex.cursor` read); a *checkpoint* makes it durable once
 ``checkpoint_records`` records were applied or ``checkpoint_seconds`` passed since the
-scope's last save or load (checked on apply, and spaced by :data:`CHECKPOINT_SPACING`; a scope
-never saved is due at once), on :meth:`SemanticIndex.checkpoint` and
+scope's last save or load (checked on apply, and spaced by :data:`CHECKPOINT_SPACING`; a
+scope never saved is due at once), on :meth:`SemanticIndex.checkpoint` and
 :meth:`SemanticIndex.close`, and always before :meth:`SemanticIndex.purge` returns (a
 purge must reach the disk). After a crash the scope reopens at its last checkpoint, with
 that checkpoint's cursor, and the engine's projector re-applies the journal from there
@@ -56,9 +56,8 @@ the cursor of a scope with nothing unsaved writes the cursor at once.
 A due checkpoint is taken in the background (:mod:`ranking.checkpointer`), not by the
 apply that made it due: that apply returns at once, searches of the scope go on while
 the save reads the index (it holds the scope's lock shared), and only a change to the
-scope (the next apply, a purge) waits for the save to end, without
-holding searches off meanwhile (it waits on ``_ScopeVectors.changing`` before it asks for
-the lock alone).
+scope (the next apply, a purge) waits for the save to end, without holding searches off
+meanwhile (it waits on ``_ScopeVectors.changing`` before it asks for the lock alone).
 """
 
 from __future__ import annotations
