@@ -443,11 +443,12 @@ def _capture_args(i: int, client: int, run: str) -> dict[str, Any]:
     }
 
 
-def load_run(engine: Any, data_dir: Path, texts: list[str], *, clients: int, calls: int,
+def load_run(engine: Any, data_dir: Path, texts: list[str], *, clients: int, calls: int, run: str,
              say: Callable[[str], None]) -> dict[str, Any]:
     """MCP over HTTP against ``engine`` (its tenant enabled by the caller): one client's
     sequential searches, then ``clients``
-    concurrent clients for about ``calls`` steps in all.
+    concurrent clients for about ``calls`` steps in all, their captures carrying the bench
+    run's token ``run`` (see :func:`_capture_args`).
 
     The server runs here (uvicorn in a thread, the engine already open); the clients run
     in a child process, as a host would, so their Python does not hold the server's GIL.
@@ -490,7 +491,7 @@ def load_run(engine: Any, data_dir: Path, texts: list[str], *, clients: int, cal
     try:
         with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
             driven = pool.submit(drive_clients, f"http://127.0.0.1:{port}/mcp", HEADER, tokens, texts,
-                                 per_client).result()
+                                 per_client, run).result()
     finally:
         server.should_exit = True
         thread.join(timeout=15)
@@ -516,14 +517,14 @@ def load_run(engine: Any, data_dir: Path, texts: list[str], *, clients: int, cal
     }
 
 
-def drive_clients(url: str, header: str, tokens: list[str], texts: list[str], per_client: int) -> dict[str, Any]:
+def drive_clients(url: str, header: str, tokens: list[str], texts: list[str], per_client: int,
+                  run: str) -> dict[str, Any]:
     """The client side of :func:`load_run` (runs in a child process): the last token's
     client searches alone first, then one client per other token runs the mixed load."""
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    run = uuid.uuid4().hex[:12]
     latencies: dict[str, list[float]] = {"search_hybrid": [], "search_lexical": [], "capture": [],
                                          "request_admission": []}
     errors: Counter[str] = Counter()
@@ -644,7 +645,8 @@ def run_bench(sizes: list[int], out: Path, work: Path, *, queries: int = 200, cl
         texts, root = entry.pop("_texts"), Path(entry.pop("_root"))
         try:
             if load and n == 0:
-                result["load"] = load_run(engine, root / "data", texts, clients=clients, calls=calls, say=say)
+                result["load"] = load_run(engine, root / "data", texts, clients=clients, calls=calls, run=run,
+                                          say=say)
         finally:
             engine.close()
         entry["latency"]["engine_lexical"] = lexical_pass(root, texts)
