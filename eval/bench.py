@@ -57,13 +57,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from index_data.ingest import ingest_corpus
-from index_data.readers import VectorSource, read_beir
-from index_data.records import DEFAULT_PURPOSE, record_id_for
-from ranking import HYBRID_PROFILE, passages
-from ranking.ranker import EMBED_BATCH
-from service.engine import CallContext
-from service.engine.records import scope_key
+from engram.index_data.ingest import ingest_corpus
+from engram.index_data.readers import VectorSource, read_beir
+from engram.index_data.records import DEFAULT_PURPOSE, record_id_for
+from engram.ranking import HYBRID_PROFILE, passages
+from engram.ranking.ranker import EMBED_BATCH
+from engram.service.engine import CallContext
+from engram.service.engine.records import scope_key
 
 from .corpus_gen import CorpusSpec, SyntheticCorpus
 from .service_memory import measure_service
@@ -199,7 +199,7 @@ def exact_top_k(vectors: np.ndarray, queries: np.ndarray, k: int, chunk: int = 1
 def ingest_size(size: int, root: Path, encoder: Any, *, batch_size: int | None, progress: bool,
                 say: Callable[[str], None]) -> tuple[dict[str, Any], np.ndarray, Any]:
     """Generate the corpus and ingest it (figures also kept in ``root/ingest.json``)."""
-    from service.engine.engine import Engine
+    from engram.service.engine.engine import Engine
 
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
@@ -247,7 +247,7 @@ def corpus_spec(size: int, encoder: Any) -> CorpusSpec:
 def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size: int | None,
                progress: bool, reuse: bool, say: Callable[[str], None],
                hnswlib_up_to: int = 0) -> tuple[dict[str, Any], Any]:
-    from service.engine.engine import Engine
+    from engram.service.engine.engine import Engine
 
     root = work / f"n{size}"
     reused = reuse and (root / "ingest.json").is_file() and (root / "vectors.npy").is_file()
@@ -361,7 +361,7 @@ def hnswlib_beside(vectors: np.ndarray, sample: np.ndarray, exact: np.ndarray, e
 
 def lexical_pass(root: Path, texts: list[str]) -> dict[str, float]:
     """Lexical-profile latency through the engine reopened without the model."""
-    from service.engine.engine import Engine
+    from engram.service.engine.engine import Engine
 
     engine = Engine.open(root / "data", load_model=False)
     try:
@@ -379,7 +379,7 @@ def encoder_bound_ingest(work: Path, encoder: Any, sample: int, say: Callable[[s
     keep the encoder busy, so its wall time is the encoder's busy time); and ingest of
     the same records with the encoder's vectors precomputed (the pipeline's ceiling,
     what it can feed a faster encoder such as a GPU)."""
-    from service.engine.engine import Engine
+    from engram.service.engine.engine import Engine
 
     cran = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cranfield"  # ../shared, when present
     if (cran / "corpus.jsonl").exists():
@@ -456,10 +456,10 @@ def load_run(engine: Any, data_dir: Path, texts: list[str], *, clients: int, cal
     try:
         import uvicorn
 
-        from models.tools import TOOLS
-        from service.mcp.app import create_app
-        from service.settings import Settings
-        from service.mcp.host_context import HEADER, mint_token
+        from engram.models.tools import TOOLS
+        from engram.service.mcp.app import create_app
+        from engram.service.settings import Settings
+        from engram.service.mcp.host_context import HEADER, mint_token
     except Exception as exc:  # noqa: BLE001 - report why the HTTP run could not happen
         return {"skipped": f"MCP app unavailable: {type(exc).__name__}: {exc}"}
 
@@ -621,7 +621,7 @@ def run_bench(sizes: list[int], out: Path, work: Path, *, queries: int = 200, cl
               progress: bool = True, encoder: Any = None, load: bool = True, reuse: bool = False,
               hnswlib_up_to: int = 100_000, service_searches: int = 100,
               say: Callable[[str], None] = print) -> dict[str, Any]:
-    from ranking import MiniLMEncoder
+    from engram.ranking import MiniLMEncoder
 
     out.mkdir(parents=True, exist_ok=True)
     run = uuid.uuid4().hex[:12]  # in every capture's text: see _capture_args

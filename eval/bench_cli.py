@@ -67,7 +67,7 @@ def bench(
         if database_url:
             import json
 
-            from ranking import MiniLMEncoder
+            from engram.ranking import MiniLMEncoder
 
             from .replica_bench import replica_bench
 

@@ -61,7 +61,7 @@ def eval_command(
         raise typer.Exit(2)
     out = out or Path("./eval-out") / dataset.name
     if data_dir is None:
-        from service.settings import load_settings
+        from engram.service.settings import load_settings
 
         data_dir = load_settings().data_dir / "eval"
     chosen = [c.strip() for c in channels.split(",") if c.strip()]

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from index_data.records import DEFAULT_VALID_TIME_MS, IngestRecord
+from engram.index_data.records import DEFAULT_VALID_TIME_MS, IngestRecord
 
 _ONSETS = ["b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "z",
            "br", "cr", "dr", "fl", "gr", "kl", "pl", "pr", "sh", "st", "th", "tr"]

@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from ranking import HYBRID_PROFILE, fuse
-from ranking.lexical import LexicalHit
-from ranking.profiles import FusionConfig, ProfileConfig
-from ranking.semantic import SemanticHit
+from engram.ranking import HYBRID_PROFILE, fuse
+from engram.ranking.lexical import LexicalHit
+from engram.ranking.profiles import FusionConfig, ProfileConfig
+from engram.ranking.semantic import SemanticHit
 
 from .metrics import NDCG10, evaluate
 

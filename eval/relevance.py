@@ -48,16 +48,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from index_data.ingest import ingest_corpus
-from index_data.readers import VectorSource, read_beir, with_context
-from index_data.records import DEFAULT_PURPOSE, RefusedRecord, record_id_for
-from ranking import HYBRID_PROFILE, Profile
-from ranking.ranker import ChannelHits
-from ranking.profiles import FieldWeights, FusionConfig, FusionMethod, SemanticConfig
-from service.engine import CallContext
-from service.engine.clock import now_ms
-from service.engine.records import scope_key
-from service.engine.search import CANDIDATE_CAP
+from engram.index_data.ingest import ingest_corpus
+from engram.index_data.readers import VectorSource, read_beir, with_context
+from engram.index_data.records import DEFAULT_PURPOSE, RefusedRecord, record_id_for
+from engram.ranking import HYBRID_PROFILE, Profile
+from engram.ranking.ranker import ChannelHits
+from engram.ranking.profiles import FieldWeights, FusionConfig, FusionMethod, SemanticConfig
+from engram.service.engine import CallContext
+from engram.service.engine.clock import now_ms
+from engram.service.engine.records import scope_key
+from engram.service.engine.search import CANDIDATE_CAP
 
 from .metrics import METRICS, NDCG10, evaluate, load_qrels, mean_metrics, paired_randomization
 from .raw_engines import RUNS as RAW_RUNS, raw_runs
@@ -191,8 +191,8 @@ def run_relevance(
     collection (:func:`eval.raw_engines.raw_runs`, which embeds every document once more,
     whole) and test hybrid against their RRF.
     """
-    from ranking import MiniLMEncoder
-    from service.engine.engine import MODELS_DIR, Engine
+    from engram.ranking import MiniLMEncoder
+    from engram.service.engine.engine import MODELS_DIR, Engine
 
     say = log or (lambda _m: None)
     dataset_dir = Path(dataset_dir)

@@ -19,8 +19,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-from index_data.ingest import ingest_corpus
-from index_data.readers import VectorSource
+from engram.index_data.ingest import ingest_corpus
+from engram.index_data.readers import VectorSource
 
 from .bench import PURPOSE, bench_context, corpus_spec, percentiles, search_args, timed
 from .corpus_gen import SyntheticCorpus
@@ -29,7 +29,7 @@ from .corpus_gen import SyntheticCorpus
 def replica_bench(size: int, work: Path, encoder: Any, database_url: str, *, queries: int,
                   batch_size: int | None, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Ingest rate and hybrid p50/p99: SQLite, PostgreSQL with one replica, and two."""
-    from service.engine.engine import Engine
+    from engram.service.engine.engine import Engine
 
     root = work / f"stores-n{size}"
     root.mkdir(parents=True, exist_ok=True)

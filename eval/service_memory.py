@@ -78,8 +78,8 @@ def measure_service(data_dir: Path, scope: tuple[str, str], purpose: str, texts:
     process's memory and each tool's first call after ready against its later ones."""
     import httpx2
 
-    from models.tools import CAPTURE, REQUEST_ADMISSION, SEARCH
-    from service.mcp.host_context import HEADER, mint_token
+    from engram.models.tools import CAPTURE, REQUEST_ADMISSION, SEARCH
+    from engram.service.mcp.host_context import HEADER, mint_token
 
     if model:
         _seed_model_cache(model_cache, data_dir)
@@ -88,7 +88,7 @@ def measure_service(data_dir: Path, scope: tuple[str, str], purpose: str, texts:
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "ENGRAM_HOST_SECRET": secret,
            "PYTHONPATH": os.pathsep.join([str(root), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    command = [sys.executable, "-m", "service.cli", "serve", "-d", str(data_dir), "--port", str(port),
+    command = [sys.executable, "-m", "engram.service.cli", "serve", "-d", str(data_dir), "--port", str(port),
                "--rate", "0", "--log-level", "warning", "--model" if model else "--no-model"]
     minimum = "lexical_and_semantic" if model else "lexical"
     base = f"http://127.0.0.1:{port}"

@@ -12,8 +12,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from models.device import Device
-from service.settings import field_help
+from engram.models.device import Device
+from engram.service.settings import field_help
 
 app = typer.Typer(
     help="Bulk-ingest a corpus (BEIR directory or record JSONL) as accepted records.",
@@ -58,9 +58,9 @@ def ingest(
 
     Ingest does not opt TENANT in: agents' calls are refused until `engram admin tenant enable TENANT`.
     """
-    from service.engine.engine import Engine
-    from service.settings import load_settings
-    from service.store import SchemaTooNew, StoreUnavailable
+    from engram.service.engine.engine import Engine
+    from engram.service.settings import load_settings
+    from engram.service.store import SchemaTooNew, StoreUnavailable
 
     from .ingest import ingest_corpus
     from .readers import VectorSource, count_lines, read_dataset, with_context
@@ -70,7 +70,7 @@ def ingest(
         raise typer.Exit(2)
     source = VectorSource.load(vectors) if vectors is not None else None
     settings = load_settings(data_dir=data_dir, database_url=database_url, key_dir=key_dir, device=device)
-    from service.operator.ownership import DataDirLock, DirectoryHeld
+    from engram.service.operator.ownership import DataDirLock, DirectoryHeld
 
     try:  # never a second engine beside a server (the process exit releases it on any path)
         lock = DataDirLock(settings.data_dir).acquire()

@@ -25,7 +25,7 @@ from typing import IO, Annotated, Any, Optional
 
 import typer
 
-from service.settings import field_help
+from engram.service.settings import field_help
 
 app = typer.Typer(
     help="Export a scope's current records as record JSONL (and vectors) for `engram ingest`.",
@@ -116,8 +116,8 @@ def export(
     """Write TENANT/WORKSPACE's current records to OUT as record JSONL (the store is the
     one `engram admin --database-url/--key-dir` name, as for every admin command). With a
     server running on the data directory, the server writes the files."""
-    from service.cli import operate
-    from service.settings import load_settings
+    from engram.service.cli import operate
+    from engram.service.settings import load_settings
 
     directory = load_settings(data_dir=data_dir).data_dir
     if not directory.is_dir():

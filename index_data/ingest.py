@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from service.engine.ingestion import BatchOutcome, PreparedBatch, operator_context
+from engram.service.engine.ingestion import BatchOutcome, PreparedBatch, operator_context
 
 from .readers import VectorSource
 from .records import DEFAULT_PURPOSE, IngestRecord, RefusedRecord, submission

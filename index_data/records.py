@@ -16,9 +16,9 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from models.codes import ContractError
-from models.tools import CAPTURE, parse_arguments
-from service.engine.ingestion import Submission, identify
+from engram.models.codes import ContractError
+from engram.models.tools import CAPTURE, parse_arguments
+from engram.service.engine.ingestion import Submission, identify
 
 #: A fixed default valid time (2000-01-01T00:00:00.000Z) for sources that carry no date:
 #: deterministic digests, and equal recency for every record (ranking by relevance alone).

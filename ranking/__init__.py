@@ -4,12 +4,12 @@ Knows nothing of MCP, HTTP, lifecycle or tenants beyond an opaque scope key: doc
 go in, ordered candidates with per-channel contributions come out.
 """
 
-from ranking.documents import IndexDocument, passages
-from ranking.encoder import Device, DeviceUnavailable, Encoder, MiniLMEncoder
-from ranking.fusion import Contribution, fuse, recency
-from ranking.profiles import HYBRID_PROFILE, LEXICAL_PROFILE, Profile, config_dict_digest
-from ranking.ranker import RankedList, Ranker
-from ranking.semantic import SemanticUnavailable
+from engram.ranking.documents import IndexDocument, passages
+from engram.ranking.encoder import Device, DeviceUnavailable, Encoder, MiniLMEncoder
+from engram.ranking.fusion import Contribution, fuse, recency
+from engram.ranking.profiles import HYBRID_PROFILE, LEXICAL_PROFILE, Profile, config_dict_digest
+from engram.ranking.ranker import RankedList, Ranker
+from engram.ranking.semantic import SemanticUnavailable
 
 __all__ = [
     "Contribution",

@@ -21,7 +21,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from models.device import Device
+from engram.models.device import Device
 
 MINILM_DIM = 384
 # At most this many texts go through ONNX Runtime; larger batches (bulk ingestion,
@@ -166,7 +166,7 @@ class MiniLMEncoder:
             if self._loaded:
                 return
             if self._cache_dir is not None:
-                from ranking.onnx_encoder import OnnxMiniLM
+                from engram.ranking.onnx_encoder import OnnxMiniLM
 
                 try:
                     onnx = OnnxMiniLM(self._cache_dir)

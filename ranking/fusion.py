@@ -63,9 +63,9 @@ from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from ranking.lexical import LexicalHit
-from ranking.profiles import FusionConfig, FusionMethod, ProfileConfig
-from ranking.semantic import SemanticHit
+from engram.ranking.lexical import LexicalHit
+from engram.ranking.profiles import FusionConfig, FusionMethod, ProfileConfig
+from engram.ranking.semantic import SemanticHit
 
 
 class Contribution(NamedTuple):

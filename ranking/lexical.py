@@ -51,10 +51,10 @@ from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import tantivy
 
-from ranking import record_words
-from ranking.documents import IndexDocument
-from ranking.profiles import LexicalConfig
-from ranking.storage import atomic_write_json, read_json
+from engram.ranking import record_words
+from engram.ranking.documents import IndexDocument
+from engram.ranking.profiles import LexicalConfig
+from engram.ranking.storage import atomic_write_json, read_json
 
 TEXT_FIELDS = ("primary", "decision", "evidence", "context", "source_refs")
 ANALYZER = "engram_en"

@@ -22,8 +22,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ranking.encoder import MINILM_DIM, model_path
-from ranking.storage import atomic_write
+from engram.ranking.encoder import MINILM_DIM, model_path
+from engram.ranking.storage import atomic_write
 
 # Bump when the exported graph changes (inputs, pooling, opset): older files are ignored.
 EXPORT_REVISION = 1

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ranking.lexical import LexicalHit
+from engram.ranking.lexical import LexicalHit
 
 
 @dataclass(frozen=True)

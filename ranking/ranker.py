@@ -33,14 +33,14 @@ from typing import NamedTuple, Sequence
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from ranking.batching import NaturalBatcher
-from ranking.documents import IndexDocument, passages
-from ranking.encoder import SMALL_BATCH, Encoder
-from ranking.fusion import Contribution, fuse
-from ranking.lexical import LexicalHit, LexicalIndex
-from ranking.probes import RawEngines
-from ranking.profiles import LEXICAL, SEMANTIC, LexicalConfig, Profile, SemanticConfig
-from ranking.semantic import (
+from engram.ranking.batching import NaturalBatcher
+from engram.ranking.documents import IndexDocument, passages
+from engram.ranking.encoder import SMALL_BATCH, Encoder
+from engram.ranking.fusion import Contribution, fuse
+from engram.ranking.lexical import LexicalHit, LexicalIndex
+from engram.ranking.probes import RawEngines
+from engram.ranking.profiles import LEXICAL, SEMANTIC, LexicalConfig, Profile, SemanticConfig
+from engram.ranking.semantic import (
     CHECKPOINT_RECORDS,
     CHECKPOINT_SECONDS,
     CHECKPOINT_SPACING,

@@ -84,14 +84,14 @@ except OSError:  # no system C++ runtime: nothing else can then bring a second c
     pass
 from usearch.index import Index, Matches  # noqa: E402 - after the C++ runtime, see above
 
-from ranking.batching import NaturalBatcher
-from ranking.checkpointer import Checkpointer
-from ranking.hnswlib_file import HnswlibVectors
-from ranking.passage_labels import PassageLabels
-from ranking.profiles import HYBRID_PROFILE, SemanticConfig
-from ranking.read_write_lock import ReadWriteLock
-from ranking.scope_meta import read_meta, write_meta
-from ranking.storage import atomic_write, atomic_write_json, read_json
+from engram.ranking.batching import NaturalBatcher
+from engram.ranking.checkpointer import Checkpointer
+from engram.ranking.hnswlib_file import HnswlibVectors
+from engram.ranking.passage_labels import PassageLabels
+from engram.ranking.profiles import HYBRID_PROFILE, SemanticConfig
+from engram.ranking.read_write_lock import ReadWriteLock
+from engram.ranking.scope_meta import read_meta, write_meta
+from engram.ranking.storage import atomic_write, atomic_write_json, read_json
 
 assert HYBRID_PROFILE.config.semantic is not None
 DEFAULT_GRAPH: SemanticConfig = HYBRID_PROFILE.config.semantic

@@ -28,8 +28,8 @@ from typing import Annotated, Any
 
 import typer
 
-from models.device import Device
-from service.settings import LogFormat, LogLevel, field_help
+from engram.models.device import Device
+from engram.service.settings import LogFormat, LogLevel, field_help
 
 app = typer.Typer(
     name="engram",
@@ -53,16 +53,16 @@ admin.add_typer(tenant_app, name="tenant")
 #: Sub-commands other rooms contribute: name -> (module, help). A module that is not
 #: there yet is skipped silently; one that fails to import for another reason is reported.
 PLUGINS: dict[str, tuple[str, str]] = {
-    "ingest": ("index_data.cli", "Bulk-ingest corpora into memory."),
-    "eval": ("eval.cli", "Relevance evaluation runs and reports."),
-    "bench": ("eval.bench_cli", "Capacity and latency benchmarks."),
-    "bench-ann": ("eval.ann_cli", "HNSW engines (hnswlib, usearch) side by side on the same vectors."),
-    "fusion-fit": ("eval.fusion_cli", "Fit the fusion constants on saved hits, leave one collection out."),
+    "ingest": ("engram.index_data.cli", "Bulk-ingest corpora into memory."),
+    "eval": ("engram.eval.cli", "Relevance evaluation runs and reports."),
+    "bench": ("engram.eval.bench_cli", "Capacity and latency benchmarks."),
+    "bench-ann": ("engram.eval.ann_cli", "HNSW engines (hnswlib, usearch) side by side on the same vectors."),
+    "fusion-fit": ("engram.eval.fusion_cli", "Fit the fusion constants on saved hits, leave one collection out."),
 }
 
 #: Operator sub-commands other rooms contribute under `engram admin`, the same way.
 ADMIN_PLUGINS: dict[str, tuple[str, str]] = {
-    "export": ("index_data.export", "Export a scope's current records (and vectors) for `engram ingest`."),
+    "export": ("engram.index_data.export", "Export a scope's current records (and vectors) for `engram ingest`."),
 }
 
 DataDir = Annotated[
@@ -102,9 +102,9 @@ def _err(message: str) -> None:
 def _open_engine(settings: Any, *, background: bool = False, serve_replica: bool = False) -> Any:
     """The engine the settings describe (data directory, store, keys, model); a
     database this release cannot read exits 2 with the reason."""
-    from ranking import DeviceUnavailable
-    from service.engine.engine import Engine
-    from service.store import SchemaTooNew
+    from engram.ranking import DeviceUnavailable
+    from engram.service.engine.engine import Engine
+    from engram.service.store import SchemaTooNew
 
     try:
         return Engine.open(settings.data_dir, load_model=settings.load_model, background=background,
@@ -118,7 +118,7 @@ def _open_engine(settings: Any, *, background: bool = False, serve_replica: bool
 @contextlib.contextmanager
 def _engine(data_dir: Path | None, *, load_model: bool = False) -> Iterator[Any]:
     """An engine for one operator command, closed afterwards; contract errors exit 1."""
-    from models.codes import ContractError
+    from engram.models.codes import ContractError
 
     engine = None
     try:
@@ -146,7 +146,7 @@ def _settings(config: Path | None = None, **flags: Any) -> Any:
     values exit 2 with pydantic's explanation."""
     from pydantic import ValidationError
 
-    from service.settings import ConfigFileMissing, load_settings
+    from engram.service.settings import ConfigFileMissing, load_settings
 
     try:
         return load_settings(config, **flags)
@@ -209,8 +209,8 @@ def serve(
 
     Every HTTP call must carry the host's signed context in the X-Engram-Context header (see service/mcp/host_context.py). /healthz, /readyz and /metrics serve probes; /docs documents them. Every option also comes from ENGRAM_<OPTION> or the --config file.
     """
-    from service.logs import configure_logging
-    from service.mcp.host_context import (
+    from engram.service.logs import configure_logging
+    from engram.service.mcp.host_context import (
         ContextUnavailable,
         binding_from_env,
         create_host_secret,
@@ -236,7 +236,7 @@ def serve(
         except ContextUnavailable as exc:
             _err(f"engram: no trusted context for stdio ({exc.reason})")
             raise typer.Exit(2) from None
-        from service.mcp.stdio import serve_stdio
+        from engram.service.mcp.stdio import serve_stdio
 
         with _own(data_dir):
             engine = _open_engine(settings)
@@ -264,7 +264,7 @@ def serve(
 
     import uvicorn
 
-    from service.mcp.app import create_app
+    from engram.service.mcp.app import create_app
 
     with _own(data_dir):
         # Warm up in the background: /readyz answers 503 until projections caught up.
@@ -302,7 +302,7 @@ def _warn_tenants_not_opted_in(engine: Any) -> None:
 @contextlib.contextmanager
 def _own(data_dir: Path) -> Iterator[None]:
     """Hold the data directory for the life of a server; exit 2 if another process does."""
-    from service.operator.ownership import DataDirLock, DirectoryHeld
+    from engram.service.operator.ownership import DataDirLock, DirectoryHeld
 
     try:
         lock = DataDirLock(data_dir).acquire()
@@ -320,7 +320,7 @@ def _operator_channel(engine: Any, data_dir: Path) -> Iterator[None]:
     """The live server's operator socket (<data_dir>/operator.sock, owner-only). A data
     directory whose path is too long for a Unix socket serves without one (admin
     commands are then refused while the server runs), with a warning."""
-    from service.operator.channel import OperatorChannel
+    from engram.service.operator.channel import OperatorChannel
 
     try:
         channel = OperatorChannel(engine, data_dir).start()
@@ -346,7 +346,7 @@ def host_secret(
 
     The host signs every call's context (HS256) with it. ENGRAM_HOST_SECRET, when set, takes precedence over the file at serve time.
     """
-    from service.mcp.host_context import create_host_secret, load_host_secret
+    from engram.service.mcp.host_context import create_host_secret, load_host_secret
 
     data_dir = _settings(data_dir=data_dir).data_dir
     path, created = create_host_secret(data_dir)
@@ -397,7 +397,7 @@ admin.add_typer(context_app, name="context")
 
 
 def _tool_list(values: list[str] | None, default: list[str]) -> list[str]:
-    from models.tools import TOOLS
+    from engram.models.tools import TOOLS
 
     chosen = default if not values else [v.strip() for item in values for v in item.split(",") if v.strip()]
     unknown = sorted(set(chosen) - set(TOOLS))
@@ -435,9 +435,9 @@ def context_init(
 
     `engram connect CLIENT` then points a desktop client at it; nothing needs re-minting.
     """
-    from models.tools import TOOLS
-    from service.mcp.host_context import ContextUnavailable
-    from service.mcp.local_context import context_path, local_claims, write_context_file
+    from engram.models.tools import TOOLS
+    from engram.service.mcp.host_context import ContextUnavailable
+    from engram.service.mcp.local_context import context_path, local_claims, write_context_file
 
     settings = _settings(data_dir=data_dir)
     try:
@@ -482,9 +482,9 @@ def context_mint(
     and --arguments it carries a confirmation bound to that tool, its target and the
     operation digest of exactly those arguments (valid 300 s, usable once within 30 s).
     """
-    from models.tools import TOOLS
-    from service.mcp.host_context import ContextUnavailable, load_host_secret
-    from service.mcp.local_context import (
+    from engram.models.tools import TOOLS
+    from engram.service.mcp.host_context import ContextUnavailable, load_host_secret
+    from engram.service.mcp.local_context import (
         confirmation_claim,
         context_path,
         local_claims,
@@ -550,7 +550,7 @@ def connect(
     ~/.cursor/mcp.json; vscode ./.vscode/mcp.json; inspector ./mcp-inspector.json (use it
     with `npx @modelcontextprotocol/inspector --config mcp-inspector.json --server engram`).
     """
-    from service.mcp.client_config import (
+    from engram.service.mcp.client_config import (
         ConfigFileInvalid,
         McpClient,
         client_format,
@@ -558,7 +558,7 @@ def connect(
         merge_entry,
         stdio_launch,
     )
-    from service.mcp.local_context import context_path
+    from engram.service.mcp.local_context import context_path
 
     try:
         chosen = McpClient(client)
@@ -598,11 +598,11 @@ def _engram_command() -> list[str]:
     if invoked.name == "engram" and invoked.exists():
         return [str(invoked.resolve())]
     if invoked.name == "cli.py":  # python -m service.cli
-        return [sys.executable, "-m", "service.cli"]
+        return [sys.executable, "-m", "engram.service.cli"]
     found = shutil.which("engram")
     if found:
         return [str(Path(found).resolve())]
-    return [sys.executable, "-m", "service.cli"]
+    return [sys.executable, "-m", "engram.service.cli"]
 
 
 # --------------------------------------------------------------------------- operators
@@ -617,9 +617,9 @@ def operate(data_dir: Path | None, command: str, args: dict[str, Any], *, load_m
     """Run an operator command where it is safe: through the live server that owns the
     data directory (its operator socket), or, when no server runs, on an engine opened
     here while holding the directory's lock. Never as a second engine beside a server."""
-    from service.operator.channel import ChannelAbsent, OperatorFailure, call
-    from service.operator.commands import run
-    from service.operator.ownership import DataDirLock, DirectoryHeld
+    from engram.service.operator.channel import ChannelAbsent, OperatorFailure, call
+    from engram.service.operator.commands import run
+    from engram.service.operator.ownership import DataDirLock, DirectoryHeld
 
     directory = _settings(data_dir=data_dir).data_dir
     try:
@@ -671,7 +671,7 @@ def export_kek(
     Whoever holds them can open every data key still wrapped in any backup: store them apart
     from the backups, and delete copies you no longer need.
     """
-    from service.engine.engine import export_keys
+    from engram.service.engine.engine import export_keys
 
     settings = _settings(data_dir=data_dir)
     key_dir = settings.key_dir or settings.data_dir / "keys"
@@ -691,9 +691,9 @@ def restore(
 ) -> None:
     """Restore a backup into a new data directory: apply the shred ledger, verify every
     journal chain, rebuild the lexical index (vectors come from the backup)."""
-    from models.codes import ContractError
-    from service.engine.engine import Engine
-    from service.operator.ownership import DataDirLock, DirectoryHeld
+    from engram.models.codes import ContractError
+    from engram.service.engine.engine import Engine
+    from engram.service.operator.ownership import DataDirLock, DirectoryHeld
 
     if keys is None and not (source / "keys").is_dir():
         _err("engram: the backup holds no key-encryption keys; pass --keys <data-dir>/keys or an export-kek copy")
@@ -758,7 +758,7 @@ def transition(
     data_dir: DataDir = None,
 ) -> None:
     """Move a record between non-terminal states; only accepted_current is ever disclosed."""
-    from service.engine.lifecycle import OPERATOR_TRANSITIONS
+    from engram.service.engine.lifecycle import OPERATOR_TRANSITIONS
 
     if operation not in OPERATOR_TRANSITIONS:
         _err(f"engram: unknown operation {operation!r}; one of {', '.join(OPERATOR_TRANSITIONS)}")

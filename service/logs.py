@@ -14,7 +14,7 @@ import logging
 import sys
 from datetime import UTC, datetime
 
-from service.settings import LogFormat, LogLevel
+from engram.service.settings import LogFormat, LogLevel
 
 #: Loggers that follow the chosen level; everything else stays at WARNING, so a
 #: library's per-request chatter does not flood the log.

@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import Field
 
-from models.device import Device
+from engram.models.device import Device
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,

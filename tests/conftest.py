@@ -62,7 +62,7 @@ def encoder():
 
 @pytest.fixture
 def engine(tmp_path: Path, encoder):
-    from service.engine import Engine
+    from engram.service.engine import Engine
 
     eng = Engine.open(tmp_path / "data", encoder=encoder)
     yield eng

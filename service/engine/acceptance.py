@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from service.store.base import JournalEvent, RecordRow, Transaction
+from engram.service.store.base import JournalEvent, RecordRow, Transaction
 
 from .clock import instant, parse_instant
 from .records import Trust, record_aad, record_id

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.codes import ContractError, ErrorCode
-from models.digests import DigestKind, seal_receipt
-from models.inputs import AdmissionInput
-from models.tools import REQUEST_ADMISSION
+from engram.models.codes import ContractError, ErrorCode
+from engram.models.digests import DigestKind, seal_receipt
+from engram.models.inputs import AdmissionInput
+from engram.models.tools import REQUEST_ADMISSION
 
-from service.store.base import CandidateRow, JournalEvent, Transaction
+from engram.service.store.base import CandidateRow, JournalEvent, Transaction
 
 from .acceptance import Acceptance, accept_records
 from .clock import instant, now_ms

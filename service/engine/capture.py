@@ -10,11 +10,11 @@ import secrets
 from base64 import b32encode
 from typing import Any
 
-from models.codes import ContractError, ErrorCode
-from models.inputs import CaptureInput
-from models.tools import CAPTURE
+from engram.models.codes import ContractError, ErrorCode
+from engram.models.inputs import CaptureInput
+from engram.models.tools import CAPTURE
 
-from service.store.base import CandidateRow
+from engram.service.store.base import CandidateRow
 
 from .acceptance import DEFAULT_RETENTION
 from .clock import instant, now_ms, parse_instant

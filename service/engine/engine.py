@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from models.codes import ContractError, ErrorCode
-from models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW, parse_arguments
-from ranking import Device, Encoder, MiniLMEncoder, Ranker, SemanticUnavailable
-from ranking.encoder import resolve_device
+from engram.models.codes import ContractError, ErrorCode
+from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW, parse_arguments
+from engram.ranking import Device, Encoder, MiniLMEncoder, Ranker, SemanticUnavailable
+from engram.ranking.encoder import resolve_device
 
-from service.store import open_store
-from service.store.base import CommitUncertain, SharedStore, StoreUnavailable
+from engram.service.store import open_store
+from engram.service.store.base import CommitUncertain, SharedStore, StoreUnavailable
 
 from . import admission, capture, export, ingestion, operator, reading, search, transitions
 from .clock import instant, now_ms

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from models.codes import ContractError, ErrorCode
+from engram.models.codes import ContractError, ErrorCode
 
 from .parts import Parts
 from .records import record_aad, scope_key

@@ -29,9 +29,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from models.codes import ContractError, ErrorCode
-from models.digests import CanonicalizationRefused, DigestKind, digest
-from models.tools import CAPTURE, FORGET, REQUEST_ADMISSION, WITHDRAW
+from engram.models.codes import ContractError, ErrorCode
+from engram.models.digests import CanonicalizationRefused, DigestKind, digest
+from engram.models.tools import CAPTURE, FORGET, REQUEST_ADMISSION, WITHDRAW
 
 from .context import CallContext
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from models.codes import ContractError, ErrorCode
-from models.digests import DigestKind, digest
-from models.tools import CAPTURE
+from engram.models.codes import ContractError, ErrorCode
+from engram.models.digests import DigestKind, digest
+from engram.models.tools import CAPTURE
 
-from service.store.base import Scope, Transaction
+from engram.service.store.base import Scope, Transaction
 
 
 def key_digest(key: str) -> str:

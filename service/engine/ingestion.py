@@ -30,9 +30,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from models.codes import ContractError
-from models.digests import DigestKind, digest, seal_receipt
-from ranking import IndexDocument
+from engram.models.codes import ContractError
+from engram.models.digests import DigestKind, digest, seal_receipt
+from engram.ranking import IndexDocument
 
 from .acceptance import DEFAULT_RETENTION, Acceptance, accept_records
 from .clock import instant, now_ms

@@ -8,7 +8,7 @@ Only accepted_current is ever disclosed by search or get.
 
 from __future__ import annotations
 
-from models.codes import ContractError, ErrorCode
+from engram.models.codes import ContractError, ErrorCode
 
 CANDIDATE_TERMINAL = frozenset({"accepted", "rejected", "withdrawn"})
 RECORD_STATES = frozenset(

@@ -8,7 +8,7 @@ ever ranked or disclosed.
 
 from __future__ import annotations
 
-from models.codes import ContractError, ErrorCode
+from engram.models.codes import ContractError, ErrorCode
 
 from .clock import instant, now_ms
 from .lifecycle import operator_target

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from models.codes import ContractError, ErrorCode
-from models.digests import DigestKind, digest
-from ranking import Contribution, Profile, RankedList, config_dict_digest
-from service.store.base import SharedStore
+from engram.models.codes import ContractError, ErrorCode
+from engram.models.digests import DigestKind, digest
+from engram.ranking import Contribution, Profile, RankedList, config_dict_digest
+from engram.service.store.base import SharedStore
 
 from .clock import instant, now_ms
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ranking import Ranker
+from engram.ranking import Ranker
 
-from service.store.base import Store
+from engram.service.store.base import Store
 
 from .policy import Policies
 from .paging import SnapshotCache

@@ -28,8 +28,8 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from models.codes import ContractError, ErrorCode
-from models.digests import DigestKind, digest, seal_receipt
+from engram.models.codes import ContractError, ErrorCode
+from engram.models.digests import DigestKind, digest, seal_receipt
 
 from .clock import instant
 

@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from ranking import IndexDocument, Ranker
-from ranking.read_write_lock import ReadWriteLock
+from engram.ranking import IndexDocument, Ranker
+from engram.ranking.read_write_lock import ReadWriteLock
 
-from service.store.base import Store
+from engram.service.store.base import Store
 
 from .records import index_document, record_aad, scope_key
 from .sealing import BodyVault, SealBroken

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.codes import ContractError, ErrorCode
-from models.digests import DigestKind, digest, seal_receipt
-from models.envelope import success_size
-from models.inputs import GetInput
-from models.tools import GET
+from engram.models.codes import ContractError, ErrorCode
+from engram.models.digests import DigestKind, digest, seal_receipt
+from engram.models.envelope import success_size
+from engram.models.inputs import GetInput
+from engram.models.tools import GET
 
-from service.store.base import RecordRow
+from engram.service.store.base import RecordRow
 
 from .clock import instant, now_ms
 from .context import CallContext

@@ -15,8 +15,8 @@ import json
 from enum import StrEnum
 from typing import Any
 
-from models.digests import DigestKind, digest, record_id_for, seal_receipt
-from ranking import IndexDocument
+from engram.models.digests import DigestKind, digest, record_id_for, seal_receipt
+from engram.ranking import IndexDocument
 
 from .clock import instant
 

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from service.store.base import Scope, SharedStore
+from engram.service.store.base import Scope, SharedStore
 
 from .clock import now_ms
 

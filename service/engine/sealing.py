@@ -23,10 +23,10 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from models.digests import DigestKind, digest
+from engram.models.digests import DigestKind, digest
 
-from service.store import compact
-from service.store.base import Store
+from engram.service.store import compact
+from engram.service.store.base import Store
 
 NONCE_BYTES = 12
 #: First plaintext byte of a body sealed zlib-compressed alone (before packing; an

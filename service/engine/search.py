@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.codes import ContractError, ErrorCode
-from models.digests import DigestKind, digest, seal_receipt
-from models.envelope import success_size
-from models.inputs import SearchInput
-from models.tools import SEARCH
-from ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Profile, RankedList, SemanticUnavailable
-from ranking.profiles import LEXICAL
+from engram.models.codes import ContractError, ErrorCode
+from engram.models.digests import DigestKind, digest, seal_receipt
+from engram.models.envelope import success_size
+from engram.models.inputs import SearchInput
+from engram.models.tools import SEARCH
+from engram.ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Profile, RankedList, SemanticUnavailable
+from engram.ranking.profiles import LEXICAL
 
 from .clock import instant, now_ms, parse_instant
 from .context import CallContext

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from models.codes import ContractError, ErrorCode
+from engram.models.codes import ContractError, ErrorCode
 
 __all__ = ["find_secret", "find_secret_in", "refuse_secrets", "RULE_NAMES", "DETECTOR_FAILED", "DETECTOR_UNAVAILABLE"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.store.base import Scope, StateCounts
+from engram.service.store.base import Scope, StateCounts
 
 from .parts import Parts
 

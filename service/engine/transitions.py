@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from models.codes import ContractError, ErrorCode
-from models.digests import DigestKind, seal_receipt
-from models.inputs import ForgetInput, WithdrawInput
-from models.tools import FORGET, WITHDRAW
+from engram.models.codes import ContractError, ErrorCode
+from engram.models.digests import DigestKind, seal_receipt
+from engram.models.inputs import ForgetInput, WithdrawInput
+from engram.models.tools import FORGET, WITHDRAW
 
-from service.store.base import JournalEvent, Store, Transaction
+from engram.service.store.base import JournalEvent, Store, Transaction
 
 from .clock import instant, now_ms
 from .context import CallContext

@@ -25,7 +25,7 @@ from .elicitation import HumanApproval, caller_of
 from .host_context import HeaderBinding
 from .metrics import Metrics
 from .rate_limit import TokenBucketLimiter
-from service.settings import Settings
+from engram.service.settings import Settings
 
 from .server import EngineLike, ToolFrontEnd
 

@@ -26,7 +26,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from models.digests import CanonicalizationRefused, canonical_bytes
+from engram.models.digests import CanonicalizationRefused, canonical_bytes
 
 AUDIT_FILE = "audit.jsonl"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from models.inputs import MAX_ARGUMENT_BYTES
+from engram.models.inputs import MAX_ARGUMENT_BYTES
 
 MAX_REQUEST_BYTES = 8 * MAX_ARGUMENT_BYTES
 

@@ -36,10 +36,10 @@ from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from models.digests import CanonicalizationRefused
-from models.tools import CAPTURE, FORGET, REQUEST_ADMISSION, WITHDRAW
-from service.engine.context import CallContext, Confirmation
-from service.engine.gates import operation_digest
+from engram.models.digests import CanonicalizationRefused
+from engram.models.tools import CAPTURE, FORGET, REQUEST_ADMISSION, WITHDRAW
+from engram.service.engine.context import CallContext, Confirmation
+from engram.service.engine.gates import operation_digest
 
 from .host_context import ContextUnavailable
 

@@ -60,8 +60,8 @@ from typing import Any
 
 import jwt
 
-from models.tools import CAPTURE, REQUEST_ADMISSION, SEARCH, GET, TOOLS
-from service.engine.context import CallContext, Confirmation
+from engram.models.tools import CAPTURE, REQUEST_ADMISSION, SEARCH, GET, TOOLS
+from engram.service.engine.context import CallContext, Confirmation
 
 HEADER = "X-Engram-Context"
 SECRET_ENV = "ENGRAM_HOST_SECRET"

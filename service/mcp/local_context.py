@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from models.tools import CAPTURE, FORGET, REQUEST_ADMISSION, TOOLS, WITHDRAW
-from service.engine.gates import operation_digest
+from engram.models.tools import CAPTURE, FORGET, REQUEST_ADMISSION, TOOLS, WITHDRAW
+from engram.service.engine.gates import operation_digest
 
 from .host_context import MAX_LIFETIME_S, context_from_claims, mint_token
 

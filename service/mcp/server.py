@@ -34,10 +34,10 @@ from mcp.server import Server
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from models.codes import ContractError, ErrorCode
-from models.envelope import envelope_text, failure_envelope, success_envelope
-from models.tools import MUTATIONS, TOOLS, ToolSpec
-from service.engine.context import CallContext
+from engram.models.codes import ContractError, ErrorCode
+from engram.models.envelope import envelope_text, failure_envelope, success_envelope
+from engram.models.tools import MUTATIONS, TOOLS, ToolSpec
+from engram.service.engine.context import CallContext
 
 from .audit import AuditLog, Durability, audit_digest, audit_text_digest
 from .duplicate_keys import MARK_HEADER

@@ -18,7 +18,7 @@ from .audit import AUDIT_FILE, AuditLog
 from .elicitation import HumanApproval, caller_of
 from .host_context import StaticBinding
 from .rate_limit import TokenBucketLimiter
-from service.settings import Settings
+from engram.service.settings import Settings
 
 from .server import EngineLike, ToolFrontEnd
 

@@ -20,9 +20,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from models.codes import ContractError
+from engram.models.codes import ContractError
 
-from service.engine.engine import Engine
+from engram.service.engine.engine import Engine
 
 from .commands import known, run
 

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from service.engine.context import CallContext
-from service.engine.engine import Engine
+from engram.service.engine.context import CallContext
+from engram.service.engine.engine import Engine
 
 Command = Callable[[Engine, dict[str, Any]], Any]
 
@@ -54,7 +54,7 @@ COMMANDS: dict[str, Command] = {
 #: Commands other rooms contribute: name -> (module, function), imported when first run,
 #: as service.cli's PLUGINS are, so this room never imports the outer ones at load.
 CONTRIBUTED: dict[str, tuple[str, str]] = {
-    "export": ("index_data.export", "operator_export"),
+    "export": ("engram.index_data.export", "operator_export"),
 }
 
 

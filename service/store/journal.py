@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from models.digests import DigestKind, digest
+from engram.models.digests import DigestKind, digest
 
 from . import compact
 from .base import Scope

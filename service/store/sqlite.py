@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from models.digests import DigestKind, digest
+from engram.models.digests import DigestKind, digest
 
 from .base import CandidateRow, CommitUncertain, JournalEvent, RecordRow, Scope, StateCounts, StoreUnavailable
 from .journal import (

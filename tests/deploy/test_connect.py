@@ -13,10 +13,10 @@ import pytest
 from mcp import Client, StdioServerParameters
 from typer.testing import CliRunner
 
-from models.tools import CAPTURE, REQUEST_ADMISSION, SEARCH, TOOLS, WITHDRAW
-from service.engine.gates import operation_digest
-from service.cli import app
-from service.mcp.host_context import CONTEXT_FILE_ENV, load_host_secret
+from engram.models.tools import CAPTURE, REQUEST_ADMISSION, SEARCH, TOOLS, WITHDRAW
+from engram.service.engine.gates import operation_digest
+from engram.service.cli import app
+from engram.service.mcp.host_context import CONTEXT_FILE_ENV, load_host_secret
 from tests.engine import factories
 
 ROOT = Path(__file__).resolve().parents[2]

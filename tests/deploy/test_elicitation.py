@@ -23,8 +23,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from models.tools import CAPTURE, FORGET, REQUEST_ADMISSION, WITHDRAW
-from service.mcp.host_context import HEADER, mint_token
+from engram.models.tools import CAPTURE, FORGET, REQUEST_ADMISSION, WITHDRAW
+from engram.service.mcp.host_context import HEADER, mint_token
 from tests.engine import factories
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mcp"))
@@ -77,9 +77,9 @@ def error_code(envelope: dict) -> str:
 @pytest.fixture(scope="module")
 def http_servers(tmp_path_factory):
     """One engine, two apps: the 300 s approval window, and a 1 s one for 'too late'."""
-    from service.engine.engine import Engine
-    from service.mcp.app import create_app
-    from service.settings import Settings
+    from engram.service.engine.engine import Engine
+    from engram.service.mcp.app import create_app
+    from engram.service.settings import Settings
 
     data_dir = tmp_path_factory.mktemp("elicit-http")
     engine = Engine.open(data_dir, load_model=False)
@@ -157,13 +157,13 @@ def stdio_server(tmp_path: Path, **env: str) -> StdioServerParameters:
     if not ctx.exists():
         from typer.testing import CliRunner
 
-        from service.cli import app
+        from engram.service.cli import app
 
         assert CliRunner().invoke(app, ["admin", "tenant", "enable", "acme", "-d", str(data)]).exit_code == 0
         ctx.write_text(json.dumps(claims(purpose=PURPOSE)))
     base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
     return StdioServerParameters(
-        command=sys.executable, args=["-m", "service.cli", "serve", "--stdio", "--no-model", "-d", str(data)],
+        command=sys.executable, args=["-m", "engram.service.cli", "serve", "--stdio", "--no-model", "-d", str(data)],
         env={**base, "ENGRAM_CONTEXT_FILE": str(ctx), "PYTHONPATH": str(ROOT), **env}, cwd=str(ROOT),
     )
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from models.tools import SEARCH
+from engram.models.tools import SEARCH
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = "zebra-quartz-unique-word"
@@ -38,7 +38,7 @@ def test_refusal_reason_logged_without_content(tmp_path):
         _rpc(None, "notifications/initialized", {}),
         _rpc(2, "tools/call", {"name": SEARCH, "arguments": {"query": MARKER, "purpose_ref": "purpose:test"}}),
     ])
-    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--stdio"], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "engram.service.cli", "serve", "--stdio"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(requests)
@@ -65,10 +65,10 @@ def test_the_handler_follows_stderr_when_it_is_swapped_and_closed(monkeypatch, c
     import io
     import logging
 
-    from service.logs import configure_logging
-    from service.settings import LogFormat, LogLevel
+    from engram.service.logs import configure_logging
+    from engram.service.settings import LogFormat, LogLevel
 
-    from service.logs import SERVICE_LOGGERS
+    from engram.service.logs import SERVICE_LOGGERS
 
     root = logging.getLogger()
     saved = list(root.handlers)

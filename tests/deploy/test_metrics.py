@@ -5,9 +5,9 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
-from models.tools import CAPTURE, REQUEST_ADMISSION, SEARCH
-from service.mcp.app import create_app
-from service.settings import Settings
+from engram.models.tools import CAPTURE, REQUEST_ADMISSION, SEARCH
+from engram.service.mcp.app import create_app
+from engram.service.settings import Settings
 from tests.engine import factories
 
 SECRET = b"metrics-test-host-secret-0123456789abcdef"

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from mcp import Client, StdioServerParameters
 
-from models.tools import SEARCH
+from engram.models.tools import SEARCH
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("models", "ranking", "service", "index_data", "eval", "pyproject.toml", "README.md")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from models.codes import ErrorCode, reference_table
+from engram.models.codes import ErrorCode, reference_table
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

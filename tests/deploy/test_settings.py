@@ -8,8 +8,8 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from service.cli import app
-from service.settings import ConfigFileMissing, LogFormat, Settings, load_settings
+from engram.service.cli import app
+from engram.service.settings import ConfigFileMissing, LogFormat, Settings, load_settings
 
 
 @pytest.fixture(autouse=True)

@@ -32,9 +32,9 @@ HashingTestEncoder = _load_ranking_conftest().HashingTestEncoder
 
 from factories import PURPOSE, capture_args, confirmed, context, key  # noqa: E402
 
-from models.codes import MESSAGES, ContractError, ErrorCode  # noqa: E402
-from models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW  # noqa: E402
-from service.engine import CallContext, Engine  # noqa: E402
+from engram.models.codes import MESSAGES, ContractError, ErrorCode  # noqa: E402
+from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW  # noqa: E402
+from engram.service.engine import CallContext, Engine  # noqa: E402
 
 __all__ = [
     "CAPTURE", "FORGET", "GET", "PURPOSE", "REQUEST_ADMISSION", "SEARCH", "WITHDRAW",

@@ -6,9 +6,9 @@ import hashlib
 import itertools
 from typing import Any
 
-from service.engine import CallContext, Confirmation
-from service.engine.clock import now_ms
-from service.engine.gates import operation_digest
+from engram.service.engine import CallContext, Confirmation
+from engram.service.engine.clock import now_ms
+from engram.service.engine.gates import operation_digest
 
 PURPOSE = "purpose:test"
 _counter = itertools.count()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from engine_support import accept, context, forget, search_ids
 
-import service.engine.transitions as transitions
+import engram.service.engine.transitions as transitions
 
 
 def _files_hold(data_dir, needle: bytes) -> bool:

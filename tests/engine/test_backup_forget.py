@@ -11,7 +11,7 @@ from engine_support import (
     search_ids, withdraw,
 )
 
-from service.engine.engine import Engine, export_keys
+from engram.service.engine.engine import Engine, export_keys
 
 
 

@@ -10,7 +10,7 @@ from engine_support import (
     ContractError, ErrorCode, accept, admit, capture, context, forget, get, search, search_ids,
 )
 
-from service.engine.records import scope_key
+from engram.service.engine.records import scope_key
 
 
 def test_concurrent_readers_and_writers(engine) -> None:

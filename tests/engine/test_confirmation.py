@@ -10,9 +10,9 @@ from engine_support import (
     confirmed, context, error_of, forget_args, get, key, withdraw_args,
 )
 
-from service.engine import CallContext, Confirmation
-from service.engine.clock import now_ms
-from service.engine.gates import operation_digest
+from engram.service.engine import CallContext, Confirmation
+from engram.service.engine.clock import now_ms
+from engram.service.engine.gates import operation_digest
 
 GATE = ErrorCode.GATE_FAILED
 

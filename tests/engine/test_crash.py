@@ -18,7 +18,7 @@ from engine_support import (
 )
 from crash_worker import CRASH_CTX
 
-from models.outputs import AdmissionOutput, CaptureOutput, ForgetOutput, WithdrawOutput
+from engram.models.outputs import AdmissionOutput, CaptureOutput, ForgetOutput, WithdrawOutput
 
 WORKER = Path(__file__).resolve().parent / "crash_worker.py"
 CYCLES = 5

@@ -18,12 +18,12 @@ from engine_support import (
     context, forget, get, search, withdraw,
 )
 
-from models.digests import (
+from engram.models.digests import (
     MAX_SAFE_INTEGER, CanonicalizationRefused, DigestKind, canonical_bytes, digest, receipt_digest,
     _normalised, record_id_for, seal_receipt,
 )
-from models.outputs import AdmissionOutput, CaptureOutput, ForgetOutput, GetOutput, SearchOutput, WithdrawOutput
-from service.engine.records import REDACTION_POLICY
+from engram.models.outputs import AdmissionOutput, CaptureOutput, ForgetOutput, GetOutput, SearchOutput, WithdrawOutput
+from engram.service.engine.records import REDACTION_POLICY
 
 
 def independent(kind: str, jcs: bytes) -> str:

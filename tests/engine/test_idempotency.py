@@ -14,10 +14,10 @@ from engine_support import (
 )
 from engine_support import forget_args
 
-from models.envelope import envelope_text, success_envelope
-from models.outputs import AdmissionOutput, CaptureOutput, ForgetOutput, WithdrawOutput
-from service.engine import transitions
-from service.engine.clock import instant, now_ms
+from engram.models.envelope import envelope_text, success_envelope
+from engram.models.outputs import AdmissionOutput, CaptureOutput, ForgetOutput, WithdrawOutput
+from engram.service.engine import transitions
+from engram.service.engine.clock import instant, now_ms
 
 CONFLICT = ErrorCode.DIGEST_CONFLICT
 AUDIT = "aud_" + "0" * 32

@@ -10,8 +10,8 @@ from engine_support import (
     accept, admit, capture, context, files_containing, forget, open_engine, search_ids, withdraw,
 )
 
-from service.engine.records import candidate_aad, record_aad
-from service.engine.sealing import SealBroken
+from engram.service.engine.records import candidate_aad, record_aad
+from engram.service.engine.sealing import SealBroken
 
 
 def candidate_secret(engine, ctx, candidate_id):

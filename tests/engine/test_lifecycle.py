@@ -13,11 +13,11 @@ from engine_support import (
     withdraw, withdraw_args,
 )
 
-from models.digests import record_id_for
-from models.outputs import AdmissionOutput, CaptureOutput, ForgetOutput, GetOutput, WithdrawOutput
-from service.engine.clock import instant, now_ms
-from service.engine.records import candidate_aad
-from service.engine.sealing import SealBroken
+from engram.models.digests import record_id_for
+from engram.models.outputs import AdmissionOutput, CaptureOutput, ForgetOutput, GetOutput, WithdrawOutput
+from engram.service.engine.clock import instant, now_ms
+from engram.service.engine.records import candidate_aad
+from engram.service.engine.sealing import SealBroken
 
 NOT_FOUND = ErrorCode.NOT_FOUND
 DAY = 86_400_000

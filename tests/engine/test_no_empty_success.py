@@ -11,7 +11,7 @@ import pytest
 
 from engine_support import ErrorCode, accept, capture, context, error_of, open_engine, search, search_ids
 
-from service.engine.records import scope_key
+from engram.service.engine.records import scope_key
 
 
 def _lexical_dir(engine, scope) -> object:

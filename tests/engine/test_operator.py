@@ -11,9 +11,9 @@ from engine_support import (
     get, open_engine, search, search_ids, tamper, withdraw,
 )
 
-from service.engine import Engine
-from service.engine.records import candidate_aad
-from service.store.journal import read_body, stored_body
+from engram.service.engine import Engine
+from engram.service.engine.records import candidate_aad
+from engram.service.store.journal import read_body, stored_body
 
 CTX = context(workspace="ops")
 OTHER = context(tenant="beta", workspace="ops")
@@ -184,7 +184,7 @@ def test_rebuild_after_losing_the_index_directory(engine, data_dir) -> None:
 
 def test_store_files_are_owner_only(tmp_path) -> None:
     """The database holds sealed bodies and wrapped keys: no one else may read it."""
-    from service.engine import Engine
+    from engram.service.engine import Engine
 
     (tmp_path / "fresh").mkdir(mode=0o755)  # as a caller with a loose umask would
     (tmp_path / "fresh").chmod(0o755)

@@ -19,9 +19,9 @@ from typer.testing import CliRunner
 
 from engine_support import accept, context, get, open_engine
 
-from service.cli import app
-from service.operator.channel import OperatorChannel, OperatorFailure, call, socket_path
-from service.operator.ownership import DataDirLock, DirectoryHeld, is_held
+from engram.service.cli import app
+from engram.service.operator.channel import OperatorChannel, OperatorFailure, call, socket_path
+from engram.service.operator.ownership import DataDirLock, DirectoryHeld, is_held
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +100,7 @@ def _serve(data_dir: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("ENGRAM_HOST_SECRET", None)
     return subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--no-model", "--port", "0", "-d", str(data_dir),
+        [sys.executable, "-m", "engram.service.cli", "serve", "--no-model", "--port", "0", "-d", str(data_dir),
          "--log-level", "warning"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )

@@ -12,8 +12,8 @@ import pytest
 
 from engine_support import ErrorCode, admit, capture, capture_args, context, error_of, key, open_engine
 
-from models.tools import CAPTURE
-from service.engine import admission, policy
+from engram.models.tools import CAPTURE
+from engram.service.engine import admission, policy
 
 
 def _write(path, value) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from engine_support import SEARCH, ContractError, ErrorCode, accept, context
 
-from service.engine.clock import now_ms
+from engram.service.engine.clock import now_ms
 
 
 def test_replay_matches_then_explains_a_change(engine) -> None:
@@ -40,8 +40,8 @@ def test_replay_search_command(tmp_path) -> None:
 
     from typer.testing import CliRunner
 
-    from service.cli import app
-    from service.engine import Engine
+    from engram.service.cli import app
+    from engram.service.engine import Engine
 
     data = tmp_path / "data"
     ctx = context()

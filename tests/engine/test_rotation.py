@@ -10,7 +10,7 @@ import pytest
 
 from engine_support import accept, capture, context, get, open_engine
 
-from service.engine import sealing
+from engram.service.engine import sealing
 
 
 class Died(BaseException):
@@ -155,8 +155,8 @@ def test_replicas_sharing_a_key_dir_follow_a_rotation_and_lose_nothing(tmp_path)
     grace, so a key the other replica wrapped just before the rotation, and committed
     after the rotating replica's rewrap, stays openable; once the grace is over, the
     older KEK is retired and both replicas forget it."""
-    from service.engine.sealing import BodyVault, KeyRing
-    from service.store.sqlite import SqliteStore
+    from engram.service.engine.sealing import BodyVault, KeyRing
+    from engram.service.store.sqlite import SqliteStore
 
     store = SqliteStore(tmp_path / "engram.db")
     try:

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from engine_support import ErrorCode, accept, context, error_of, search, search_ids
 
-from service.engine import paging
-from service.engine.records import scope_key
+from engram.service.engine import paging
+from engram.service.engine.records import scope_key
 
 _ID = st.text(alphabet=st.sampled_from(["a", "b", "\0", "[", '"', ",", "\\", "]", "é"]), min_size=1, max_size=6)
 

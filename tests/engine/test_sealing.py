@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from service.engine.sealing import COMPRESSED, BodyVault, KeyRing, SealBroken, new_data_key, seal
-from service.store.sqlite import SqliteStore
+from engram.service.engine.sealing import COMPRESSED, BodyVault, KeyRing, SealBroken, new_data_key, seal
+from engram.service.store.sqlite import SqliteStore
 
 BODY = {"payload": {"components": [{"text": "the ledger service moves to serialisable "
                                             "isolation before the billing freeze " * 4}]},

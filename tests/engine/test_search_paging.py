@@ -14,9 +14,9 @@ from engine_support import (
     context, error_of, forget, get, open_engine, search, search_ids,
 )
 
-from models.envelope import success_size
-from models.outputs import SearchOutput
-from service.engine.clock import instant, now_ms
+from engram.models.envelope import success_size
+from engram.models.outputs import SearchOutput
+from engram.service.engine.clock import instant, now_ms
 
 PAGING = context(workspace="paging")
 TOTAL = 25
@@ -343,8 +343,8 @@ def test_a_shared_snapshot_another_release_wrote_keeps_the_digest_it_was_ranked_
     (an earlier writer: here v11, before `exact_up_to`) or has one this release lacks (a
     later writer). Either reads back, and every page names the configuration digest of
     the dict as written, which is what that release's first page reported."""
-    from ranking import HYBRID_PROFILE, RankedList, config_dict_digest
-    from service.engine.paging import SnapshotCache, _decode_snapshot, _encode_snapshot  # noqa: PLC2701
+    from engram.ranking import HYBRID_PROFILE, RankedList, config_dict_digest
+    from engram.service.engine.paging import SnapshotCache, _decode_snapshot, _encode_snapshot  # noqa: PLC2701
 
     ranked = RankedList(profile=HYBRID_PROFILE, channels=("lexical", "semantic"), candidates=[], candidate_ids=[])
     snap = SnapshotCache().put("acme", ranked, 7, 1_700_000_000_000)

@@ -18,8 +18,8 @@ from engine_support import (
     context, error_of, files_containing, forget_args, key, withdraw_args,
 )
 
-from service.engine import secrets as secret_rules
-from service.engine.engine import DB_FILE
+from engram.service.engine import secrets as secret_rules
+from engram.service.engine.engine import DB_FILE
 
 FAKE = "hunter2x" + "Q7"  # what a person writes after "password:"
 PROSE_SECRET = f"password: {FAKE}"

@@ -16,8 +16,8 @@ from engine_support import (
     ContractError, ErrorCode, capture_args, context, error_of, key,
 )
 
-from models.inputs import MAX_ARGUMENT_BYTES
-from models.tools import TOOLS, parse_arguments
+from engram.models.inputs import MAX_ARGUMENT_BYTES
+from engram.models.tools import TOOLS, parse_arguments
 
 INVALID = ErrorCode.INVALID_SCHEMA
 RID = "mem_" + "a" * 52
@@ -662,7 +662,7 @@ def test_published_schemas_are_self_contained_and_hold_every_nested_object(make_
     import jsonschema
 
     from engine_support import accept, capture, forget, get, search, withdraw
-    from models.envelope import failure_envelope, success_envelope
+    from engram.models.envelope import failure_envelope, success_envelope
 
     for spec in TOOLS.values():
         assert "$ref" not in json.dumps(spec.input_schema) + json.dumps(spec.output_schema)

@@ -9,7 +9,7 @@ import time
 
 from engine_support import accept, context, open_engine, search_ids
 
-from ranking.semantic import SemanticIndex
+from engram.ranking.semantic import SemanticIndex
 
 
 def test_checkpoints_that_catching_up_made_due_are_saved_before_the_engine_is_ready(

@@ -7,7 +7,7 @@ import json
 import numpy as np
 from typer.testing import CliRunner
 
-from service.cli import app
+from engram.service.cli import app
 
 
 def test_bench_ann_measures_both_engines_on_the_same_synthetic_and_real_vectors(tmp_path):

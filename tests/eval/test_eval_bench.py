@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from eval.bench import BENCH_SCOPE, bench_size, exact_top_k, percentiles, run_bench
-from ranking import HYBRID_PROFILE
+from engram.eval.bench import BENCH_SCOPE, bench_size, exact_top_k, percentiles, run_bench
+from engram.ranking import HYBRID_PROFILE
 
 
 def test_exact_top_k_matches_argsort():
@@ -93,7 +93,7 @@ def test_a_bench_directory_is_opted_in_once_ingested(tmp_path: Path, encoder):
     """A directory the bench leaves (kept, reused, or cut short after ingest) serves
     agents' calls when opened later: its tenant is opted in as soon as it is ingested,
     not only when the MCP load run happens to run (the first size, with --load)."""
-    from service.engine.engine import Engine
+    from engram.service.engine.engine import Engine
 
     entry, engine = bench_size(200, tmp_path, encoder, queries=10, batch_size=None, progress=False,
                                reuse=False, say=lambda _m: None)

@@ -6,7 +6,7 @@ from collections import Counter
 
 import numpy as np
 
-from eval.corpus_gen import CorpusSpec, SyntheticCorpus
+from engram.eval.corpus_gen import CorpusSpec, SyntheticCorpus
 
 
 def test_vectors_are_low_rank_and_unit():

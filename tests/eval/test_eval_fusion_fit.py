@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from eval.fusion_fit import CollectionHits, QueryHits, default_grid, fit, load_hits, markdown
-from eval.relevance import run_relevance
-from eval.report import write_outputs
-from ranking import HYBRID_PROFILE
-from ranking.lexical import LexicalHit
-from ranking.semantic import SemanticHit
+from engram.eval.fusion_fit import CollectionHits, QueryHits, default_grid, fit, load_hits, markdown
+from engram.eval.relevance import run_relevance
+from engram.eval.report import write_outputs
+from engram.ranking import HYBRID_PROFILE
+from engram.ranking.lexical import LexicalHit
+from engram.ranking.semantic import SemanticHit
 
 
 def test_saved_hits_fuse_to_the_hybrid_run(tiny_beir: Path, tmp_path: Path, encoder):
@@ -88,7 +88,7 @@ def test_fit_follows_the_channel_that_is_right(tmp_path: Path):
                     "semantic": [[h.record_id, h.similarity, h.valid_time_ms] for h in v.semantic],
                     "similarity": {}} for q, v in c.queries.items()}}, handle)
         files += ["--hits", str(path)]
-    from service.cli import app
+    from engram.service.cli import app
 
     result = CliRunner().invoke(app, ["fusion-fit", *files, "--step", "0.1", "--out", str(tmp_path / "fit")])
     assert result.exit_code == 0, result.output

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.metrics import evaluate, load_qrels, mean_metrics
+from engram.eval.metrics import evaluate, load_qrels, mean_metrics
 
 
 def test_ndcg_recall_mrr_hand_computed():
@@ -42,7 +42,7 @@ def test_qrels_loader_drops_non_positive_grades(tmp_path: Path):
 
 
 def test_paired_randomization_separates_a_real_gain_from_noise():
-    from eval.metrics import paired_randomization
+    from engram.eval.metrics import paired_randomization
 
     better = paired_randomization([0.9] * 30, [0.1] * 30)
     assert better["delta"] == 0.8 and better["p"] < 0.001
@@ -52,7 +52,7 @@ def test_paired_randomization_separates_a_real_gain_from_noise():
 
 
 def test_trec_run_keeps_every_rank():
-    from eval.report import trec_run
+    from engram.eval.report import trec_run
 
     text = trec_run({"q2": ["d9"], "q1": [f"d{i}" for i in range(150)]}, "engram-hybrid")
     lines = text.splitlines()

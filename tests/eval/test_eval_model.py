@@ -12,7 +12,7 @@ ADI = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "adi"  # 
 @pytest.mark.model
 @pytest.mark.skipif(not (ADI / "corpus.jsonl").exists(), reason="ADI collection not present")
 def test_adi_with_minilm(tmp_path: Path):
-    from eval.relevance import run_relevance
+    from engram.eval.relevance import run_relevance
 
     report, details = run_relevance(ADI, tmp_path / "data", progress=False)
     assert report["docs"] == 82 and report["queries"] == 35

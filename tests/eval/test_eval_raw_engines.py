@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.raw_engines import RUNS, raw_runs, reciprocal_rank_fusion
-from eval.relevance import run_relevance
+from engram.eval.raw_engines import RUNS, raw_runs, reciprocal_rank_fusion
+from engram.eval.relevance import run_relevance
 
 
 def test_reciprocal_rank_fusion_sums_one_over_k_plus_rank():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eval.relevance import run_relevance
-from eval.report import results_table, write_outputs
+from engram.eval.relevance import run_relevance
+from engram.eval.report import results_table, write_outputs
 
 
 def test_report_shape_and_outputs(tiny_beir: Path, tmp_path: Path, encoder):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eval.replica_bench import replica_bench
+from engram.eval.replica_bench import replica_bench
 
 
 def test_store_bench_on_a_tiny_corpus(tmp_path: Path, database_url: str, encoder) -> None:

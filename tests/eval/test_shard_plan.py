@@ -3,7 +3,7 @@ more groups than a split-aware lower bound allows for an easy case."""
 
 from __future__ import annotations
 
-from eval.shard_plan import plan
+from engram.eval.shard_plan import plan
 
 
 def test_every_scope_fits_and_big_scopes_are_split() -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from index_data.readers import with_context
-from index_data.records import IngestRecord, build_payload
+from engram.index_data.readers import with_context
+from engram.index_data.records import IngestRecord, build_payload
 
 
 def turn(rid: str, text: str) -> IngestRecord:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from index_data.ingest import ingest_corpus
-from index_data.records import IngestRecord, build_payload
-from service.engine import CallContext, Engine
-from service.engine.clock import instant, now_ms
+from engram.index_data.ingest import ingest_corpus
+from engram.index_data.records import IngestRecord, build_payload
+from engram.service.engine import CallContext, Engine
+from engram.service.engine.clock import instant, now_ms
 
 SCOPE = ("acme", "kb")
 PURPOSE = "purpose:test"
@@ -61,7 +61,7 @@ def answers(engine: Engine) -> list[list[str]]:
 
 
 def test_ingest_of_an_export_answers_searches_the_same(tmp_path: Path, encoder):
-    from service.cli import app
+    from engram.service.cli import app
 
     source = Engine.open(tmp_path / "a", encoder=encoder)
     try:
@@ -115,8 +115,8 @@ def test_export_leaves_out_what_is_not_current(tmp_path: Path, encoder):
 
 
 def test_an_empty_scope_exports_empty_files(tmp_path: Path, encoder):
-    from index_data.export import write_export
-    from index_data.readers import VectorSource, read_jsonl
+    from engram.index_data.export import write_export
+    from engram.index_data.readers import VectorSource, read_jsonl
 
     engine = Engine.open(tmp_path / "a", encoder=encoder)
     try:

@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index_data.ingest import ingest_corpus
-from index_data.readers import VectorSource, read_beir, read_jsonl
-from index_data.records import IngestRecord, build_payload, candidate_id_for, record_id_for
-from service.engine import CallContext, Confirmation
-from service.engine.clock import now_ms
-from service.engine.gates import operation_digest
-from service.engine.records import scope_key
+from engram.index_data.ingest import ingest_corpus
+from engram.index_data.readers import VectorSource, read_beir, read_jsonl
+from engram.index_data.records import IngestRecord, build_payload, candidate_id_for, record_id_for
+from engram.service.engine import CallContext, Confirmation
+from engram.service.engine.clock import now_ms
+from engram.service.engine.gates import operation_digest
+from engram.service.engine.records import scope_key
 
 SCOPE = ("acme", "kb")
 PURPOSE = "purpose:test"
@@ -71,7 +71,7 @@ def test_ingest_resumes_after_a_crash_between_commit_and_index(engine, monkeypat
     assert live_count(engine) == 30
     assert engine.parts.store.scope_cursor(SCOPE) == 30  # one event per record, no duplicate
     assert ranker.projection_cursor(scope_key(SCOPE)) == {"lexical": 30, "semantic": 30}
-    hits = ranker.search(scope_key(SCOPE), "certificate rotation", __import__("ranking").LEXICAL_PROFILE,
+    hits = ranker.search(scope_key(SCOPE), "certificate rotation", __import__("engram.ranking", fromlist=['_']).LEXICAL_PROFILE,
                          valid_as_of_ms=2_000_000_000_000)
     assert len({c.record_id for c in hits.candidates}) == 10  # each healed record indexed once
 
@@ -205,7 +205,7 @@ def test_readers(tiny_beir: Path, tmp_path: Path):
 def test_cli_ingest(tiny_beir: Path, tmp_path: Path):
     from typer.testing import CliRunner
 
-    from index_data.cli import app
+    from engram.index_data.cli import app
 
     args = [str(tiny_beir), "--data-dir", str(tmp_path / "d"), "--tenant", "t", "--workspace", "w",
             "--no-model", "--no-progress", "--batch-size", "7"]
@@ -214,7 +214,7 @@ def test_cli_ingest(tiny_beir: Path, tmp_path: Path):
     assert json.loads(result.stdout)["ingested"] == 30
     # Ingest does not opt the tenant in, and says how to (agents' calls are refused until then).
     assert "tenant 't' is not opted in" in result.stderr and "engram admin tenant enable t" in result.stderr
-    from service.cli import app as engram
+    from engram.service.cli import app as engram
 
     enabled = CliRunner().invoke(engram, ["admin", "tenant", "enable", "t", "--data-dir", str(tmp_path / "d")])
     assert enabled.exit_code == 0, enabled.output
@@ -240,7 +240,7 @@ class _SignallingEncoder:
 def test_embedding_overlaps_writing(tmp_path: Path, encoder):
     """Batch 2 is embedded while batch 1 is still being written: the write stage of
     batch 1 waits for the encoder's second call, which a sequential loop never makes."""
-    from service.engine import Engine
+    from engram.service.engine import Engine
 
     signalling = _SignallingEncoder(encoder)
     eng = Engine.open(tmp_path / "d", encoder=signalling)
@@ -275,7 +275,7 @@ def test_a_failing_stage_stops_the_load_and_a_rerun_finishes(engine):
 def test_ingest_runs_on_postgresql_like_on_sqlite(tmp_path: Path, encoder, postgres_cluster):
     """Batch admission goes through the Store protocol only: the same load on PostgreSQL
     gives the same records, journal shapes and answers as on SQLite."""
-    from service.engine import Engine
+    from engram.service.engine import Engine
 
     url = postgres_cluster.create_database("ingest")
     results = []
@@ -297,7 +297,7 @@ def test_ingest_runs_on_postgresql_like_on_sqlite(tmp_path: Path, encoder, postg
     # data directory's SQLite file: both exports are the same bytes.
     from typer.testing import CliRunner
 
-    from service.cli import app
+    from engram.service.cli import app
 
     exports = []
     for name, flags in (("sqlite", []), ("postgres", ["--database-url", url])):

@@ -9,8 +9,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from mcp_support import SECRET, FakeEngine, ServerThread  # noqa: E402
 
-from service.mcp.app import create_app  # noqa: E402
-from service.settings import Settings  # noqa: E402
+from engram.service.mcp.app import create_app  # noqa: E402
+from engram.service.settings import Settings  # noqa: E402
 
 
 @pytest.fixture

@@ -15,10 +15,10 @@ import uvicorn
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from models.codes import ContractError, ErrorCode
-from models.tools import CAPTURE, TOOLS
-from service.engine.context import CallContext
-from service.mcp.host_context import HEADER, mint_token
+from engram.models.codes import ContractError, ErrorCode
+from engram.models.tools import CAPTURE, TOOLS
+from engram.service.engine.context import CallContext
+from engram.service.mcp.host_context import HEADER, mint_token
 
 SECRET = b"test-host-secret-0123456789abcdef-0123456789"
 ALL_TOOLS = sorted(TOOLS)

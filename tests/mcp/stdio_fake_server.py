@@ -9,8 +9,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mcp_support import SECRET, FakeEngine  # noqa: E402
 
-from service.mcp.host_context import binding_from_env  # noqa: E402
-from service.mcp.stdio import serve_stdio  # noqa: E402
-from service.settings import Settings  # noqa: E402
+from engram.service.mcp.host_context import binding_from_env  # noqa: E402
+from engram.service.mcp.stdio import serve_stdio  # noqa: E402
+from engram.service.settings import Settings  # noqa: E402
 
 serve_stdio(FakeEngine(), binding_from_env(os.environ, SECRET), Settings(data_dir=Path(os.environ["FAKE_DATA_DIR"])))

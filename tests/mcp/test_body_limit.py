@@ -6,9 +6,9 @@ from __future__ import annotations
 from mcp_support import SECRET, FakeEngine
 from starlette.testclient import TestClient
 
-from service.mcp.app import create_app
-from service.mcp.body_limit import MAX_REQUEST_BYTES
-from service.settings import Settings
+from engram.service.mcp.app import create_app
+from engram.service.mcp.body_limit import MAX_REQUEST_BYTES
+from engram.service.settings import Settings
 
 
 def _client(tmp_path) -> tuple[TestClient, FakeEngine]:

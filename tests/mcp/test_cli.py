@@ -9,7 +9,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from service.cli import app
+from engram.service.cli import app
 
 runner = CliRunner()
 
@@ -18,7 +18,7 @@ def test_help_is_fast_and_imports_nothing_heavy():
     code = (
         "import sys, service.cli;"
         "heavy = [m for m in ('torch', 'sentence_transformers', 'tantivy', 'usearch', 'hnswlib', 'uvicorn', 'mcp', "
-        "'service.engine.engine') if m in sys.modules];"
+        "'engram.service.engine.engine') if m in sys.modules];"
         "assert not heavy, heavy"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -53,7 +53,7 @@ def test_serve_refuses_a_host_secret_others_can_read(tmp_path, monkeypatch):
 
 
 def test_tenant_enable_disable(tmp_path):
-    pytest.importorskip("service.engine.engine")
+    pytest.importorskip("engram.service.engine.engine")
     data = str(tmp_path)
     assert runner.invoke(app, ["admin", "tenant", "status", "acme", "-d", data]).output.strip() == "disabled"
     assert runner.invoke(app, ["admin", "tenant", "enable", "acme", "-d", data]).exit_code == 0
@@ -63,7 +63,7 @@ def test_tenant_enable_disable(tmp_path):
 
 
 def test_operator_commands(tmp_path):
-    pytest.importorskip("service.engine.engine")
+    pytest.importorskip("engram.service.engine.engine")
     data = str(tmp_path / "data")
     assert runner.invoke(app, ["admin", "tenant", "enable", "acme", "-d", data]).exit_code == 0
     verify = runner.invoke(app, ["admin", "verify-journal", "-d", data])
@@ -87,7 +87,7 @@ def test_operator_commands(tmp_path):
 
 @pytest.mark.anyio
 async def test_engram_serve_http_subprocess(tmp_path):
-    pytest.importorskip("service.engine.engine")
+    pytest.importorskip("engram.service.engine.engine")
     import os
     import time
     from pathlib import Path
@@ -103,7 +103,7 @@ async def test_engram_serve_http_subprocess(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(root)}
     env.pop("ENGRAM_HOST_SECRET", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--no-model", "--port", str(port), "-d", str(data),
+        [sys.executable, "-m", "engram.service.cli", "serve", "--no-model", "--port", str(port), "-d", str(data),
          "--log-level", "warning"],
         cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
@@ -128,7 +128,7 @@ async def test_engram_serve_http_subprocess(tmp_path):
 
 
 def test_keyless_backup_export_kek_and_restore(tmp_path):
-    pytest.importorskip("service.engine.engine")
+    pytest.importorskip("engram.service.engine.engine")
     data = str(tmp_path / "data")
     assert runner.invoke(app, ["admin", "tenant", "enable", "acme", "-d", data]).exit_code == 0
     assert runner.invoke(app, ["admin", "backup", str(tmp_path / "b1"), "-d", data]).exit_code == 0
@@ -157,7 +157,7 @@ def test_the_server_freezes_what_warm_up_loaded_out_of_the_collectors_reach_once
     import threading
     import time
 
-    from service.cli import _collect_less_once_ready
+    from engram.service.cli import _collect_less_once_ready
 
     class Warming:
         def __init__(self) -> None:

@@ -7,7 +7,7 @@ import json
 
 import httpx
 
-from service.mcp.duplicate_keys import has_duplicate_keys_in_tool_call
+from engram.service.mcp.duplicate_keys import has_duplicate_keys_in_tool_call
 
 from mcp_support import HEADER, token
 

@@ -14,11 +14,11 @@ import pytest
 from mcp_support import MODES, SECRET, ServerThread, claims, connect
 from mcp.shared.exceptions import MCPError
 
-from models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW
-from service.engine.gates import operation_digest
-from service.mcp.host_context import mint_token
+from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW
+from engram.service.engine.gates import operation_digest
+from engram.service.mcp.host_context import mint_token
 
-engine_module = pytest.importorskip("service.engine.engine")
+engine_module = pytest.importorskip("engram.service.engine.engine")
 pytestmark = pytest.mark.anyio
 
 DIGEST = "sha256:" + "5e" * 32
@@ -27,8 +27,8 @@ PURPOSE = "purpose:test"
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):
-    from service.mcp.app import create_app
-    from service.settings import Settings
+    from engram.service.mcp.app import create_app
+    from engram.service.settings import Settings
 
     data_dir = tmp_path_factory.mktemp("engine-data")
     engine = engine_module.Engine.open(data_dir, load_model=False)

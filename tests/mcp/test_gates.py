@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.codes import ContractError, ErrorCode
-from models.digests import digest, DigestKind
-from models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW
-from service.engine.context import CallContext, Confirmation
-from service.engine.gates import (
+from engram.models.codes import ContractError, ErrorCode
+from engram.models.digests import digest, DigestKind
+from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW
+from engram.service.engine.context import CallContext, Confirmation
+from engram.service.engine.gates import (
     MAX_TTL_MS,
     USE_WITHIN_MS,
     check_confirmation,

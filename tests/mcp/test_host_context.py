@@ -12,8 +12,8 @@ import pytest
 from mcp_support import SECRET, claims
 from starlette.datastructures import Headers
 
-from models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH
-from service.mcp.host_context import (
+from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH
+from engram.service.mcp.host_context import (
     HEADER,
     ContextUnavailable,
     HeaderBinding,

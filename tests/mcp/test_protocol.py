@@ -13,10 +13,10 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from mcp_support import ALL_TOOLS, MODES, SECRET, claims, connect, token
 
-from models.codes import ContractError, ErrorCode
-from models.tools import CAPTURE, FORGET, GET, SEARCH, WITHDRAW
-from service.mcp.audit import audit_text_digest
-from service.mcp.host_context import mint_token
+from engram.models.codes import ContractError, ErrorCode
+from engram.models.tools import CAPTURE, FORGET, GET, SEARCH, WITHDRAW
+from engram.service.mcp.audit import audit_text_digest
+from engram.service.mcp.host_context import mint_token
 
 pytestmark = pytest.mark.anyio
 

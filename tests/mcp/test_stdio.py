@@ -12,7 +12,7 @@ from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp_support import MODES, claims, token
 
-from models.tools import CAPTURE, GET, SEARCH
+from engram.models.tools import CAPTURE, GET, SEARCH
 
 pytestmark = pytest.mark.anyio
 SCRIPT = str(Path(__file__).with_name("stdio_fake_server.py"))
@@ -50,8 +50,8 @@ async def test_stdio_jwt_and_tenant_opt_in(tmp_path):
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_engram_serve_stdio_real_engine(tmp_path, mode):
-    pytest.importorskip("service.engine.engine")
-    from service.cli import app as cli_app
+    pytest.importorskip("engram.service.engine.engine")
+    from engram.service.cli import app as cli_app
     from typer.testing import CliRunner
 
     data = tmp_path / "data"
@@ -61,7 +61,7 @@ async def test_engram_serve_stdio_real_engine(tmp_path, mode):
     base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
     server = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "service.cli", "serve", "--stdio", "--no-model", "--data-dir", str(data)],
+        args=["-m", "engram.service.cli", "serve", "--stdio", "--no-model", "--data-dir", str(data)],
         env={**base, "ENGRAM_CONTEXT_FILE": str(ctx_file), "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
         cwd=str(Path(__file__).resolve().parents[2]),
     )

@@ -12,11 +12,11 @@ import pytest
 from mcp_support import SECRET, FakeEngine, token
 from starlette.testclient import TestClient
 
-from service.mcp.app import create_app
-from service.mcp import audit as audit_module
-from service.mcp.audit import AuditLog, Durability, audit_digest
-from service.mcp.rate_limit import TokenBucketLimiter
-from service.settings import Settings
+from engram.service.mcp.app import create_app
+from engram.service.mcp import audit as audit_module
+from engram.service.mcp.audit import AuditLog, Durability, audit_digest
+from engram.service.mcp.rate_limit import TokenBucketLimiter
+from engram.service.settings import Settings
 
 
 def test_token_bucket_refills():

@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from ranking_support import HashingTestEncoder, doc  # noqa: E402,F401 - re-exported
 
-from ranking import MiniLMEncoder, Ranker  # noqa: E402
+from engram.ranking import MiniLMEncoder, Ranker  # noqa: E402
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ranking import IndexDocument
+from engram.ranking import IndexDocument
 
 
 class HashingTestEncoder:

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from ranking_support import HashingTestEncoder, doc
 
-from ranking import HYBRID_PROFILE, Ranker
-from ranking.batching import NaturalBatcher
+from engram.ranking import HYBRID_PROFILE, Ranker
+from engram.ranking.batching import NaturalBatcher
 
 
 class GatedEncoder:
@@ -190,7 +190,7 @@ def test_a_batch_of_graph_searches_gives_each_query_its_lone_matches() -> None:
     search of its index at its ef gives it."""
     from usearch.index import Index
 
-    from ranking.semantic import _graph_searches, _GraphSearch
+    from engram.ranking.semantic import _graph_searches, _GraphSearch
 
     rng = np.random.default_rng(7)
     indexes = []
@@ -215,7 +215,7 @@ def test_a_batch_of_graph_searches_gives_each_query_its_lone_matches() -> None:
 def test_concurrent_searches_of_one_scope_share_one_graph_search(tmp_path: Path, monkeypatch) -> None:
     """Searches that arrive while a scope's graph search runs are searched together in the
     next one, and each ranks as it does alone."""
-    import ranking.semantic as semantic
+    import engram.ranking.semantic as semantic
 
     runs: list[int] = []
     gate, entered = threading.Event(), threading.Event()

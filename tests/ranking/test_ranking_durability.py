@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 from ranking_support import HashingTestEncoder, bytes_under, doc
 
-from ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Ranker
-from ranking.semantic import SemanticIndex
+from engram.ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Ranker
+from engram.ranking.semantic import SemanticIndex
 
 SECRET = "zyxquorblat"
 
@@ -197,7 +197,7 @@ def test_bulk_apply_cost_stays_roughly_linear(tmp_path: Path, capsys):
 def test_reload_and_rebuild_keep_the_vectors_exactly_and_files_stay_private(tmp_path: Path, monkeypatch):
     """The index holds the only copy of the vectors: a reopened scope and a purge's
     rebuild (read back a few at a time) serve exactly the vectors it stored."""
-    import ranking.semantic as semantic
+    import engram.ranking.semantic as semantic
 
     root = tmp_path / "idx"
     ranker = Ranker(root, HashingTestEncoder())
@@ -311,7 +311,7 @@ def test_a_walked_scope_is_searched_during_a_save_at_a_new_depth(tmp_path: Path)
     """A scope searched through its graph sets the graph's search depth (which grows with
     the scope) as it searches: that is no change to wait for, so a search is answered
     while a background save of the scope runs, even the first one at a new depth."""
-    from ranking.profiles import SemanticConfig
+    from engram.ranking.profiles import SemanticConfig
 
     dim = 16
     rng = np.random.default_rng(5)

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ranking import Device, DeviceUnavailable, MiniLMEncoder
-from ranking.encoder import TorchMiniLM, choose_device, resolve_device
-from ranking.onnx_encoder import OnnxMiniLM, export_file
+from engram.ranking import Device, DeviceUnavailable, MiniLMEncoder
+from engram.ranking.encoder import TorchMiniLM, choose_device, resolve_device
+from engram.ranking.onnx_encoder import OnnxMiniLM, export_file
 
 SAMPLE = [
     "vehicle ignition failure",
@@ -116,7 +116,7 @@ def test_service_encoder_routes_small_batches_to_onnx_and_reuses_the_export(back
 
 @pytest.mark.model
 def test_auto_device_without_a_gpu_node_does_not_load_torch(backends, cache_dir: Path, monkeypatch):
-    import ranking.encoder as encoder_module
+    import engram.ranking.encoder as encoder_module
 
     monkeypatch.setattr(encoder_module, "accelerator_possible", lambda: False)
     encoder = MiniLMEncoder(cache_dir, device=Device.AUTO)
@@ -145,7 +145,7 @@ def test_gpu_vectors_match_cpu(backends):
 def test_device_is_a_setting(monkeypatch):
     from pydantic import ValidationError
 
-    from service.settings import load_settings
+    from engram.service.settings import load_settings
 
     assert load_settings().device is Device.AUTO
     monkeypatch.setenv("ENGRAM_DEVICE", "cpu")
@@ -157,7 +157,7 @@ def test_device_is_a_setting(monkeypatch):
 
 @pytest.mark.skipif(resolve_device(Device.AUTO) is Device.CUDA, reason="this machine has CUDA")
 def test_engine_refuses_a_named_device_the_machine_lacks(tmp_path: Path):
-    from service.engine.engine import Engine
+    from engram.service.engine.engine import Engine
 
     with pytest.raises(DeviceUnavailable):
         Engine.open(tmp_path / "data", device=Device.CUDA)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ranking.profiles import SemanticConfig, VectorStorage
-from ranking.semantic import SemanticIndex
+from engram.ranking.profiles import SemanticConfig, VectorStorage
+from engram.ranking.semantic import SemanticIndex
 
 # A deliberately poor graph (few links, shallow build and search), float32 vectors.
 POOR_GRAPH = dict(connectivity=4, expansion_add=8, expansion_search=8, storage=VectorStorage.F32)

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from ranking_support import doc
 
-from ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Profile, Ranker, fuse, recency
-from ranking.profiles import FieldWeights, FusionMethod, ProfileConfig, RecencyBlend
-from ranking.lexical import LexicalHit
-from ranking.semantic import SemanticHit
+from engram.ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Profile, Ranker, fuse, recency
+from engram.ranking.profiles import FieldWeights, FusionMethod, ProfileConfig, RecencyBlend
+from engram.ranking.lexical import LexicalHit
+from engram.ranking.semantic import SemanticHit
 
 DAY = 24 * 3600 * 1000
 
@@ -286,10 +286,10 @@ def test_useless_lexical_channel_does_not_pull_hybrid_below_semantic(tmp_path: P
 def test_semantic_only_neighbours_below_the_floor_are_not_matches() -> None:
     """A query about nothing in memory gets no semantic-only filler, while a keyword hit
     and a close semantic neighbour both stay."""
-    from ranking import HYBRID_PROFILE
-    from ranking.fusion import fuse
-    from ranking.lexical import LexicalHit
-    from ranking.semantic import SemanticHit
+    from engram.ranking import HYBRID_PROFILE
+    from engram.ranking.fusion import fuse
+    from engram.ranking.lexical import LexicalHit
+    from engram.ranking.semantic import SemanticHit
 
     lexical = [LexicalHit("kw", 3.0, 0)]
     semantic = [SemanticHit("close", 0.62, 0), SemanticHit("kw", 0.30, 0), SemanticHit("far", 0.05, 0)]

@@ -11,9 +11,9 @@ import pytest
 
 from ranking_support import doc
 
-from ranking.lexical import INDEX_DIR, LEGACY_INDEX_DIR, LexicalIndex
-from ranking import record_words
-from ranking.profiles import LEXICAL_PROFILE
+from engram.ranking.lexical import INDEX_DIR, LEGACY_INDEX_DIR, LexicalIndex
+from engram.ranking import record_words
+from engram.ranking.profiles import LEXICAL_PROFILE
 
 WEIGHTS = LEXICAL_PROFILE.config.lexical
 SECRET = "zyxquorblat"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from ranking_support import doc
 
-from ranking import HYBRID_PROFILE, LEXICAL_PROFILE, MiniLMEncoder, Ranker
+from engram.ranking import HYBRID_PROFILE, LEXICAL_PROFILE, MiniLMEncoder, Ranker
 
 pytestmark = pytest.mark.model
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import ranking.scope_meta as scope_meta
-from ranking.passage_labels import PassageLabels
+import engram.ranking.scope_meta as scope_meta
+from engram.ranking.passage_labels import PassageLabels
 
 
 def test_labels_are_handed_out_in_runs_and_retired_for_good():

@@ -9,7 +9,7 @@ from ranking_support import HashingTestEncoder, bytes_under, doc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Ranker, SemanticUnavailable
+from engram.ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Ranker, SemanticUnavailable
 
 SECRET = "zyxquorblat"
 
@@ -172,8 +172,8 @@ def test_semantic_search_scores_exactly_when_the_graph_cannot_fill_k(tmp_path, m
 
     import numpy as np
 
-    from ranking.profiles import SemanticConfig
-    from ranking.semantic import SemanticIndex
+    from engram.ranking.profiles import SemanticConfig
+    from engram.ranking.semantic import SemanticIndex
 
     index = SemanticIndex(tmp_path, 8, graph=SemanticConfig(exact_up_to=0))  # always the graph
     rng = np.random.default_rng(0)
@@ -254,7 +254,7 @@ def test_warm_reads_the_vector_file_before_the_first_search(tmp_path: Path):
 def test_read_write_lock_lets_readers_share_and_writers_wait():
     import threading
 
-    from ranking.read_write_lock import ReadWriteLock
+    from engram.ranking.read_write_lock import ReadWriteLock
 
     lock = ReadWriteLock()
     inside, release, order = threading.Barrier(3), threading.Event(), []
@@ -284,7 +284,7 @@ def test_read_write_lock_lets_readers_share_and_writers_wait():
 def test_read_write_lock_timed_read_gives_up_while_a_writer_holds_it():
     import threading
 
-    from ranking.read_write_lock import ReadWriteLock
+    from engram.ranking.read_write_lock import ReadWriteLock
 
     lock = ReadWriteLock()
     with lock.read(timeout=0) as held:
@@ -327,7 +327,7 @@ def test_a_scope_loading_its_vector_file_does_not_hold_up_another_scopes_search(
     meanwhile answer (loads are per scope, not under the index's global lock)."""
     import threading
 
-    from ranking.semantic import SemanticIndex
+    from engram.ranking.semantic import SemanticIndex
 
     writer = Ranker(tmp_path / "idx", HashingTestEncoder())
     seed(writer)
@@ -367,7 +367,7 @@ def test_a_hybrid_search_encodes_its_query_while_the_lexical_channel_searches(tm
     sequence the lexical search would wait for an encode that had not started)."""
     import threading
 
-    from ranking.lexical import LexicalIndex
+    from engram.ranking.lexical import LexicalIndex
 
     encoding, searching = threading.Event(), threading.Event()
     met: list[str] = []

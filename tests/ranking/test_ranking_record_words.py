@@ -8,8 +8,8 @@ import hashlib
 from hypothesis import given
 from hypothesis import strategies as st
 
-from models.digests import record_id_for
-from ranking import record_words
+from engram.models.digests import record_id_for
+from engram.ranking import record_words
 
 
 @given(st.binary(min_size=32, max_size=32))

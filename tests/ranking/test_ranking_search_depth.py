@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ranking.profiles import HYBRID_PROFILE, SemanticConfig
-from ranking.semantic import SemanticIndex
+from engram.ranking.profiles import HYBRID_PROFILE, SemanticConfig
+from engram.ranking.semantic import SemanticIndex
 
 
 def test_the_depth_is_the_base_up_to_the_reference_size_then_grows_with_it():

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 from ranking_support import HashingTestEncoder
 
-from ranking import Ranker
-from ranking.profiles import SemanticConfig, VectorStorage
-from ranking.semantic import DEFAULT_GRAPH, SemanticIndex
+from engram.ranking import Ranker
+from engram.ranking.profiles import SemanticConfig, VectorStorage
+from engram.ranking.semantic import DEFAULT_GRAPH, SemanticIndex
 
 #: A semantic root written by the release before usearch (hnswlib files, 8-dimensional
 #: vectors): r0..r3 applied, then r2 removed and r4 added and r0 replaced (labels 0 and

@@ -19,11 +19,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import uvicorn  # noqa: E402
 from rel_support import SECRET, HashingTestEncoder  # noqa: E402
 
-from service.engine.engine import Engine  # noqa: E402
-from service.mcp.app import create_app  # noqa: E402
-from service.operator.channel import OperatorChannel  # noqa: E402
-from service.operator.ownership import DataDirLock  # noqa: E402
-from service.settings import Settings  # noqa: E402
+from engram.service.engine.engine import Engine  # noqa: E402
+from engram.service.mcp.app import create_app  # noqa: E402
+from engram.service.operator.channel import OperatorChannel  # noqa: E402
+from engram.service.operator.ownership import DataDirLock  # noqa: E402
+from engram.service.settings import Settings  # noqa: E402
 
 
 def main() -> None:

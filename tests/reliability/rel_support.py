@@ -38,10 +38,10 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
 from mcp_support import SECRET, ServerThread, free_port  # noqa: E402,F401
 
-from models.codes import MESSAGES, RETRIABLE, ErrorCode  # noqa: E402
-from models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, TOOLS, WITHDRAW  # noqa: E402
-from service.engine.gates import operation_digest  # noqa: E402
-from service.mcp.host_context import HEADER, mint_token  # noqa: E402
+from engram.models.codes import MESSAGES, RETRIABLE, ErrorCode  # noqa: E402
+from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, TOOLS, WITHDRAW  # noqa: E402
+from engram.service.engine.gates import operation_digest  # noqa: E402
+from engram.service.mcp.host_context import HEADER, mint_token  # noqa: E402
 from tests.engine import factories  # noqa: E402
 
 
@@ -139,9 +139,9 @@ class Live:
     """A running server over a real Engine (hashing test encoder, no model)."""
 
     def __init__(self, data_dir: Path, encoder: object | None = "hashing") -> None:
-        from service.engine.engine import Engine
-        from service.mcp.app import create_app
-        from service.settings import Settings
+        from engram.service.engine.engine import Engine
+        from engram.service.mcp.app import create_app
+        from engram.service.settings import Settings
 
         self.data_dir = data_dir
         enc = HashingTestEncoder() if encoder == "hashing" else encoder

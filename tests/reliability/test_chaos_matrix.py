@@ -30,8 +30,8 @@ from test_crash_safety import (
     worker,
 )
 
-from service.engine.engine import Engine
-from service.operator.channel import ChannelAbsent, OperatorFailure, call
+from engram.service.engine.engine import Engine
+from engram.service.operator.channel import ChannelAbsent, OperatorFailure, call
 
 pytestmark = pytest.mark.anyio
 

@@ -57,8 +57,8 @@ from rel_support import (
     value,
 )
 
-from service.engine.engine import Engine
-from service.engine.records import record_aad, scope_key
+from engram.service.engine.engine import Engine
+from engram.service.engine.records import record_aad, scope_key
 
 pytestmark = pytest.mark.anyio
 
@@ -220,7 +220,7 @@ def offline_checks(data_dir: Path, ledger: Ledger) -> None:
         finally:
             db.close()
         # Projections agree with the store.
-        from ranking import LEXICAL_PROFILE
+        from engram.ranking import LEXICAL_PROFILE
 
         live = list(parts.store.live_records(SCOPE))
         skey = scope_key(SCOPE)

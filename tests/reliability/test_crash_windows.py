@@ -16,9 +16,9 @@ import pytest
 from rel_support import FORGET, REQUEST_ADMISSION, WITHDRAW, CAPTURE, HashingTestEncoder, capture_args, key
 from factories import confirmed, context
 
-from models.tools import TOOLS
-from service.engine import transitions
-from service.engine.engine import Engine
+from engram.models.tools import TOOLS
+from engram.service.engine import transitions
+from engram.service.engine.engine import Engine
 
 
 @pytest.fixture

@@ -33,10 +33,10 @@ from rel_support import (
     value,
 )
 
-from ranking import HYBRID_PROFILE
-from ranking.documents import passages
-from ranking.profiles import VectorStorage
-from service.engine.records import index_document, scope_key
+from engram.ranking import HYBRID_PROFILE
+from engram.ranking.documents import passages
+from engram.ranking.profiles import VectorStorage
+from engram.service.engine.records import index_document, scope_key
 
 pytestmark = pytest.mark.anyio
 SCOPE = ("acme", "ws1")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from service.store.journal import event_digest
-from service.store.migrations import Migration, SchemaTooNew, pending
-from service.store.sqlite import SQLITE_MIGRATIONS, SqliteStore
+from engram.service.store.journal import event_digest
+from engram.service.store.migrations import Migration, SchemaTooNew, pending
+from engram.service.store.sqlite import SQLITE_MIGRATIONS, SqliteStore
 
 
 def test_fresh_database_is_at_latest_step(tmp_path: Path) -> None:
@@ -71,7 +71,7 @@ def test_cli_refuses_newer_schema_with_reason(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", str(Path.cwd()))}
     env.pop("ENGRAM_DATABASE_URL", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "service.cli", "admin", "tenant", "status", "acme", "--data-dir", str(data)],
+        [sys.executable, "-m", "engram.service.cli", "admin", "tenant", "status", "acme", "--data-dir", str(data)],
         capture_output=True, text=True, env=env, timeout=120,
     )
     assert proc.returncode == 2

@@ -39,8 +39,8 @@ from engine_support import (  # noqa: E402
     confirmed, context, open_engine,
 )
 
-from service.engine import capture as capture_module  # noqa: E402
-from service.engine.clock import now_ms  # noqa: E402
+from engram.service.engine import capture as capture_module  # noqa: E402
+from engram.service.engine.clock import now_ms  # noqa: E402
 
 STATES = ("accepted_current", "accepted_disputed", "historical", "expired", "trust_invalid", "tombstoned")
 TOKEN = re.compile(

@@ -20,11 +20,11 @@ from engine_support import (  # noqa: E402
     confirmed, context, forget_args, open_engine,
 )
 
-from service.store.migrations import SchemaTooNew  # noqa: E402
+from engram.service.store.migrations import SchemaTooNew  # noqa: E402
 from test_migrations import (  # noqa: E402
     SCOPE, check_migrated_journal, check_migrated_record, write_step3_database,
 )
-from service.store.postgres import POSTGRES_MIGRATIONS, PostgresStore  # noqa: E402
+from engram.service.store.postgres import POSTGRES_MIGRATIONS, PostgresStore  # noqa: E402
 
 
 def run_threads(calls: list[Callable[[], Any]]) -> list[Any]:
@@ -141,7 +141,7 @@ def test_journal_cursor_is_gap_free_under_concurrent_appends(database_url: str) 
 def test_admin_commands_reach_the_database_named_by_database_url(database_url: str, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from service.cli import app
+    from engram.service.cli import app
 
     out = CliRunner().invoke(app, ["admin", "--database-url", database_url, "--key-dir", str(tmp_path / "keys"),
                                    "tenant", "enable", "acme", "--data-dir", str(tmp_path / "operator")])
@@ -157,7 +157,7 @@ def test_admin_commands_reach_the_database_named_by_database_url(database_url: s
 def test_admin_replicas_lists_and_retires_a_replica_gone_for_good(database_url: str, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from service.cli import app
+    from engram.service.cli import app
 
     keys = tmp_path / "keys"
     serving = open_engine(tmp_path / "r1", database_url=database_url, key_dir=keys, serve_replica=True)

@@ -32,9 +32,9 @@ from rel_support import (  # noqa: E402
     value,
 )
 
-from models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH  # noqa: E402
-from service.engine.gates import operation_digest  # noqa: E402
-from service.mcp.host_context import mint_token  # noqa: E402
+from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH  # noqa: E402
+from engram.service.engine.gates import operation_digest  # noqa: E402
+from engram.service.mcp.host_context import mint_token  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MODE = "auto"
@@ -47,7 +47,7 @@ class Replica(ServerProcess):
         self.data_dir, self.database_url = root / name, database_url
         super().__init__(
             lambda port: [
-                sys.executable, "-m", "service.cli", "serve", "--no-model", "--rate", "0",
+                sys.executable, "-m", "engram.service.cli", "serve", "--no-model", "--rate", "0",
                 "--port", str(port), "--data-dir", str(self.data_dir),
                 "--database-url", database_url, "--key-dir", str(key_dir), "--log-level", "warning"],
             root / f"{name}.log", cwd=ROOT, name=name, ready_timeout_s=120.0,
@@ -62,7 +62,7 @@ def cluster(postgres_cluster, tmp_path_factory: pytest.TempPathFactory):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     # One operator command first: migrates the schema, creates the KEK, opts acme in.
     subprocess.run(
-        [sys.executable, "-m", "service.cli", "admin", "--database-url", url, "--key-dir", str(keys),
+        [sys.executable, "-m", "engram.service.cli", "admin", "--database-url", url, "--key-dir", str(keys),
          "tenant", "enable", "acme", "--data-dir", str(root / "operator")],
         check=True, capture_output=True, cwd=str(ROOT), env=env, timeout=120)
     replicas = [Replica(name, root, url, keys).launch() for name in ("a", "b", "c")]
