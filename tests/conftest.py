@@ -11,18 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 
-def _ranking_support():
-    spec = importlib.util.spec_from_file_location("ranking_test_support", ROOT / "tests" / "ranking" / "conftest.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
-HashingTestEncoder = _ranking_support().HashingTestEncoder
+from ranking_support import HashingTestEncoder  # noqa: E402
 
 TOPICS = [
     "postgresql billing ledger serialisable transactions",

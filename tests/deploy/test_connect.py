@@ -17,7 +17,7 @@ from engram.models.tools import CAPTURE, REQUEST_ADMISSION, SEARCH, TOOLS, WITHD
 from engram.service.engine.gates import operation_digest
 from engram.service.cli import app
 from engram.service.mcp.host_context import CONTEXT_FILE_ENV, load_host_secret
-from tests.engine import factories
+import factories
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()

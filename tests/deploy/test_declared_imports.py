@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 ROOMS = ("models", "ranking", "service", "index_data", "eval")
-LOCAL = {*ROOMS, "tests", "conftest"}
+LOCAL = {"engram", "tests", "conftest"}
 
 
 def _normal(name: str) -> str:

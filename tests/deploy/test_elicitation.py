@@ -25,9 +25,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from engram.models.tools import CAPTURE, FORGET, REQUEST_ADMISSION, WITHDRAW
 from engram.service.mcp.host_context import HEADER, mint_token
-from tests.engine import factories
+import factories
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mcp"))
 from mcp_support import MODES, SECRET, ServerThread, claims  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from starlette.testclient import TestClient
 from engram.models.tools import CAPTURE, REQUEST_ADMISSION, SEARCH
 from engram.service.mcp.app import create_app
 from engram.service.settings import Settings
-from tests.engine import factories
+import factories
 
 SECRET = b"metrics-test-host-secret-0123456789abcdef"
 

@@ -15,6 +15,8 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -63,10 +65,37 @@ def installed(tmp_path_factory) -> Path:
     site = Path(_run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], work).stdout.strip())
     deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     (site / "zz_borrowed_deps.pth").write_text("\n".join(sorted(deps)) + "\n")
-    where = _run([str(py), "-c", "import service, models; print(service.__file__); print(models.__file__)"], work)
+    where = _run([str(py), "-c", "import engram.service as s, engram.models as m; print(s.__file__); print(m.__file__)"],
+                 work)
     assert where.returncode == 0, where.stderr
     assert all(Path(line).is_relative_to(venv) for line in where.stdout.split()), where.stdout
     return venv / "bin"
+
+
+def _built_wheel(installed: Path) -> Path:
+    (wheel,) = (installed.parents[1] / "wheels").glob("sentropic_engram-*.whl")
+    return wheel
+
+
+def test_the_wheel_installs_one_namespace(installed):
+    """Only `engram` lands in site-packages: no generic `models`, `eval` or `service`."""
+    with zipfile.ZipFile(_built_wheel(installed)) as wheel:
+        names = wheel.namelist()
+    top = {name.split("/", 1)[0] for name in names if not name.split("/", 1)[0].endswith(".dist-info")}
+    assert top == {"engram"}, top
+    rooms = {name.split("/")[1] for name in names if name.startswith("engram/") and name.count("/") >= 2}
+    assert rooms == {"models", "ranking", "service", "index_data", "eval"}, rooms
+
+
+def test_every_package_folder_is_listed_for_the_wheel():
+    """A new sub-package folder must be named in pyproject's package list, or the wheel lacks it."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {
+        "engram." + ".".join(init.parent.relative_to(ROOT).parts)
+        for room in ("models", "ranking", "service", "index_data", "eval")
+        for init in (ROOT / room).rglob("__init__.py")
+    }
+    assert on_disk == listed, on_disk ^ listed
 
 
 def test_installed_help_without_the_eval_extra(installed, tmp_path):

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
 from engine_support import Backend, HashingTestEncoder, open_engine  # noqa: E402
 

@@ -13,7 +13,8 @@ import random
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Run as a script: its own folder is on sys.path; the ranking tests' encoder is beside it.
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ranking"))
 
 from engine_support import (  # noqa: E402
     CAPTURE, FORGET, REQUEST_ADMISSION, WITHDRAW, ContractError, capture_args, confirmed, context,

@@ -13,22 +13,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 
-def _load_ranking_conftest() -> Any:
-    name = "_engram_ranking_test_conftest"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, HERE.parent / "ranking" / "conftest.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-HashingTestEncoder = _load_ranking_conftest().HashingTestEncoder
+from ranking_support import HashingTestEncoder  # noqa: E402,F401 - re-exported
 
 from factories import PURPOSE, capture_args, confirmed, context, key  # noqa: E402
 

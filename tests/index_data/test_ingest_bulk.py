@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from engram.ranking import LEXICAL_PROFILE
+
 from engram.index_data.ingest import ingest_corpus
 from engram.index_data.readers import VectorSource, read_beir, read_jsonl
 from engram.index_data.records import IngestRecord, build_payload, candidate_id_for, record_id_for
@@ -71,7 +73,7 @@ def test_ingest_resumes_after_a_crash_between_commit_and_index(engine, monkeypat
     assert live_count(engine) == 30
     assert engine.parts.store.scope_cursor(SCOPE) == 30  # one event per record, no duplicate
     assert ranker.projection_cursor(scope_key(SCOPE)) == {"lexical": 30, "semantic": 30}
-    hits = ranker.search(scope_key(SCOPE), "certificate rotation", __import__("engram.ranking", fromlist=['_']).LEXICAL_PROFILE,
+    hits = ranker.search(scope_key(SCOPE), "certificate rotation", LEXICAL_PROFILE,
                          valid_as_of_ms=2_000_000_000_000)
     assert len({c.record_id for c in hits.candidates}) == 10  # each healed record indexed once
 

@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
 from mcp_support import SECRET, FakeEngine, ServerThread  # noqa: E402
 

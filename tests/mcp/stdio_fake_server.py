@@ -4,8 +4,6 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mcp_support import SECRET, FakeEngine  # noqa: E402
 

@@ -16,7 +16,7 @@ runner = CliRunner()
 
 def test_help_is_fast_and_imports_nothing_heavy():
     code = (
-        "import sys, service.cli;"
+        "import sys, engram.service.cli;"
         "heavy = [m for m in ('torch', 'sentence_transformers', 'tantivy', 'usearch', 'hnswlib', 'uvicorn', 'mcp', "
         "'engram.service.engine.engine') if m in sys.modules];"
         "assert not heavy, heavy"

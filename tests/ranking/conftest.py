@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
 from ranking_support import HashingTestEncoder, doc  # noqa: E402,F401 - re-exported
 

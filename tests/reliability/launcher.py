@@ -13,8 +13,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+# Run as a script: its own folder is on sys.path; the support modules it shares with the
+# suite live beside the engine and MCP tests (pytest's `pythonpath` setting, in-process).
+TESTS = Path(__file__).resolve().parents[1]
+sys.path[1:1] = [str(TESTS / "mcp"), str(TESTS / "engine"), str(TESTS / "ranking")]
 
 import uvicorn  # noqa: E402
 from rel_support import SECRET, HashingTestEncoder  # noqa: E402

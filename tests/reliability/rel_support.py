@@ -26,9 +26,6 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent
 ROOT = TESTS.parent
-for extra in (TESTS / "mcp", TESTS / "engine"):
-    if str(extra) not in sys.path:
-        sys.path.insert(0, str(extra))
 
 import httpx  # noqa: E402
 import httpx2  # noqa: E402
@@ -42,7 +39,7 @@ from engram.models.codes import MESSAGES, RETRIABLE, ErrorCode  # noqa: E402
 from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, TOOLS, WITHDRAW  # noqa: E402
 from engram.service.engine.gates import operation_digest  # noqa: E402
 from engram.service.mcp.host_context import HEADER, mint_token  # noqa: E402
-from tests.engine import factories  # noqa: E402
+import factories  # noqa: E402
 
 
 class ServerProcess:

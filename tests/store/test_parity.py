@@ -32,7 +32,6 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 
 from engine_support import (  # noqa: E402
     CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW, PURPOSE, ContractError, capture_args,

@@ -9,7 +9,6 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 
 from engine_support import (  # noqa: E402
     GET, PURPOSE, ContractError, ErrorCode, admit, capture, context, open_engine,

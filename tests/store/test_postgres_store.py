@@ -13,7 +13,6 @@ from typing import Any, Callable
 import psycopg
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
 
 from engine_support import (  # noqa: E402
     CAPTURE, FORGET, REQUEST_ADMISSION, ContractError, ErrorCode, accept, capture, capture_args,

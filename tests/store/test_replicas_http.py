@@ -24,7 +24,6 @@ from typing import Any
 import psycopg
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
 
 from rel_support import (  # noqa: E402
     ServerProcess,
