@@ -23,9 +23,10 @@ import multiprocessing
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -49,8 +50,9 @@ class EngineSpec:
         return f"{self.engine} M{self.m} {self.dtype}"
 
 
-def build(spec: EngineSpec, vectors: np.ndarray, threads: int) -> tuple[Any, Callable[[np.ndarray, int], np.ndarray],
-                                                                        Callable[[int], None], Callable[[Path], None]]:
+def build(
+    spec: EngineSpec, vectors: np.ndarray, threads: int
+) -> tuple[Any, Callable[[np.ndarray, int], np.ndarray], Callable[[int], None], Callable[[Path], None]]:
     """The built index, ``knn(query, k) -> labels``, ``set_ef(ef)`` and ``save(path)``."""
     n, dim = vectors.shape
     labels = np.arange(n, dtype=np.int64)
@@ -60,12 +62,16 @@ def build(spec: EngineSpec, vectors: np.ndarray, threads: int) -> tuple[Any, Cal
         index = hnswlib.Index(space="ip", dim=dim)
         index.init_index(max_elements=n, M=spec.m, ef_construction=spec.ef_construction)
         index.add_items(vectors, labels, num_threads=threads)
-        return (index, lambda q, k: index.knn_query(q, k=k)[0][0], index.set_ef,
-                lambda p: index.save_index(str(p)))
+        return (index, lambda q, k: index.knn_query(q, k=k)[0][0], index.set_ef, lambda p: index.save_index(str(p)))
     from usearch.index import Index
 
-    index = Index(ndim=dim, metric="ip" if spec.dtype != "i8" else "cos", dtype=spec.dtype,
-                  connectivity=spec.m, expansion_add=spec.ef_construction)
+    index = Index(
+        ndim=dim,
+        metric="ip" if spec.dtype != "i8" else "cos",
+        dtype=spec.dtype,
+        connectivity=spec.m,
+        expansion_add=spec.ef_construction,
+    )
     index.add(labels, vectors, threads=threads)
 
     def set_ef(ef: int) -> None:
@@ -74,8 +80,9 @@ def build(spec: EngineSpec, vectors: np.ndarray, threads: int) -> tuple[Any, Cal
     return index, lambda q, k: index.search(q, k).keys, set_ef, lambda p: index.save(str(p))
 
 
-def _measure_one(spec: EngineSpec, vectors_path: str, queries: np.ndarray, exact: np.ndarray, efs: list[int],
-                 threads: int) -> dict[str, Any]:
+def _measure_one(
+    spec: EngineSpec, vectors_path: str, queries: np.ndarray, exact: np.ndarray, efs: list[int], threads: int
+) -> dict[str, Any]:
     """Runs in a child process, so the RAM figure is this index's alone."""
     gc.collect()
     base = rss_mb()
@@ -105,9 +112,19 @@ def _measure_one(spec: EngineSpec, vectors_path: str, queries: np.ndarray, exact
             seconds.append(time.perf_counter() - t)
         recall = recall_at_10(np.vstack(found), exact)
         ms = np.asarray(seconds) * 1000
-        rows.append({**asdict(spec), "ef": ef, "recall@10": recall,
-                     "p50_ms": round(float(np.percentile(ms, 50)), 3), "p99_ms": round(float(np.percentile(ms, 99)), 3),
-                     "build_s": round(build_s, 1), "index_mb": round(held / 2**20, 1), "rss_growth_mb": round(ram, 1), "disk_mb": round(disk / 2**20, 1)})
+        rows.append(
+            {
+                **asdict(spec),
+                "ef": ef,
+                "recall@10": recall,
+                "p50_ms": round(float(np.percentile(ms, 50)), 3),
+                "p99_ms": round(float(np.percentile(ms, 99)), 3),
+                "build_s": round(build_s, 1),
+                "index_mb": round(held / 2**20, 1),
+                "rss_growth_mb": round(ram, 1),
+                "disk_mb": round(disk / 2**20, 1),
+            }
+        )
     return {"rows": rows}
 
 
@@ -134,8 +151,16 @@ def synthetic_vectors(size: int, queries: int) -> tuple[np.ndarray, np.ndarray]:
     return vectors, corpus.queries(queries)[1]
 
 
-def compare(name: str, vectors: np.ndarray, queries: np.ndarray, specs: list[EngineSpec], efs: list[int],
-            work: Path, threads: int, say: Callable[[str], None]) -> list[dict[str, Any]]:
+def compare(
+    name: str,
+    vectors: np.ndarray,
+    queries: np.ndarray,
+    specs: list[EngineSpec],
+    efs: list[int],
+    work: Path,
+    threads: int,
+    say: Callable[[str], None],
+) -> list[dict[str, Any]]:
     """Every spec over ``vectors``, each built in its own child process."""
     work.mkdir(parents=True, exist_ok=True)
     path = work / f"{name}.npy"
@@ -154,19 +179,33 @@ def compare(name: str, vectors: np.ndarray, queries: np.ndarray, specs: list[Eng
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| set | n | engine | M | storage | ef | recall@10 | p50 ms | p99 ms | build s | index MiB | RSS growth MiB "
-             "| disk MiB |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| set | n | engine | M | storage | ef | recall@10 | p50 ms | p99 ms | build s | index MiB | RSS growth MiB "
+        "| disk MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['set']} | {r['n']:,} | {r['engine']} | {r['m']} | {r['dtype']} | {r['ef']} | "
-                     f"{r['recall@10']:.3f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['build_s']} | "
-                     f"{r['index_mb']} | {r['rss_growth_mb']} | {r['disk_mb']} |")
+        lines.append(
+            f"| {r['set']} | {r['n']:,} | {r['engine']} | {r['m']} | {r['dtype']} | {r['ef']} | "
+            f"{r['recall@10']:.3f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['build_s']} | "
+            f"{r['index_mb']} | {r['rss_growth_mb']} | {r['disk_mb']} |"
+        )
     return "\n".join(lines) + "\n"
 
 
-def run(sizes: list[int], real: list[Path], ms: list[int], efs: list[int], dtypes: list[str], ef_construction: int,
-        queries: int, out: Path, threads: int, say: Callable[[str], None] = print,
-        hnswlib: bool = True) -> list[dict[str, Any]]:
+def run(
+    sizes: list[int],
+    real: list[Path],
+    ms: list[int],
+    efs: list[int],
+    dtypes: list[str],
+    ef_construction: int,
+    queries: int,
+    out: Path,
+    threads: int,
+    say: Callable[[str], None] = print,
+    hnswlib: bool = True,
+) -> list[dict[str, Any]]:
     specs = [EngineSpec("hnswlib", m, ef_construction) for m in ms] if hnswlib else []
     if specs and importlib.util.find_spec("hnswlib") is None:
         say("hnswlib is not installed (it comes with the eval extra): measuring usearch alone")

@@ -52,8 +52,9 @@ import time
 import unicodedata
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -74,15 +75,19 @@ PURPOSE = DEFAULT_PURPOSE
 
 # -- small measuring tools ------------------------------------------------------------------
 
+
 def percentiles(samples: list[float]) -> dict[str, float]:
     """p50/p95/p99/mean in milliseconds from seconds."""
     if not samples:
         return {}
     arr = np.asarray(samples) * 1000.0
-    return {"n": len(samples), "mean_ms": round(float(arr.mean()), 3),
-            "p50_ms": round(float(np.percentile(arr, 50)), 3),
-            "p95_ms": round(float(np.percentile(arr, 95)), 3),
-            "p99_ms": round(float(np.percentile(arr, 99)), 3)}
+    return {
+        "n": len(samples),
+        "mean_ms": round(float(arr.mean()), 3),
+        "p50_ms": round(float(np.percentile(arr, 50)), 3),
+        "p95_ms": round(float(np.percentile(arr, 95)), 3),
+        "p99_ms": round(float(np.percentile(arr, 99)), 3),
+    }
 
 
 def timed(fn: Callable[[Any], Any], items: list[Any], warmup: int = 3) -> list[float]:
@@ -127,8 +132,11 @@ def cpu_per_call(server_s: float, client_s: float, calls: int) -> dict[str, floa
         return {}
     server_ms, client_ms = server_s * 1000 / calls, client_s * 1000 / calls
     cores = os.cpu_count() or 1
-    return {"server_cpu_ms_per_call": round(server_ms, 1), "client_cpu_ms_per_call": round(client_ms, 1),
-            "cpu_bound_calls_per_s": round(cores * 1000 / (server_ms + client_ms), 1) if server_ms + client_ms else 0.0}
+    return {
+        "server_cpu_ms_per_call": round(server_ms, 1),
+        "client_cpu_ms_per_call": round(client_ms, 1),
+        "cpu_bound_calls_per_s": round(cores * 1000 / (server_ms + client_ms), 1) if server_ms + client_ms else 0.0,
+    }
 
 
 def rss_mb() -> float:
@@ -163,22 +171,37 @@ def du_mb(path: Path) -> float:
 
 def disk_breakdown(data_dir: Path) -> dict[str, float]:
     db = sum(du_mb(p) for p in data_dir.glob("engram.db*"))
-    return {"store_mb": round(db, 2), "lexical_mb": du_mb(data_dir / "index" / "lexical"),
-            "semantic_mb": du_mb(data_dir / "index" / "semantic"), "keys_mb": du_mb(data_dir / "keys"),
-            "total_mb": du_mb(data_dir)}
+    return {
+        "store_mb": round(db, 2),
+        "lexical_mb": du_mb(data_dir / "index" / "lexical"),
+        "semantic_mb": du_mb(data_dir / "index" / "semantic"),
+        "keys_mb": du_mb(data_dir / "keys"),
+        "total_mb": du_mb(data_dir),
+    }
 
 
 def bench_context(purpose: str = PURPOSE) -> CallContext:
-    return CallContext(tenant=BENCH_SCOPE[0], workspace=BENCH_SCOPE[1], principal="bench:runner",
-                       agent_id="engram-bench", session="bench_" + uuid.uuid4().hex[:10], purpose=purpose)
+    return CallContext(
+        tenant=BENCH_SCOPE[0],
+        workspace=BENCH_SCOPE[1],
+        principal="bench:runner",
+        agent_id="engram-bench",
+        session="bench_" + uuid.uuid4().hex[:10],
+        purpose=purpose,
+    )
 
 
 def search_args(query: str, minimum: str, limit: int = 10) -> dict[str, Any]:
-    return {"query": query, "purpose_ref": PURPOSE, "limit": limit,
-            "capability_policy": {"minimum_channels": minimum, "network": "forbid"}}
+    return {
+        "query": query,
+        "purpose_ref": PURPOSE,
+        "limit": limit,
+        "capability_policy": {"minimum_channels": minimum, "network": "forbid"},
+    }
 
 
 # -- one size --------------------------------------------------------------------------------
+
 
 def exact_top_k(vectors: np.ndarray, queries: np.ndarray, k: int, chunk: int = 100_000) -> np.ndarray:
     """Exact top-k inner-product labels by brute force, streaming over ``vectors``."""
@@ -196,8 +219,9 @@ def exact_top_k(vectors: np.ndarray, queries: np.ndarray, k: int, chunk: int = 1
     return best_i
 
 
-def ingest_size(size: int, root: Path, encoder: Any, *, batch_size: int | None, progress: bool,
-                say: Callable[[str], None]) -> tuple[dict[str, Any], np.ndarray, Any]:
+def ingest_size(
+    size: int, root: Path, encoder: Any, *, batch_size: int | None, progress: bool, say: Callable[[str], None]
+) -> tuple[dict[str, Any], np.ndarray, Any]:
     """Generate the corpus and ingest it (figures also kept in ``root/ingest.json``)."""
     from engram.service.engine.engine import Engine
 
@@ -213,8 +237,16 @@ def ingest_size(size: int, root: Path, encoder: Any, *, batch_size: int | None, 
     rss_before = rss_mb()
     engine = Engine.open(root / "data", encoder=encoder)
     say(f"[n={size}] ingest with precomputed vectors, batch {batch}")
-    report = ingest_corpus(engine, BENCH_SCOPE, corpus.records(), vectors=VectorSource(vectors),
-                           batch_size=batch, progress=progress, total=size, purpose_ref=PURPOSE)
+    report = ingest_corpus(
+        engine,
+        BENCH_SCOPE,
+        corpus.records(),
+        vectors=VectorSource(vectors),
+        batch_size=batch,
+        progress=progress,
+        total=size,
+        purpose_ref=PURPOSE,
+    )
     out["ingest"] = report.as_dict()
     out["ingest_records_per_s"] = round(report.ingested_per_s, 1)
     out["rss_mb"] = {"before_ingest": rss_before, "after_ingest": rss_mb(), "peak_during_ingest": peak_rss_mb()}
@@ -235,18 +267,30 @@ def store_bytes_per_record(engine: Any, corpus: SyntheticCorpus, size: int, samp
     total = sum(tables.values()) / size
     text = statistics.fmean(texts) if texts else 0.0
     # beyond = total - text of the rounded figures, so the three always add up
-    return {"total": round(total), "text": round(text), "beyond_text": round(total) - round(text),
-            "tables": {name: round(b / size) for name, b in sorted(tables.items(), key=lambda kv: -kv[1])
-                       if b / size >= 1}}
+    return {
+        "total": round(total),
+        "text": round(text),
+        "beyond_text": round(total) - round(text),
+        "tables": {name: round(b / size) for name, b in sorted(tables.items(), key=lambda kv: -kv[1]) if b / size >= 1},
+    }
 
 
 def corpus_spec(size: int, encoder: Any) -> CorpusSpec:
     return CorpusSpec(size=size, dim=int(getattr(encoder, "dim", 384)), topics=300 if size >= 5000 else 20)
 
 
-def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size: int | None,
-               progress: bool, reuse: bool, say: Callable[[str], None],
-               hnswlib_up_to: int = 0) -> tuple[dict[str, Any], Any]:
+def bench_size(
+    size: int,
+    work: Path,
+    encoder: Any,
+    *,
+    queries: int,
+    batch_size: int | None,
+    progress: bool,
+    reuse: bool,
+    say: Callable[[str], None],
+    hnswlib_up_to: int = 0,
+) -> tuple[dict[str, Any], Any]:
     from engram.service.engine.engine import Engine
 
     root = work / f"n{size}"
@@ -261,9 +305,12 @@ def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size:
     # Opted in at once, so the directory serves agents' calls (the MCP runs, the lone
     # server, and whoever opens it after the bench) however the run goes on or ends.
     engine.set_tenant_enabled(BENCH_SCOPE[0], True)
-    out: dict[str, Any] = {"size": size, "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
-                           "reused_ingest": reused,
-                           **ingested}
+    out: dict[str, Any] = {
+        "size": size,
+        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+        "reused_ingest": reused,
+        **ingested,
+    }
     corpus = SyntheticCorpus(corpus_spec(size, encoder))
     key = scope_key(BENCH_SCOPE)
     texts, qvecs = corpus.queries(queries)
@@ -277,10 +324,14 @@ def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size:
     raw = ranker.raw_engines(key, HYBRID_PROFILE)
     vectors_q = list(qvecs)
     probes: dict[str, tuple[Callable[[Any], Any], list[Any]]] = {
-        "engine_hybrid": (lambda q: engine.execute("engram_memory_search", ctx, search_args(q, "lexical_and_semantic")),
-                          texts),
-        "ranker_hybrid_no_store": (lambda q: ranker.search(key, q, HYBRID_PROFILE,
-                                                           valid_as_of_ms=2_000_000_000_000), texts),
+        "engine_hybrid": (
+            lambda q: engine.execute("engram_memory_search", ctx, search_args(q, "lexical_and_semantic")),
+            texts,
+        ),
+        "ranker_hybrid_no_store": (
+            lambda q: ranker.search(key, q, HYBRID_PROFILE, valid_as_of_ms=2_000_000_000_000),
+            texts,
+        ),
         "lexical_channel": (lambda q: raw.lexical_channel(q, lexical_k), texts),
         "raw_encoder_query": (lambda q: encoder.encode([q]), texts),
         "raw_tantivy_candidates": (lambda q: raw.tantivy(q, lexical_k), texts),
@@ -293,8 +344,10 @@ def bench_size(size: int, work: Path, encoder: Any, *, queries: int, batch_size:
         probes["raw_torch_encoder_query"] = (lambda q: torch_backend.encode([q]), texts)
     samples = interleaved(probes)
     samples.setdefault("raw_torch_encoder_query", [])
-    hits = [len(engine.execute("engram_memory_search", ctx, search_args(q, "lexical_and_semantic"))["records"])
-            for q in texts[:20]]
+    hits = [
+        len(engine.execute("engram_memory_search", ctx, search_args(q, "lexical_and_semantic"))["records"])
+        for q in texts[:20]
+    ]
 
     # HNSW recall@10 against exact search; labels are ordinals when every record has one
     # vector and none was refused (checked).
@@ -330,8 +383,9 @@ def recall_at_10(labels: np.ndarray, exact: np.ndarray) -> float:
     return round(float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(labels.tolist(), exact.tolist())])), 4)
 
 
-def hnswlib_beside(vectors: np.ndarray, sample: np.ndarray, exact: np.ndarray, efs: list[int],
-                   scratch: Path) -> dict[str, Any]:
+def hnswlib_beside(
+    vectors: np.ndarray, sample: np.ndarray, exact: np.ndarray, efs: list[int], scratch: Path
+) -> dict[str, Any]:
     """hnswlib (the engine before usearch) built over the same vectors with the profile's
     graph parameters, float32: build seconds, bytes, and recall@10 and batched ms per
     query at the same ``ef`` values as the engine's index, in the same run."""
@@ -342,8 +396,11 @@ def hnswlib_beside(vectors: np.ndarray, sample: np.ndarray, exact: np.ndarray, e
     spec = EngineSpec("hnswlib", graph.connectivity, graph.expansion_add)
     t = time.perf_counter()
     index, _, set_ef, save = build(spec, np.asarray(vectors, dtype=np.float32), default_threads())
-    out: dict[str, Any] = {"m": spec.m, "ef_construction": spec.ef_construction,
-                           "build_s": round(time.perf_counter() - t, 1)}
+    out: dict[str, Any] = {
+        "m": spec.m,
+        "ef_construction": spec.ef_construction,
+        "build_s": round(time.perf_counter() - t, 1),
+    }
     path = scratch / "hnswlib-beside.bin"
     save(path)
     out["index_mb"] = du_mb(path)
@@ -354,8 +411,7 @@ def hnswlib_beside(vectors: np.ndarray, sample: np.ndarray, exact: np.ndarray, e
         t = time.perf_counter()
         labels, _ = index.knn_query(sample, k=10)
         per_q = (time.perf_counter() - t) / len(sample) * 1000
-        out["recall"][f"ef{ef}"] = {"recall@10": recall_at_10(labels, exact),
-                                    "ms_per_query_batched": round(per_q, 3)}
+        out["recall"][f"ef{ef}"] = {"recall@10": recall_at_10(labels, exact), "ms_per_query_batched": round(per_q, 3)}
     return out
 
 
@@ -400,23 +456,40 @@ def encoder_bound_ingest(work: Path, encoder: Any, sample: int, say: Callable[[s
         engine = Engine.open(root, encoder=encoder)
         try:
             say(f"{name} ingest of {len(records)} {source}")
-            reports[name] = ingest_corpus(engine, ("bench", "encoder"), records, vectors=vectors, batch_size=64,
-                                          progress=False, purpose_ref=PURPOSE)
+            reports[name] = ingest_corpus(
+                engine,
+                ("bench", "encoder"),
+                records,
+                vectors=vectors,
+                batch_size=64,
+                progress=False,
+                purpose_ref=PURPOSE,
+            )
         finally:
             engine.close()
     bound, ceiling = reports["encoder-bound"], reports["precomputed"]
     words = statistics.fmean(len(r.text.split()) for r in records)
-    return {"records": len(records), "source": source, "mean_words": round(words, 1), "passages": len(flat),
-            "records_per_s": round(bound.ingested_per_s, 2), "embed_seconds": round(bound.embed_seconds, 2),
-            "seconds": round(bound.seconds, 2), "raw_encoder_records_per_s": round(raw_per_s, 2),
-            "ingest_over_raw_encoder": round(bound.ingested_per_s / raw_per_s, 3),
-            "encoder_busy_share": round(bound.embed_seconds / bound.seconds, 3) if bound.seconds else 0.0,
-            "precomputed_records_per_s": round(ceiling.ingested_per_s, 1),
-            "stages": {name: {k: v for k, v in r.as_dict().items() if k.endswith("_seconds") or k == "seconds"}
-                       for name, r in reports.items()}}
+    return {
+        "records": len(records),
+        "source": source,
+        "mean_words": round(words, 1),
+        "passages": len(flat),
+        "records_per_s": round(bound.ingested_per_s, 2),
+        "embed_seconds": round(bound.embed_seconds, 2),
+        "seconds": round(bound.seconds, 2),
+        "raw_encoder_records_per_s": round(raw_per_s, 2),
+        "ingest_over_raw_encoder": round(bound.ingested_per_s / raw_per_s, 3),
+        "encoder_busy_share": round(bound.embed_seconds / bound.seconds, 3) if bound.seconds else 0.0,
+        "precomputed_records_per_s": round(ceiling.ingested_per_s, 1),
+        "stages": {
+            name: {k: v for k, v in r.as_dict().items() if k.endswith("_seconds") or k == "seconds"}
+            for name, r in reports.items()
+        },
+    }
 
 
 # -- load run over MCP/HTTP -----------------------------------------------------------------
+
 
 def _capture_args(i: int, client: int, run: str) -> dict[str, Any]:
     """The i-th capture of a client. ``run`` (one per bench run) is in the text: a later
@@ -424,27 +497,36 @@ def _capture_args(i: int, client: int, run: str) -> dict[str, Any]:
     admissions answer duplicate_exact (no projection) instead of admitting."""
     import hashlib
 
-    text = (f"load run note {client}-{i} of run {run}: the nightly compaction job keeps {i % 7} replicas "
-            f"of shard {client}")
+    text = (
+        f"load run note {client}-{i} of run {run}: the nightly compaction job keeps {i % 7} replicas of shard {client}"
+    )
     sha = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
     t = 1_700_000_000_000 + i
     return {
         "idempotency_key": f"bench-load-{client:03d}-{i:06d}-{uuid.uuid4().hex[:8]}",
         "payload": {
-            "schema_version": 2, "purpose_ref": PURPOSE, "valid_time": {"t": t},
+            "schema_version": 2,
+            "purpose_ref": PURPOSE,
+            "valid_time": {"t": t},
             "components": [{"component_id": "c1", "kind": "decision", "text": text, "citation_ids": ["cit1"]}],
             "primary_component_id": "c1",
             "primary_event": {"at": t, "type_ref": "event:decided", "citation_id": "cit1"},
-            "citations": [{"citation_id": "cit1", "source_ref": f"bench:{client}/{i}",
-                           "locator": {"scheme": "uri", "value": f"https://example.org/{client}/{i}"},
-                           "content_digest": sha}],
+            "citations": [
+                {
+                    "citation_id": "cit1",
+                    "source_ref": f"bench:{client}/{i}",
+                    "locator": {"scheme": "uri", "value": f"https://example.org/{client}/{i}"},
+                    "content_digest": sha,
+                }
+            ],
         },
         "evidence": {"evidence_ref": f"ev:{client}/{i}", "evidence_digest": sha, "citation_ids": ["cit1"]},
     }
 
 
-def load_run(engine: Any, data_dir: Path, texts: list[str], *, clients: int, calls: int, run: str,
-             say: Callable[[str], None]) -> dict[str, Any]:
+def load_run(
+    engine: Any, data_dir: Path, texts: list[str], *, clients: int, calls: int, run: str, say: Callable[[str], None]
+) -> dict[str, Any]:
     """MCP over HTTP against ``engine`` (its tenant enabled by the caller): one client's
     sequential searches, then ``clients``
     concurrent clients for about ``calls`` steps in all, their captures carrying the bench
@@ -458,8 +540,8 @@ def load_run(engine: Any, data_dir: Path, texts: list[str], *, clients: int, cal
 
         from engram.models.tools import TOOLS
         from engram.service.mcp.app import create_app
-        from engram.service.settings import Settings
         from engram.service.mcp.host_context import HEADER, mint_token
+        from engram.service.settings import Settings
     except Exception as exc:  # noqa: BLE001 - report why the HTTP run could not happen
         return {"skipped": f"MCP app unavailable: {type(exc).__name__}: {exc}"}
 
@@ -482,16 +564,28 @@ def load_run(engine: Any, data_dir: Path, texts: list[str], *, clients: int, cal
         time.sleep(0.05)
     per_client = max(1, calls // clients)
     tokens = [
-        mint_token({"tenant": BENCH_SCOPE[0], "workspace": BENCH_SCOPE[1], "principal": f"load-{c}",
-                    "agent_id": f"agent-{c}", "session": f"s-{c}", "purpose": PURPOSE,
-                    "tools": sorted(TOOLS), "confirm": []}, secret, ttl_s=3600)
+        mint_token(
+            {
+                "tenant": BENCH_SCOPE[0],
+                "workspace": BENCH_SCOPE[1],
+                "principal": f"load-{c}",
+                "agent_id": f"agent-{c}",
+                "session": f"s-{c}",
+                "purpose": PURPOSE,
+                "tools": sorted(TOOLS),
+                "confirm": [],
+            },
+            secret,
+            ttl_s=3600,
+        )
         for c in range(clients + 1)
     ]
     say(f"MCP over HTTP: {len(texts)} sequential searches, then {clients} clients x {per_client} steps")
     try:
         with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
-            driven = pool.submit(drive_clients, f"http://127.0.0.1:{port}/mcp", HEADER, tokens, texts,
-                                 per_client, run).result()
+            driven = pool.submit(
+                drive_clients, f"http://127.0.0.1:{port}/mcp", HEADER, tokens, texts, per_client, run
+            ).result()
     finally:
         server.should_exit = True
         thread.join(timeout=15)
@@ -509,24 +603,34 @@ def load_run(engine: Any, data_dir: Path, texts: list[str], *, clients: int, cal
         "transport": "MCP streamable HTTP on loopback (SDK client, protocol auto; clients in a child process)",
         "single_client_search_hybrid": percentiles(driven["single"]),
         "bare_http_search_hybrid": percentiles(driven["bare"]),
-        "clients": clients, "steps_planned": per_client * clients, "calls_completed": total,
-        "wall_s": round(wall, 2), "throughput_calls_per_s": round(total / wall, 2) if wall else 0.0,
+        "clients": clients,
+        "steps_planned": per_client * clients,
+        "calls_completed": total,
+        "wall_s": round(wall, 2),
+        "throughput_calls_per_s": round(total / wall, 2) if wall else 0.0,
         **cpu_per_call(driven["server_cpu_s"], driven["client_cpu_s"], total),
         "latency": {k: percentiles(v) for k, v in latencies.items() if v},
-        "errors": driven["errors"], "admitted": len(driven["admitted"]), "admitted_not_readable": lost,
+        "errors": driven["errors"],
+        "admitted": len(driven["admitted"]),
+        "admitted_not_readable": lost,
     }
 
 
-def drive_clients(url: str, header: str, tokens: list[str], texts: list[str], per_client: int,
-                  run: str) -> dict[str, Any]:
+def drive_clients(
+    url: str, header: str, tokens: list[str], texts: list[str], per_client: int, run: str
+) -> dict[str, Any]:
     """The client side of :func:`load_run` (runs in a child process): the last token's
     client searches alone first, then one client per other token runs the mixed load."""
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    latencies: dict[str, list[float]] = {"search_hybrid": [], "search_lexical": [], "capture": [],
-                                         "request_admission": []}
+    latencies: dict[str, list[float]] = {
+        "search_hybrid": [],
+        "search_lexical": [],
+        "capture": [],
+        "request_admission": [],
+    }
     errors: Counter[str] = Counter()
     admitted: list[str] = []
 
@@ -556,19 +660,28 @@ def drive_clients(url: str, header: str, tokens: list[str], texts: list[str], pe
                 roll = (client * 7919 + i) % 10
                 query = texts[(client * 31 + i) % len(texts)]
                 if roll < 6:
-                    await call(mcp_client, latencies["search_hybrid"], "engram_memory_search",
-                               search_args(query, "lexical_and_semantic"))
+                    await call(
+                        mcp_client,
+                        latencies["search_hybrid"],
+                        "engram_memory_search",
+                        search_args(query, "lexical_and_semantic"),
+                    )
                 elif roll < 8:
-                    await call(mcp_client, latencies["search_lexical"], "engram_memory_search",
-                               search_args(query, "lexical"))
+                    await call(
+                        mcp_client, latencies["search_lexical"], "engram_memory_search", search_args(query, "lexical")
+                    )
                 else:
-                    cap = await call(mcp_client, latencies["capture"], "engram_memory_capture",
-                                     _capture_args(i, client, run))
+                    cap = await call(
+                        mcp_client, latencies["capture"], "engram_memory_capture", _capture_args(i, client, run)
+                    )
                     if cap is None:
                         continue
-                    adm = await call(mcp_client, latencies["request_admission"], "engram_memory_request_admission",
-                                     {"candidate_id": cap["candidate_id"],
-                                      "idempotency_key": f"bench-adm-{uuid.uuid4().hex}"})
+                    adm = await call(
+                        mcp_client,
+                        latencies["request_admission"],
+                        "engram_memory_request_admission",
+                        {"candidate_id": cap["candidate_id"], "idempotency_key": f"bench-adm-{uuid.uuid4().hex}"},
+                    )
                     if adm and adm["outcome"]["status"] == "accepted":
                         admitted.append(adm["outcome"]["record_id"])
 
@@ -580,20 +693,34 @@ def drive_clients(url: str, header: str, tokens: list[str], texts: list[str], pe
         import mcp_types
 
         version = "2026-07-28"
-        meta = {mcp_types.PROTOCOL_VERSION_META_KEY: version, mcp_types.CLIENT_CAPABILITIES_META_KEY: {},
-                mcp_types.CLIENT_INFO_META_KEY: {"name": "engram-bench", "version": "1"}}
-        headers = {header: tokens[-1], "Accept": "application/json, text/event-stream",
-                   "Content-Type": "application/json", "MCP-Protocol-Version": version,
-                   "Mcp-Method": "tools/call", "Mcp-Name": "engram_memory_search"}
+        meta = {
+            mcp_types.PROTOCOL_VERSION_META_KEY: version,
+            mcp_types.CLIENT_CAPABILITIES_META_KEY: {},
+            mcp_types.CLIENT_INFO_META_KEY: {"name": "engram-bench", "version": "1"},
+        }
+        headers = {
+            header: tokens[-1],
+            "Accept": "application/json, text/event-stream",
+            "Content-Type": "application/json",
+            "MCP-Protocol-Version": version,
+            "Mcp-Method": "tools/call",
+            "Mcp-Name": "engram_memory_search",
+        }
         sdk: list[float] = []
         bare: list[float] = []
-        async with connected(tokens[-1]) as mcp_client, \
-                httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120.0)) as http:
+        async with (
+            connected(tokens[-1]) as mcp_client,
+            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120.0)) as http,
+        ):
             for n, query in enumerate([*texts[:3], *texts]):
                 args = search_args(query, "lexical_and_semantic")
                 await call(mcp_client, sdk if n >= 3 else [], "engram_memory_search", args)
-                body = {"jsonrpc": "2.0", "id": n, "method": "tools/call",
-                        "params": {"name": "engram_memory_search", "_meta": meta, "arguments": args}}
+                body = {
+                    "jsonrpc": "2.0",
+                    "id": n,
+                    "method": "tools/call",
+                    "params": {"name": "engram_memory_search", "_meta": meta, "arguments": args},
+                }
                 t = time.perf_counter()
                 response = await http.post(url, content=json.dumps(body))
                 elapsed = time.perf_counter() - t
@@ -608,19 +735,38 @@ def drive_clients(url: str, header: str, tokens: list[str], texts: list[str], pe
         server = os.getppid()  # the bench process, which serves (uvicorn in a thread)
         server_cpu, client_cpu, t = process_cpu_s(server), time.process_time(), time.perf_counter()
         await asyncio.gather(*(one_client(c) for c in range(len(tokens) - 1)))
-        return {"single": single, "bare": bare, "wall_s": time.perf_counter() - t,
-                "server_cpu_s": process_cpu_s(server) - server_cpu, "client_cpu_s": time.process_time() - client_cpu}
+        return {
+            "single": single,
+            "bare": bare,
+            "wall_s": time.perf_counter() - t,
+            "server_cpu_s": process_cpu_s(server) - server_cpu,
+            "client_cpu_s": time.process_time() - client_cpu,
+        }
 
     return {**asyncio.run(main()), "latencies": latencies, "errors": dict(errors), "admitted": admitted}
 
 
 # -- the whole run ----------------------------------------------------------------------------
 
-def run_bench(sizes: list[int], out: Path, work: Path, *, queries: int = 200, clients: int = 8,
-              calls: int = 400, encoder_sample: int = 256, batch_size: int | None = None,
-              progress: bool = True, encoder: Any = None, load: bool = True, reuse: bool = False,
-              hnswlib_up_to: int = 100_000, service_searches: int = 100,
-              say: Callable[[str], None] = print) -> dict[str, Any]:
+
+def run_bench(
+    sizes: list[int],
+    out: Path,
+    work: Path,
+    *,
+    queries: int = 200,
+    clients: int = 8,
+    calls: int = 400,
+    encoder_sample: int = 256,
+    batch_size: int | None = None,
+    progress: bool = True,
+    encoder: Any = None,
+    load: bool = True,
+    reuse: bool = False,
+    hnswlib_up_to: int = 100_000,
+    service_searches: int = 100,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
     from engram.ranking import MiniLMEncoder
 
     out.mkdir(parents=True, exist_ok=True)
@@ -633,36 +779,58 @@ def run_bench(sizes: list[int], out: Path, work: Path, *, queries: int = 200, cl
         say(f"model loaded in {time.perf_counter() - t:.1f} s")
     backend = getattr(encoder, "backend", None)
     name = type(encoder).__name__ + (f" ({backend} for queries)" if backend else "")
-    result: dict[str, Any] = {"environment": {"cpu_count": os.cpu_count(), "encoder": name,
-                                              "queries_per_size": queries,
-                                              "loadavg_at_start": [round(x, 2) for x in os.getloadavg()]},
-                              "sizes": []}
+    result: dict[str, Any] = {
+        "environment": {
+            "cpu_count": os.cpu_count(),
+            "encoder": name,
+            "queries_per_size": queries,
+            "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+        },
+        "sizes": [],
+    }
     if encoder_sample:
         result["encoder_bound_ingest"] = encoder_bound_ingest(work, encoder, encoder_sample, say)
     for n, size in enumerate(sizes):
-        entry, engine = bench_size(size, work, encoder, queries=queries, batch_size=batch_size,
-                                   progress=progress, reuse=reuse, say=say, hnswlib_up_to=hnswlib_up_to)
+        entry, engine = bench_size(
+            size,
+            work,
+            encoder,
+            queries=queries,
+            batch_size=batch_size,
+            progress=progress,
+            reuse=reuse,
+            say=say,
+            hnswlib_up_to=hnswlib_up_to,
+        )
         texts, root = entry.pop("_texts"), Path(entry.pop("_root"))
         try:
             if load and n == 0:
-                result["load"] = load_run(engine, root / "data", texts, clients=clients, calls=calls, run=run,
-                                          say=say)
+                result["load"] = load_run(engine, root / "data", texts, clients=clients, calls=calls, run=run, say=say)
         finally:
             engine.close()
         entry["latency"]["engine_lexical"] = lexical_pass(root, texts)
         if service_searches:
             say(f"[n={size}] the service alone: engram serve on this directory, {service_searches} searches")
             entry["service_memory"] = measure_service(
-                root / "data", BENCH_SCOPE, PURPOSE, texts, model=isinstance(encoder, MiniLMEncoder),
-                model_cache=work / "models", searches=service_searches,
-                capture_args=lambda n: _capture_args(n, clients + 1, run), say=say)
+                root / "data",
+                BENCH_SCOPE,
+                PURPOSE,
+                texts,
+                model=isinstance(encoder, MiniLMEncoder),
+                model_cache=work / "models",
+                searches=service_searches,
+                capture_args=lambda n: _capture_args(n, clients + 1, run),
+                say=say,
+            )
         lat = entry["latency"]
         entry["ratios_p50"] = raw_ratios(lat, result.get("load") if n == 0 else None, scan=entry["semantic_scan"])
         entry["rss_mb"]["end"] = rss_mb()
         result["sizes"].append(entry)
         (out / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
-        say(f"[n={size}] done: ingest {entry['ingest_records_per_s']} rec/s, hybrid p50 "
-            f"{lat['engine_hybrid']['p50_ms']} ms, lexical p50 {lat['engine_lexical']['p50_ms']} ms")
+        say(
+            f"[n={size}] done: ingest {entry['ingest_records_per_s']} rec/s, hybrid p50 "
+            f"{lat['engine_hybrid']['p50_ms']} ms, lexical p50 {lat['engine_lexical']['p50_ms']} ms"
+        )
     (out / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
     plots = write_plots(result, out)
     (out / "report.md").write_text(bench_markdown(result, plots))
@@ -682,7 +850,9 @@ def raw_ratios(lat: dict[str, Any], load: dict[str, Any] | None, *, scan: bool) 
         "engine_hybrid_over_raw_sum": round(lat["engine_hybrid"]["p50_ms"] / raw_hybrid, 2),
         "raw_hybrid_sum_graph_ms": round(raw_graph, 3),
         "engine_hybrid_over_raw_sum_graph": round(lat["engine_hybrid"]["p50_ms"] / raw_graph, 2),
-        "engine_lexical_over_raw_tantivy": round(lat["engine_lexical"]["p50_ms"] / lat["raw_tantivy_candidates"]["p50_ms"], 2),
+        "engine_lexical_over_raw_tantivy": round(
+            lat["engine_lexical"]["p50_ms"] / lat["raw_tantivy_candidates"]["p50_ms"], 2
+        ),
         "encoder_share_of_engine_hybrid": round(lat["raw_encoder_query"]["p50_ms"] / lat["engine_hybrid"]["p50_ms"], 2),
     }
     torch_query = lat.get("raw_torch_encoder_query") or {}
@@ -691,8 +861,10 @@ def raw_ratios(lat: dict[str, Any], load: dict[str, Any] | None, *, scan: bool) 
         raw_torch = raw_hybrid - lat["raw_encoder_query"]["p50_ms"] + torch_query["p50_ms"]
         out["raw_hybrid_sum_torch_ms"] = round(raw_torch, 3)
         out["engine_hybrid_over_raw_sum_torch"] = round(lat["engine_hybrid"]["p50_ms"] / raw_torch, 2)
-    for name, key in (("single_client_search_hybrid", "mcp_hybrid_over_raw_sum"),
-                      ("bare_http_search_hybrid", "bare_http_hybrid_over_raw_sum")):
+    for name, key in (
+        ("single_client_search_hybrid", "mcp_hybrid_over_raw_sum"),
+        ("bare_http_search_hybrid", "bare_http_hybrid_over_raw_sum"),
+    ):
         sample = (load or {}).get(name)
         if sample:
             out[key] = round(sample["p50_ms"] / raw_hybrid, 2)
@@ -710,13 +882,16 @@ def write_plots(result: dict[str, Any], out: Path) -> list[str]:
     if not sizes:
         return []
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    for name, label in (("engine_hybrid", "engine hybrid"), ("engine_lexical", "engine lexical"),
-                        ("raw_tantivy_candidates", "tantivy alone"), ("raw_hnsw_candidates", "hnsw alone"),
-                        ("raw_exact_scan_candidates", "exact scan alone"),
-                        ("raw_encoder_query", "encoder alone")):
+    for name, label in (
+        ("engine_hybrid", "engine hybrid"),
+        ("engine_lexical", "engine lexical"),
+        ("raw_tantivy_candidates", "tantivy alone"),
+        ("raw_hnsw_candidates", "hnsw alone"),
+        ("raw_exact_scan_candidates", "exact scan alone"),
+        ("raw_encoder_query", "encoder alone"),
+    ):
         for pct, style in (("p50_ms", "-o"), ("p95_ms", "--x")):
-            ax1.plot(sizes, [e["latency"][name][pct] for e in result["sizes"]], style,
-                     label=f"{label} {pct[:3]}")
+            ax1.plot(sizes, [e["latency"][name][pct] for e in result["sizes"]], style, label=f"{label} {pct[:3]}")
     ax1.set_xscale("log")
     ax1.set_yscale("log")
     ax1.set_xlabel("records")
@@ -725,10 +900,15 @@ def write_plots(result: dict[str, Any], out: Path) -> list[str]:
     ax1.legend(fontsize=6)
     for part in ("store_mb", "lexical_mb", "semantic_mb", "total_mb"):
         ax2.plot(sizes, [e["disk_mb"][part] for e in result["sizes"]], "-o", label=part)
-    ax2.plot(sizes, [e["rss_mb"]["peak_during_ingest"] for e in result["sizes"]], "--",
-             label="bench-process peak RSS (ingest)")
-    served = [(e["size"], e["service_memory"]["peak_mb"]) for e in result["sizes"]
-              if "peak_mb" in e.get("service_memory", {})]
+    ax2.plot(
+        sizes,
+        [e["rss_mb"]["peak_during_ingest"] for e in result["sizes"]],
+        "--",
+        label="bench-process peak RSS (ingest)",
+    )
+    served = [
+        (e["size"], e["service_memory"]["peak_mb"]) for e in result["sizes"] if "peak_mb" in e.get("service_memory", {})
+    ]
     if served:
         ax2.plot(*zip(*served), "-s", label="service peak RSS (engram serve alone)")
     ax2.set_xscale("log")
@@ -745,18 +925,22 @@ def write_plots(result: dict[str, Any], out: Path) -> list[str]:
 
 def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
     env = result["environment"]
-    lines = ["# Capacity benchmark", "",
-             f"{env['cpu_count']} CPUs, encoder {env['encoder']}, {env['queries_per_size']} queries per size. "
-             "Synthetic corpus: Zipfian text, 300-topic low-rank 384-d vectors (eval/corpus_gen.py). "
-             "Raw engines are asked for what the engine asks of them (candidate depths below); "
-             "'raw sum' = encoder + Tantivy + the vector index (usearch) p50, searched as the engine searches it "
-             "(semantic: an exact scan of every vector, or the HNSW graph), with the query encoder the engine uses "
-             "(ONNX Runtime); 'graph sum' puts the HNSW graph search in it whatever the engine does; the torch "
-             "columns put the torch encoder of the same weights in the raw sum instead.", "",
-             "| records | ingest rec/s | hybrid p50/p95/p99 ms | lexical p50/p95/p99 ms | encoder p50 | "
-             "torch encoder p50 | tantivy p50 | hnsw p50 | exact scan p50 | semantic | raw sum | hybrid / raw sum | "
-             "hybrid / graph sum | hybrid / raw sum (torch) | HNSW R@10 (ef128) | disk MiB | bench-process peak RSS MiB |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Capacity benchmark",
+        "",
+        f"{env['cpu_count']} CPUs, encoder {env['encoder']}, {env['queries_per_size']} queries per size. "
+        "Synthetic corpus: Zipfian text, 300-topic low-rank 384-d vectors (eval/corpus_gen.py). "
+        "Raw engines are asked for what the engine asks of them (candidate depths below); "
+        "'raw sum' = encoder + Tantivy + the vector index (usearch) p50, searched as the engine searches it "
+        "(semantic: an exact scan of every vector, or the HNSW graph), with the query encoder the engine uses "
+        "(ONNX Runtime); 'graph sum' puts the HNSW graph search in it whatever the engine does; the torch "
+        "columns put the torch encoder of the same weights in the raw sum instead.",
+        "",
+        "| records | ingest rec/s | hybrid p50/p95/p99 ms | lexical p50/p95/p99 ms | encoder p50 | "
+        "torch encoder p50 | tantivy p50 | hnsw p50 | exact scan p50 | semantic | raw sum | hybrid / raw sum | "
+        "hybrid / graph sum | hybrid / raw sum (torch) | HNSW R@10 (ef128) | disk MiB | bench-process peak RSS MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for e in result["sizes"]:
         lat = e["latency"]
 
@@ -774,57 +958,89 @@ def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
             f"{'exact scan' if e['semantic_scan'] else 'graph'} | {ratios['raw_hybrid_sum_ms']:.1f} | "
             f"{ratios['engine_hybrid_over_raw_sum']} | {ratios['engine_hybrid_over_raw_sum_graph']} | "
             f"{ratios.get('engine_hybrid_over_raw_sum_torch', '-')} | {rec} | "
-            f"{e['disk_mb']['total_mb']:,.0f} | {e['rss_mb']['peak_during_ingest']:,.0f} |")
+            f"{e['disk_mb']['total_mb']:,.0f} | {e['rss_mb']['peak_during_ingest']:,.0f} |"
+        )
     if result["sizes"]:
         depths = result["sizes"][0]["depths"]
         lines += ["", f"Candidate depths: lexical {depths['lexical']}, semantic {depths['semantic']}."]
     lines += service_memory_markdown(result["sizes"])
     enc = result.get("encoder_bound_ingest")
     if enc:
-        lines += ["", f"Encoder-bound ingest (real model embeds every record): {enc['records_per_s']} records/s on "
-                      f"{enc['records']} {enc['source']} ({enc['mean_words']} words, {enc['passages']} passages); "
-                      f"the encoder alone on the same passages: {enc['raw_encoder_records_per_s']} records/s "
-                      f"(ingest / encoder = {enc['ingest_over_raw_encoder']}; the encoder was busy "
-                      f"{enc['encoder_busy_share']:.0%} of the ingest). With the same vectors precomputed "
-                      f"(the pipeline's ceiling): {enc['precomputed_records_per_s']} records/s."]
+        lines += [
+            "",
+            f"Encoder-bound ingest (real model embeds every record): {enc['records_per_s']} records/s on "
+            f"{enc['records']} {enc['source']} ({enc['mean_words']} words, {enc['passages']} passages); "
+            f"the encoder alone on the same passages: {enc['raw_encoder_records_per_s']} records/s "
+            f"(ingest / encoder = {enc['ingest_over_raw_encoder']}; the encoder was busy "
+            f"{enc['encoder_busy_share']:.0%} of the ingest). With the same vectors precomputed "
+            f"(the pipeline's ceiling): {enc['precomputed_records_per_s']} records/s.",
+        ]
     for e in result["sizes"]:
         rec = e["hnsw_recall"]
         if rec.get("aligned_labels"):
-            scanned = (" The engine searches an index of this size by an exact scan (recall 1); the graph's "
-                       "figures are for reference." if e.get("semantic_scan") else "")
-            lines += ["", f"HNSW recall@10 vs exact at {e['size']:,} (usearch, the engine's index, "
-                          f"{e['disk_mb']['semantic_mb']:,} MiB on disk): " + ", ".join(
-                f"{k} {v['recall@10']} ({v['ms_per_query_batched']} ms)" for k, v in rec.items() if k.startswith("ef"))
-                + "." + scanned]
+            scanned = (
+                " The engine searches an index of this size by an exact scan (recall 1); the graph's "
+                "figures are for reference."
+                if e.get("semantic_scan")
+                else ""
+            )
+            lines += [
+                "",
+                f"HNSW recall@10 vs exact at {e['size']:,} (usearch, the engine's index, "
+                f"{e['disk_mb']['semantic_mb']:,} MiB on disk): "
+                + ", ".join(
+                    f"{k} {v['recall@10']} ({v['ms_per_query_batched']} ms)"
+                    for k, v in rec.items()
+                    if k.startswith("ef")
+                )
+                + "."
+                + scanned,
+            ]
         beside = e.get("hnswlib_beside")
         if beside:
-            lines += ["", f"hnswlib over the same vectors at {e['size']:,} (M {beside['m']}, ef_construction "
-                          f"{beside['ef_construction']}, float32, built in {beside['build_s']} s, "
-                          f"{beside['index_mb']:,} MiB): " + ", ".join(
-                f"{k} {v['recall@10']} ({v['ms_per_query_batched']} ms)" for k, v in beside["recall"].items())]
+            lines += [
+                "",
+                f"hnswlib over the same vectors at {e['size']:,} (M {beside['m']}, ef_construction "
+                f"{beside['ef_construction']}, float32, built in {beside['build_s']} s, "
+                f"{beside['index_mb']:,} MiB): "
+                + ", ".join(
+                    f"{k} {v['recall@10']} ({v['ms_per_query_batched']} ms)" for k, v in beside["recall"].items()
+                ),
+            ]
     for e in result["sizes"]:
         per = e.get("store_bytes_per_record")
         if per:
-            lines += ["", f"Store bytes per record at {e['size']:,}: {per['total']:,} in all, {per['beyond_text']:,} "
-                          f"beyond the record's {per['text']:,} bytes of text; by table (indexes included): " + ", ".join(
-                              f"{name} {b:,}" for name, b in per["tables"].items())]
+            lines += [
+                "",
+                f"Store bytes per record at {e['size']:,}: {per['total']:,} in all, {per['beyond_text']:,} "
+                f"beyond the record's {per['text']:,} bytes of text; by table (indexes included): "
+                + ", ".join(f"{name} {b:,}" for name, b in per["tables"].items()),
+            ]
     load = result.get("load")
     if load:
         first = result["sizes"][0]["ratios_p50"] if result["sizes"] else {}
-        for name, label, key in (("single_client_search_hybrid", "SDK client", "mcp_hybrid"),
-                                 ("bare_http_search_hybrid", "bare HTTP client", "bare_http_hybrid")):
+        for name, label, key in (
+            ("single_client_search_hybrid", "SDK client", "mcp_hybrid"),
+            ("bare_http_search_hybrid", "bare HTTP client", "bare_http_hybrid"),
+        ):
             if f"{key}_over_raw_sum" in first:
                 sample = load[name]
-                lines += ["", f"MCP over HTTP, one {label}, hybrid search: p50 {sample['p50_ms']:.1f} ms, "
-                              f"p99 {sample['p99_ms']:.1f} ms; {first[f'{key}_over_raw_sum']} x the raw engines' "
-                              f"sum, {first[f'{key}_over_engine']} x the engine's own hybrid p50."]
+                lines += [
+                    "",
+                    f"MCP over HTTP, one {label}, hybrid search: p50 {sample['p50_ms']:.1f} ms, "
+                    f"p99 {sample['p99_ms']:.1f} ms; {first[f'{key}_over_raw_sum']} x the raw engines' "
+                    f"sum, {first[f'{key}_over_engine']} x the engine's own hybrid p50.",
+                ]
         lines += ["", "## Load run"]
         if "server_cpu_ms_per_call" in load:
-            lines += ["", f"{load['clients']} MCP SDK clients (one child process) against the server (this "
-                          f"process): {load['throughput_calls_per_s']} calls/s. CPU per call: server "
-                          f"{load['server_cpu_ms_per_call']} ms, clients {load['client_cpu_ms_per_call']} ms; at that "
-                          f"cost this machine's {result['environment']['cpu_count']} CPUs carry at most "
-                          f"{load['cpu_bound_calls_per_s']} calls/s, server and clients together."]
+            lines += [
+                "",
+                f"{load['clients']} MCP SDK clients (one child process) against the server (this "
+                f"process): {load['throughput_calls_per_s']} calls/s. CPU per call: server "
+                f"{load['server_cpu_ms_per_call']} ms, clients {load['client_cpu_ms_per_call']} ms; at that "
+                f"cost this machine's {result['environment']['cpu_count']} CPUs carry at most "
+                f"{load['cpu_bound_calls_per_s']} calls/s, server and clients together.",
+            ]
         lines += ["", "```", json.dumps(load, indent=1), "```"]
     for plot in plots:
         lines += ["", f"![{plot}]({plot})"]
@@ -836,11 +1052,15 @@ def service_memory_markdown(sizes: list[dict[str, Any]]) -> list[str]:
     rows = [e for e in sizes if e.get("service_memory")]
     if not rows:
         return []
-    lines = ["", "The service alone (`engram serve` on the size's directory, nothing else in the process; "
-                 "the bench-process column above also holds the model twice, earlier sizes and the vector file): "
-                 "resident MiB (anonymous + file-backed) after /readyz and after the searches, and its peak.", "",
-             "| records | ready s | RSS after ready | RSS after searches | peak RSS | searches answered |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        "The service alone (`engram serve` on the size's directory, nothing else in the process; "
+        "the bench-process column above also holds the model twice, earlier sizes and the vector file): "
+        "resident MiB (anonymous + file-backed) after /readyz and after the searches, and its peak.",
+        "",
+        "| records | ready s | RSS after ready | RSS after searches | peak RSS | searches answered |",
+        "|---|---|---|---|---|---|",
+    ]
     for e in rows:
         mem = e["service_memory"]
         if "skipped" in mem:
@@ -851,9 +1071,11 @@ def service_memory_markdown(sizes: list[dict[str, Any]]) -> list[str]:
             return f"{at['rss_mb']:,.0f} ({at['anon_mb']:,.0f} + {at['file_mb']:,.0f})"
 
         searches = mem["searches"]
-        lines.append(f"| {e['size']:,} | {mem['ready_s']} | {rss(mem['after_ready'])} | {rss(mem['after_searches'])} | "
-                     f"{mem['peak_mb']:,.0f} | {searches['answered']} / {searches['asked']} "
-                     f"({mem['searches_profile']}) |")
+        lines.append(
+            f"| {e['size']:,} | {mem['ready_s']} | {rss(mem['after_ready'])} | {rss(mem['after_searches'])} | "
+            f"{mem['peak_mb']:,.0f} | {searches['answered']} / {searches['asked']} "
+            f"({mem['searches_profile']}) |"
+        )
     return lines + first_calls_markdown(rows)
 
 
@@ -862,15 +1084,25 @@ def first_calls_markdown(rows: list[dict[str, Any]]) -> list[str]:
     timed = [e for e in rows if e["service_memory"].get("first_calls")]
     if not timed:
         return []
-    names = (("search", "search"), ("capture", "capture"), ("request_admission", "admission"),
-             ("search_after_admission", "search after an admission"))
-    lines = ["", "First calls after /readyz (the same server, one client, one call at a time): the first call "
-                 "of each kind, then the median and the slowest of the later ones, ms.", "",
-             "| records | " + " | ".join(f"{label}: first / later p50 / later max" for _, label in names) + " |",
-             "|---|" + "---|" * len(names)]
+    names = (
+        ("search", "search"),
+        ("capture", "capture"),
+        ("request_admission", "admission"),
+        ("search_after_admission", "search after an admission"),
+    )
+    lines = [
+        "",
+        "First calls after /readyz (the same server, one client, one call at a time): the first call "
+        "of each kind, then the median and the slowest of the later ones, ms.",
+        "",
+        "| records | " + " | ".join(f"{label}: first / later p50 / later max" for _, label in names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
     for e in timed:
         first = e["service_memory"]["first_calls"]
-        cells = [f"{f['first_ms']} / {f['later_p50_ms']} / {f['later_max_ms']}" if (f := first.get(name)) else "-"
-                 for name, _ in names]
+        cells = [
+            f"{f['first_ms']} / {f['later_p50_ms']} / {f['later_max_ms']}" if (f := first.get(name)) else "-"
+            for name, _ in names
+        ]
         lines.append(f"| {e['size']:,} | " + " | ".join(cells) + " |")
     return lines

@@ -6,7 +6,7 @@ Registered by ``service.cli`` as a plugin sub-app (``app``); heavy imports insid
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -21,29 +21,69 @@ app = typer.Typer(
 @app.callback(invoke_without_command=True)
 def bench(
     sizes: Annotated[str, typer.Option("--sizes", help="Comma-separated corpus sizes.")] = "10000,100000",
-    out: Annotated[Path, typer.Option("--out", help="Output directory (bench.json, report.md, plots).")] = Path("./bench-out"),
-    work: Annotated[Optional[Path], typer.Option("--work", help="Scratch directory for data (default OUT/work).")] = None,
-    queries: Annotated[int, typer.Option("--queries", min=10, help="Search queries timed per size (synthetic, drawn like the corpus).")] = 200,
+    out: Annotated[Path, typer.Option("--out", help="Output directory (bench.json, report.md, plots).")] = Path(
+        "./bench-out"
+    ),
+    work: Annotated[Path | None, typer.Option("--work", help="Scratch directory for data (default OUT/work).")] = None,
+    queries: Annotated[
+        int, typer.Option("--queries", min=10, help="Search queries timed per size (synthetic, drawn like the corpus).")
+    ] = 200,
     clients: Annotated[int, typer.Option("--clients", min=1, help="Concurrent MCP clients in the load run.")] = 8,
-    calls: Annotated[int, typer.Option("--calls", min=1, help="Client steps in the load run, in all (a capture step also requests admission).")] = 400,
+    calls: Annotated[
+        int,
+        typer.Option(
+            "--calls", min=1, help="Client steps in the load run, in all (a capture step also requests admission)."
+        ),
+    ] = 400,
     load: Annotated[bool, typer.Option("--load/--no-load", help="Run the MCP-over-HTTP load run.")] = True,
-    encoder_sample: Annotated[int, typer.Option("--encoder-sample", min=0, help="Records of real text ingested with the real model, against the encoder alone (0 skips).")] = 256,
-    batch_size: Annotated[Optional[int], typer.Option("--batch-size", min=1, help="Records per ingest transaction (default: size/20, 1,000 to 20,000).")] = None,
+    encoder_sample: Annotated[
+        int,
+        typer.Option(
+            "--encoder-sample",
+            min=0,
+            help="Records of real text ingested with the real model, against the encoder alone (0 skips).",
+        ),
+    ] = 256,
+    batch_size: Annotated[
+        int | None,
+        typer.Option("--batch-size", min=1, help="Records per ingest transaction (default: size/20, 1,000 to 20,000)."),
+    ] = None,
     keep: Annotated[bool, typer.Option("--keep/--no-keep", help="Keep the scratch data.")] = False,
-    reuse: Annotated[bool, typer.Option("--reuse/--no-reuse", help="Measure again on sizes already ingested in the scratch directory (implies --keep).")] = False,
+    reuse: Annotated[
+        bool,
+        typer.Option(
+            "--reuse/--no-reuse",
+            help="Measure again on sizes already ingested in the scratch directory (implies --keep).",
+        ),
+    ] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bars while ingesting.")] = True,
-    hnswlib_up_to: Annotated[int, typer.Option(
-        "--hnswlib-up-to", min=0,
-        help="At sizes up to this, also build hnswlib (the engine before usearch) over the same vectors and report "
-        "its recall@10, ms and bytes beside the engine's index (0: never; needs the eval extra).")] = 100_000,
-    service_searches: Annotated[int, typer.Option(
-        "--service-searches", min=0,
-        help="After each size, start `engram serve` alone on its directory and report that process's resident "
-        "memory after ready, after this many searches, and its peak (0: skip).")] = 100,
-    database_url: Annotated[Optional[str], typer.Option(
-        "--database-url", envvar="ENGRAM_DATABASE_URL",
-        help="Also compare stores at the first size: ingest rate and hybrid p50/p99 on SQLite, and on this "
-        "PostgreSQL database with one replica and with two (OUT/stores.json); each run uses a new scope.")] = None,
+    hnswlib_up_to: Annotated[
+        int,
+        typer.Option(
+            "--hnswlib-up-to",
+            min=0,
+            help="At sizes up to this, also build hnswlib (the engine before usearch) over the same vectors and report "
+            "its recall@10, ms and bytes beside the engine's index (0: never; needs the eval extra).",
+        ),
+    ] = 100_000,
+    service_searches: Annotated[
+        int,
+        typer.Option(
+            "--service-searches",
+            min=0,
+            help="After each size, start `engram serve` alone on its directory and report that process's resident "
+            "memory after ready, after this many searches, and its peak (0: skip).",
+        ),
+    ] = 100,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            envvar="ENGRAM_DATABASE_URL",
+            help="Also compare stores at the first size: ingest rate and hybrid p50/p99 on SQLite, and on this "
+            "PostgreSQL database with one replica and with two (OUT/stores.json); each run uses a new scope.",
+        ),
+    ] = None,
 ) -> None:
     """Run the benchmark for each size and write OUT/bench.json, OUT/report.md, OUT/cost_growth.png."""
     import shutil
@@ -60,10 +100,22 @@ def bench(
     scratch = work or out / "work"
     try:
         say = lambda m: console.print(m, markup=False, highlight=False)  # noqa: E731
-        result = run_bench(size_list, out, scratch, queries=queries, clients=clients, calls=calls,
-                           encoder_sample=encoder_sample, batch_size=batch_size, progress=progress, load=load,
-                           reuse=reuse, hnswlib_up_to=hnswlib_up_to, service_searches=service_searches,
-                           say=say)
+        result = run_bench(
+            size_list,
+            out,
+            scratch,
+            queries=queries,
+            clients=clients,
+            calls=calls,
+            encoder_sample=encoder_sample,
+            batch_size=batch_size,
+            progress=progress,
+            load=load,
+            reuse=reuse,
+            hnswlib_up_to=hnswlib_up_to,
+            service_searches=service_searches,
+            say=say,
+        )
         if database_url:
             import json
 
@@ -72,8 +124,9 @@ def bench(
             from .replica_bench import replica_bench
 
             encoder = MiniLMEncoder(scratch / "models")
-            stores = replica_bench(size_list[0], scratch, encoder, database_url, queries=queries,
-                                   batch_size=batch_size, say=say)
+            stores = replica_bench(
+                size_list[0], scratch, encoder, database_url, queries=queries, batch_size=batch_size, say=say
+            )
             stores["loadavg"] = result["environment"]["loadavg_at_start"]
             (out / "stores.json").write_text(json.dumps(stores, indent=2) + "\n")
     finally:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -23,25 +23,57 @@ app = typer.Typer(
 
 @app.callback(invoke_without_command=True)
 def eval_command(
-    dataset: Annotated[Path, typer.Option("--dataset", help="BEIR directory (corpus.jsonl, queries.jsonl, qrels/test.tsv).")],
-    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", "-d", help="Root of the per-collection engine directories (the embedding cache); default: <ENGRAM_DATA_DIR, else ./data>/eval.")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Output directory (default ./eval-out/<dataset>).")] = None,
-    channels: Annotated[str, typer.Option("--channels", help="Comma-separated: lexical,semantic,hybrid. With hybrid, naive RRF (k 60) of the same two channel lists also runs, as the baseline hybrid is tested against.")] = "lexical,semantic,hybrid",
+    dataset: Annotated[
+        Path, typer.Option("--dataset", help="BEIR directory (corpus.jsonl, queries.jsonl, qrels/test.tsv).")
+    ],
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir",
+            "-d",
+            help="Root of the per-collection engine directories (the embedding cache); default: <ENGRAM_DATA_DIR, else ./data>/eval.",
+        ),
+    ] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Output directory (default ./eval-out/<dataset>).")] = None,
+    channels: Annotated[
+        str,
+        typer.Option(
+            "--channels",
+            help="Comma-separated: lexical,semantic,hybrid. With hybrid, naive RRF (k 60) of the same two channel lists also runs, as the baseline hybrid is tested against.",
+        ),
+    ] = "lexical,semantic,hybrid",
     split: Annotated[str, typer.Option("--split", help="Judge with qrels/<SPLIT>.tsv.")] = "test",
-    context_turns: Annotated[int, typer.Option(
-        "--context-turns", min=0,
-        help="Ingest conversation turns with up to N neighbouring turns as context (own scope); 0 = off.")] = 0,
-    vectors: Annotated[Optional[Path], typer.Option(
-        "--vectors", help="Precomputed passage vectors (.npz, as engram ingest --vectors) for the ingested texts.")] = None,
-    save_hits: Annotated[bool, typer.Option(
-        "--save-hits",
-        help="Also write hits.json.gz: each judged query's lexical and semantic hits as fusion "
-             "receives them (the input of engram fusion-fit).")] = False,
-    raw_anchors: Annotated[bool, typer.Option(
-        "--raw-anchors",
-        help="Also run the raw engines alone (Tantivy BM25 and exact MiniLM over title + text, "
-             "RRF k 60 of their top 100: the data READMEs' anchors) and test hybrid against their "
-             "RRF query by query (embeds every document once more).")] = False,
+    context_turns: Annotated[
+        int,
+        typer.Option(
+            "--context-turns",
+            min=0,
+            help="Ingest conversation turns with up to N neighbouring turns as context (own scope); 0 = off.",
+        ),
+    ] = 0,
+    vectors: Annotated[
+        Path | None,
+        typer.Option(
+            "--vectors", help="Precomputed passage vectors (.npz, as engram ingest --vectors) for the ingested texts."
+        ),
+    ] = None,
+    save_hits: Annotated[
+        bool,
+        typer.Option(
+            "--save-hits",
+            help="Also write hits.json.gz: each judged query's lexical and semantic hits as fusion "
+            "receives them (the input of engram fusion-fit).",
+        ),
+    ] = False,
+    raw_anchors: Annotated[
+        bool,
+        typer.Option(
+            "--raw-anchors",
+            help="Also run the raw engines alone (Tantivy BM25 and exact MiniLM over title + text, "
+            "RRF k 60 of their top 100: the data READMEs' anchors) and test hybrid against their "
+            "RRF query by query (embeds every document once more).",
+        ),
+    ] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
 ) -> None:
     """Ingest DATASET (or reuse it), run every judged query, write report.json/.md, full TREC
@@ -70,10 +102,18 @@ def eval_command(
     if not (dataset / "qrels" / f"{split}.tsv").exists():
         typer.echo(f"engram eval: {dataset} has no qrels/{split}.tsv", err=True)
         raise typer.Exit(2)
-    report, details = run_relevance(dataset, data_dir / dataset.name, channels=chosen, progress=progress,
-                                    split=split, context_turns=context_turns, vectors=vectors, save_hits=save_hits,
-                                    raw_anchors=raw_anchors,
-                                    log=lambda m: console.print(m, markup=False, highlight=False))
+    report, details = run_relevance(
+        dataset,
+        data_dir / dataset.name,
+        channels=chosen,
+        progress=progress,
+        split=split,
+        context_turns=context_turns,
+        vectors=vectors,
+        save_hits=save_hits,
+        raw_anchors=raw_anchors,
+        log=lambda m: console.print(m, markup=False, highlight=False),
+    )
     write_outputs(out, report, details)
     console.print(markdown(report), markup=False, highlight=False)
     console.print(f"wrote {out}/report.json, per_query.json, report.md and plots")

@@ -29,8 +29,38 @@ import numpy as np
 
 from engram.index_data.records import DEFAULT_VALID_TIME_MS, IngestRecord
 
-_ONSETS = ["b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "z",
-           "br", "cr", "dr", "fl", "gr", "kl", "pl", "pr", "sh", "st", "th", "tr"]
+_ONSETS = [
+    "b",
+    "c",
+    "d",
+    "f",
+    "g",
+    "h",
+    "j",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "t",
+    "v",
+    "w",
+    "z",
+    "br",
+    "cr",
+    "dr",
+    "fl",
+    "gr",
+    "kl",
+    "pl",
+    "pr",
+    "sh",
+    "st",
+    "th",
+    "tr",
+]
 _VOWELS = ["a", "e", "i", "o", "u", "ai", "ea", "io", "ou"]
 _CODAS = ["", "n", "r", "s", "t", "l", "m", "x", "nd", "st"]
 
@@ -77,8 +107,9 @@ class SyntheticCorpus:
         self.vocab = _vocabulary(spec.vocab_size, rng)
         self.background_cdf = _zipf_cdf(spec.vocab_size, spec.zipf_s)
         topic_words = max(200, spec.vocab_size // 20)
-        self.topic_vocab = np.stack([rng.choice(spec.vocab_size, topic_words, replace=False)
-                                     for _ in range(spec.topics)])
+        self.topic_vocab = np.stack(
+            [rng.choice(spec.vocab_size, topic_words, replace=False) for _ in range(spec.topics)]
+        )
         self.topic_cdf = _zipf_cdf(topic_words, spec.zipf_s)
         centroids = rng.standard_normal((spec.topics, spec.dim)).astype(np.float32)
         self.centroids = centroids / np.linalg.norm(centroids, axis=1, keepdims=True)
@@ -102,8 +133,9 @@ class SyntheticCorpus:
         out = (mix + noise).astype(np.float32)
         return out / np.linalg.norm(out, axis=1, keepdims=True)
 
-    def _texts(self, rng: np.random.Generator, topics: np.ndarray, weights: np.ndarray,
-               lengths: np.ndarray) -> list[str]:
+    def _texts(
+        self, rng: np.random.Generator, topics: np.ndarray, weights: np.ndarray, lengths: np.ndarray
+    ) -> list[str]:
         total = int(lengths.sum())
         owner = np.repeat(np.arange(len(lengths)), lengths)
         from_background = rng.random(total) < self.spec.background
@@ -133,9 +165,14 @@ class SyntheticCorpus:
             vectors = self._vectors(rng, topics, weights)
             times = DEFAULT_VALID_TIME_MS + rng.integers(0, 365 * 86_400_000, size=n)
             records = [
-                IngestRecord(external_id=f"syn-{start + i}", text=texts[i],
-                             source_ref=f"synthetic:{spec.seed}/{start + i}", locator_scheme="synthetic",
-                             locator_value=str(start + i), valid_time_ms=int(times[i]))
+                IngestRecord(
+                    external_id=f"syn-{start + i}",
+                    text=texts[i],
+                    source_ref=f"synthetic:{spec.seed}/{start + i}",
+                    locator_scheme="synthetic",
+                    locator_value=str(start + i),
+                    valid_time_ms=int(times[i]),
+                )
                 for i in range(n)
             ]
             yield records, vectors

@@ -26,6 +26,9 @@ def require_eval_extra(command: str) -> None:
         if not found:
             missing.append(name)
     if missing:
-        typer.echo(f"engram {command}: needs the eval extra ({', '.join(missing)} missing): "
-                   "pip install 'sentropic-engram[eval]'", err=True)
+        typer.echo(
+            f"engram {command}: needs the eval extra ({', '.join(missing)} missing): "
+            "pip install 'sentropic-engram[eval]'",
+            err=True,
+        )
         raise typer.Exit(2)

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 app = typer.Typer(
     help="Fit the fusion constants (power of the normalised BM25, base weight and confidence gain) "
-         "on hits saved by engram eval --save-hits.",
+    "on hits saved by engram eval --save-hits.",
     invoke_without_command=True,
     no_args_is_help=True,
     add_completion=False,
@@ -23,13 +23,23 @@ app = typer.Typer(
 
 @app.callback(invoke_without_command=True)
 def fusion_fit(
-    hits: Annotated[list[Path], typer.Option(
-        "--hits", help="A hits.json.gz written by engram eval --save-hits; repeat once per collection "
-                       "(a collection and its +ctxN ingest are held out together).")],
-    out: Annotated[Optional[Path], typer.Option(
-        "--out", help="Write fit.json and fit.md into this directory (default: print only).")] = None,
-    step: Annotated[float, typer.Option(
-        "--step", min=0.01, max=0.25, help="Spacing of the fixed lexical weights each query is scored at.")] = 0.05,
+    hits: Annotated[
+        list[Path],
+        typer.Option(
+            "--hits",
+            help="A hits.json.gz written by engram eval --save-hits; repeat once per collection "
+            "(a collection and its +ctxN ingest are held out together).",
+        ),
+    ],
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write fit.json and fit.md into this directory (default: print only).")
+    ] = None,
+    step: Annotated[
+        float,
+        typer.Option(
+            "--step", min=0.01, max=0.25, help="Spacing of the fixed lexical weights each query is scored at."
+        ),
+    ] = 0.05,
 ) -> None:
     """Fit lexical_norm_power, base_lexical_weight and confidence_gain of the hybrid profile with
     leave-one-collection-out validation, and print each held-out collection's nDCG@10 beside the

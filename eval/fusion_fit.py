@@ -118,8 +118,9 @@ def weight_table(collection: CollectionHits, config: ProfileConfig, step: float)
         fixed = _with_fusion(config, base_lexical_weight=float(w), confidence_gain=0.0)
         per_query = _ndcg(collection, fixed)
         columns.append([per_query[q] for q in qids])
-    raw = _with_fusion(config, base_lexical_weight=0.0, confidence_gain=1.0,
-                       min_lexical_weight=-1.0, max_lexical_weight=2.0)
+    raw = _with_fusion(
+        config, base_lexical_weight=0.0, confidence_gain=1.0, min_lexical_weight=-1.0, max_lexical_weight=2.0
+    )
     difference = []
     for q in qids:
         h = collection.queries[q]
@@ -140,8 +141,10 @@ class Grid:
 
 def default_grid(fusion: FusionConfig) -> Grid:
     low, high = fusion.min_lexical_weight, fusion.max_lexical_weight
-    return Grid(bases=[round(x, 2) for x in np.arange(low, high + 0.005, 0.01)],
-                gains=[round(x, 2) for x in np.arange(0.0, 1.5 + 0.01, 0.02)])
+    return Grid(
+        bases=[round(x, 2) for x in np.arange(low, high + 0.005, 0.01)],
+        gains=[round(x, 2) for x in np.arange(0.0, 1.5 + 0.01, 0.02)],
+    )
 
 
 _Fit = tuple[float, float, float, float]  # power, base, gain, training mean
@@ -170,18 +173,29 @@ def best_pair(tables: Sequence[WeightTable], fusion: FusionConfig, grid: Grid) -
     return best
 
 
-def fit(collections: Sequence[CollectionHits], *, config: ProfileConfig = HYBRID_PROFILE.config,
-        step: float = 0.05, grid: Grid | None = None) -> dict[str, Any]:
+def fit(
+    collections: Sequence[CollectionHits],
+    *,
+    config: ProfileConfig = HYBRID_PROFILE.config,
+    step: float = 0.05,
+    grid: Grid | None = None,
+) -> dict[str, Any]:
     """Leave-one-collection-out fit; a JSON-ready report (see :func:`markdown`)."""
     fusion = config.fusion
     assert fusion is not None
     grid = grid or default_grid(fusion)
-    tables = {power: {c.name: weight_table(c, _with_fusion(config, lexical_norm_power=float(power)), step)
-                      for c in collections} for power in grid.powers}
+    tables = {
+        power: {
+            c.name: weight_table(c, _with_fusion(config, lexical_norm_power=float(power)), step) for c in collections
+        }
+        for power in grid.powers
+    }
     folds = sorted({c.fold for c in collections})
-    report: dict[str, Any] = {"profile": _constants(fusion.lexical_norm_power, fusion.base_lexical_weight,
-                                                    fusion.confidence_gain),
-                              "folds": [], "collections": {}}
+    report: dict[str, Any] = {
+        "profile": _constants(fusion.lexical_norm_power, fusion.base_lexical_weight, fusion.confidence_gain),
+        "folds": [],
+        "collections": {},
+    }
     for fold in folds:
         train = {p: [t[c.name] for c in collections if c.fold != fold] for p, t in tables.items()}
         if not any(train.values()):
@@ -221,9 +235,12 @@ def markdown(report: dict[str, Any]) -> str:
         f"Fitted on every collection: power {a['lexical_norm_power']}, base {a['base_lexical_weight']}, "
         f"gain {a['confidence_gain']}.",
         "",
-        "| held out | power | base | gain |", "|---|---|---|---|",
-        *[f"| {f['held_out']} | {f['lexical_norm_power']} | {f['base_lexical_weight']} | {f['confidence_gain']} |"
-          for f in report["folds"]],
+        "| held out | power | base | gain |",
+        "|---|---|---|---|",
+        *[
+            f"| {f['held_out']} | {f['lexical_norm_power']} | {f['base_lexical_weight']} | {f['confidence_gain']} |"
+            for f in report["folds"]
+        ],
         "",
         "| collection | profile nDCG@10 | held out (LOCO) | fitted on all | best fixed weight |",
         "|---|---|---|---|---|",

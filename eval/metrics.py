@@ -52,7 +52,8 @@ def evaluate(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Sequence[
     deep = {q: _scored(run.get(q, []), 100) for q in judged}
     top10 = {q: _scored(run.get(q, []), 10) for q in judged}
     main = pytrec_eval.RelevanceEvaluator(judged, {"ndcg_cut.10", "recall.100"}).evaluate(
-        {q: r for q, r in deep.items() if r})
+        {q: r for q, r in deep.items() if r}
+    )
     mrr = pytrec_eval.RelevanceEvaluator(judged, {"recip_rank"}).evaluate({q: r for q, r in top10.items() if r})
     out: dict[str, dict[str, float]] = {}
     for q in judged:
@@ -71,8 +72,9 @@ def mean_metrics(per_query: Mapping[str, Mapping[str, float]]) -> dict[str, floa
     return {m: round(fmean(v[m] for v in per_query.values()), 4) for m in METRICS}
 
 
-def paired_randomization(a: Sequence[float], b: Sequence[float], *, trials: int = 10_000,
-                         seed: int = 0) -> dict[str, float]:
+def paired_randomization(
+    a: Sequence[float], b: Sequence[float], *, trials: int = 10_000, seed: int = 0
+) -> dict[str, float]:
     """Two-sided paired randomisation test of mean(a) - mean(b) over the same queries.
 
     Each trial flips the sign of every per-query difference with probability 1/2; ``p``

@@ -59,7 +59,9 @@ def reciprocal_rank_fusion(*lists: Sequence[str], k: int = RRF_K) -> list[str]:
     return sorted(fused, key=lambda d: (-fused[d], d))
 
 
-def raw_runs(docs: Sequence[tuple[str, str]], queries: Mapping[str, str], encoder: Any) -> dict[str, dict[str, list[str]]]:
+def raw_runs(
+    docs: Sequence[tuple[str, str]], queries: Mapping[str, str], encoder: Any
+) -> dict[str, dict[str, list[str]]]:
     """``raw_bm25``, ``raw_minilm`` and ``raw_rrf`` runs (query id -> doc ids, best
     first) of ``queries`` over ``docs`` ((id, title + text) pairs); ``encoder`` is the
     service's model (:class:`ranking.Encoder`), unit vectors out."""
@@ -70,8 +72,9 @@ def raw_runs(docs: Sequence[tuple[str, str]], queries: Mapping[str, str], encode
     bm25 = _bm25(docs)
     ids = [doc_id for doc_id, _ in docs]
     texts = [text for _, text in docs]
-    matrix = np.vstack([np.asarray(encoder.encode(texts[i : i + _BATCH]), dtype=np.float32)
-                        for i in range(0, len(texts), _BATCH)])
+    matrix = np.vstack(
+        [np.asarray(encoder.encode(texts[i : i + _BATCH]), dtype=np.float32) for i in range(0, len(texts), _BATCH)]
+    )
     vectors = np.asarray(encoder.encode([queries[q] for q in qids]), dtype=np.float32)
     for qid, vector in zip(qids, vectors):
         lexical = bm25(queries[qid])

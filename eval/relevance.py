@@ -52,15 +52,16 @@ from engram.index_data.ingest import ingest_corpus
 from engram.index_data.readers import VectorSource, read_beir, with_context
 from engram.index_data.records import DEFAULT_PURPOSE, RefusedRecord, record_id_for
 from engram.ranking import HYBRID_PROFILE, Profile
-from engram.ranking.ranker import ChannelHits
 from engram.ranking.profiles import FieldWeights, FusionConfig, FusionMethod, SemanticConfig
+from engram.ranking.ranker import ChannelHits
 from engram.service.engine import CallContext
 from engram.service.engine.clock import now_ms
 from engram.service.engine.records import scope_key
 from engram.service.engine.search import CANDIDATE_CAP
 
 from .metrics import METRICS, NDCG10, evaluate, load_qrels, mean_metrics, paired_randomization
-from .raw_engines import RUNS as RAW_RUNS, raw_runs
+from .raw_engines import RUNS as RAW_RUNS
+from .raw_engines import raw_runs
 from .report import label
 
 CHANNELS = ("lexical", "semantic", "hybrid")
@@ -89,8 +90,9 @@ SEMANTIC_ONLY = Profile(
 NAIVE_RRF = Profile(
     name="eval_naive_rrf",
     version="1",
-    config=replace(HYBRID_PROFILE.config,
-                   fusion=FusionConfig(method=FusionMethod.RRF, semantic_only_min_similarity=None)),
+    config=replace(
+        HYBRID_PROFILE.config, fusion=FusionConfig(method=FusionMethod.RRF, semantic_only_min_similarity=None)
+    ),
 )
 
 
@@ -109,15 +111,25 @@ def eval_scope(name: str) -> tuple[str, str]:
 
 
 def eval_context(scope: tuple[str, str], purpose: str = DEFAULT_PURPOSE) -> CallContext:
-    return CallContext(tenant=scope[0], workspace=scope[1], principal="eval:runner",
-                       agent_id="engram-eval", session="eval_" + uuid.uuid4().hex[:12], purpose=purpose)
+    return CallContext(
+        tenant=scope[0],
+        workspace=scope[1],
+        principal="eval:runner",
+        agent_id="engram-eval",
+        session="eval_" + uuid.uuid4().hex[:12],
+        purpose=purpose,
+    )
 
 
-def engine_search(engine: Any, ctx: CallContext, query: str, minimum_channels: str,
-                  depth: int = DEPTH) -> tuple[list[str], dict[str, Any]]:
+def engine_search(
+    engine: Any, ctx: CallContext, query: str, minimum_channels: str, depth: int = DEPTH
+) -> tuple[list[str], dict[str, Any]]:
     """Record ids in rank order, to ``depth``, through ``engram_memory_search`` paging."""
     args: dict[str, Any] = {
-        "query": query, "purpose_ref": ctx.purpose, "limit": PAGE_LIMIT, "max_packet_bytes": MAX_PACKET,
+        "query": query,
+        "purpose_ref": ctx.purpose,
+        "limit": PAGE_LIMIT,
+        "max_packet_bytes": MAX_PACKET,
         "capability_policy": {"minimum_channels": minimum_channels, "network": "forbid"},
     }
     ids: list[str] = []
@@ -148,8 +160,12 @@ def _latency(samples: Sequence[float]) -> dict[str, float]:
     def pct(p: float) -> float:
         return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))] * 1000
 
-    return {"total_s": round(sum(samples), 3), "mean_ms": round(statistics.fmean(samples) * 1000, 2),
-            "p50_ms": round(pct(50), 2), "p95_ms": round(pct(95), 2)}
+    return {
+        "total_s": round(sum(samples), 3),
+        "mean_ms": round(statistics.fmean(samples) * 1000, 2),
+        "p50_ms": round(pct(50), 2),
+        "p95_ms": round(pct(95), 2),
+    }
 
 
 def _progress(enabled: bool):  # noqa: ANN202
@@ -158,8 +174,13 @@ def _progress(enabled: bool):  # noqa: ANN202
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), console=Console(stderr=True))
+    bar = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+    )
     bar.start()
     return bar
 
@@ -226,8 +247,9 @@ def run_relevance(
     try:
         say(f"[{name}] ingesting {len(docs)} documents into {scope[0]}/{scope[1]}")
         source = VectorSource.load(vectors) if vectors is not None else None
-        report = ingest_corpus(engine, scope, docs, vectors=source, batch_size=batch_size, progress=progress,
-                               total=len(docs))
+        report = ingest_corpus(
+            engine, scope, docs, vectors=source, batch_size=batch_size, progress=progress, total=len(docs)
+        )
         timings["ingest"] = report.as_dict()
         ctx = eval_context(scope)
         bar = _progress(progress)
@@ -242,17 +264,18 @@ def run_relevance(
                         t = time.perf_counter()
                         if channel == "hybrid":
                             ids, receipt = engine_search(engine, ctx, text, "lexical_and_semantic")
-                            receipts.setdefault(channel, {"profile": receipt.get("profile"),
-                                                          "channels": receipt.get("channels")})
+                            receipts.setdefault(
+                                channel, {"profile": receipt.get("profile"), "channels": receipt.get("channels")}
+                            )
                         else:
                             profile = SEMANTIC_ONLY if channel == "semantic" else NAIVE_RRF
                             # naive RRF sees the candidates a search gives fusion (CANDIDATE_CAP)
                             cap = DEPTH if channel == "semantic" else CANDIDATE_CAP
-                            ranked = engine.ranker.search(key, text, profile, valid_as_of_ms=now_ms(),
-                                                          candidate_cap=cap)
+                            ranked = engine.ranker.search(
+                                key, text, profile, valid_as_of_ms=now_ms(), candidate_cap=cap
+                            )
                             ids = [c.record_id for c in ranked.candidates[:DEPTH]]
-                            receipts.setdefault(channel, {"profile": profile.name,
-                                                          "channels": list(ranked.channels)})
+                            receipts.setdefault(channel, {"profile": profile.name, "channels": list(ranked.channels)})
                         samples.append(time.perf_counter() - t)
                         run[qid] = [rid_to_doc.get(r, r) for r in ids]
                         if save_hits and channel == "hybrid":
@@ -285,8 +308,7 @@ def run_relevance(
                 t = time.perf_counter()
                 ids, receipt = engine_search(lexical_engine, ctx, text, "lexical")
                 samples.append(time.perf_counter() - t)
-                receipts.setdefault("lexical", {"profile": receipt.get("profile"),
-                                                "channels": receipt.get("channels")})
+                receipts.setdefault("lexical", {"profile": receipt.get("profile"), "channels": receipt.get("channels")})
                 run[qid] = [rid_to_doc.get(r, r) for r in ids]
                 if bar:
                     bar.advance(task)
@@ -306,8 +328,10 @@ def run_relevance(
         "baselines": {c: mean_metrics(per_query[c]) for c in BASELINES if c in per_query},
         "significance": {
             f"hybrid_vs_{c}": paired_randomization(
-                [per_query["hybrid"][q][NDCG10] for q in judged], [per_query[c][q][NDCG10] for q in judged])
-            for c in PAIRED if "hybrid" in per_query and c in per_query
+                [per_query["hybrid"][q][NDCG10] for q in judged], [per_query[c][q][NDCG10] for q in judged]
+            )
+            for c in PAIRED
+            if "hybrid" in per_query and c in per_query
         },
         "split": split,
         "context_turns": context_turns,

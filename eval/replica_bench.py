@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from engram.index_data.ingest import ingest_corpus
 from engram.index_data.readers import VectorSource
@@ -26,8 +27,16 @@ from .bench import PURPOSE, bench_context, corpus_spec, percentiles, search_args
 from .corpus_gen import SyntheticCorpus
 
 
-def replica_bench(size: int, work: Path, encoder: Any, database_url: str, *, queries: int,
-                  batch_size: int | None, say: Callable[[str], None] = print) -> dict[str, Any]:
+def replica_bench(
+    size: int,
+    work: Path,
+    encoder: Any,
+    database_url: str,
+    *,
+    queries: int,
+    batch_size: int | None,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """Ingest rate and hybrid p50/p99: SQLite, PostgreSQL with one replica, and two."""
     from engram.service.engine.engine import Engine
 
@@ -44,18 +53,33 @@ def replica_bench(size: int, work: Path, encoder: Any, database_url: str, *, que
 
     def hybrid(engines: list[Any]) -> dict[str, float]:
         turn = iter(range(1 << 30))
-        return percentiles(timed(
-            lambda q: engines[next(turn) % len(engines)].execute(
-                "engram_memory_search", ctx, search_args(q, "lexical_and_semantic")), texts))
+        return percentiles(
+            timed(
+                lambda q: engines[next(turn) % len(engines)].execute(
+                    "engram_memory_search", ctx, search_args(q, "lexical_and_semantic")
+                ),
+                texts,
+            )
+        )
 
     for name, url in (("sqlite", None), ("postgres", database_url)):
         say(f"[stores n={size}] {name}: ingest")
         engine = Engine.open(root / name / "a", encoder=encoder, database_url=url, key_dir=root / name / "keys")
         engine.set_tenant_enabled(scope[0], True)
-        report = ingest_corpus(engine, scope, corpus.records(), vectors=VectorSource(vectors),
-                               batch_size=batch, progress=False, total=size, purpose_ref=PURPOSE)
-        entry: dict[str, Any] = {"ingest_records_per_s": round(report.ingested_per_s, 1),
-                                 "hybrid_one_replica": hybrid([engine])}
+        report = ingest_corpus(
+            engine,
+            scope,
+            corpus.records(),
+            vectors=VectorSource(vectors),
+            batch_size=batch,
+            progress=False,
+            total=size,
+            purpose_ref=PURPOSE,
+        )
+        entry: dict[str, Any] = {
+            "ingest_records_per_s": round(report.ingested_per_s, 1),
+            "hybrid_one_replica": hybrid([engine]),
+        }
         if url is not None:
             say(f"[stores n={size}] {name}: a second replica catches up from the journal")
             t = time.perf_counter()

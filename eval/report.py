@@ -52,15 +52,16 @@ def _plots(out: Path, report: dict[str, Any], details: dict[str, Any]) -> list[s
 
     per_query = details["per_query"]
     if "hybrid" in per_query and "lexical" in per_query:
-        diffs = sorted(per_query["hybrid"][q][NDCG10] - per_query["lexical"][q][NDCG10]
-                       for q in per_query["hybrid"])
+        diffs = sorted(per_query["hybrid"][q][NDCG10] - per_query["lexical"][q][NDCG10] for q in per_query["hybrid"])
         fig, ax = plt.subplots(figsize=(7, 3.5))
-        ax.bar(range(len(diffs)), diffs, width=1.0,
-               color=["tab:red" if d < 0 else "tab:green" for d in diffs])
+        ax.bar(range(len(diffs)), diffs, width=1.0, color=["tab:red" if d < 0 else "tab:green" for d in diffs])
         ax.axhline(0, color="black", linewidth=0.6)
         better, worse = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
-        ax.set_title(f"{report['dataset']}: nDCG@10 hybrid - lexical per query "
-                     f"({better} better, {worse} worse, {len(diffs) - better - worse} equal)", fontsize=9)
+        ax.set_title(
+            f"{report['dataset']}: nDCG@10 hybrid - lexical per query "
+            f"({better} better, {worse} worse, {len(diffs) - better - worse} equal)",
+            fontsize=9,
+        )
         ax.set_xlabel("queries, sorted")
         ax.set_ylabel("delta nDCG@10")
         fig.tight_layout()
@@ -71,28 +72,47 @@ def _plots(out: Path, report: dict[str, Any], details: dict[str, Any]) -> list[s
 
 
 def markdown(report: dict[str, Any], details: dict[str, Any] | None = None, plots: list[str] | None = None) -> str:
-    lines = [f"# Relevance: {report['dataset']}", "",
-             f"{report['docs']} documents, {report['queries']} judged queries.", "",
-             "| channel | nDCG@10 | recall@100 | MRR@10 | mean ms/query |", "|---|---|---|---|---|"]
+    lines = [
+        f"# Relevance: {report['dataset']}",
+        "",
+        f"{report['docs']} documents, {report['queries']} judged queries.",
+        "",
+        "| channel | nDCG@10 | recall@100 | MRR@10 | mean ms/query |",
+        "|---|---|---|---|---|",
+    ]
     for channel, values in [*report["channels"].items(), *report.get("baselines", {}).items()]:
         ms = report["timings"].get(channel, {}).get("mean_ms", "")
-        lines.append(f"| {channel} | {values['ndcg@10']:.3f} | {values['recall@100']:.3f} | "
-                     f"{values['mrr@10']:.3f} | {ms} |")
+        lines.append(
+            f"| {channel} | {values['ndcg@10']:.3f} | {values['recall@100']:.3f} | {values['mrr@10']:.3f} | {ms} |"
+        )
     ref = REFERENCE.get(report["dataset"])
     if ref:
-        lines += ["", f"Raw-engine reference nDCG@10 (data README): BM25 {ref[0]:.3f}, "
-                      f"MiniLM exact {ref[1]:.3f}, naive RRF {ref[2]:.3f}."]
+        lines += [
+            "",
+            f"Raw-engine reference nDCG@10 (data README): BM25 {ref[0]:.3f}, "
+            f"MiniLM exact {ref[1]:.3f}, naive RRF {ref[2]:.3f}.",
+        ]
     if details:
-        lines += ["", "Profiles used: " + ", ".join(
-            f"{c} = `{v.get('profile')}` ({'+'.join(v.get('channels') or [])})"
-            for c, v in details.get("profiles", {}).items())]
+        lines += [
+            "",
+            "Profiles used: "
+            + ", ".join(
+                f"{c} = `{v.get('profile')}` ({'+'.join(v.get('channels') or [])})"
+                for c, v in details.get("profiles", {}).items()
+            ),
+        ]
     for pair, test in report.get("significance", {}).items():
-        lines += ["", f"{pair.replace('_', ' ')}: delta nDCG@10 {test['delta']:+.4f}, "
-                      f"paired randomisation p = {test['p']:.4f}"]
+        lines += [
+            "",
+            f"{pair.replace('_', ' ')}: delta nDCG@10 {test['delta']:+.4f}, paired randomisation p = {test['p']:.4f}",
+        ]
     ingest = report["timings"].get("ingest", {})
     if ingest:
-        lines += ["", f"Ingest: {ingest.get('ingested', 0)} new records, {ingest.get('skipped_existing', 0)} "
-                      f"already present, refused {ingest.get('refused', {})}, {ingest.get('seconds')} s."]
+        lines += [
+            "",
+            f"Ingest: {ingest.get('ingested', 0)} new records, {ingest.get('skipped_existing', 0)} "
+            f"already present, refused {ingest.get('refused', {})}, {ingest.get('seconds')} s.",
+        ]
     for plot in plots or []:
         lines += ["", f"![{plot}]({plot})"]
     return "\n".join(lines) + "\n"
@@ -100,8 +120,11 @@ def markdown(report: dict[str, Any], details: dict[str, Any] | None = None, plot
 
 def trec_run(run: dict[str, list[str]], tag: str) -> str:
     """A run in TREC format (``qid Q0 docid rank score tag``), every returned rank."""
-    lines = [f"{qid} Q0 {doc} {rank} {len(ranked) - rank + 1} {tag}"
-             for qid, ranked in sorted(run.items()) for rank, doc in enumerate(ranked, start=1)]
+    lines = [
+        f"{qid} Q0 {doc} {rank} {len(ranked) - rank + 1} {tag}"
+        for qid, ranked in sorted(run.items())
+        for rank, doc in enumerate(ranked, start=1)
+    ]
     return "\n".join(lines) + ("\n" if lines else "")
 
 
@@ -135,15 +158,17 @@ def results_table(reports: list[dict[str, Any]]) -> str:
     for channel in ("lexical", "semantic", "hybrid"):
         head.append(f" {channel} nDCG@10 | {channel} R@100 | {channel} MRR@10 |")
         sep.append("---|---|---|")
-    head.append(" raw BM25 nDCG@10 | naive RRF nDCG@10 | hybrid - best channel (p) |"
-                " RRF of the channels nDCG@10 | hybrid - it (p) | hybrid - raw engines' RRF (p) |")
+    head.append(
+        " raw BM25 nDCG@10 | naive RRF nDCG@10 | hybrid - best channel (p) |"
+        " RRF of the channels nDCG@10 | hybrid - it (p) | hybrid - raw engines' RRF (p) |"
+    )
     sep.append("---|---|---|---|---|---|")
     lines = ["".join(head), "".join(sep)]
     for rep in reports:
         row = f"| {label(rep)} | {rep['docs']:,} | {rep['queries']} |"
         for channel in ("lexical", "semantic", "hybrid"):
             v = rep["channels"].get(channel)
-            row += (f" {v['ndcg@10']:.3f} | {v['recall@100']:.3f} | {v['mrr@10']:.3f} |" if v else " - | - | - |")
+            row += f" {v['ndcg@10']:.3f} | {v['recall@100']:.3f} | {v['mrr@10']:.3f} |" if v else " - | - | - |"
         ref = REFERENCE.get(rep["dataset"])
         row += f" {ref[0]:.3f} | {ref[2]:.3f} |" if ref else " - | - |"
         tests = rep.get("significance", {})

@@ -29,8 +29,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 #: Fields of /proc/<pid>/status reported, in MiB.
 STATUS_FIELDS = {"VmRSS": "rss_mb", "RssAnon": "anon_mb", "RssFile": "file_mb", "VmHWM": "peak_mb"}
@@ -67,10 +68,20 @@ def _seed_model_cache(model_cache: Path | None, data_dir: Path) -> None:
             shutil.copyfile(source, target / source.name)
 
 
-def measure_service(data_dir: Path, scope: tuple[str, str], purpose: str, texts: list[str], *,
-                    model: bool, model_cache: Path | None = None, searches: int = 100,
-                    capture_args: Callable[[int], dict[str, Any]] | None = None, mutations: int = 5,
-                    ready_timeout_s: float = 3600.0, say: Callable[[str], None] = print) -> dict[str, Any]:
+def measure_service(
+    data_dir: Path,
+    scope: tuple[str, str],
+    purpose: str,
+    texts: list[str],
+    *,
+    model: bool,
+    model_cache: Path | None = None,
+    searches: int = 100,
+    capture_args: Callable[[int], dict[str, Any]] | None = None,
+    mutations: int = 5,
+    ready_timeout_s: float = 3600.0,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """Start `engram serve` on ``data_dir`` (its tenant enabled, no other process
     holding it), wait for ready, run ``searches`` searches of ``scope`` (hybrid with the
     model, lexical without it), then, given ``capture_args`` (the arguments of the n-th
@@ -86,10 +97,26 @@ def measure_service(data_dir: Path, scope: tuple[str, str], purpose: str, texts:
     secret = secrets.token_hex(32)
     port = _free_port()
     root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "ENGRAM_HOST_SECRET": secret,
-           "PYTHONPATH": os.pathsep.join([str(root), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    command = [sys.executable, "-m", "engram.service.cli", "serve", "-d", str(data_dir), "--port", str(port),
-               "--rate", "0", "--log-level", "warning", "--model" if model else "--no-model"]
+    env = {
+        **os.environ,
+        "ENGRAM_HOST_SECRET": secret,
+        "PYTHONPATH": os.pathsep.join([str(root), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "engram.service.cli",
+        "serve",
+        "-d",
+        str(data_dir),
+        "--port",
+        str(port),
+        "--rate",
+        "0",
+        "--log-level",
+        "warning",
+        "--model" if model else "--no-model",
+    ]
     minimum = "lexical_and_semantic" if model else "lexical"
     base = f"http://127.0.0.1:{port}"
     log = data_dir.parent / "service-memory.log"
@@ -102,8 +129,10 @@ def measure_service(data_dir: Path, scope: tuple[str, str], purpose: str, texts:
             deadline = time.monotonic() + ready_timeout_s
             while True:
                 if proc.poll() is not None:
-                    return {**out, "skipped": f"server exited with {proc.returncode}: "
-                                              + log.read_text(errors="replace")[-500:]}
+                    return {
+                        **out,
+                        "skipped": f"server exited with {proc.returncode}: " + log.read_text(errors="replace")[-500:],
+                    }
                 try:
                     if http.get(base + "/readyz").status_code == 200:
                         break
@@ -115,30 +144,55 @@ def measure_service(data_dir: Path, scope: tuple[str, str], purpose: str, texts:
             out["ready_s"] = round(time.perf_counter() - started, 1)
             out["after_ready"] = process_memory(proc.pid)
             say(f"service ready in {out['ready_s']} s: {out['after_ready']}")
-            token = mint_token({"tenant": scope[0], "workspace": scope[1], "principal": "bench:memory",
-                                "agent_id": "engram-bench", "session": "s-memory", "purpose": purpose,
-                                "tools": [SEARCH, CAPTURE, REQUEST_ADMISSION], "confirm": []},
-                               secret.encode(), ttl_s=24 * 3600)
-            headers = {HEADER: token, "Accept": "application/json, text/event-stream",
-                       "Content-Type": "application/json", "MCP-Protocol-Version": PROTOCOL}
+            token = mint_token(
+                {
+                    "tenant": scope[0],
+                    "workspace": scope[1],
+                    "principal": "bench:memory",
+                    "agent_id": "engram-bench",
+                    "session": "s-memory",
+                    "purpose": purpose,
+                    "tools": [SEARCH, CAPTURE, REQUEST_ADMISSION],
+                    "confirm": [],
+                },
+                secret.encode(),
+                ttl_s=24 * 3600,
+            )
+            headers = {
+                HEADER: token,
+                "Accept": "application/json, text/event-stream",
+                "Content-Type": "application/json",
+                "MCP-Protocol-Version": PROTOCOL,
+            }
             meta = _request_meta()
             timings: dict[str, list[float]] = {}
 
             def call(tool: str, args: dict[str, Any], timed_as: str) -> dict[str, Any] | None:
                 """The tool's value, or None when it failed; the call's ms go to ``timed_as``."""
-                body = {"jsonrpc": "2.0", "id": sum(map(len, timings.values())), "method": "tools/call",
-                        "params": {"name": tool, "_meta": meta, "arguments": args}}
+                body = {
+                    "jsonrpc": "2.0",
+                    "id": sum(map(len, timings.values())),
+                    "method": "tools/call",
+                    "params": {"name": tool, "_meta": meta, "arguments": args},
+                }
                 started_at = time.perf_counter()
-                response = http.post(base + "/mcp", content=json.dumps(body),
-                                     headers={**headers, "Mcp-Method": "tools/call", "Mcp-Name": tool})
+                response = http.post(
+                    base + "/mcp",
+                    content=json.dumps(body),
+                    headers={**headers, "Mcp-Method": "tools/call", "Mcp-Name": tool},
+                )
                 timings.setdefault(timed_as, []).append((time.perf_counter() - started_at) * 1000)
                 if response.status_code != 200 or '"ok":true' not in response.text:
                     return None
                 return response.json()["result"]["structuredContent"]["output"]["value"]
 
             def search(n: int, timed_as: str) -> bool:
-                args = {"query": texts[n % len(texts)], "purpose_ref": purpose, "limit": 10,
-                        "capability_policy": {"minimum_channels": minimum, "network": "forbid"}}
+                args = {
+                    "query": texts[n % len(texts)],
+                    "purpose_ref": purpose,
+                    "limit": 10,
+                    "capability_policy": {"minimum_channels": minimum, "network": "forbid"},
+                }
                 return call(SEARCH, args, timed_as) is not None
 
             answered = sum(search(n, "search") for n in range(searches))
@@ -149,17 +203,25 @@ def measure_service(data_dir: Path, scope: tuple[str, str], purpose: str, texts:
                 captured = call(CAPTURE, capture_args(n), "capture")
                 if captured is None:
                     continue
-                decided = call(REQUEST_ADMISSION, {"candidate_id": captured["candidate_id"],
-                                                   "idempotency_key": f"bench-first-{uuid.uuid4().hex}"},
-                               "request_admission")
+                decided = call(
+                    REQUEST_ADMISSION,
+                    {"candidate_id": captured["candidate_id"], "idempotency_key": f"bench-first-{uuid.uuid4().hex}"},
+                    "request_admission",
+                )
                 admitted += bool(decided and decided["outcome"]["status"] == "accepted")
                 search(searches + n, "search_after_admission")
             if capture_args is not None:
                 out["mutations"] = {"rounds": mutations, "admitted": admitted}
             out["first_calls"] = {
-                name: {"first_ms": round(ms[0], 1), "later_p50_ms": round(statistics.median(ms[1:]), 1),
-                       "later_max_ms": round(max(ms[1:]), 1), "calls": len(ms)}
-                for name, ms in timings.items() if len(ms) > 1}
+                name: {
+                    "first_ms": round(ms[0], 1),
+                    "later_p50_ms": round(statistics.median(ms[1:]), 1),
+                    "later_max_ms": round(max(ms[1:]), 1),
+                    "calls": len(ms),
+                }
+                for name, ms in timings.items()
+                if len(ms) > 1
+            }
             out["peak_mb"] = process_memory(proc.pid)["peak_mb"]
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -174,5 +236,8 @@ def measure_service(data_dir: Path, scope: tuple[str, str], purpose: str, texts:
 def _request_meta() -> dict[str, Any]:
     import mcp_types
 
-    return {mcp_types.PROTOCOL_VERSION_META_KEY: PROTOCOL, mcp_types.CLIENT_CAPABILITIES_META_KEY: {},
-            mcp_types.CLIENT_INFO_META_KEY: {"name": "engram-bench", "version": "1"}}
+    return {
+        mcp_types.PROTOCOL_VERSION_META_KEY: PROTOCOL,
+        mcp_types.CLIENT_CAPABILITIES_META_KEY: {},
+        mcp_types.CLIENT_INFO_META_KEY: {"name": "engram-bench", "version": "1"},
+    }

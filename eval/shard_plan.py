@@ -52,16 +52,26 @@ def plan(scopes: int, records: int, replica_gib: int, *, zipf_s: float = 1.1, us
                 break
         else:
             fills.append(size)
-    return Plan(records, replica_gib, capacity, int(sizes.max()), split, len(fills),
-                math.ceil(int(sizes.sum()) / capacity), round(float(np.median(fills)) / capacity, 2))
+    return Plan(
+        records,
+        replica_gib,
+        capacity,
+        int(sizes.max()),
+        split,
+        len(fills),
+        math.ceil(int(sizes.sum()) / capacity),
+        round(float(np.median(fills)) / capacity, 2),
+    )
 
 
 def main() -> None:
     print("records | replica GiB | records/group | largest scope | scopes split | groups | lower bound | median fill")
     for records, gib in ((50_000_000, 64), (50_000_000, 32), (200_000_000, 64)):
         p = plan(10_000, records, gib)
-        print(f"{p.records:,} | {p.replica_gib} | {p.group_capacity:,} | {p.largest_scope:,} | {p.split_scopes}"
-              f" | {p.groups} | {p.lower_bound} | {p.median_fill}")
+        print(
+            f"{p.records:,} | {p.replica_gib} | {p.group_capacity:,} | {p.largest_scope:,} | {p.split_scopes}"
+            f" | {p.groups} | {p.lower_bound} | {p.median_fill}"
+        )
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -27,32 +27,49 @@ app = typer.Typer(
 
 @app.callback(invoke_without_command=True)
 def ingest(
-    dataset: Annotated[Path, typer.Argument(
-        help="BEIR directory (corpus.jsonl) or record JSONL file (an `engram admin export` file too).")],
-    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", "-d", help=field_help("data_dir"),
-                                                     show_default=False)] = None,
-    database_url: Annotated[Optional[str], typer.Option("--database-url", help=field_help("database_url"),
-                                                        show_default=False)] = None,
-    key_dir: Annotated[Optional[Path], typer.Option("--key-dir", help=field_help("key_dir"),
-                                                    show_default=False)] = None,
-    device: Annotated[Optional[Device], typer.Option("--device", help=field_help("device"),
-                                                     show_default=False)] = None,
+    dataset: Annotated[
+        Path,
+        typer.Argument(help="BEIR directory (corpus.jsonl) or record JSONL file (an `engram admin export` file too)."),
+    ],
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", "-d", help=field_help("data_dir"), show_default=False)
+    ] = None,
+    database_url: Annotated[
+        str | None, typer.Option("--database-url", help=field_help("database_url"), show_default=False)
+    ] = None,
+    key_dir: Annotated[Path | None, typer.Option("--key-dir", help=field_help("key_dir"), show_default=False)] = None,
+    device: Annotated[Device | None, typer.Option("--device", help=field_help("device"), show_default=False)] = None,
     tenant: Annotated[str, typer.Option("--tenant", help="Tenant of the target scope.")] = "default",
     workspace: Annotated[str, typer.Option("--workspace", help="Workspace of the target scope.")] = "default",
-    vectors: Annotated[Optional[Path], typer.Option(
-        "--vectors", help=".npy (one row per document) or .npz (vectors + offsets per passage).")] = None,
+    vectors: Annotated[
+        Path | None,
+        typer.Option("--vectors", help=".npy (one row per document) or .npz (vectors + offsets per passage)."),
+    ] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Records per store transaction.")] = 512,
-    depth: Annotated[int, typer.Option("--depth", min=1, help="Batches each pipeline queue holds (prepared "
-                                       "awaiting the encoder, embedded awaiting the writer).")] = 2,
+    depth: Annotated[
+        int,
+        typer.Option(
+            "--depth",
+            min=1,
+            help="Batches each pipeline queue holds (prepared awaiting the encoder, embedded awaiting the writer).",
+        ),
+    ] = 2,
     purpose: Annotated[str, typer.Option("--purpose", help="purpose_ref written in each payload.")] = "purpose:ingest",
-    model: Annotated[bool, typer.Option("--model/--no-model",
-                                        help="Load the embedding model (default: yes unless --vectors).")] = True,
-    context_turns: Annotated[int, typer.Option(
-        "--context-turns", min=0,
-        help="Attach up to N neighbouring turns on each side as context when a record is a conversation "
-             "turn (id <conversation>:D<session>:<turn>); 0 = off.")] = 0,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress",
-                                           help="A progress bar with records/s on stderr.")] = True,
+    model: Annotated[
+        bool, typer.Option("--model/--no-model", help="Load the embedding model (default: yes unless --vectors).")
+    ] = True,
+    context_turns: Annotated[
+        int,
+        typer.Option(
+            "--context-turns",
+            min=0,
+            help="Attach up to N neighbouring turns on each side as context when a record is a conversation "
+            "turn (id <conversation>:D<session>:<turn>); 0 = off.",
+        ),
+    ] = 0,
+    progress: Annotated[
+        bool, typer.Option("--progress/--no-progress", help="A progress bar with records/s on stderr.")
+    ] = True,
 ) -> None:
     """Ingest DATASET into TENANT/WORKSPACE; idempotent and resumable (rerun to finish).
 
@@ -75,20 +92,33 @@ def ingest(
     try:  # never a second engine beside a server (the process exit releases it on any path)
         lock = DataDirLock(settings.data_dir).acquire()
     except DirectoryHeld:
-        typer.echo(f"engram ingest: another engram process (a server?) holds {settings.data_dir}; stop it first",
-                   err=True)
+        typer.echo(
+            f"engram ingest: another engram process (a server?) holds {settings.data_dir}; stop it first", err=True
+        )
         raise typer.Exit(1) from None
     try:
-        engine = Engine.open(settings.data_dir, load_model=model and source is None,
-                             database_url=settings.database_url, key_dir=settings.key_dir, device=settings.device)
+        engine = Engine.open(
+            settings.data_dir,
+            load_model=model and source is None,
+            database_url=settings.database_url,
+            key_dir=settings.key_dir,
+            device=settings.device,
+        )
     except (StoreUnavailable, SchemaTooNew) as exc:
         typer.echo(f"engram ingest: store unavailable: {exc or type(exc).__name__}", err=True)
         lock.release()
         raise typer.Exit(2) from None
     try:
         report = ingest_corpus(
-            engine, (tenant, workspace), with_context(read_dataset(dataset), context_turns), vectors=source,
-            batch_size=batch_size, depth=depth, progress=progress, purpose_ref=purpose, total=count_lines(dataset),
+            engine,
+            (tenant, workspace),
+            with_context(read_dataset(dataset), context_turns),
+            vectors=source,
+            batch_size=batch_size,
+            depth=depth,
+            progress=progress,
+            purpose_ref=purpose,
+            total=count_lines(dataset),
         )
         opted_in = engine.tenant_enabled(tenant)
     finally:
@@ -96,5 +126,8 @@ def ingest(
         lock.release()
     typer.echo(json.dumps(report.as_dict(), indent=2))
     if not opted_in:  # ingest never opts a tenant in: that is the operator's own decision
-        typer.echo(f"engram ingest: tenant {tenant!r} is not opted in, so agents' calls in its scopes are refused "
-                   f"(-32603) until `engram admin tenant enable {tenant}` (with the same store options)", err=True)
+        typer.echo(
+            f"engram ingest: tenant {tenant!r} is not opted in, so agents' calls in its scopes are refused "
+            f"(-32603) until `engram admin tenant enable {tenant}` (with the same store options)",
+            err=True,
+        )

@@ -21,7 +21,7 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import IO, Annotated, Any, Optional
+from typing import IO, Annotated, Any
 
 import typer
 
@@ -61,14 +61,27 @@ def write_export(engine: Any, scope: tuple[str, str], out: Path, *, vectors: boo
     scratch = out.with_name(out.name + ".vectors.partial")
     offsets, dim, count = [0], 384, 0
     try:
-        with _private(partial, "w") as lines, \
-                (_private(scratch, "wb") if vectors else contextlib.nullcontext()) as rows:
+        with _private(partial, "w") as lines, _private(scratch, "wb") if vectors else contextlib.nullcontext() as rows:
             for record in engine.export_records(scope, vectors=vectors):
-                primary = next(c["text"] for c in record.payload["components"]
-                               if c["component_id"] == record.payload["primary_component_id"])
-                lines.write(json.dumps({"id": record.record_id, "text": primary, "payload": record.payload,
-                                        "evidence": record.evidence, "retention": record.retention},
-                                       ensure_ascii=False, sort_keys=True) + "\n")
+                primary = next(
+                    c["text"]
+                    for c in record.payload["components"]
+                    if c["component_id"] == record.payload["primary_component_id"]
+                )
+                lines.write(
+                    json.dumps(
+                        {
+                            "id": record.record_id,
+                            "text": primary,
+                            "payload": record.payload,
+                            "evidence": record.evidence,
+                            "retention": record.retention,
+                        },
+                        ensure_ascii=False,
+                        sort_keys=True,
+                    )
+                    + "\n"
+                )
                 if rows is not None:
                     block = np.ascontiguousarray(record.vectors, dtype=np.float32)
                     dim = block.shape[1]
@@ -78,8 +91,11 @@ def write_export(engine: Any, scope: tuple[str, str], out: Path, *, vectors: boo
         summary: dict[str, Any] = {"scope": list(scope), "records": count, "out": str(out)}
         if vectors:
             passages = offsets[-1]
-            matrix = (np.memmap(scratch, dtype=np.float32, mode="r", shape=(passages, dim)) if passages
-                      else np.zeros((0, dim), dtype=np.float32))
+            matrix = (
+                np.memmap(scratch, dtype=np.float32, mode="r", shape=(passages, dim))
+                if passages
+                else np.zeros((0, dim), dtype=np.float32)
+            )
             target = vectors_path(out)
             with _private(target, "wb") as handle:
                 VectorSource(matrix, np.asarray(offsets, dtype=np.int64)).save(handle)
@@ -97,8 +113,9 @@ def write_export(engine: Any, scope: tuple[str, str], out: Path, *, vectors: boo
 
 def operator_export(engine: Any, args: dict[str, Any]) -> dict[str, Any]:
     """The operator command: ``args`` holds tenant, workspace, out (absolute) and vectors."""
-    return write_export(engine, (str(args["tenant"]), str(args["workspace"])), Path(args["out"]),
-                        vectors=bool(args.get("vectors")))
+    return write_export(
+        engine, (str(args["tenant"]), str(args["workspace"])), Path(args["out"]), vectors=bool(args.get("vectors"))
+    )
 
 
 @app.callback(invoke_without_command=True)
@@ -106,12 +123,17 @@ def export(
     tenant: Annotated[str, typer.Argument(help="Tenant of the scope to export.")],
     workspace: Annotated[str, typer.Argument(help="Workspace of the scope to export.")],
     out: Annotated[Path, typer.Argument(help="Record JSONL file to write (replaced if present).")],
-    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", "-d", help=field_help("data_dir"),
-                                                     show_default=False)] = None,
-    vectors: Annotated[bool, typer.Option(
-        "--vectors/--no-vectors",
-        help="Also write each record's indexed passage vectors to OUT with suffix .npz "
-             "(for `engram ingest OUT --vectors OUT.npz`).")] = False,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", "-d", help=field_help("data_dir"), show_default=False)
+    ] = None,
+    vectors: Annotated[
+        bool,
+        typer.Option(
+            "--vectors/--no-vectors",
+            help="Also write each record's indexed passage vectors to OUT with suffix .npz "
+            "(for `engram ingest OUT --vectors OUT.npz`).",
+        ),
+    ] = False,
 ) -> None:
     """Write TENANT/WORKSPACE's current records to OUT as record JSONL (the store is the
     one `engram admin --database-url/--key-dir` name, as for every admin command). With a
@@ -123,6 +145,7 @@ def export(
     if not directory.is_dir():
         typer.echo(f"engram admin export: {directory} is not a data directory", err=True)
         raise typer.Exit(2)
-    summary = operate(data_dir, "export", {"tenant": tenant, "workspace": workspace,
-                                           "out": str(out.resolve()), "vectors": vectors})
+    summary = operate(
+        data_dir, "export", {"tenant": tenant, "workspace": workspace, "out": str(out.resolve()), "vectors": vectors}
+    )
     typer.echo(json.dumps(summary, indent=2))

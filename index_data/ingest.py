@@ -70,14 +70,22 @@ class IngestReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "scope": list(self.scope), "seen": self.seen, "ingested": self.ingested,
-            "skipped_existing": self.skipped_existing, "refused": dict(self.refused),
-            "batches": self.batches, "cursor_before": self.cursor_before,
-            "cursor_after": self.cursor_after, "seconds": round(self.seconds, 3),
+            "scope": list(self.scope),
+            "seen": self.seen,
+            "ingested": self.ingested,
+            "skipped_existing": self.skipped_existing,
+            "refused": dict(self.refused),
+            "batches": self.batches,
+            "cursor_before": self.cursor_before,
+            "cursor_after": self.cursor_after,
+            "seconds": round(self.seconds, 3),
             "prepare_seconds": round(self.prepare_seconds, 3),
-            "embed_seconds": round(self.embed_seconds, 3), "store_seconds": round(self.store_seconds, 3),
-            "index_seconds": round(self.index_seconds, 3), "vectors": self.vectors,
-            "records_per_s": round(self.records_per_s, 1), "ingested_per_s": round(self.ingested_per_s, 1),
+            "embed_seconds": round(self.embed_seconds, 3),
+            "store_seconds": round(self.store_seconds, 3),
+            "index_seconds": round(self.index_seconds, 3),
+            "vectors": self.vectors,
+            "records_per_s": round(self.records_per_s, 1),
+            "ingested_per_s": round(self.ingested_per_s, 1),
         }
 
 
@@ -149,8 +157,15 @@ class _Progress:
         if not enabled:
             return
         from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn,
-                                   TextColumn, TimeElapsedColumn, TimeRemainingColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            ProgressColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
         from rich.text import Text
 
         class Rate(ProgressColumn):
@@ -158,9 +173,16 @@ class _Progress:
                 speed = task.finished_speed or task.speed
                 return Text(f"{speed:,.0f} rec/s" if speed else "- rec/s")
 
-        self._bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                             Rate(), TimeElapsedColumn(), TimeRemainingColumn(),
-                             console=Console(stderr=True), transient=False)
+        self._bar = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            Rate(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            transient=False,
+        )
         self._bar.start()
         self._task = self._bar.add_task(label, total=total)
 
@@ -200,10 +222,12 @@ def ingest_corpus(
         raise ValueError("batch_size and depth must be positive")
     source = VectorSource(np.asarray(vectors)) if isinstance(vectors, np.ndarray) else vectors
     embedding = source is None and engine.encoder is not None
-    report = IngestReport(scope=scope, vectors="precomputed" if source is not None else
-                          ("encoder" if embedding else "none"))
-    operator = operator_context(scope, principal or f"operator:{_user()}",
-                                "ingest_" + uuid.uuid4().hex[:16], purpose_ref)
+    report = IngestReport(
+        scope=scope, vectors="precomputed" if source is not None else ("encoder" if embedding else "none")
+    )
+    operator = operator_context(
+        scope, principal or f"operator:{_user()}", "ingest_" + uuid.uuid4().hex[:16], purpose_ref
+    )
     if total is None and hasattr(records, "__len__"):
         total = len(records)  # type: ignore[arg-type]
     started = time.perf_counter()

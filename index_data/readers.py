@@ -64,9 +64,14 @@ def read_jsonl(path: Path) -> Iterator[IngestRecord]:
             item = json.loads(line)
             rec_id = str(item["id"])
             if "payload" in item:
-                yield IngestRecord(external_id=rec_id, text=str(item.get("text", "")), source_ref=f"export:{rec_id}",
-                                   payload=item["payload"], evidence=item.get("evidence"),
-                                   retention=item.get("retention"))
+                yield IngestRecord(
+                    external_id=rec_id,
+                    text=str(item.get("text", "")),
+                    source_ref=f"export:{rec_id}",
+                    payload=item["payload"],
+                    evidence=item.get("evidence"),
+                    retention=item.get("retention"),
+                )
                 continue
             yield IngestRecord(
                 external_id=rec_id,
@@ -116,8 +121,11 @@ def with_context(records: Iterable[IngestRecord], turns: int) -> Iterator[Ingest
             yield item
             continue
         session, turn = match["session"], int(match["turn"])
-        around = [by_turn[(session, t)] for t in range(turn - turns, turn + turns + 1)
-                  if t != turn and (session, t) in by_turn]
+        around = [
+            by_turn[(session, t)]
+            for t in range(turn - turns, turn + turns + 1)
+            if t != turn and (session, t) in by_turn
+        ]
         yield replace(item, context="\n".join(around))
 
 

@@ -70,8 +70,10 @@ def candidate_id_for(scope: tuple[str, str], external_id: str) -> str:
 def _validated(record: IngestRecord) -> tuple[dict[str, Any], dict[str, Any]]:
     """A record's own payload and evidence, checked as the capture tool checks them."""
     try:
-        args = parse_arguments(CAPTURE, {"idempotency_key": "ingest-validation", "payload": record.payload,
-                                         "evidence": record.evidence or {}}).model_dump(exclude_none=True)
+        args = parse_arguments(
+            CAPTURE,
+            {"idempotency_key": "ingest-validation", "payload": record.payload, "evidence": record.evidence or {}},
+        ).model_dump(exclude_none=True)
     except ContractError:
         raise RefusedRecord("invalid") from None
     return args["payload"], args["evidence"]
@@ -95,7 +97,11 @@ def build_payload(record: IngestRecord, purpose_ref: str) -> tuple[dict[str, Any
         "valid_time": {"t": int(record.valid_time_ms)},
         "components": [
             {"component_id": "c1", "kind": record.kind, "text": text, "citation_ids": ["cit1"]},
-            *([{"component_id": "c2", "kind": "context", "text": context, "citation_ids": ["cit1"]}] if context else []),
+            *(
+                [{"component_id": "c2", "kind": "context", "text": context, "citation_ids": ["cit1"]}]
+                if context
+                else []
+            ),
         ],
         "primary_component_id": "c1",
         "primary_event": {"at": int(record.valid_time_ms), "type_ref": "event:ingested", "citation_id": "cit1"},

@@ -73,12 +73,8 @@ def _check_instant(value: str) -> str:
 
 OpaqueRef = BoundedText(1, 512)
 IdempotencyKey = BoundedText(16, 256)
-Digest = Annotated[
-    str, Field(json_schema_extra={"pattern": DIGEST_PATTERN}), AfterValidator(_check_digest)
-]
-Instant = Annotated[
-    str, Field(json_schema_extra={"pattern": INSTANT_PATTERN}), AfterValidator(_check_instant)
-]
+Digest = Annotated[str, Field(json_schema_extra={"pattern": DIGEST_PATTERN}), AfterValidator(_check_digest)]
+Instant = Annotated[str, Field(json_schema_extra={"pattern": INSTANT_PATTERN}), AfterValidator(_check_instant)]
 RecordId = Annotated[str, Field(pattern=RECORD_ID_PATTERN)]
 SafeInt = Annotated[int, Field(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
 Cursor = Annotated[str, Field(pattern=CURSOR_PATTERN)]

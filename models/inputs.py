@@ -159,9 +159,7 @@ class Payload(Closed):
         known = set(citation_ids)
         if any(cid not in known for comp in self.components for cid in comp.citation_ids):
             raise _fail("component citations must resolve")
-        primary = next(
-            (c for c in self.components if c.component_id == self.primary_component_id), None
-        )
+        primary = next((c for c in self.components if c.component_id == self.primary_component_id), None)
         if primary is None:
             raise _fail("primary_component_id must resolve")
         event_citation = self.primary_event.citation_id

@@ -11,12 +11,10 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from .encoding import Cursor, Digest, Instant, RecordId
-from .inputs import Closed, Component, Evidence, PrimaryEvent, Retention, ValidTime
 from .inputs import Citation as Citation
+from .inputs import Closed, Component, PrimaryEvent, Retention, ValidTime
 
-RecordState = Literal[
-    "accepted_current", "accepted_disputed", "historical", "expired", "trust_invalid", "tombstoned"
-]
+RecordState = Literal["accepted_current", "accepted_disputed", "historical", "expired", "trust_invalid", "tombstoned"]
 CandidateState = Literal["pending", "pending_adjudication", "accepted", "rejected", "withdrawn"]
 
 
@@ -156,9 +154,7 @@ class WithdrawReceipt(TransitionReceipt):
 
 class ForgetReceipt(TransitionReceipt):
     operation: Literal["tombstone"]
-    from_state: Literal[
-        "accepted_current", "accepted_disputed", "historical", "expired", "trust_invalid"
-    ]
+    from_state: Literal["accepted_current", "accepted_disputed", "historical", "expired", "trust_invalid"]
     to_state: Literal["tombstoned"]
 
 

@@ -146,8 +146,7 @@ TOOLS: dict[str, ToolSpec] = {
         ),
         ToolSpec(
             FORGET,
-            "Make an accepted record permanently ineligible (needs host confirmation); "
-            "purges it from every index.",
+            "Make an accepted record permanently ineligible (needs host confirmation); purges it from every index.",
             ForgetInput,
             ForgetOutput,
             read_only=False,

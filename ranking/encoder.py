@@ -16,8 +16,9 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -63,9 +64,7 @@ def resolve_device(requested: Device | str = Device.AUTO) -> Device:
     import torch
 
     mps = getattr(torch.backends, "mps", None)
-    return choose_device(
-        requested, cuda=torch.cuda.is_available(), mps=bool(mps is not None and mps.is_available())
-    )
+    return choose_device(requested, cuda=torch.cuda.is_available(), mps=bool(mps is not None and mps.is_available()))
 
 
 # Device nodes through which torch could reach a GPU (NVIDIA, AMD ROCm, WSL's GPU).

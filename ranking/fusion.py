@@ -59,7 +59,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Mapping, NamedTuple, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -237,8 +238,9 @@ def _rank_term(c: _Candidates, k: float, lexical_weight: float) -> np.ndarray:
     gets a weak vote here too (plain RRF gives it an equal one).
     """
     scale = k + 1.0
-    return c.spread(lexical_weight * scale / (k + c.lexical_rank),
-                    (1.0 - lexical_weight) * scale / (k + c.semantic_rank))
+    return c.spread(
+        lexical_weight * scale / (k + c.lexical_rank), (1.0 - lexical_weight) * scale / (k + c.semantic_rank)
+    )
 
 
 def _rrf(c: _Candidates, k: float) -> np.ndarray:
@@ -282,8 +284,9 @@ def fuse(
     # Order: final score, then recency (newer first), then record_id, scores compared as
     # the receipt rounds them so that floating-point noise cannot split a tie.
     decimals = config.score_decimals
-    order = kept[np.lexsort((np.array(c.ids)[kept], -np.round(fresh[kept], decimals),
-                             -np.round(final[kept], decimals)))]
+    order = kept[
+        np.lexsort((np.array(c.ids)[kept], -np.round(fresh[kept], decimals), -np.round(final[kept], decimals)))
+    ]
     slots = order.tolist()
     in_lexical = c.lexical_count
     lexical_rank, lexical_score = c.lexical_rank.tolist(), c.lexical_score.tolist()
@@ -291,15 +294,21 @@ def fuse(
     semantic_rank[c.semantic_slots] = c.semantic_rank
     # tuple.__new__ fills each named tuple in C (its generated __new__ is a Python call
     # per candidate, half of what fusing 400 of them cost); zip gives exactly its fields.
-    return list(map(tuple.__new__, itertools.repeat(Contribution), zip(
-        [c.ids[i] for i in slots],
-        [lexical_rank[i] if i < in_lexical else None for i in slots],
-        [lexical_score[i] if i < in_lexical else None for i in slots],
-        [rank or None for rank in semantic_rank[order].tolist()],  # ranks start at 1; 0: absent
-        [None if x != x else x for x in c.cosine[order].tolist()],  # NaN: no cosine known
-        fused[order].tolist(),
-        fresh[order].tolist(),
-        final[order].tolist(),
-        itertools.repeat(decimals),
-        itertools.repeat(weight),
-    )))
+    return list(
+        map(
+            tuple.__new__,
+            itertools.repeat(Contribution),
+            zip(
+                [c.ids[i] for i in slots],
+                [lexical_rank[i] if i < in_lexical else None for i in slots],
+                [lexical_score[i] if i < in_lexical else None for i in slots],
+                [rank or None for rank in semantic_rank[order].tolist()],  # ranks start at 1; 0: absent
+                [None if x != x else x for x in c.cosine[order].tolist()],  # NaN: no cosine known
+                fused[order].tolist(),
+                fresh[order].tolist(),
+                final[order].tolist(),
+                itertools.repeat(decimals),
+                itertools.repeat(weight),
+            ),
+        )
+    )

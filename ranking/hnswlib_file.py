@@ -16,8 +16,8 @@ file in memory.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -47,5 +47,7 @@ class HnswlibVectors:
 
     def rows(self, labels: Sequence[int]) -> np.ndarray:
         """float32 vectors of ``labels`` (all present), one row each, in order."""
-        picked = self._block[[self._row[label] for label in labels], self._data_offset : self._data_offset + 4 * self.dim]
+        picked = self._block[
+            [self._row[label] for label in labels], self._data_offset : self._data_offset + 4 * self.dim
+        ]
         return np.ascontiguousarray(picked).view("<f4").reshape(len(labels), self.dim)

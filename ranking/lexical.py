@@ -45,9 +45,10 @@ import hashlib
 import shutil
 import threading
 from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import tantivy
 
@@ -130,9 +131,7 @@ class LexicalIndex:
     the reverse direction only ever *tries* a scope lock (never blocks), so no cycle.
     """
 
-    def __init__(
-        self, path: Path, *, max_open: int = MAX_OPEN_INDEXES, max_writers: int = MAX_OPEN_WRITERS
-    ) -> None:
+    def __init__(self, path: Path, *, max_open: int = MAX_OPEN_INDEXES, max_writers: int = MAX_OPEN_WRITERS) -> None:
         self._root = path
         self._schema = _schema()
         self._analyzer = _analyzer()
@@ -270,9 +269,7 @@ class LexicalIndex:
             return dict.fromkeys(tokens, 1.0)
         return {token: count**config.long_query_count_power for token, count in content.items()}
 
-    def search(
-        self, scope_key: str, query: str, config: LexicalConfig, limit: int
-    ) -> list[LexicalHit]:
+    def search(self, scope_key: str, query: str, config: LexicalConfig, limit: int) -> list[LexicalHit]:
         """BM25 hits of ``query`` inside ``scope_key`` only, best first (ties: record_id)."""
         if limit <= 0:
             return []
@@ -285,9 +282,7 @@ class LexicalIndex:
             return []
         # The scope clause filters without scoring, so BM25 scores stay comparable; in a
         # per-scope index it matches every document unless a directory was mixed up.
-        scope_filter = tantivy.Query.const_score_query(
-            tantivy.Query.term_query(self._schema, "scope", scope_key), 0.0
-        )
+        scope_filter = tantivy.Query.const_score_query(tantivy.Query.term_query(self._schema, "scope", scope_key), 0.0)
         scoped = tantivy.Query.boolean_query(
             [
                 (tantivy.Occur.Must, scope_filter),

@@ -17,8 +17,8 @@ import importlib.metadata
 import json
 import threading
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

@@ -16,7 +16,7 @@ slots of one array, at the record's first label. A record whose labels are not o
 from __future__ import annotations
 
 from array import array
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 

@@ -119,8 +119,13 @@ class SemanticConfig:
 
     def graph(self) -> dict[str, Any]:
         """The build parameters a saved index records (and is compared with on open)."""
-        return {"engine": "usearch", "metric": "ip", "connectivity": self.connectivity,
-                "expansion_add": self.expansion_add, "storage": self.storage.value}
+        return {
+            "engine": "usearch",
+            "metric": "ip",
+            "connectivity": self.connectivity,
+            "expansion_add": self.expansion_add,
+            "storage": self.storage.value,
+        }
 
 
 @dataclass(frozen=True)
@@ -187,13 +192,17 @@ class ProfileConfig:
         semantic = data.get("semantic")
         return cls(
             channels=tuple(Channel(c) for c in data["channels"]),
-            lexical=LexicalConfig(**{**lexical, "field_weights": FieldWeights(
-                **_known(FieldWeights, data["lexical"]["field_weights"]))}),
-            semantic=SemanticConfig(**{k: VectorStorage(v) if k == "storage" else v
-                                       for k, v in _known(SemanticConfig, semantic).items()})
-            if semantic else None,
+            lexical=LexicalConfig(
+                **{**lexical, "field_weights": FieldWeights(**_known(FieldWeights, data["lexical"]["field_weights"]))}
+            ),
+            semantic=SemanticConfig(
+                **{k: VectorStorage(v) if k == "storage" else v for k, v in _known(SemanticConfig, semantic).items()}
+            )
+            if semantic
+            else None,
             fusion=FusionConfig(**{**_known(FusionConfig, fusion), "method": FusionMethod(fusion["method"])})
-            if fusion else None,
+            if fusion
+            else None,
             recency=RecencyBlend(**_known(RecencyBlend, data["recency"])),
             score_decimals=int(data["score_decimals"]),
         )

@@ -24,11 +24,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -274,9 +274,7 @@ class Ranker:
             candidate_ids=sorted(c.record_id for c in candidates),
         )
 
-    def channel_hits(
-        self, scope_key: str, query: str, profile: Profile, *, candidate_cap: int = 1000
-    ) -> ChannelHits:
+    def channel_hits(self, scope_key: str, query: str, profile: Profile, *, candidate_cap: int = 1000) -> ChannelHits:
         """What ``search`` hands to fusion for ``profile``, before fusing: the lexical hits,
         the semantic hits and the exact cosines of lexical-only hits (fitting fusion
         offline). Raises :class:`SemanticUnavailable` when the profile needs a semantic
@@ -389,4 +387,3 @@ class Ranker:
             raise SemanticUnavailable(f"model failed: {type(exc).__name__}") from exc
         self._encoder_error = None
         return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self._dim)
-

@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import re
 import struct
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -31,7 +31,7 @@ def pack(record_id: str) -> tuple[int, int, int, int] | None:
     """The id's 32 digest bytes as four big-endian u64 words, or None if not canonical."""
     if not _CANONICAL.match(record_id):
         return None
-    words = _LAYOUT.unpack(base64.b32decode(record_id[len(PREFIX):].upper() + "===="))
+    words = _LAYOUT.unpack(base64.b32decode(record_id[len(PREFIX) :].upper() + "===="))
     if unpack(words) != record_id:
         return None  # trailing bits set: not the unique encoding of these bytes
     return words

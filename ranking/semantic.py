@@ -68,9 +68,10 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -161,8 +162,9 @@ def _graph_searches(requests: Sequence[_GraphSearch]) -> list[Matches]:
         if len(rows) == 1:
             found[rows[0]] = index.search(requests[rows[0]].vector, k, exact=exact)
             continue
-        batch = index.search(np.stack([requests[i].vector for i in rows]), k,
-                             threads=min(len(rows), GRAPH_THREADS), exact=exact)
+        batch = index.search(
+            np.stack([requests[i].vector for i in rows]), k, threads=min(len(rows), GRAPH_THREADS), exact=exact
+        )
         found.update((i, batch[j]) for j, i in enumerate(rows))
     return [found[i] for i in range(len(requests))]
 
@@ -197,8 +199,15 @@ class _ScopeVectors:
 
 
 def _new_index(dim: int, graph: SemanticConfig) -> Index:
-    return Index(ndim=dim, metric="ip", dtype=graph.storage.value, connectivity=graph.connectivity,
-                 expansion_add=graph.expansion_add, expansion_search=graph.expansion_search, multi=False)
+    return Index(
+        ndim=dim,
+        metric="ip",
+        dtype=graph.storage.value,
+        connectivity=graph.connectivity,
+        expansion_add=graph.expansion_add,
+        expansion_search=graph.expansion_search,
+        multi=False,
+    )
 
 
 def _keys(labels: Sequence[int]) -> np.ndarray:
@@ -333,7 +342,9 @@ class SemanticIndex:
             states = (
                 list(self._scopes.items())
                 if scope_key is None
-                else [(scope_key, self._scopes[scope_key])] if scope_key in self._scopes else []
+                else [(scope_key, self._scopes[scope_key])]
+                if scope_key in self._scopes
+                else []
             )
         for key, state in states:
             with state.changing, state.lock.write():

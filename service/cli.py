@@ -69,9 +69,7 @@ DataDir = Annotated[
     Path | None,
     typer.Option("--data-dir", "-d", help=field_help("data_dir"), show_default=False),
 ]
-DatabaseUrl = Annotated[
-    str | None, typer.Option("--database-url", help=field_help("database_url"), show_default=False)
-]
+DatabaseUrl = Annotated[str | None, typer.Option("--database-url", help=field_help("database_url"), show_default=False)]
 KeyDir = Annotated[Path | None, typer.Option("--key-dir", help=field_help("key_dir"), show_default=False)]
 
 
@@ -107,9 +105,15 @@ def _open_engine(settings: Any, *, background: bool = False, serve_replica: bool
     from engram.service.store import SchemaTooNew
 
     try:
-        return Engine.open(settings.data_dir, load_model=settings.load_model, background=background,
-                           database_url=settings.database_url, key_dir=settings.key_dir, device=settings.device,
-                           serve_replica=serve_replica)
+        return Engine.open(
+            settings.data_dir,
+            load_model=settings.load_model,
+            background=background,
+            database_url=settings.database_url,
+            key_dir=settings.key_dir,
+            device=settings.device,
+            serve_replica=serve_replica,
+        )
     except (SchemaTooNew, DeviceUnavailable) as exc:
         _err(f"engram: {exc}")
         raise typer.Exit(2) from None
@@ -123,8 +127,11 @@ def _engine(data_dir: Path | None, *, load_model: bool = False) -> Iterator[Any]
     engine = None
     try:
         choice = _store_choice.get(StoreChoice())
-        engine = _open_engine(_settings(data_dir=data_dir, load_model=load_model,
-                                        database_url=choice.database_url, key_dir=choice.key_dir))
+        engine = _open_engine(
+            _settings(
+                data_dir=data_dir, load_model=load_model, database_url=choice.database_url, key_dir=choice.key_dir
+            )
+        )
         yield engine
     except ContractError as exc:
         _err(f"engram: {exc.code.value}: {exc.message}")
@@ -160,8 +167,12 @@ def _settings(config: Path | None = None, **flags: Any) -> Any:
 
 ConfigOption = Annotated[
     Path | None,
-    typer.Option("--config", envvar="ENGRAM_CONFIG", help="TOML file of settings (keys: the option names "
-                 "with underscores, e.g. data_dir, rate, log_format); flags and ENGRAM_* override it."),
+    typer.Option(
+        "--config",
+        envvar="ENGRAM_CONFIG",
+        help="TOML file of settings (keys: the option names "
+        "with underscores, e.g. data_dir, rate, log_format); flags and ENGRAM_* override it.",
+    ),
 ]
 
 
@@ -190,9 +201,7 @@ def serve(
     rate: Annotated[float | None, typer.Option(help=field_help("rate"), show_default=False)] = None,
     burst: Annotated[int | None, typer.Option(help=field_help("burst"), show_default=False)] = None,
     deadline_ms: Annotated[int | None, typer.Option(help=field_help("deadline_ms"), show_default=False)] = None,
-    approval_ttl_s: Annotated[
-        int | None, typer.Option(help=field_help("approval_ttl_s"), show_default=False)
-    ] = None,
+    approval_ttl_s: Annotated[int | None, typer.Option(help=field_help("approval_ttl_s"), show_default=False)] = None,
     allowed_host: Annotated[
         list[str] | None, typer.Option(help=field_help("allowed_hosts") + " Repeatable.", show_default=False)
     ] = None,
@@ -218,10 +227,21 @@ def serve(
     )
 
     settings = _settings(
-        config, host=host, port=port, data_dir=data_dir, load_model=load_model, device=device, rate=rate, burst=burst,
-        deadline_ms=deadline_ms, approval_ttl_s=approval_ttl_s, allowed_hosts=allowed_host or None,
-        log_level=log_level, log_format=log_format,
-        database_url=database_url, key_dir=key_dir,
+        config,
+        host=host,
+        port=port,
+        data_dir=data_dir,
+        load_model=load_model,
+        device=device,
+        rate=rate,
+        burst=burst,
+        deadline_ms=deadline_ms,
+        approval_ttl_s=approval_ttl_s,
+        allowed_hosts=allowed_host or None,
+        log_level=log_level,
+        log_format=log_format,
+        database_url=database_url,
+        key_dir=key_dir,
     )
     configure_logging(settings.log_level, settings.log_format)
     data_dir = settings.data_dir
@@ -274,8 +294,9 @@ def serve(
         application = create_app(engine, settings, host_secret=secret, close_engine=True)
         with _operator_channel(engine, data_dir):
             # log_config=None: uvicorn's loggers propagate to the handler configured above.
-            uvicorn.run(application, host=settings.host, port=settings.port, log_config=None,
-                        log_level=settings.log_level.value)
+            uvicorn.run(
+                application, host=settings.host, port=settings.port, log_config=None, log_level=settings.log_level.value
+            )
 
 
 def _collect_less_once_ready(engine: Any) -> None:
@@ -295,8 +316,10 @@ def _warn_tenants_not_opted_in(engine: Any) -> None:
     """Name, at start, each tenant whose memory is there but whose calls will be refused
     (bulk ingest and `engram bench` write scopes; opting in is a separate operator step)."""
     for tenant in engine.tenants_not_opted_in():
-        _err(f"engram: warning: tenant {tenant!r} holds memory but is not opted in: its calls are refused "
-             f"(-32603, logged as 'tenant not enabled') until `engram admin tenant enable {tenant}`")
+        _err(
+            f"engram: warning: tenant {tenant!r} holds memory but is not opted in: its calls are refused "
+            f"(-32603, logged as 'tenant not enabled') until `engram admin tenant enable {tenant}`"
+        )
 
 
 @contextlib.contextmanager
@@ -413,8 +436,11 @@ ToolsOption = Annotated[
 ]
 ConfirmOption = Annotated[
     list[str] | None,
-    typer.Option("--confirm", help="Tool that needs a confirmation besides withdraw and forget: "
-                 "engram_memory_capture and/or engram_memory_request_admission (repeatable)."),
+    typer.Option(
+        "--confirm",
+        help="Tool that needs a confirmation besides withdraw and forget: "
+        "engram_memory_capture and/or engram_memory_request_admission (repeatable).",
+    ),
 ]
 
 
@@ -422,7 +448,9 @@ ConfirmOption = Annotated[
 def context_init(
     tenant: Annotated[str, typer.Option(help="Tenant of the local scope (opted in by this command).")] = "local",
     workspace: Annotated[str, typer.Option(help="Workspace of the local scope.")] = "default",
-    principal: Annotated[str | None, typer.Option(help="Actor recorded for every call (default: your login name).")] = None,
+    principal: Annotated[
+        str | None, typer.Option(help="Actor recorded for every call (default: your login name).")
+    ] = None,
     agent_id: Annotated[str, typer.Option(help="Agent id recorded for every call.")] = "mcp-client",
     purpose: Annotated[str, typer.Option(help="The bound purpose: every purpose_ref must equal it.")] = "purpose:local",
     tools: ToolsOption = None,
@@ -442,8 +470,13 @@ def context_init(
     settings = _settings(data_dir=data_dir)
     try:
         claims = local_claims(
-            tenant=tenant, workspace=workspace, principal=principal, agent_id=agent_id, purpose=purpose,
-            tools=_tool_list(tools, sorted(TOOLS)), confirm=_tool_list(confirm, []),
+            tenant=tenant,
+            workspace=workspace,
+            principal=principal,
+            agent_id=agent_id,
+            purpose=purpose,
+            tools=_tool_list(tools, sorted(TOOLS)),
+            confirm=_tool_list(confirm, []),
         )
     except ContextUnavailable as exc:
         _err(f"engram: invalid context ({exc.reason})")
@@ -465,11 +498,16 @@ def context_mint(
     principal: Annotated[str | None, typer.Option(help="Principal (default: the local context's).")] = None,
     purpose: Annotated[str | None, typer.Option(help="Purpose (default: the local context's).")] = None,
     tools: ToolsOption = None,
-    ttl: Annotated[int, typer.Option(min=1, max=86_400, help="Lifetime of the token in seconds (at most 24 h).")] = 3600,
+    ttl: Annotated[
+        int, typer.Option(min=1, max=86_400, help="Lifetime of the token in seconds (at most 24 h).")
+    ] = 3600,
     deadline_ms: Annotated[int | None, typer.Option(min=1, max=600_000, help="deadline_ms claim.")] = None,
     confirm_tool: Annotated[
-        str | None, typer.Option(help="Also approve ONE call of this tool (withdraw, forget, or a confirmable "
-                                 "capture/request_admission); needs --arguments.")
+        str | None,
+        typer.Option(
+            help="Also approve ONE call of this tool (withdraw, forget, or a confirmable "
+            "capture/request_admission); needs --arguments."
+        ),
     ] = None,
     arguments: Annotated[
         Path | None, typer.Option(help="JSON file: the exact arguments of the call to approve.")
@@ -536,11 +574,17 @@ def context_mint(
 @app.command()
 def connect(
     client: Annotated[str, typer.Argument(help="claude-desktop | claude-code | cursor | vscode | inspector")],
-    write: Annotated[bool, typer.Option("--write", help="Merge the entry into the client's config file "
-                                        "(other servers are kept) instead of printing it.")] = False,
+    write: Annotated[
+        bool,
+        typer.Option(
+            "--write",
+            help="Merge the entry into the client's config file (other servers are kept) instead of printing it.",
+        ),
+    ] = False,
     name: Annotated[str, typer.Option(help="Server name in the client's config.")] = "engram",
-    config_path: Annotated[Path | None, typer.Option(help="The client's config file (default: where the "
-                                                     "client looks).")] = None,
+    config_path: Annotated[
+        Path | None, typer.Option(help="The client's config file (default: where the client looks).")
+    ] = None,
     data_dir: DataDir = None,
 ) -> None:
     """Print (or --write) the config entry that makes CLIENT launch `engram serve --stdio`
@@ -608,8 +652,12 @@ def _engram_command() -> list[str]:
 # --------------------------------------------------------------------------- operators
 
 ModelOption = Annotated[
-    bool, typer.Option("--model/--no-model", help="Load the embedding model (needed to rebuild the vector "
-                       "index; ignored when a live server runs the command with its own model).")
+    bool,
+    typer.Option(
+        "--model/--no-model",
+        help="Load the embedding model (needed to rebuild the vector "
+        "index; ignored when a live server runs the command with its own model).",
+    ),
 ]
 
 
@@ -633,8 +681,10 @@ def operate(data_dir: Path | None, command: str, args: dict[str, Any], *, load_m
         with DataDirLock(directory), _engine(directory, load_model=load_model) as engine:
             return run(engine, command, args)
     except DirectoryHeld:
-        _err(f"engram: another engram process holds {directory} and its operator channel does not answer "
-             "(a server still starting, or another admin command); retry shortly, or stop it first")
+        _err(
+            f"engram: another engram process holds {directory} and its operator channel does not answer "
+            "(a server still starting, or another admin command); retry shortly, or stop it first"
+        )
         raise typer.Exit(1) from None
 
 
@@ -649,15 +699,22 @@ def rotate_kek(data_dir: DataDir = None) -> None:
 def backup(
     dest: Annotated[Path, typer.Argument(help="New directory to write the backup into (must not exist).")],
     data_dir: DataDir = None,
-    include_keys: Annotated[bool, typer.Option(
-        "--include-keys", help="Also copy the key-encryption keys into the backup. Anyone holding such a "
-        "backup can read every record in it, including records forgotten later: keep it offline.")] = False,
+    include_keys: Annotated[
+        bool,
+        typer.Option(
+            "--include-keys",
+            help="Also copy the key-encryption keys into the backup. Anyone holding such a "
+            "backup can read every record in it, including records forgotten later: keep it offline.",
+        ),
+    ] = False,
 ) -> None:
     """Online, consistent backup of the store, policies and vectors; by default WITHOUT the
     key-encryption keys (export them on purpose with `engram admin export-kek`)."""
     if include_keys:
-        _err("engram: warning: this backup holds the key-encryption keys; forgotten records in it stay "
-             "readable to whoever holds it")
+        _err(
+            "engram: warning: this backup holds the key-encryption keys; forgotten records in it stay "
+            "readable to whoever holds it"
+        )
     typer.echo(operate(data_dir, "backup", {"dest": str(dest.resolve()), "include_keys": include_keys}))
 
 
@@ -683,10 +740,15 @@ def export_kek(
 def restore(
     source: Annotated[Path, typer.Argument(help="A directory written by `engram admin backup`.")],
     data_dir: Annotated[Path, typer.Option("--data-dir", "-d", help="New, empty data directory to restore into.")],
-    keys: Annotated[Path | None, typer.Option(
-        "--keys", help="Key directory to restore with: the live data directory's keys/ or an `engram admin "
-        "export-kek` copy. Its shred ledger is applied, so records forgotten after the backup stay forgotten. "
-        "Needed unless the backup was made with --include-keys.")] = None,
+    keys: Annotated[
+        Path | None,
+        typer.Option(
+            "--keys",
+            help="Key directory to restore with: the live data directory's keys/ or an `engram admin "
+            "export-kek` copy. Its shred ledger is applied, so records forgotten after the backup stay forgotten. "
+            "Needed unless the backup was made with --include-keys.",
+        ),
+    ] = None,
     load_model: ModelOption = True,
 ) -> None:
     """Restore a backup into a new data directory: apply the shred ledger, verify every
@@ -747,14 +809,16 @@ def history(
 
 @admin.command("transition")
 def transition(
-    operation: Annotated[
-        str, typer.Argument(help="dispute | resolve | supersede | expire | invalidate-trust")
-    ],
+    operation: Annotated[str, typer.Argument(help="dispute | resolve | supersede | expire | invalidate-trust")],
     tenant: Annotated[str, typer.Argument(help="Tenant id.")],
     workspace: Annotated[str, typer.Argument(help="Workspace id.")],
     record_id: Annotated[str, typer.Argument(help="The record to move.")],
-    reason_ref: Annotated[str, typer.Option(help="Opaque reason reference for the journal (scanned for "
-                                            "secrets: the journal is never erased).")] = "operator",
+    reason_ref: Annotated[
+        str,
+        typer.Option(
+            help="Opaque reason reference for the journal (scanned for secrets: the journal is never erased)."
+        ),
+    ] = "operator",
     data_dir: DataDir = None,
 ) -> None:
     """Move a record between non-terminal states; only accepted_current is ever disclosed."""
@@ -763,9 +827,19 @@ def transition(
     if operation not in OPERATOR_TRANSITIONS:
         _err(f"engram: unknown operation {operation!r}; one of {', '.join(OPERATOR_TRANSITIONS)}")
         raise typer.Exit(2)
-    typer.echo(operate(data_dir, "transition", {
-        "operation": operation, "tenant": tenant, "workspace": workspace, "record_id": record_id,
-        "reason_ref": reason_ref}))
+    typer.echo(
+        operate(
+            data_dir,
+            "transition",
+            {
+                "operation": operation,
+                "tenant": tenant,
+                "workspace": workspace,
+                "record_id": record_id,
+                "reason_ref": reason_ref,
+            },
+        )
+    )
 
 
 @admin.command("adjudicate")
@@ -774,8 +848,9 @@ def adjudicate(
     tenant: Annotated[str, typer.Argument(help="Tenant id.")],
     workspace: Annotated[str, typer.Argument(help="Workspace id.")],
     candidate_id: Annotated[str, typer.Argument(help="A candidate held as pending_adjudication.")],
-    reason_ref: Annotated[str, typer.Option(help="Opaque reason reference for the journal (scanned for "
-                                            "secrets).")] = "operator",
+    reason_ref: Annotated[
+        str, typer.Option(help="Opaque reason reference for the journal (scanned for secrets).")
+    ] = "operator",
     data_dir: DataDir = None,
 ) -> None:
     """Decide a candidate the admission policy held for a human (e.g. content equal to a
@@ -783,9 +858,19 @@ def adjudicate(
     if decision not in ("accept", "reject"):
         _err("engram: decision must be accept or reject")
         raise typer.Exit(2)
-    _print_json(operate(data_dir, "adjudicate", {
-        "decision": decision, "tenant": tenant, "workspace": workspace, "candidate_id": candidate_id,
-        "reason_ref": reason_ref}))
+    _print_json(
+        operate(
+            data_dir,
+            "adjudicate",
+            {
+                "decision": decision,
+                "tenant": tenant,
+                "workspace": workspace,
+                "candidate_id": candidate_id,
+                "reason_ref": reason_ref,
+            },
+        )
+    )
 
 
 @admin.command("replay-search")
@@ -802,9 +887,17 @@ def replay_search(
     Exits 0 when the order matches, 1 otherwise; the output says whether the profile and
     the scope's journal were unchanged since the receipt (the conditions for a match).
     """
-    outcome = operate(data_dir, "replay-search", {
-        "tenant": tenant, "workspace": workspace, "arguments": json.loads(arguments.read_text()),
-        "receipt": json.loads(receipt.read_text())}, load_model=load_model)
+    outcome = operate(
+        data_dir,
+        "replay-search",
+        {
+            "tenant": tenant,
+            "workspace": workspace,
+            "arguments": json.loads(arguments.read_text()),
+            "receipt": json.loads(receipt.read_text()),
+        },
+        load_model=load_model,
+    )
     _print_json(outcome)
     if not outcome["match"]:
         raise typer.Exit(1)
@@ -812,9 +905,13 @@ def replay_search(
 
 @admin.command("replicas")
 def replicas(
-    retire: Annotated[str | None, typer.Option(
-        help="Remove this replica id for good (a replica that will not come back), so the purges it "
-        "still owed stop being pending.")] = None,
+    retire: Annotated[
+        str | None,
+        typer.Option(
+            help="Remove this replica id for good (a replica that will not come back), so the purges it "
+            "still owed stop being pending."
+        ),
+    ] = None,
     data_dir: DataDir = None,
 ) -> None:
     """List the replicas registered on the shared (PostgreSQL) store: id, seconds since

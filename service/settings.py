@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import Field
-
-from engram.models.device import Device
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+from engram.models.device import Device
 
 ENV_PREFIX = "ENGRAM_"
 CONFIG_ENV = "ENGRAM_CONFIG"
@@ -68,9 +68,7 @@ class Settings(BaseSettings):
     data_dir: Path = Field(
         Path("./data"), description="Data directory (store, indexes, keys, host_secret, audit.jsonl)."
     )
-    host: str = Field(
-        "127.0.0.1", description="Interface to listen on. Loopback keeps DNS-rebinding protection on."
-    )
+    host: str = Field("127.0.0.1", description="Interface to listen on. Loopback keeps DNS-rebinding protection on.")
     port: int = Field(8765, ge=0, le=65535, description="TCP port.")
     load_model: bool = Field(True, description="Load the embedding model (semantic channel).")
     device: Device = Field(
@@ -85,7 +83,9 @@ class Settings(BaseSettings):
         30_000, ge=1, le=600_000, description="Per-call deadline when the context carries no deadline_ms."
     )
     approval_ttl_s: int = Field(
-        300, ge=1, le=300,
+        300,
+        ge=1,
+        le=300,
         description="How long a human's approval asked through MCP elicitation (withdraw, forget) stays "
         "valid, counted from the question; the confirmation gate allows at most 300.",
     )

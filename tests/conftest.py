@@ -3,9 +3,7 @@ deterministic test encoder, and a tiny BEIR collection."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -32,8 +30,12 @@ def write_beir(root: Path, n: int = 30, name: str = "tiny") -> Path:
     with open(d / "corpus.jsonl", "w") as f:
         for i in range(n):
             topic = TOPICS[i % len(TOPICS)]
-            f.write(json.dumps({"_id": f"d{i}", "title": f"note {i} on {topic.split()[0]}",
-                                "text": f"{topic} detail number {i}"}) + "\n")
+            f.write(
+                json.dumps(
+                    {"_id": f"d{i}", "title": f"note {i} on {topic.split()[0]}", "text": f"{topic} detail number {i}"}
+                )
+                + "\n"
+            )
     with open(d / "queries.jsonl", "w") as f:
         for t, topic in enumerate(TOPICS):
             f.write(json.dumps({"_id": f"q{t}", "text": topic}) + "\n")

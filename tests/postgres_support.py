@@ -70,16 +70,38 @@ class PostgresCluster:
         subprocess.run(list(args), check=True, capture_output=True, user=self._user, cwd=self.root)
 
     def start(self) -> PostgresCluster:
-        self._run(str(self.bindir / "initdb"), "-D", str(self.data), "-A", "trust", "-U", self.role,
-                  "--no-sync", "-E", "UTF8", "--locale=C")
+        self._run(
+            str(self.bindir / "initdb"),
+            "-D",
+            str(self.data),
+            "-A",
+            "trust",
+            "-U",
+            self.role,
+            "--no-sync",
+            "-E",
+            "UTF8",
+            "--locale=C",
+        )
         self.start_server()
         return self
 
     def start_server(self) -> None:
-        options = (f"-p {self.port} -k {self.root} -c listen_addresses='' -c fsync=off"
-                   " -c full_page_writes=off -c max_connections=200 -c shared_buffers=32MB")
-        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-o", options, "-w",
-                  "-l", str(self.root / "server.log"), "start")
+        options = (
+            f"-p {self.port} -k {self.root} -c listen_addresses='' -c fsync=off"
+            " -c full_page_writes=off -c max_connections=200 -c shared_buffers=32MB"
+        )
+        self._run(
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-w",
+            "-l",
+            str(self.root / "server.log"),
+            "start",
+        )
 
     def server_pid(self) -> int:
         return int((self.data / "postmaster.pid").read_text().split()[0])

@@ -48,21 +48,45 @@ class Acceptance:
 
 
 def record_row(
-    scope: tuple[str, str], rid: str, body: dict[str, Any], *, r_digest: str, p_digest: str,
-    key_id: str, sealed: bytes, cursor: int, accepted_at: str, candidate_id: str | None,
+    scope: tuple[str, str],
+    rid: str,
+    body: dict[str, Any],
+    *,
+    r_digest: str,
+    p_digest: str,
+    key_id: str,
+    sealed: bytes,
+    cursor: int,
+    accepted_at: str,
+    candidate_id: str | None,
 ) -> RecordRow:
     valid = body["payload"]["valid_time"]
     expires = body["retention"].get("expires_at")
     return RecordRow(
-        scope, rid, "accepted_current", r_digest, p_digest, key_id, sealed,
-        valid["t"], valid.get("t_end"), parse_instant(expires) if expires else None,
-        cursor, accepted_at, candidate_id,
+        scope,
+        rid,
+        "accepted_current",
+        r_digest,
+        p_digest,
+        key_id,
+        sealed,
+        valid["t"],
+        valid.get("t_end"),
+        parse_instant(expires) if expires else None,
+        cursor,
+        accepted_at,
+        candidate_id,
     )
 
 
 def accept_records(
-    vault: BodyVault, tx: Transaction, scope: tuple[str, str], accepted: list[Acceptance],
-    decision_receipt: dict[str, Any], authorization_receipts: list[dict[str, Any]], at_ms: int,
+    vault: BodyVault,
+    tx: Transaction,
+    scope: tuple[str, str],
+    accepted: list[Acceptance],
+    decision_receipt: dict[str, Any],
+    authorization_receipts: list[dict[str, Any]],
+    at_ms: int,
 ) -> list[JournalEvent]:
     """Write ``accepted`` as records in ``tx``, one journal event each, in order.
 
@@ -89,15 +113,33 @@ def accept_records(
         }
         key_id, sealed = vault.seal_json(tx, body, record_aad(scope, rid))
         event = tx.append_event(
-            scope, RECORD_ACCEPTED, rid,
-            {"candidate_id": item.candidate_id, "record_digest": item.record_digest,
-             "payload_digest": item.payload_digest, "evidence_digest": item.evidence_digest,
-             "authorization_receipt_digest": item.authorization_receipt_digest,
-             "decision_receipt_digest": decision_digest, "trust": item.trust.value},
-            accepted_at)
-        tx.insert_record(record_row(
-            scope, rid, body, r_digest=item.record_digest, p_digest=item.payload_digest,
-            key_id=key_id, sealed=sealed, cursor=event.cursor, accepted_at=accepted_at,
-            candidate_id=item.candidate_id))
+            scope,
+            RECORD_ACCEPTED,
+            rid,
+            {
+                "candidate_id": item.candidate_id,
+                "record_digest": item.record_digest,
+                "payload_digest": item.payload_digest,
+                "evidence_digest": item.evidence_digest,
+                "authorization_receipt_digest": item.authorization_receipt_digest,
+                "decision_receipt_digest": decision_digest,
+                "trust": item.trust.value,
+            },
+            accepted_at,
+        )
+        tx.insert_record(
+            record_row(
+                scope,
+                rid,
+                body,
+                r_digest=item.record_digest,
+                p_digest=item.payload_digest,
+                key_id=key_id,
+                sealed=sealed,
+                cursor=event.cursor,
+                accepted_at=accepted_at,
+                candidate_id=item.candidate_id,
+            )
+        )
         events.append(event)
     return events

@@ -14,7 +14,6 @@ from engram.models.codes import ContractError, ErrorCode
 from engram.models.digests import DigestKind, seal_receipt
 from engram.models.inputs import AdmissionInput
 from engram.models.tools import REQUEST_ADMISSION
-
 from engram.service.store.base import CandidateRow, JournalEvent, Transaction
 
 from .acceptance import Acceptance, accept_records
@@ -31,8 +30,14 @@ from .secrets import refuse_secrets
 
 
 def settle(
-    parts: Parts, tx: Transaction, candidate: CandidateRow, body: dict[str, Any],
-    decision: Decision, receipt: dict[str, Any], principal: str, at: int,
+    parts: Parts,
+    tx: Transaction,
+    candidate: CandidateRow,
+    body: dict[str, Any],
+    decision: Decision,
+    receipt: dict[str, Any],
+    principal: str,
+    at: int,
 ) -> tuple[str, str | None, list[JournalEvent]]:
     """Apply a decision to a candidate whose body is open: (status, record_id, events).
 
@@ -51,18 +56,31 @@ def settle(
     else:
         status, new_state = "accepted", "accepted"
     keep_body = new_state == "pending_adjudication"
-    events = [tx.append_event(
-        scope, f"candidate_{new_state}", candidate.candidate_id,
-        {"decision_receipt": receipt, "principal": principal}, instant(at))]
+    events = [
+        tx.append_event(
+            scope,
+            f"candidate_{new_state}",
+            candidate.candidate_id,
+            {"decision_receipt": receipt, "principal": principal},
+            instant(at),
+        )
+    ]
     rid = existing
     if status == "accepted":
         auth = body["authorization_receipt"]
         acceptance = Acceptance(
-            candidate_id=candidate.candidate_id, record_digest=candidate.record_digest,
-            payload_digest=candidate.payload_digest, evidence_digest=evidence_digest(body["evidence"]),
-            payload=body["payload"], evidence=body["evidence"], retention=body["retention"],
-            trust=Trust(body["trust"]), actor=body["actor"], recorded_at=body["recorded_at"],
-            authorization_receipt_digest=auth["receipt_digest"])
+            candidate_id=candidate.candidate_id,
+            record_digest=candidate.record_digest,
+            payload_digest=candidate.payload_digest,
+            evidence_digest=evidence_digest(body["evidence"]),
+            payload=body["payload"],
+            evidence=body["evidence"],
+            retention=body["retention"],
+            trust=Trust(body["trust"]),
+            actor=body["actor"],
+            recorded_at=body["recorded_at"],
+            authorization_receipt_digest=auth["receipt_digest"],
+        )
         rid = acceptance.record_id
         events += accept_records(parts.vault, tx, scope, [acceptance], receipt, [auth], at)
     if not keep_body and candidate.key_id is not None:
@@ -74,7 +92,8 @@ def settle(
 def open_candidate(parts: Parts, candidate: CandidateRow) -> dict[str, Any]:
     try:
         return parts.vault.open_json(
-            candidate.key_id, candidate.sealed, candidate_aad(candidate.scope, candidate.candidate_id))
+            candidate.key_id, candidate.sealed, candidate_aad(candidate.scope, candidate.candidate_id)
+        )
     except SealBroken:
         raise ContractError(ErrorCode.BLOB_MISSING) from None
 
@@ -93,7 +112,11 @@ def request_admission(parts: Parts, ctx: CallContext, args: AdmissionInput) -> d
             raise ContractError(ErrorCode.NOT_FOUND)
         if needs_confirmation(REQUEST_ADMISSION, ctx):
             check_confirmation(
-                ctx, REQUEST_ADMISSION, args.candidate_id, arguments, at,
+                ctx,
+                REQUEST_ADMISSION,
+                args.candidate_id,
+                arguments,
+                at,
                 lambda ref: tx.claim_confirmation(claim_key(ctx, ref), at),
             )
         require_pending(candidate.state)
@@ -112,7 +135,8 @@ def request_admission(parts: Parts, ctx: CallContext, args: AdmissionInput) -> d
             "cursor": str(last.cursor),
             "decision_receipt_digest": receipt["receipt_digest"],
             "transaction_receipt_digest": transaction_receipt(
-                REQUEST_ADMISSION, [e.event_digest for e in events], last.cursor, at)["receipt_digest"],
+                REQUEST_ADMISSION, [e.event_digest for e in events], last.cursor, at
+            )["receipt_digest"],
         }
         if rid is not None:
             outcome["record_id"] = rid
@@ -127,7 +151,9 @@ def request_admission(parts: Parts, ctx: CallContext, args: AdmissionInput) -> d
     return result
 
 
-def adjudicate(parts: Parts, scope: tuple[str, str], candidate_id: str, decision: Decision, reason_ref: str) -> dict[str, Any]:
+def adjudicate(
+    parts: Parts, scope: tuple[str, str], candidate_id: str, decision: Decision, reason_ref: str
+) -> dict[str, Any]:
     """The operator's decision on a candidate held for adjudication (never on the agent
     path): accept or reject, with a decision receipt naming the operator."""
     if decision == "adjudication_required":
@@ -141,11 +167,17 @@ def adjudicate(parts: Parts, scope: tuple[str, str], candidate_id: str, decision
         if candidate.state != "pending_adjudication":
             raise ContractError(ErrorCode.ILLEGAL_TRANSITION)
         body = open_candidate(parts, candidate)
-        receipt = seal_receipt(DigestKind.DECISION_RECEIPT, {
-            "policy_id": "engram.operator-adjudication", "policy_version": "1",
-            "record_digest": candidate.record_digest, "decision": decision,
-            "reason_ref": reason_ref, "issued_at": instant(at),
-        })
+        receipt = seal_receipt(
+            DigestKind.DECISION_RECEIPT,
+            {
+                "policy_id": "engram.operator-adjudication",
+                "policy_version": "1",
+                "record_digest": candidate.record_digest,
+                "decision": decision,
+                "reason_ref": reason_ref,
+                "issued_at": instant(at),
+            },
+        )
         status, rid, _ = settle(parts, tx, candidate, body, decision, receipt, "operator", at)
     if status == "accepted":
         parts.projector.catch_up(scope)

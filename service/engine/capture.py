@@ -13,7 +13,6 @@ from typing import Any
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.inputs import CaptureInput
 from engram.models.tools import CAPTURE
-
 from engram.service.store.base import CandidateRow
 
 from .acceptance import DEFAULT_RETENTION
@@ -23,7 +22,15 @@ from .gates import check_confirmation, claim_key, needs_confirmation
 from .idempotency import find_replay, intent_hash, reserve
 from .parts import Parts
 from .policy import HostPolicy
-from .records import Trust, authorization_receipt, candidate_aad, evidence_digest, payload_digest, record_digest, transaction_receipt
+from .records import (
+    Trust,
+    authorization_receipt,
+    candidate_aad,
+    evidence_digest,
+    payload_digest,
+    record_digest,
+    transaction_receipt,
+)
 
 
 def resolve_retention(payload: dict[str, Any], policy: HostPolicy, at_ms: int) -> dict[str, Any]:
@@ -54,7 +61,11 @@ def capture(parts: Parts, ctx: CallContext, args: CaptureInput) -> dict[str, Any
         retention = resolve_retention(arguments["payload"], parts.policies.host(), at)
         if needs_confirmation(CAPTURE, ctx):
             check_confirmation(
-                ctx, CAPTURE, args.idempotency_key, arguments, at,
+                ctx,
+                CAPTURE,
+                args.idempotency_key,
+                arguments,
+                at,
                 lambda ref: tx.claim_confirmation(claim_key(ctx, ref), at),
             )
         candidate_id = "cand_" + b32encode(secrets.token_bytes(20)).decode().lower()
@@ -73,7 +84,9 @@ def capture(parts: Parts, ctx: CallContext, args: CaptureInput) -> dict[str, Any
         }
         key_id, sealed = parts.vault.seal_json(tx, body, candidate_aad(scope, candidate_id))
         event = tx.append_event(
-            scope, "candidate_captured", candidate_id,
+            scope,
+            "candidate_captured",
+            candidate_id,
             {
                 "payload_digest": p_digest,
                 "evidence_digest": e_digest,
@@ -84,16 +97,18 @@ def capture(parts: Parts, ctx: CallContext, args: CaptureInput) -> dict[str, Any
             instant(at),
         )
         tx.insert_candidate(
-            CandidateRow(scope, candidate_id, "pending", key_id, sealed, r_digest, p_digest,
-                         ctx.principal, event.cursor)
+            CandidateRow(
+                scope, candidate_id, "pending", key_id, sealed, r_digest, p_digest, ctx.principal, event.cursor
+            )
         )
         result = {
             "status": "committed_pending",
             "candidate_id": candidate_id,
             "record_digest": r_digest,
             "cursor": str(event.cursor),
-            "transaction_receipt_digest": transaction_receipt(
-                CAPTURE, [event.event_digest], event.cursor, at)["receipt_digest"],
+            "transaction_receipt_digest": transaction_receipt(CAPTURE, [event.event_digest], event.cursor, at)[
+                "receipt_digest"
+            ],
         }
         reserve(tx, scope, ctx.principal, args.idempotency_key, CAPTURE, intent, result)
     return result

@@ -19,7 +19,6 @@ from engram.models.codes import ContractError, ErrorCode
 from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW, parse_arguments
 from engram.ranking import Device, Encoder, MiniLMEncoder, Ranker, SemanticUnavailable
 from engram.ranking.encoder import resolve_device
-
 from engram.service.store import open_store
 from engram.service.store.base import CommitUncertain, SharedStore, StoreUnavailable
 
@@ -30,8 +29,8 @@ from .paging import SnapshotCache
 from .parts import Parts
 from .policy import ADMISSION_POLICY_FILE, HOST_POLICY_FILE, Policies
 from .projector import Projector
-from .replica import Replica, replica_id_for
 from .records import scope_key
+from .replica import Replica, replica_id_for
 from .sealing import SHARED_RETIRE_GRACE_S, BodyVault, KeyRing, copy_key_dir, shred_entries
 from .secrets import refuse_secrets
 from .stats import ScopeStats, scope_stats
@@ -62,9 +61,16 @@ class Engine:
 
     @classmethod
     def open(
-        cls, data_dir: Path, *, load_model: bool = True, encoder: Encoder | None = None,
-        background: bool = False, database_url: str | None = None, key_dir: Path | None = None,
-        device: Device | str = Device.AUTO, serve_replica: bool = False,
+        cls,
+        data_dir: Path,
+        *,
+        load_model: bool = True,
+        encoder: Encoder | None = None,
+        background: bool = False,
+        database_url: str | None = None,
+        key_dir: Path | None = None,
+        device: Device | str = Device.AUTO,
+        serve_replica: bool = False,
     ) -> Engine:
         """Open (or create) the data directory, then load the model and let every
         projection catch up with the journal (in a thread when `background`).
@@ -84,14 +90,19 @@ class Engine:
         os.chmod(data_dir, 0o700)  # also when a caller created it first, with its umask
         store = open_store(data_dir / DB_FILE, database_url)
         shared = store if isinstance(store, SharedStore) else None
-        ring = KeyRing(Path(key_dir) if key_dir is not None else data_dir / "keys",
-                       retire_grace_s=SHARED_RETIRE_GRACE_S if shared is not None else 0.0)
+        ring = KeyRing(
+            Path(key_dir) if key_dir is not None else data_dir / "keys",
+            retire_grace_s=SHARED_RETIRE_GRACE_S if shared is not None else 0.0,
+        )
         vault = BodyVault(ring, store)
         if encoder is None and load_model:
             encoder = MiniLMEncoder(data_dir / MODELS_DIR, device=device)
         ranker = Ranker(data_dir / "index", encoder)
         parts = Parts(
-            data_dir=data_dir, store=store, vault=vault, ranker=ranker,
+            data_dir=data_dir,
+            store=store,
+            vault=vault,
+            ranker=ranker,
             projector=Projector(store, vault, ranker),
             policies=Policies(data_dir),
             snapshots=SnapshotCache(shared),
@@ -127,8 +138,7 @@ class Engine:
             self.parts.ranker.settle()  # what catching up made due is saved before ready
         self.sweep_invalidations()  # a replica that was down purges what it missed, first
         if self._serve_replica and self.parts.replica is not None:
-            self.parts.replica.follow(
-                self.parts.projector.catch_up, self.sweep_invalidations, self._finish_rotation)
+            self.parts.replica.follow(self.parts.projector.catch_up, self.sweep_invalidations, self._finish_rotation)
         self._ready.set()
 
     def _finish_rotation(self) -> None:
@@ -171,8 +181,9 @@ class Engine:
         enable TENANT`. Bulk ingest writes a scope without opting its tenant in (opt-in is
         the operator's separate decision), so `engram ingest` and `engram serve` name them."""
         store = self.parts.store
-        return [tenant for tenant in sorted({tenant for tenant, _ in store.scopes()})
-                if not store.tenant_enabled(tenant)]
+        return [
+            tenant for tenant in sorted({tenant for tenant, _ in store.scopes()}) if not store.tenant_enabled(tenant)
+        ]
 
     def readiness(self) -> dict[str, Any]:
         """Ready once warm-up is done. Without a configured model the service is
@@ -201,8 +212,9 @@ class Engine:
         self.parts.ranker.observe_latency = observe
 
     # -- the operator surface (never reachable through MCP) ----------------------------------
-    def prepare_batch(self, scope: tuple[str, str], submissions: Sequence[ingestion.Submission], *,
-                      scan_secrets: bool = True) -> ingestion.PreparedBatch:
+    def prepare_batch(
+        self, scope: tuple[str, str], submissions: Sequence[ingestion.Submission], *, scan_secrets: bool = True
+    ) -> ingestion.PreparedBatch:
         """Batch admission, step one (writes nothing): refuse secrets, compute digests and
         set aside records the scope already has (see :mod:`service.engine.ingestion`)."""
         return ingestion.prepare(self.parts, scope, submissions, scan_secrets=scan_secrets)
@@ -216,8 +228,9 @@ class Engine:
         except SemanticUnavailable:
             return None
 
-    def admit_batch(self, batch: ingestion.PreparedBatch, operator: CallContext, *,
-                    vectors: Sequence[np.ndarray] | None = None) -> ingestion.BatchOutcome:
+    def admit_batch(
+        self, batch: ingestion.PreparedBatch, operator: CallContext, *, vectors: Sequence[np.ndarray] | None = None
+    ) -> ingestion.BatchOutcome:
         """Batch admission, step two: accept the prepared records in one transaction
         through the agent path's record writer, then project them into both indexes."""
         return ingestion.admit(self.parts, batch, operator, vectors=vectors)
@@ -327,8 +340,14 @@ class Engine:
     def history(self, scope: tuple[str, str], subject: str) -> list[dict[str, Any]]:
         """Every journal event about one record or candidate (digests only, no content)."""
         return [
-            {"cursor": e.cursor, "kind": e.kind, "event_id": e.event_id, "recorded_at": e.recorded_at,
-             "event_digest": e.event_digest, "body": e.body}
+            {
+                "cursor": e.cursor,
+                "kind": e.kind,
+                "event_id": e.event_id,
+                "recorded_at": e.recorded_at,
+                "event_digest": e.event_digest,
+                "body": e.body,
+            }
             for e in self.parts.store.events(scope)
             if e.subject == subject or e.body.get("candidate_id") == subject
         ]

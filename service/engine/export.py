@@ -65,5 +65,6 @@ def _open(parts: Parts, scope: tuple[str, str], key: str, rows: list[Any], vecto
             raise ContractError(ErrorCode.BLOB_MISSING) from None
         if vectors and passage_vectors is None:
             raise ContractError(ErrorCode.PROJECTION_STALE)
-        yield ExportedRecord(row.record_id, body["payload"], body["evidence"], body["retention"],
-                             body["trust"], passage_vectors)
+        yield ExportedRecord(
+            row.record_id, body["payload"], body["evidence"], body["retention"], body["trust"], passage_vectors
+        )

@@ -16,7 +16,6 @@ from typing import Any
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.digests import DigestKind, digest
 from engram.models.tools import CAPTURE
-
 from engram.service.store.base import Scope, Transaction
 
 
@@ -58,7 +57,12 @@ def encode_result(result: dict[str, Any]) -> str:
 
 
 def reserve(
-    tx: Transaction, scope: Scope, principal: str, key: str, tool: str, intent: str,
+    tx: Transaction,
+    scope: Scope,
+    principal: str,
+    key: str,
+    tool: str,
+    intent: str,
     result: dict[str, Any],
 ) -> None:
     """Bind `key` (as its digest) to this intent and its first result, in `tx`."""

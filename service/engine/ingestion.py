@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -38,8 +39,16 @@ from .acceptance import DEFAULT_RETENTION, Acceptance, accept_records
 from .clock import instant, now_ms
 from .context import CallContext
 from .parts import Parts
-from .records import (Trust, authorization_receipt, evidence_digest, index_document, payload_digest,
-                      record_digest, record_id, scope_key)
+from .records import (
+    Trust,
+    authorization_receipt,
+    evidence_digest,
+    index_document,
+    payload_digest,
+    record_digest,
+    record_id,
+    scope_key,
+)
 from .secrets import refuse_secrets
 
 INGEST_TOOL = "engram_operator_ingest"
@@ -123,8 +132,9 @@ def _holds_secret(sub: Submission) -> bool:
     return False
 
 
-def prepare(parts: Parts, scope: tuple[str, str], submissions: Sequence[Submission], *,
-            scan_secrets: bool = True) -> PreparedBatch:
+def prepare(
+    parts: Parts, scope: tuple[str, str], submissions: Sequence[Submission], *, scan_secrets: bool = True
+) -> PreparedBatch:
     """Scan, digest and de-duplicate a batch; writes nothing."""
     key = scope_key(scope)
     batch = PreparedBatch(scope, [])
@@ -137,8 +147,9 @@ def prepare(parts: Parts, scope: tuple[str, str], submissions: Sequence[Submissi
         if rid in candidates:
             batch.skipped += 1
             continue
-        candidates[rid] = PreparedRecord(position, sub, p_digest, e_digest, r_digest, rid,
-                                         index_document(key, rid, sub.payload))
+        candidates[rid] = PreparedRecord(
+            position, sub, p_digest, e_digest, r_digest, rid, index_document(key, rid, sub.payload)
+        )
     existing = parts.store.records(scope, list(candidates))
     batch.skipped += len(existing)
     batch.records = [r for rid, r in candidates.items() if rid not in existing]
@@ -147,12 +158,19 @@ def prepare(parts: Parts, scope: tuple[str, str], submissions: Sequence[Submissi
 
 def operator_context(scope: tuple[str, str], principal: str, session: str, purpose_ref: str) -> CallContext:
     """The operator's own context, for the batch's authorisation receipt."""
-    return CallContext(tenant=scope[0], workspace=scope[1], principal=principal, agent_id="engram-ingest",
-                       session=session, purpose=purpose_ref)
+    return CallContext(
+        tenant=scope[0],
+        workspace=scope[1],
+        principal=principal,
+        agent_id="engram-ingest",
+        session=session,
+        purpose=purpose_ref,
+    )
 
 
-def admit(parts: Parts, batch: PreparedBatch, operator: CallContext, *,
-          vectors: Sequence[np.ndarray] | None = None) -> BatchOutcome:
+def admit(
+    parts: Parts, batch: PreparedBatch, operator: CallContext, *, vectors: Sequence[np.ndarray] | None = None
+) -> BatchOutcome:
     """Accept a prepared batch: one transaction, then both indexes (``vectors``: one array
     of passage vectors per prepared record; without them the ranker embeds)."""
     if vectors is not None and len(vectors) != len(batch.records):
@@ -180,18 +198,33 @@ def admit(parts: Parts, batch: PreparedBatch, operator: CallContext, *,
                 if tx.accepted_with_payload(scope, prepared.payload_digest) is not None:
                     outcome.skipped += 1  # the same content is already a current record
                     continue
-                accepted.append(Acceptance(
-                    candidate_id=sub.candidate_id, record_digest=prepared.record_digest,
-                    payload_digest=prepared.payload_digest, evidence_digest=prepared.evidence_digest,
-                    payload=sub.payload, evidence=sub.evidence, retention=sub.retention,
-                    trust=Trust.OPERATOR_INGESTED, actor=actor, recorded_at=instant(at),
-                    authorization_receipt_digest=auth["receipt_digest"]))
+                accepted.append(
+                    Acceptance(
+                        candidate_id=sub.candidate_id,
+                        record_digest=prepared.record_digest,
+                        payload_digest=prepared.payload_digest,
+                        evidence_digest=prepared.evidence_digest,
+                        payload=sub.payload,
+                        evidence=sub.evidence,
+                        retention=sub.retention,
+                        trust=Trust.OPERATOR_INGESTED,
+                        actor=actor,
+                        recorded_at=instant(at),
+                        authorization_receipt_digest=auth["receipt_digest"],
+                    )
+                )
                 written.append(i)
             if accepted:
-                decision = seal_receipt(DigestKind.DECISION_RECEIPT, {
-                    "policy_id": INGEST_POLICY, "policy_version": "1", "decision": "accept",
-                    "record_digests_digest": digest(DigestKind.IDS, [a.record_digest for a in accepted]),
-                    "issued_at": instant(at)})
+                decision = seal_receipt(
+                    DigestKind.DECISION_RECEIPT,
+                    {
+                        "policy_id": INGEST_POLICY,
+                        "policy_version": "1",
+                        "decision": "accept",
+                        "record_digests_digest": digest(DigestKind.IDS, [a.record_digest for a in accepted]),
+                        "issued_at": instant(at),
+                    },
+                )
                 events = accept_records(parts.vault, tx, scope, accepted, decision, [auth], at)
                 outcome.accepted = [a.record_id for a in accepted]
                 outcome.first_cursor, outcome.last_cursor = events[0].cursor, events[-1].cursor
@@ -199,7 +232,9 @@ def admit(parts: Parts, batch: PreparedBatch, operator: CallContext, *,
         outcome.store_seconds = t1 - t0
         if written:
             parts.ranker.apply(
-                scope_key(scope), [batch.records[i].document for i in written], [],
+                scope_key(scope),
+                [batch.records[i].document for i in written],
+                [],
                 through_cursor=outcome.last_cursor,
                 vectors=[vectors[i] for i in written] if vectors is not None else None,
                 after_cursor=outcome.first_cursor - 1,

@@ -25,9 +25,16 @@ def transition(parts: Parts, scope: tuple[str, str], record_id: str, operation: 
             raise ContractError(ErrorCode.NOT_FOUND)
         target = operator_target(operation, record.state)
         tx.append_event(
-            scope, "record_state_changed", record_id,
-            {"operation": operation, "from_state": record.state, "to_state": target,
-             "reason_ref": reason_ref, "principal": "operator"},
+            scope,
+            "record_state_changed",
+            record_id,
+            {
+                "operation": operation,
+                "from_state": record.state,
+                "to_state": target,
+                "reason_ref": reason_ref,
+                "principal": "operator",
+            },
             instant(now_ms()),
         )
         tx.set_record_state(scope, record_id, target, drop_body=False)

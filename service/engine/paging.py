@@ -65,13 +65,16 @@ class Snapshot:
     def digests(self) -> SnapshotDigests:
         """Computed on first use, then shared by every budget pass and later page."""
         return SnapshotDigests(
-            snapshot_digest=digest(DigestKind.SNAPSHOT, {
-                "snapshot_id": self.snapshot_id,
-                "ordered_ids": [c.record_id for c in self.ranked.candidates],
-                "system_as_of": str(self.system_as_of),
-                "valid_as_of": instant(self.valid_as_of_ms),
-                "profile_config_digest": self.profile_config_digest,
-            }),
+            snapshot_digest=digest(
+                DigestKind.SNAPSHOT,
+                {
+                    "snapshot_id": self.snapshot_id,
+                    "ordered_ids": [c.record_id for c in self.ranked.candidates],
+                    "system_as_of": str(self.system_as_of),
+                    "valid_as_of": instant(self.valid_as_of_ms),
+                    "profile_config_digest": self.profile_config_digest,
+                },
+            ),
             candidate_ids_digest=digest(DigestKind.IDS, sorted(self.ranked.candidate_ids)),
         )
 
@@ -85,21 +88,37 @@ class PagePosition:
 
 def _encode_snapshot(snap: Snapshot) -> str:
     ranked = snap.ranked
-    return json.dumps({
-        "profile": ranked.profile.as_dict(),
-        "channels": list(ranked.channels), "candidates": [list(c) for c in ranked.candidates],
-        "candidate_ids": ranked.candidate_ids, "system_as_of": snap.system_as_of,
-        "valid_as_of_ms": snap.valid_as_of_ms, "tenant": snap.tenant,
-    }, separators=(",", ":"))
+    return json.dumps(
+        {
+            "profile": ranked.profile.as_dict(),
+            "channels": list(ranked.channels),
+            "candidates": [list(c) for c in ranked.candidates],
+            "candidate_ids": ranked.candidate_ids,
+            "system_as_of": snap.system_as_of,
+            "valid_as_of_ms": snap.valid_as_of_ms,
+            "tenant": snap.tenant,
+        },
+        separators=(",", ":"),
+    )
 
 
 def _decode_snapshot(snapshot_id: str, body: str) -> Snapshot:
     fields = json.loads(body)
     ranked = RankedList(
-        profile=Profile.from_dict(fields["profile"]), channels=tuple(fields["channels"]),
-        candidates=[Contribution(*c) for c in fields["candidates"]], candidate_ids=fields["candidate_ids"])
-    return Snapshot(snapshot_id, str(fields.get("tenant", "")), ranked, fields["system_as_of"],
-                    fields["valid_as_of_ms"], time.monotonic(), config_dict_digest(fields["profile"]["config"]))
+        profile=Profile.from_dict(fields["profile"]),
+        channels=tuple(fields["channels"]),
+        candidates=[Contribution(*c) for c in fields["candidates"]],
+        candidate_ids=fields["candidate_ids"],
+    )
+    return Snapshot(
+        snapshot_id,
+        str(fields.get("tenant", "")),
+        ranked,
+        fields["system_as_of"],
+        fields["valid_as_of_ms"],
+        time.monotonic(),
+        config_dict_digest(fields["profile"]["config"]),
+    )
 
 
 class SnapshotCache:
@@ -112,8 +131,15 @@ class SnapshotCache:
         self._lock = threading.Lock()
 
     def put(self, tenant: str, ranked: RankedList, system_as_of: int, valid_as_of_ms: int) -> Snapshot:
-        snap = Snapshot("snap_" + secrets.token_hex(12), tenant, ranked, system_as_of, valid_as_of_ms,
-                        time.monotonic(), ranked.profile.config_digest())
+        snap = Snapshot(
+            "snap_" + secrets.token_hex(12),
+            tenant,
+            ranked,
+            system_as_of,
+            valid_as_of_ms,
+            time.monotonic(),
+            ranked.profile.config_digest(),
+        )
         if self._shared is not None:
             at = now_ms()
             self._shared.put_snapshot(snap.snapshot_id, _encode_snapshot(snap), at, at - int(SNAPSHOT_TTL_S * 1000))

@@ -6,11 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engram.ranking import Ranker
-
 from engram.service.store.base import Store
 
-from .policy import Policies
 from .paging import SnapshotCache
+from .policy import Policies
 from .projector import Projector
 from .replica import Replica
 from .sealing import BodyVault

@@ -71,9 +71,7 @@ class AdmissionPolicy(_PolicyModel):
 
     def decide(self, payload: dict[str, Any], evidence: dict[str, Any]) -> Decision:
         schemes = self.allowed_locator_schemes
-        if schemes is not None and any(
-            c["locator"]["scheme"] not in schemes for c in payload["citations"]
-        ):
+        if schemes is not None and any(c["locator"]["scheme"] not in schemes for c in payload["citations"]):
             return "reject"
         if self.require_attestation and not evidence.get("attestation"):
             return "reject"
@@ -136,8 +134,9 @@ class PolicySource(Generic[P]):
                 problem = f"field {field}: {first['msg']}"
             else:
                 problem = "not valid JSON"
-        logger.error("policy file %s is invalid: %s; calls that need it answer POLICY_UNAVAILABLE",
-                     self.path.name, problem)
+        logger.error(
+            "policy file %s is invalid: %s; calls that need it answer POLICY_UNAVAILABLE", self.path.name, problem
+        )
         return _Loaded(signature, None, problem)
 
     def current(self) -> P:
@@ -185,7 +184,10 @@ class Policies:
 
 
 def check_fresh(
-    decided_under: AdmissionPolicy, receipt: dict[str, Any], issued_ms: int, now_ms: int,
+    decided_under: AdmissionPolicy,
+    receipt: dict[str, Any],
+    issued_ms: int,
+    now_ms: int,
     current: Callable[[], AdmissionPolicy],
 ) -> None:
     """At commit: POLICY_STALE unless the policy the decision was made under is still

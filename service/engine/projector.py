@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 from engram.ranking import IndexDocument, Ranker
 from engram.ranking.read_write_lock import ReadWriteLock
-
 from engram.service.store.base import Store
 
 from .records import index_document, record_aad, scope_key
@@ -62,7 +61,7 @@ class Projector:
 
     @property
     def long_projection(self) -> str | None:
-        """"warm-up" or "rebuild" while one runs (readiness reports it), else None."""
+        """ "warm-up" or "rebuild" while one runs (readiness reports it), else None."""
         return self._long
 
     @contextmanager
@@ -164,9 +163,7 @@ class Projector:
         if progress is not None and batch:
             progress(len(batch))
 
-    def _apply(
-        self, scope: tuple[str, str], key: str, record_ids: list[str], through: int, after: int
-    ) -> None:
+    def _apply(self, scope: tuple[str, str], key: str, record_ids: list[str], through: int, after: int) -> None:
         rows = self.store.records(scope, record_ids)
         upserts: list[IndexDocument] = []
         removals: list[str] = []

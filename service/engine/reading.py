@@ -14,7 +14,6 @@ from engram.models.digests import DigestKind, digest, seal_receipt
 from engram.models.envelope import success_size
 from engram.models.inputs import GetInput
 from engram.models.tools import GET
-
 from engram.service.store.base import RecordRow
 
 from .clock import instant, now_ms
@@ -54,8 +53,11 @@ def disclosed_record(parts: Parts, row: RecordRow) -> tuple[dict[str, Any], list
     except SealBroken:
         raise ContractError(ErrorCode.BLOB_MISSING) from None
     return disclose(
-        body, record_id_=row.record_id, record_digest_=row.record_digest,
-        payload_digest_=row.payload_digest, accepted_cursor=row.accepted_cursor,
+        body,
+        record_id_=row.record_id,
+        record_digest_=row.record_digest,
+        payload_digest_=row.payload_digest,
+        accepted_cursor=row.accepted_cursor,
         accepted_at=row.accepted_at,
     )
 

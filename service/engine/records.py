@@ -20,6 +20,7 @@ from engram.ranking import IndexDocument
 
 from .clock import instant
 
+
 class Trust(StrEnum):
     """Who vouches for a record's content, stated in its sealed body and its journal event."""
 
@@ -68,9 +69,7 @@ def evidence_digest(evidence: dict[str, Any]) -> str:
     return digest(DigestKind.EVIDENCE, evidence)
 
 
-def record_digest(
-    scope: tuple[str, str], candidate_id: str, payload_digest_: str, evidence_digest_: str
-) -> str:
+def record_digest(scope: tuple[str, str], candidate_id: str, payload_digest_: str, evidence_digest_: str) -> str:
     """Bound to the candidate, so a record can never be revived under an old record_id."""
     return digest(
         DigestKind.RECORD,
@@ -89,8 +88,13 @@ def record_id(record_digest_: str) -> str:
 
 
 def disclose(
-    body: dict[str, Any], *, record_id_: str, record_digest_: str, payload_digest_: str,
-    accepted_cursor: int, accepted_at: str,
+    body: dict[str, Any],
+    *,
+    record_id_: str,
+    record_digest_: str,
+    payload_digest_: str,
+    accepted_cursor: int,
+    accepted_at: str,
 ) -> tuple[dict[str, Any], list[str], str]:
     """The redacted record, the fields removed, and the redaction receipt digest."""
     payload, evidence = body["payload"], body["evidence"]

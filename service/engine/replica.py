@@ -72,12 +72,16 @@ class Replica:
     def registry(self) -> list[dict[str, object]]:
         """Every registered replica: id, seconds since its heartbeat, live or not."""
         at = now_ms()
-        return [{"replica_id": rid, "heartbeat_age_s": round((at - beat) / 1000, 1),
-                 "live": at - beat <= LIVE_WITHIN_MS} for rid, beat in self.store.replicas()]
+        return [
+            {"replica_id": rid, "heartbeat_age_s": round((at - beat) / 1000, 1), "live": at - beat <= LIVE_WITHIN_MS}
+            for rid, beat in self.store.replicas()
+        ]
 
     # -- following -------------------------------------------------------------------------
     def follow(
-        self, catch_up: Callable[[Scope], None], sweep: Callable[[], object],
+        self,
+        catch_up: Callable[[Scope], None],
+        sweep: Callable[[], object],
         tidy: Callable[[], object] = lambda: None,
     ) -> None:
         """Start the background follower: heartbeat, wake on journal events, catch up,
@@ -85,11 +89,15 @@ class Replica:
         an engine that never follows (an operator command) is never counted."""
         self.store.heartbeat(self.replica_id, now_ms())
         self._thread = threading.Thread(
-            target=self._run, args=(catch_up, sweep, tidy), name="engram-replica", daemon=True)
+            target=self._run, args=(catch_up, sweep, tidy), name="engram-replica", daemon=True
+        )
         self._thread.start()
 
     def _run(
-        self, catch_up: Callable[[Scope], None], sweep: Callable[[], object], tidy: Callable[[], object],
+        self,
+        catch_up: Callable[[Scope], None],
+        sweep: Callable[[], object],
+        tidy: Callable[[], object],
     ) -> None:
         last_beat = last_scan = time.monotonic()
         while not self._stopped.is_set():

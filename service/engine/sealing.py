@@ -24,7 +24,6 @@ from pathlib import Path
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from engram.models.digests import DigestKind, digest
-
 from engram.service.store import compact
 from engram.service.store.base import Store
 
@@ -191,8 +190,9 @@ def shred_digest(value: object) -> str:
 def record_shred(key_dir: Path, kind: str, scope: tuple[str, str], subject: str) -> None:
     """Append one shred entry durably (fsync) before the destroying transaction commits.
     The entry names the scope and subject by digest only (see `shred_digest`)."""
-    line = json.dumps({"kind": kind, "scope": shred_digest(list(scope)), "subject": shred_digest(subject)},
-                      separators=(",", ":"))
+    line = json.dumps(
+        {"kind": kind, "scope": shred_digest(list(scope)), "subject": shred_digest(subject)}, separators=(",", ":")
+    )
     fd = os.open(key_dir / SHRED_LEDGER, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         os.write(fd, line.encode() + b"\n")

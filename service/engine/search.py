@@ -99,8 +99,13 @@ def _rank(parts: Parts, ctx: CallContext, args: SearchInput, valid_as_of: int, v
     both = args.capability_policy.minimum_channels == "lexical_and_semantic"
     try:
         return parts.ranker.search(
-            scope_key(ctx.scope), args.query, profile, valid_as_of_ms=valid_as_of,
-            candidate_cap=CANDIDATE_CAP, fallback=None if both else LEXICAL_PROFILE)
+            scope_key(ctx.scope),
+            args.query,
+            profile,
+            valid_as_of_ms=valid_as_of,
+            candidate_cap=CANDIDATE_CAP,
+            fallback=None if both else LEXICAL_PROFILE,
+        )
     except SemanticUnavailable:
         raise ContractError(ErrorCode.RANKING_UNAVAILABLE) from None
 
@@ -122,14 +127,11 @@ def _snapshot_for(
     return snap, position, parts.ranker.projection_cursor(scope_key(ctx.scope))
 
 
-def search(
-    parts: Parts, ctx: CallContext, args: SearchInput, *, valid_as_of_ms: int | None = None
-) -> dict[str, Any]:
+def search(parts: Parts, ctx: CallContext, args: SearchInput, *, valid_as_of_ms: int | None = None) -> dict[str, Any]:
     """`valid_as_of_ms` pins the first page's valid time (receipt replay); callers on
     the agent path leave it to the clock."""
     request = request_fields(args)
-    binding = digest(DigestKind.QUERY, {"scope": scope_key(ctx.scope), "request": request,
-                                        "purpose": ctx.purpose})
+    binding = digest(DigestKind.QUERY, {"scope": scope_key(ctx.scope), "request": request, "purpose": ctx.purpose})
     snap, position, cursors = _snapshot_for(parts, ctx, args, binding, valid_as_of_ms)
     ranked = snap.ranked
     ordered = ranked.candidates
@@ -167,15 +169,21 @@ def search(
         if count == len(page) < args.limit:
             resume = len(ordered)  # the scan ran out: nothing eligible is left
         records = [
-            {"record": record, "redacted_fields": redacted, "redaction_receipt_digest": red_digest,
-             "score": contribution.as_dict()["final_score"], "rank": position.returned + i + 1}
+            {
+                "record": record,
+                "redacted_fields": redacted,
+                "redaction_receipt_digest": red_digest,
+                "score": contribution.as_dict()["final_score"],
+                "rank": position.returned + i + 1,
+            }
             for i, (_, contribution, record, redacted, red_digest) in enumerate(chosen)
         ]
         receipt = _receipt(fixed, [c for _, c, *_ in chosen], position)
         value: dict[str, Any] = {"records": records, "rank_receipt": receipt}
         if resume < len(ordered):
             value["next_page_cursor"] = parts.snapshots.encode(
-                PagePosition(snap.snapshot_id, resume, position.returned + count), binding)
+                PagePosition(snap.snapshot_id, resume, position.returned + count), binding
+            )
         value["response_digest"] = digest(DigestKind.RESPONSE, value)
         return value
 
@@ -212,8 +220,9 @@ def _receipt_fixed(
         "candidate_count": len(ranked.candidate_ids),
         "candidate_ids_digest": snap.digests.candidate_ids_digest,
         "scoring_formula_ref": f"engram.rank/{profile.name}/v{profile.version}",
-        "revalidation_receipt_digest": revalidation_receipt(
-            checked, snap.valid_as_of_ms, snap.system_as_of)["receipt_digest"],
+        "revalidation_receipt_digest": revalidation_receipt(checked, snap.valid_as_of_ms, snap.system_as_of)[
+            "receipt_digest"
+        ],
         "projection_receipt_digests": [
             digest(DigestKind.PROJECTION_RECEIPT, {"channel": ch, "cursor": str(cursors.get(ch, 0))})
             for ch in ranked.channels

@@ -269,7 +269,11 @@ _PREFIX_RULES: list[_Rule] = [
     # Other providers with self-identifying prefixes.
     _r("digitalocean-token", r"do[opr]_v1_[a-f0-9]{64}" + _E),
     _r("shopify-token", r"shp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}" + _E),
-    _r("huggingface-token", r"hf_[A-Za-z0-9]{34,40}" + _E, check=lambda m, t: _alnum_with_digit(m.group(0)[3:]) or _mixed_alnum(m.group(0)[3:])),
+    _r(
+        "huggingface-token",
+        r"hf_[A-Za-z0-9]{34,40}" + _E,
+        check=lambda m, t: _alnum_with_digit(m.group(0)[3:]) or _mixed_alnum(m.group(0)[3:]),
+    ),
     _r("databricks-token", r"dapi[a-h0-9]{32}(?:-\d)?" + _E),
     _r("square-token", r"sq0(?:atp|csp|idp)-[0-9A-Za-z_\-]{22,43}"),
     _r("square-token", r"EAAA[A-Za-z0-9_\-]{60}" + _E),
@@ -322,13 +326,55 @@ def _jwt_ok(m: re.Match[str], text: str) -> bool:
 
 _PLACEHOLDER_VALUES = frozenset(
     {
-        "none", "null", "nil", "true", "false", "undefined", "empty", "required",
-        "optional", "string", "str", "text", "bytes", "int", "bool", "secret", "secrets",
-        "password", "passwords", "token", "tokens", "value", "redacted", "removed",
-        "hidden", "masked", "omitted", "example", "dummy", "placeholder",
-        "your_password", "yourpassword", "your-password", "your_token", "your-token",
-        "your_api_key", "your-api-key", "api_key", "apikey", "secret_key", "xxx", "todo",
-        "tbd", "n/a", "unset", "default", "env", "environ", "sensitive",
+        "none",
+        "null",
+        "nil",
+        "true",
+        "false",
+        "undefined",
+        "empty",
+        "required",
+        "optional",
+        "string",
+        "str",
+        "text",
+        "bytes",
+        "int",
+        "bool",
+        "secret",
+        "secrets",
+        "password",
+        "passwords",
+        "token",
+        "tokens",
+        "value",
+        "redacted",
+        "removed",
+        "hidden",
+        "masked",
+        "omitted",
+        "example",
+        "dummy",
+        "placeholder",
+        "your_password",
+        "yourpassword",
+        "your-password",
+        "your_token",
+        "your-token",
+        "your_api_key",
+        "your-api-key",
+        "api_key",
+        "apikey",
+        "secret_key",
+        "xxx",
+        "todo",
+        "tbd",
+        "n/a",
+        "unset",
+        "default",
+        "env",
+        "environ",
+        "sensitive",
     }
 )
 
@@ -434,11 +480,7 @@ def _assignment_ok(m: re.Match[str], text: str, weak: bool = False) -> bool:
     key_quoted = bool(m.group("kq")) or _before(text, m.start(), frozenset("\"'`"))
     op = m.group("op")
     head = _line_before(text, m.start())
-    alone = (
-        head is not None
-        and _YAML_HEAD_RE.match(head) is not None
-        and _LINE_END_RE.match(text, m.end()) is not None
-    )
+    alone = head is not None and _YAML_HEAD_RE.match(head) is not None and _LINE_END_RE.match(text, m.end()) is not None
     if m.group("qval") is not None:
         v = _g(m, text, "qval")
         if len(v) < 4 or _looks_placeholder(v, quoted=True) or _descriptive(v):
@@ -520,9 +562,7 @@ def _env_ok(m: re.Match[str], text: str) -> bool:
 
 
 _SCHEME_END_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]{0,30}(?::[A-Za-z0-9]+)?$")
-_URL_CRED_RE = re.compile(
-    r"://(?P<user>[^\s:/?#@\[\]\"'<>]{0,256}):(?P<pw>[^\s/?#@\"'<>]{1,256})@(?=[A-Za-z0-9\[])"
-)
+_URL_CRED_RE = re.compile(r"://(?P<user>[^\s:/?#@\[\]\"'<>]{0,256}):(?P<pw>[^\s/?#@\"'<>]{1,256})@(?=[A-Za-z0-9\[])")
 _DB_NAMES = re.compile(
     r"(?:jdbc:)?(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|rediss?|valkey|amqps?|mssql|sqlserver"
     r"|oracle|cockroachdb|clickhouse|couchdb|neo4j(?:\+s)?|bolt|nats|kafka|mqtts?|memcached"
@@ -653,8 +693,14 @@ def _prose_ok(m: re.Match[str], text: str) -> bool:
 
 
 _PROSE_RULES: list[_Rule] = [
-    _r("prose-credential", keyword + _PROSE_CONNECTOR, lower=True, boundary=_LETTERS, check=_prose_ok,
-       triggers=triggers)
+    _r(
+        "prose-credential",
+        keyword + _PROSE_CONNECTOR,
+        lower=True,
+        boundary=_LETTERS,
+        check=_prose_ok,
+        triggers=triggers,
+    )
     for keyword, triggers in (
         (r"pass(?:word|wd|phrase|code)", ("pass",)),
         (r"pwd", ("pwd",)),
@@ -732,9 +778,7 @@ def _identifier_like(core: str) -> bool:
     """camelCase / PascalCase / snake_case / kebab-case names ("Qwen2_5OmniDiTRotaryEmbedding",
     "Mistral-Small-4-119B-2603"): generated keys break into 1-2 letter fragments."""
     parts = [p for p in _SEP_RE.split(core) if p]
-    if len(parts) > 1 and all(
-        len(p) <= 4 or _WORD_NUM_RE.match(p) or _wordiness(p) >= 0.6 for p in parts
-    ):
+    if len(parts) > 1 and all(len(p) <= 4 or _WORD_NUM_RE.match(p) or _wordiness(p) >= 0.6 for p in parts):
         return True
     return _wordiness(core) >= 0.6
 
@@ -748,8 +792,6 @@ def _b64_secret(core: str) -> bool:
     if _entropy(core) < _b64_threshold(n):
         return False
     return not _identifier_like(core)
-
-
 
 
 def _in_url_path(text: str, start: int) -> bool:
@@ -930,7 +972,10 @@ def _load_detect_secrets() -> list[tuple[str, Any, tuple[str, ...] | None, Gate]
         (
             IbmCloudIamDetector,
             ("key", "pwd", "pass", "token"),
-            _run_gate(44, _rx_gate(r"(?:key|pwd|pass|token)[\"']?\]?[ \t]*(?:=|:|=>| +)[ \t]*[\"']?[a-z0-9_\-]{44}", lower=True)),
+            _run_gate(
+                44,
+                _rx_gate(r"(?:key|pwd|pass|token)[\"']?\]?[ \t]*(?:=|:|=>| +)[ \t]*[\"']?[a-z0-9_\-]{44}", lower=True),
+            ),
         ),
         (IbmCosHmacDetector, ("secret",), _run_gate(48, _rx_gate(r"secret[_\-]?(?:access)?[_\-]?key", lower=True))),
         (SoftlayerDetector, ("sl",), _run_gate(64)),
@@ -951,7 +996,7 @@ _DS_PLUGINS = _load_detect_secrets()
 # Extra sanity checks on what a plugin yields: Artifactory's "AP[0-9A-F]..." password
 # form also fires on upper-case words ("APPLICATIONS"), Twilio's on lower-case prose.
 _DS_EXTRA_CHECK: dict[str, Callable[[str], bool]] = {
-    "ds-artifactory-credentials": lambda s: _alnum_with_digit(s.strip(" \t\r\n=:\"")),
+    "ds-artifactory-credentials": lambda s: _alnum_with_digit(s.strip(' \t\r\n=:"')),
     "ds-basic-auth-credentials": lambda s: not _looks_placeholder(s),
     "ds-twilio-api-key": _has_digit,
     "ds-discord-bot-token": _mixed_alnum,

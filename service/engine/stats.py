@@ -25,6 +25,5 @@ class ScopeStats:
 def scope_stats(parts: Parts) -> list[ScopeStats]:
     """One entry per scope the store knows."""
     return [
-        ScopeStats(scope, parts.store.state_counts(scope), parts.projector.lag(scope))
-        for scope in parts.store.scopes()
+        ScopeStats(scope, parts.store.state_counts(scope), parts.projector.lag(scope)) for scope in parts.store.scopes()
     ]

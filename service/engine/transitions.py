@@ -16,7 +16,6 @@ from engram.models.codes import ContractError, ErrorCode
 from engram.models.digests import DigestKind, seal_receipt
 from engram.models.inputs import ForgetInput, WithdrawInput
 from engram.models.tools import FORGET, WITHDRAW
-
 from engram.service.store.base import JournalEvent, Store, Transaction
 
 from .clock import instant, now_ms
@@ -40,8 +39,14 @@ Effect = Callable[[Transaction, int], tuple[str, str, JournalEvent]]
 
 
 def _transition(
-    parts: Parts, ctx: CallContext, tool: str, operation: str, target: str,
-    arguments: dict[str, Any], effect: Effect, physical: dict[str, str],
+    parts: Parts,
+    ctx: CallContext,
+    tool: str,
+    operation: str,
+    target: str,
+    arguments: dict[str, Any],
+    effect: Effect,
+    physical: dict[str, str],
 ) -> tuple[dict[str, Any], bool]:
     """Run a gated transition; returns (result, replayed).
 
@@ -67,8 +72,9 @@ def _transition(
             "cursor": str(event.cursor),
             "event_digest": event.event_digest,
             "authorization_receipt_digest": auth["receipt_digest"],
-            "transaction_receipt_digest": transaction_receipt(
-                tool, [event.event_digest], event.cursor, at)["receipt_digest"],
+            "transaction_receipt_digest": transaction_receipt(tool, [event.event_digest], event.cursor, at)[
+                "receipt_digest"
+            ],
         }
         result = {"receipt": receipt, "replayed": False, **physical}
         reserve(tx, ctx.scope, ctx.principal, key, tool, intent, result)
@@ -90,8 +96,12 @@ def withdraw(parts: Parts, ctx: CallContext, args: WithdrawInput) -> dict[str, A
             raise ContractError(ErrorCode.NOT_FOUND)
         require_pending(candidate.state)
         event = tx.append_event(
-            ctx.scope, "candidate_withdrawn", candidate.candidate_id,
-            {"reason_ref": args.reason_ref, "principal": ctx.principal}, instant(at))
+            ctx.scope,
+            "candidate_withdrawn",
+            candidate.candidate_id,
+            {"reason_ref": args.reason_ref, "principal": ctx.principal},
+            instant(at),
+        )
         if candidate.key_id is not None:
             record_shred(parts.vault.ring.key_dir, "candidate", ctx.scope, candidate.candidate_id)
             tx.destroy_key(candidate.key_id)
@@ -99,13 +109,14 @@ def withdraw(parts: Parts, ctx: CallContext, args: WithdrawInput) -> dict[str, A
         return "pending", "withdrawn", event
 
     result, was_replay = _transition(
-        parts, ctx, WITHDRAW, "withdraw", args.candidate_id, arguments, effect,
-        {"key_destruction": "pending"})
+        parts, ctx, WITHDRAW, "withdraw", args.candidate_id, arguments, effect, {"key_destruction": "pending"}
+    )
     if was_replay:
         return result
     destroyed = parts.store.purge_freed_pages()
-    return _finish(parts, ctx, args.idempotency_key,
-                   {**result, "key_destruction": "complete" if destroyed else "pending"})
+    return _finish(
+        parts, ctx, args.idempotency_key, {**result, "key_destruction": "complete" if destroyed else "pending"}
+    )
 
 
 def forget(parts: Parts, ctx: CallContext, args: ForgetInput) -> dict[str, Any]:
@@ -117,9 +128,12 @@ def forget(parts: Parts, ctx: CallContext, args: ForgetInput) -> dict[str, Any]:
             raise ContractError(ErrorCode.NOT_FOUND)
         require_forgettable(record.state)
         event = tx.append_event(
-            ctx.scope, "record_tombstoned", record.record_id,
+            ctx.scope,
+            "record_tombstoned",
+            record.record_id,
             {"reason_ref": args.reason_ref, "principal": ctx.principal, "from_state": record.state},
-            instant(at))
+            instant(at),
+        )
         # Recorded before commit: a restore of any earlier backup applies it. Should the
         # commit then fail, a restore forgets a record the agent meant to forget anyway.
         record_shred(parts.vault.ring.key_dir, "record", ctx.scope, record.record_id)
@@ -130,8 +144,8 @@ def forget(parts: Parts, ctx: CallContext, args: ForgetInput) -> dict[str, Any]:
         return record.state, "tombstoned", event
 
     result, was_replay = _transition(
-        parts, ctx, FORGET, "tombstone", args.record_id, arguments, effect,
-        {"projection_invalidation": "pending"})
+        parts, ctx, FORGET, "tombstone", args.record_id, arguments, effect, {"projection_invalidation": "pending"}
+    )
     if was_replay:
         return result
     if parts.store.live_count(ctx.scope) > INLINE_PURGE_LIMIT:
@@ -141,11 +155,16 @@ def forget(parts: Parts, ctx: CallContext, args: ForgetInput) -> dict[str, Any]:
         parts.sweeper.schedule(lambda: sweep_pending(parts))
         return _finish(parts, ctx, args.idempotency_key, result)
     coverage = invalidate(parts, ctx.scope, [args.record_id], peers_wait_s=PEER_PURGE_WAIT_S)
-    return _finish(parts, ctx, args.idempotency_key, {
-        **result,
-        "projection_invalidation": "complete" if coverage["complete"] else "pending",
-        "coverage_receipt_digest": coverage["receipt_digest"],
-    })
+    return _finish(
+        parts,
+        ctx,
+        args.idempotency_key,
+        {
+            **result,
+            "projection_invalidation": "complete" if coverage["complete"] else "pending",
+            "coverage_receipt_digest": coverage["receipt_digest"],
+        },
+    )
 
 
 def invalidate(
@@ -203,8 +222,7 @@ def apply_shreds(store: Store, entries: list[dict[str, Any]]) -> int:
         if not targets:
             continue
         subjects = {e.subject for e in store.events(scope)}
-        found = [(kind, s) for s in subjects for kind in ("record", "candidate")
-                 if (kind, shred_digest(s)) in targets]
+        found = [(kind, s) for s in subjects for kind in ("record", "candidate") if (kind, shred_digest(s)) in targets]
         with store.transaction() as tx:
             for kind, subject in found:
                 applied += _apply_shred(tx, scope, kind, subject, at)
@@ -217,8 +235,13 @@ def _apply_shred(tx: Transaction, scope: tuple[str, str], kind: str, subject: st
         record = tx.record(scope, subject)
         if record is None or record.state == "tombstoned":
             return 0
-        tx.append_event(scope, "record_tombstoned", record.record_id,
-                        {"reason_ref": SHRED_REASON, "principal": "operator", "from_state": record.state}, at)
+        tx.append_event(
+            scope,
+            "record_tombstoned",
+            record.record_id,
+            {"reason_ref": SHRED_REASON, "principal": "operator", "from_state": record.state},
+            at,
+        )
         if record.key_id is not None:
             tx.destroy_key(record.key_id)
         tx.set_record_state(scope, record.record_id, "tombstoned", drop_body=True)
@@ -227,8 +250,9 @@ def _apply_shred(tx: Transaction, scope: tuple[str, str], kind: str, subject: st
     candidate = tx.candidate(scope, subject)
     if candidate is None or candidate.key_id is None:
         return 0
-    tx.append_event(scope, "candidate_withdrawn", candidate.candidate_id,
-                    {"reason_ref": SHRED_REASON, "principal": "operator"}, at)
+    tx.append_event(
+        scope, "candidate_withdrawn", candidate.candidate_id, {"reason_ref": SHRED_REASON, "principal": "operator"}, at
+    )
     tx.destroy_key(candidate.key_id)
     tx.set_candidate_state(scope, candidate.candidate_id, "withdrawn", drop_body=True)
     return 1

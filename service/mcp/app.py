@@ -18,6 +18,8 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from mcp.server.transport_security import TransportSecuritySettings
 
+from engram.service.settings import Settings
+
 from .audit import AUDIT_FILE, AuditLog
 from .body_limit import BodyLimit
 from .duplicate_keys import DuplicateKeyMarker
@@ -25,8 +27,6 @@ from .elicitation import HumanApproval, caller_of
 from .host_context import HeaderBinding
 from .metrics import Metrics
 from .rate_limit import TokenBucketLimiter
-from engram.service.settings import Settings
-
 from .server import EngineLike, ToolFrontEnd
 
 logger = logging.getLogger("engram.mcp")

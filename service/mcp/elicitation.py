@@ -50,8 +50,12 @@ QUESTION = "engram_confirmation"
 #: The confirmation gate's ceiling on an approval's lifetime.
 MAX_APPROVAL_S = 300
 #: The argument naming each confirmable tool's target (contract section 0).
-TARGET_FIELD = {WITHDRAW: "candidate_id", REQUEST_ADMISSION: "candidate_id", FORGET: "record_id",
-                CAPTURE: "idempotency_key"}
+TARGET_FIELD = {
+    WITHDRAW: "candidate_id",
+    REQUEST_ADMISSION: "candidate_id",
+    FORGET: "record_id",
+    CAPTURE: "idempotency_key",
+}
 ALWAYS_CONFIRMED = frozenset({WITHDRAW, FORGET})
 #: How long a sealed `requestState` is accepted at all; past `ttl_s` it still arrives
 #: and is answered `gate_failed` (too late) rather than a protocol error.
@@ -98,8 +102,12 @@ def _approved(answer: Any) -> bool:
 
 
 def _message(tool: str, target_field: str, target: str, digest: str) -> str:
-    verb = {WITHDRAW: "Withdraw candidate", FORGET: "Forget record", CAPTURE: "Capture with key",
-            REQUEST_ADMISSION: "Admit candidate"}[tool]
+    verb = {
+        WITHDRAW: "Withdraw candidate",
+        FORGET: "Forget record",
+        CAPTURE: "Capture with key",
+        REQUEST_ADMISSION: "Admit candidate",
+    }[tool]
     return f"engram memory: {verb} {target}? ({tool}, {target_field}={target}, operation {digest})"
 
 
@@ -155,8 +163,13 @@ class HumanApproval:
     # ----------------------------------------------------------------- eras
 
     def _modern_round(
-        self, params: types.CallToolRequestParams, ctx: CallContext, question: types.ElicitRequestFormParams,
-        tool: str, target: str, digest: str,
+        self,
+        params: types.CallToolRequestParams,
+        ctx: CallContext,
+        question: types.ElicitRequestFormParams,
+        tool: str,
+        target: str,
+        digest: str,
     ) -> CallContext | types.InputRequiredResult:
         if params.request_state is None:
             state = json.dumps({"ref": "eli_" + secrets.token_hex(16), "asked_at": self._clock_ms()})
@@ -173,8 +186,13 @@ class HumanApproval:
         return self._with_answer(ctx, answer, ref, asked_at, tool, target, digest)
 
     async def _legacy_ask(
-        self, rctx: Any, ctx: CallContext, question: types.ElicitRequestFormParams,
-        tool: str, target: str, digest: str,
+        self,
+        rctx: Any,
+        ctx: CallContext,
+        question: types.ElicitRequestFormParams,
+        tool: str,
+        target: str,
+        digest: str,
     ) -> CallContext:
         asked_at = self._clock_ms()
         answer = None
@@ -197,8 +215,12 @@ class HumanApproval:
             return ctx
         approved_at = self._clock_ms()
         confirmation = Confirmation(
-            ref=ref, capability=tool, target=target, operation_digest=digest,
-            approved_at_ms=approved_at, expires_at_ms=asked_at + self.ttl_ms,
+            ref=ref,
+            capability=tool,
+            target=target,
+            operation_digest=digest,
+            approved_at_ms=approved_at,
+            expires_at_ms=asked_at + self.ttl_ms,
         )
         return dataclasses.replace(ctx, confirmation=confirmation)
 

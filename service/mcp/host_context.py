@@ -60,7 +60,7 @@ from typing import Any
 
 import jwt
 
-from engram.models.tools import CAPTURE, REQUEST_ADMISSION, SEARCH, GET, TOOLS
+from engram.models.tools import CAPTURE, GET, REQUEST_ADMISSION, SEARCH, TOOLS
 from engram.service.engine.context import CallContext, Confirmation
 
 HEADER = "X-Engram-Context"
@@ -79,12 +79,8 @@ LEEWAY_S = 5
 CONFIRMABLE = frozenset({CAPTURE, REQUEST_ADMISSION})
 _STRING_CLAIMS = ("tenant", "workspace", "principal", "agent_id", "session")
 _REGISTERED = frozenset({"iss", "sub", "aud", "jti", "nbf"})
-_KNOWN = frozenset(
-    {*_STRING_CLAIMS, "purpose", "tools", "confirm", "iat", "exp", "deadline_ms", "confirmation"}
-)
-_CONFIRMATION_FIELDS = frozenset(
-    {"ref", "capability", "target", "operation_digest", "approved_at", "expires_at"}
-)
+_KNOWN = frozenset({*_STRING_CLAIMS, "purpose", "tools", "confirm", "iat", "exp", "deadline_ms", "confirmation"})
+_CONFIRMATION_FIELDS = frozenset({"ref", "capability", "target", "operation_digest", "approved_at", "expires_at"})
 _MAX_SAFE = 2**53 - 1
 
 

@@ -123,7 +123,11 @@ def confirmation_claim(
 
 
 def mint_context(
-    claims: Mapping[str, Any], secret: bytes, *, ttl_s: int, confirmation: Mapping[str, Any] | None = None,
+    claims: Mapping[str, Any],
+    secret: bytes,
+    *,
+    ttl_s: int,
+    confirmation: Mapping[str, Any] | None = None,
     deadline_ms: int | None = None,
 ) -> str:
     """Sign `claims` (plus an optional confirmation and deadline) for `ttl_s` seconds."""

@@ -40,13 +40,17 @@ class ScopeCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         labels = ["tenant", "workspace"]
-        lag = GaugeMetricFamily("engram_projection_lag_events",
-                                "Journal events a projection channel of the scope has not applied yet.",
-                                labels=[*labels, "channel"])
-        records = GaugeMetricFamily("engram_scope_records", "Records of the scope in each lifecycle state.",
-                                    labels=[*labels, "state"])
-        candidates = GaugeMetricFamily("engram_scope_candidates", "Candidates of the scope in each state.",
-                                       labels=[*labels, "state"])
+        lag = GaugeMetricFamily(
+            "engram_projection_lag_events",
+            "Journal events a projection channel of the scope has not applied yet.",
+            labels=[*labels, "channel"],
+        )
+        records = GaugeMetricFamily(
+            "engram_scope_records", "Records of the scope in each lifecycle state.", labels=[*labels, "state"]
+        )
+        candidates = GaugeMetricFamily(
+            "engram_scope_candidates", "Candidates of the scope in each state.", labels=[*labels, "state"]
+        )
         try:
             stats = list(self._scope_stats())
         except Exception as exc:  # noqa: BLE001 - a scrape must not take the service down

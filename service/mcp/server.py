@@ -237,8 +237,12 @@ class ToolFrontEnd:
         try:
             ctx = self.binding.resolve(rctx.request)
             refusal = self._refusal(name, ctx, arguments)
-            asks = (refusal is None and self.approval is not None and ctx.confirmation is None
-                    and needs_confirmation(name, ctx))
+            asks = (
+                refusal is None
+                and self.approval is not None
+                and ctx.confirmation is None
+                and needs_confirmation(name, ctx)
+            )
             # The tenant is checked first. On the common path (a granted tool, the right
             # purpose, nothing to ask a human) that check runs in the engine's own worker
             # hop; anything else checks it here, before saying why else it refuses.
@@ -367,9 +371,7 @@ class ToolFrontEnd:
                 if not began and not tenant_checked:
                     await self._require_tenant(ctx)  # a disabled tenant is refused, not timed out
                 code = (
-                    ErrorCode.MUTATION_OUTCOME_UNKNOWN
-                    if began and name in MUTATIONS
-                    else ErrorCode.DEADLINE_EXCEEDED
+                    ErrorCode.MUTATION_OUTCOME_UNKNOWN if began and name in MUTATIONS else ErrorCode.DEADLINE_EXCEEDED
                 )
                 return Answer.of(failure_envelope(code, audit_id))
             if value is _TENANT_OFF:

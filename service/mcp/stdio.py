@@ -14,12 +14,12 @@ from pathlib import Path
 import anyio
 from mcp.server.stdio import stdio_server
 
+from engram.service.settings import Settings
+
 from .audit import AUDIT_FILE, AuditLog
 from .elicitation import HumanApproval, caller_of
 from .host_context import StaticBinding
 from .rate_limit import TokenBucketLimiter
-from engram.service.settings import Settings
-
 from .server import EngineLike, ToolFrontEnd
 
 

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from engram.models.codes import ContractError
-
 from engram.service.engine.engine import Engine
 
 from .commands import known, run

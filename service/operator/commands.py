@@ -23,8 +23,14 @@ def _scope(args: dict[str, Any]) -> tuple[str, str]:
 
 def _replay(engine: Engine, args: dict[str, Any]) -> Any:
     search_args = args["arguments"]
-    ctx = CallContext(tenant=args["tenant"], workspace=args["workspace"], principal="operator",
-                      agent_id="operator", session="replay", purpose=str(search_args.get("purpose_ref", "")))
+    ctx = CallContext(
+        tenant=args["tenant"],
+        workspace=args["workspace"],
+        principal="operator",
+        agent_id="operator",
+        session="replay",
+        purpose=str(search_args.get("purpose_ref", "")),
+    )
     return engine.replay_search(ctx, search_args, args["receipt"])
 
 
@@ -38,9 +44,11 @@ COMMANDS: dict[str, Command] = {
     "backup": lambda engine, args: str(engine.backup(Path(args["dest"]), include_keys=bool(args.get("include_keys")))),
     "expire": lambda engine, args: len(engine.expire_due()),
     "transition": lambda engine, args: engine.transition(
-        _scope(args), args["record_id"], args["operation"], args["reason_ref"]),
+        _scope(args), args["record_id"], args["operation"], args["reason_ref"]
+    ),
     "adjudicate": lambda engine, args: engine.adjudicate(
-        _scope(args), args["candidate_id"], args["decision"], args["reason_ref"]),
+        _scope(args), args["candidate_id"], args["decision"], args["reason_ref"]
+    ),
     "rebuild-projections": lambda engine, args: engine.rebuild_projections(),
     "sweep-invalidations": lambda engine, args: engine.sweep_invalidations(),
     "tenant-set": _tenant,

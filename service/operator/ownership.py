@@ -48,9 +48,7 @@ class DataDirLock:
     def __enter__(self) -> DataDirLock:
         return self.acquire()
 
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.release()
 
 

@@ -19,6 +19,12 @@ def open_store(sqlite_path: Path, database_url: str | None) -> Store:
 
 
 __all__ = [
-    "CandidateRow", "JournalEvent", "RecordRow", "SchemaTooNew", "SqliteStore", "Store",
-    "StoreUnavailable", "open_store",
+    "CandidateRow",
+    "JournalEvent",
+    "RecordRow",
+    "SchemaTooNew",
+    "SqliteStore",
+    "Store",
+    "StoreUnavailable",
+    "open_store",
 ]

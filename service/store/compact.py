@@ -23,32 +23,34 @@ from typing import Any
 #: First byte of a value packed against the version-1 dictionary.
 PACKED_V1 = 0x02
 
-_DICTIONARY_V1 = "".join((
-    # sealed bodies (capture's candidate body; an accepted record's body)
-    '{"accepted_at":"20","actor":{"agent_id":"","principal":"","session":""},',
-    '"authorization_receipt":{"agent_id":"","granted":true,"issued_at":"20","principal":"","purpose":"",'
-    '"receipt_digest":"sha256:","session":"","tenant":"","tool":"engram_memory_capture","workspace":""},',
-    '"authorization_receipt_digest":"sha256:","decision_receipt_digest":"sha256:",',
-    '"evidence":{"attestation":"","citation_ids":["cit1"],"evidence_digest":"sha256:","evidence_ref":""},',
-    '"payload":{"citations":[{"citation_id":"","content_digest":"sha256:","locator":{"scheme":"uri",'
-    '"value":"https://"},"observed_at":"20","source_ref":""}],',
-    '"components":[{"citation_ids":[""],"component_id":"","kind":"context","text":""},',
-    '{"kind":"decision"},{"kind":"evidence"}],"primary_component_id":"",',
-    '"primary_event":{"at":,"citation_id":"","type_ref":"event:"},"purpose_ref":"purpose:",',
-    '"reconciliation":{"family_refs":[""]},"schema_version":2,"valid_time":{"t":,"t_end":}},',
-    '"recorded_at":"20","retention":{"derivative_rule":"retain","expires_at":"20"},',
-    '{"derivative_rule":"make-ineligible"},"trust":"asserted"},"trust":"operator-ingested"}',
-    # journal event bodies
-    '{"decision_receipt":{"decision":"accept","issued_at":"20","policy_id":"","policy_version":"",',
-    '"receipt_digest":"sha256:","record_digest":"sha256:"},"principal":""}',
-    '{"from_state":"accepted_current","operation":"","principal":"operator","reason_ref":"reason:",',
-    '"to_state":""}',
-    '{"authorization_receipt_digest":"sha256:","evidence_digest":"sha256:","payload_digest":"sha256:",',
-    '"principal":"","record_digest":"sha256:"}',
-    '{"authorization_receipt_digest":"sha256:","candidate_id":"cand_","decision_receipt_digest":"sha256:",',
-    '"evidence_digest":"sha256:","payload_digest":"sha256:","record_digest":"sha256:","trust":"asserted"}',
-    '"candidate_id":"ingest_","trust":"operator-ingested"}',
-)).encode()
+_DICTIONARY_V1 = "".join(
+    (
+        # sealed bodies (capture's candidate body; an accepted record's body)
+        '{"accepted_at":"20","actor":{"agent_id":"","principal":"","session":""},',
+        '"authorization_receipt":{"agent_id":"","granted":true,"issued_at":"20","principal":"","purpose":"",'
+        '"receipt_digest":"sha256:","session":"","tenant":"","tool":"engram_memory_capture","workspace":""},',
+        '"authorization_receipt_digest":"sha256:","decision_receipt_digest":"sha256:",',
+        '"evidence":{"attestation":"","citation_ids":["cit1"],"evidence_digest":"sha256:","evidence_ref":""},',
+        '"payload":{"citations":[{"citation_id":"","content_digest":"sha256:","locator":{"scheme":"uri",'
+        '"value":"https://"},"observed_at":"20","source_ref":""}],',
+        '"components":[{"citation_ids":[""],"component_id":"","kind":"context","text":""},',
+        '{"kind":"decision"},{"kind":"evidence"}],"primary_component_id":"",',
+        '"primary_event":{"at":,"citation_id":"","type_ref":"event:"},"purpose_ref":"purpose:",',
+        '"reconciliation":{"family_refs":[""]},"schema_version":2,"valid_time":{"t":,"t_end":}},',
+        '"recorded_at":"20","retention":{"derivative_rule":"retain","expires_at":"20"},',
+        '{"derivative_rule":"make-ineligible"},"trust":"asserted"},"trust":"operator-ingested"}',
+        # journal event bodies
+        '{"decision_receipt":{"decision":"accept","issued_at":"20","policy_id":"","policy_version":"",',
+        '"receipt_digest":"sha256:","record_digest":"sha256:"},"principal":""}',
+        '{"from_state":"accepted_current","operation":"","principal":"operator","reason_ref":"reason:",',
+        '"to_state":""}',
+        '{"authorization_receipt_digest":"sha256:","evidence_digest":"sha256:","payload_digest":"sha256:",',
+        '"principal":"","record_digest":"sha256:"}',
+        '{"authorization_receipt_digest":"sha256:","candidate_id":"cand_","decision_receipt_digest":"sha256:",',
+        '"evidence_digest":"sha256:","payload_digest":"sha256:","record_digest":"sha256:","trust":"asserted"}',
+        '"candidate_id":"ingest_","trust":"operator-ingested"}',
+    )
+).encode()
 
 
 class CorruptPacked(ValueError):

@@ -30,16 +30,28 @@ EVENT_ID_PREFIX = "evt_"
 
 
 def event_digest(
-    scope: Scope, cursor: int, event_id: str, kind: str, subject: str,
-    body: dict[str, Any], prev_digest: str | None, recorded_at: str,
+    scope: Scope,
+    cursor: int,
+    event_id: str,
+    kind: str,
+    subject: str,
+    body: dict[str, Any],
+    prev_digest: str | None,
+    recorded_at: str,
 ) -> str:
     """Digest of one journal event, chained to its predecessor in the scope."""
     return digest(
         DigestKind.EVENT,
         {
-            "tenant": scope[0], "workspace": scope[1], "cursor": str(cursor),
-            "event_id": event_id, "kind": kind, "subject": subject, "body": body,
-            "prev_digest": prev_digest, "recorded_at": recorded_at,
+            "tenant": scope[0],
+            "workspace": scope[1],
+            "cursor": str(cursor),
+            "event_id": event_id,
+            "kind": kind,
+            "subject": subject,
+            "body": body,
+            "prev_digest": prev_digest,
+            "recorded_at": recorded_at,
         },
     )
 
@@ -66,7 +78,7 @@ def stored_event_id(event_id: str) -> bytes:
     """An event id (`evt_` + 32 hex digits) as its 16 raw bytes."""
     if not event_id.startswith(EVENT_ID_PREFIX) or len(event_id) != len(EVENT_ID_PREFIX) + 32:
         raise ValueError("not an event id")
-    return bytes.fromhex(event_id[len(EVENT_ID_PREFIX):])
+    return bytes.fromhex(event_id[len(EVENT_ID_PREFIX) :])
 
 
 def read_event_id(stored: str | bytes) -> str:
@@ -81,7 +93,7 @@ def stored_digest(value: str) -> bytes:
     """A `sha256:` digest as its 32 raw bytes."""
     if not value.startswith(DIGEST_PREFIX):
         raise ValueError("not a sha256 digest")
-    return bytes.fromhex(value[len(DIGEST_PREFIX):])
+    return bytes.fromhex(value[len(DIGEST_PREFIX) :])
 
 
 def read_digest(stored: str | bytes | None) -> str | None:
@@ -113,7 +125,14 @@ def chain_intact(scope: Scope, rows: Iterable[StoredEvent]) -> bool:
     expected = 1
     for row in rows:
         recomputed = event_digest(
-            scope, row.cursor, row.event_id, row.kind, row.subject, row.body, prev, row.recorded_at,
+            scope,
+            row.cursor,
+            row.event_id,
+            row.kind,
+            row.subject,
+            row.body,
+            prev,
+            row.recorded_at,
         )
         stored_link = prev if row.prev_digest is None else row.prev_digest
         if row.cursor != expected or stored_link != prev or recomputed != row.event_digest:

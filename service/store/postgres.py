@@ -35,76 +35,100 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from .base import (
-    BackupUnsupported, CandidateRow, CommitUncertain, JournalEvent, RecordRow, Scope, StateCounts, StoreUnavailable,
+    BackupUnsupported,
+    CandidateRow,
+    CommitUncertain,
+    JournalEvent,
+    RecordRow,
+    Scope,
+    StateCounts,
+    StoreUnavailable,
 )
 from .journal import (
-    StoredEvent, chain_intact, event_digest, new_event_id, read_body, read_digest, read_event_id, stored_body,
-    stored_digest, stored_event_id,
+    StoredEvent,
+    chain_intact,
+    event_digest,
+    new_event_id,
+    read_body,
+    read_digest,
+    read_event_id,
+    stored_body,
+    stored_digest,
+    stored_event_id,
 )
 from .migrations import VERSION_TABLE, Migration, pending
 
 POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
-    Migration(1, "initial", (
-        "CREATE TABLE IF NOT EXISTS tenants ("
-        "tenant TEXT PRIMARY KEY, enabled BOOLEAN NOT NULL, changed_at TEXT NOT NULL)",
-        "CREATE TABLE IF NOT EXISTS scopes ("
-        "tenant TEXT NOT NULL, workspace TEXT NOT NULL, cursor BIGINT NOT NULL, "
-        "head_digest TEXT, PRIMARY KEY (tenant, workspace))",
-        "CREATE TABLE IF NOT EXISTS journal ("
-        "tenant TEXT NOT NULL, workspace TEXT NOT NULL, cursor BIGINT NOT NULL, "
-        "event_id TEXT NOT NULL, kind TEXT NOT NULL, subject TEXT NOT NULL, body TEXT NOT NULL, "
-        "event_digest TEXT NOT NULL, prev_digest TEXT, recorded_at TEXT NOT NULL, "
-        "PRIMARY KEY (tenant, workspace, cursor))",
-        "CREATE TABLE IF NOT EXISTS keys ("
-        "key_id TEXT PRIMARY KEY, wrapped BYTEA NOT NULL, kek_id TEXT NOT NULL)",
-        "CREATE TABLE IF NOT EXISTS candidates ("
-        "tenant TEXT NOT NULL, workspace TEXT NOT NULL, candidate_id TEXT NOT NULL, "
-        "state TEXT NOT NULL, key_id TEXT, sealed BYTEA, record_digest TEXT NOT NULL, "
-        "payload_digest TEXT NOT NULL, principal TEXT NOT NULL, created_cursor BIGINT NOT NULL, "
-        "PRIMARY KEY (tenant, workspace, candidate_id))",
-        "CREATE TABLE IF NOT EXISTS records ("
-        "tenant TEXT NOT NULL, workspace TEXT NOT NULL, record_id TEXT NOT NULL, "
-        "state TEXT NOT NULL, record_digest TEXT NOT NULL, payload_digest TEXT NOT NULL, "
-        "key_id TEXT, sealed BYTEA, valid_from_ms BIGINT NOT NULL, valid_to_ms BIGINT, "
-        "expires_at_ms BIGINT, accepted_cursor BIGINT NOT NULL, accepted_at TEXT NOT NULL, "
-        "candidate_id TEXT, PRIMARY KEY (tenant, workspace, record_id))",
-        "CREATE INDEX IF NOT EXISTS records_payload ON records (tenant, workspace, payload_digest)",
-        "CREATE INDEX IF NOT EXISTS records_expiry ON records (expires_at_ms) WHERE state = 'accepted_current'",
-        "CREATE TABLE IF NOT EXISTS idempotency ("
-        "tenant TEXT NOT NULL, workspace TEXT NOT NULL, principal TEXT NOT NULL, key TEXT NOT NULL, "
-        "tool TEXT NOT NULL, intent TEXT NOT NULL, response TEXT NOT NULL, "
-        "PRIMARY KEY (tenant, workspace, principal, key))",
-        "CREATE TABLE IF NOT EXISTS pending_purges ("
-        "tenant TEXT NOT NULL, workspace TEXT NOT NULL, record_id TEXT NOT NULL, "
-        "PRIMARY KEY (tenant, workspace, record_id))",
-        "CREATE TABLE IF NOT EXISTS confirmations (ref TEXT PRIMARY KEY, used_at_ms BIGINT NOT NULL)",
-    )),
+    Migration(
+        1,
+        "initial",
+        (
+            "CREATE TABLE IF NOT EXISTS tenants ("
+            "tenant TEXT PRIMARY KEY, enabled BOOLEAN NOT NULL, changed_at TEXT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS scopes ("
+            "tenant TEXT NOT NULL, workspace TEXT NOT NULL, cursor BIGINT NOT NULL, "
+            "head_digest TEXT, PRIMARY KEY (tenant, workspace))",
+            "CREATE TABLE IF NOT EXISTS journal ("
+            "tenant TEXT NOT NULL, workspace TEXT NOT NULL, cursor BIGINT NOT NULL, "
+            "event_id TEXT NOT NULL, kind TEXT NOT NULL, subject TEXT NOT NULL, body TEXT NOT NULL, "
+            "event_digest TEXT NOT NULL, prev_digest TEXT, recorded_at TEXT NOT NULL, "
+            "PRIMARY KEY (tenant, workspace, cursor))",
+            "CREATE TABLE IF NOT EXISTS keys (key_id TEXT PRIMARY KEY, wrapped BYTEA NOT NULL, kek_id TEXT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS candidates ("
+            "tenant TEXT NOT NULL, workspace TEXT NOT NULL, candidate_id TEXT NOT NULL, "
+            "state TEXT NOT NULL, key_id TEXT, sealed BYTEA, record_digest TEXT NOT NULL, "
+            "payload_digest TEXT NOT NULL, principal TEXT NOT NULL, created_cursor BIGINT NOT NULL, "
+            "PRIMARY KEY (tenant, workspace, candidate_id))",
+            "CREATE TABLE IF NOT EXISTS records ("
+            "tenant TEXT NOT NULL, workspace TEXT NOT NULL, record_id TEXT NOT NULL, "
+            "state TEXT NOT NULL, record_digest TEXT NOT NULL, payload_digest TEXT NOT NULL, "
+            "key_id TEXT, sealed BYTEA, valid_from_ms BIGINT NOT NULL, valid_to_ms BIGINT, "
+            "expires_at_ms BIGINT, accepted_cursor BIGINT NOT NULL, accepted_at TEXT NOT NULL, "
+            "candidate_id TEXT, PRIMARY KEY (tenant, workspace, record_id))",
+            "CREATE INDEX IF NOT EXISTS records_payload ON records (tenant, workspace, payload_digest)",
+            "CREATE INDEX IF NOT EXISTS records_expiry ON records (expires_at_ms) WHERE state = 'accepted_current'",
+            "CREATE TABLE IF NOT EXISTS idempotency ("
+            "tenant TEXT NOT NULL, workspace TEXT NOT NULL, principal TEXT NOT NULL, key TEXT NOT NULL, "
+            "tool TEXT NOT NULL, intent TEXT NOT NULL, response TEXT NOT NULL, "
+            "PRIMARY KEY (tenant, workspace, principal, key))",
+            "CREATE TABLE IF NOT EXISTS pending_purges ("
+            "tenant TEXT NOT NULL, workspace TEXT NOT NULL, record_id TEXT NOT NULL, "
+            "PRIMARY KEY (tenant, workspace, record_id))",
+            "CREATE TABLE IF NOT EXISTS confirmations (ref TEXT PRIMARY KEY, used_at_ms BIGINT NOT NULL)",
+        ),
+    ),
     # Receipts kept once, referenced by digest from record bodies (Transaction.put_receipt).
-    Migration(2, "receipts", (
-        "CREATE TABLE IF NOT EXISTS receipts (digest TEXT PRIMARY KEY, body TEXT NOT NULL)",
-    )),
+    Migration(2, "receipts", ("CREATE TABLE IF NOT EXISTS receipts (digest TEXT PRIMARY KEY, body TEXT NOT NULL)",)),
     # The replica registry, per-replica purge acknowledgements, shared paging state.
-    Migration(3, "replicas", (
-        "CREATE TABLE replicas (replica_id TEXT PRIMARY KEY, heartbeat_ms BIGINT NOT NULL,"
-        " registered_ms BIGINT NOT NULL)",
-        "CREATE TABLE purge_acks (tenant TEXT NOT NULL, workspace TEXT NOT NULL, record_id TEXT NOT NULL,"
-        " replica_id TEXT NOT NULL, PRIMARY KEY (tenant, workspace, record_id, replica_id))",
-        "CREATE TABLE snapshots (snapshot_id TEXT PRIMARY KEY, body TEXT NOT NULL, created_ms BIGINT NOT NULL)",
-        "CREATE INDEX snapshots_created ON snapshots (created_ms)",
-        "CREATE TABLE secrets (name TEXT PRIMARY KEY, material BYTEA NOT NULL)",
-    )),
+    Migration(
+        3,
+        "replicas",
+        (
+            "CREATE TABLE replicas (replica_id TEXT PRIMARY KEY, heartbeat_ms BIGINT NOT NULL,"
+            " registered_ms BIGINT NOT NULL)",
+            "CREATE TABLE purge_acks (tenant TEXT NOT NULL, workspace TEXT NOT NULL, record_id TEXT NOT NULL,"
+            " replica_id TEXT NOT NULL, PRIMARY KEY (tenant, workspace, record_id, replica_id))",
+            "CREATE TABLE snapshots (snapshot_id TEXT PRIMARY KEY, body TEXT NOT NULL, created_ms BIGINT NOT NULL)",
+            "CREATE INDEX snapshots_created ON snapshots (created_ms)",
+            "CREATE TABLE secrets (name TEXT PRIMARY KEY, material BYTEA NOT NULL)",
+        ),
+    ),
     # Compact journal rows (journal.py): packed bodies, raw event ids and digests, no stored copy
     # of the predecessor's digest. Bodies written before stay JSON (as UTF-8 bytes) and
     # read as such; digests (records' too) become their raw bytes; every chain still verifies.
-    Migration(4, "compact journal and record digests", (
-        "ALTER TABLE journal ALTER COLUMN body TYPE BYTEA USING convert_to(body, 'UTF8')",
-        "ALTER TABLE journal ALTER COLUMN event_digest TYPE BYTEA USING decode(substr(event_digest, 8), 'hex')",
-        "ALTER TABLE journal ALTER COLUMN event_id TYPE BYTEA USING CASE WHEN event_id ~ '^evt_[0-9a-f]{32}$'"
-        " THEN decode(substr(event_id, 5), 'hex') ELSE convert_to(event_id, 'UTF8') END",
-        "UPDATE journal SET prev_digest = NULL WHERE prev_digest IS NOT NULL",
-        "ALTER TABLE records ALTER COLUMN record_digest TYPE BYTEA USING decode(substr(record_digest, 8), 'hex')",
-        "ALTER TABLE records ALTER COLUMN payload_digest TYPE BYTEA USING decode(substr(payload_digest, 8), 'hex')",
-    )),
+    Migration(
+        4,
+        "compact journal and record digests",
+        (
+            "ALTER TABLE journal ALTER COLUMN body TYPE BYTEA USING convert_to(body, 'UTF8')",
+            "ALTER TABLE journal ALTER COLUMN event_digest TYPE BYTEA USING decode(substr(event_digest, 8), 'hex')",
+            "ALTER TABLE journal ALTER COLUMN event_id TYPE BYTEA USING CASE WHEN event_id ~ '^evt_[0-9a-f]{32}$'"
+            " THEN decode(substr(event_id, 5), 'hex') ELSE convert_to(event_id, 'UTF8') END",
+            "UPDATE journal SET prev_digest = NULL WHERE prev_digest IS NOT NULL",
+            "ALTER TABLE records ALTER COLUMN record_digest TYPE BYTEA USING decode(substr(record_digest, 8), 'hex')",
+            "ALTER TABLE records ALTER COLUMN payload_digest TYPE BYTEA USING decode(substr(payload_digest, 8), 'hex')",
+        ),
+    ),
 )
 JOURNAL_CHANNEL = "engram_journal"
 
@@ -114,8 +138,7 @@ POOL_SIZE = 8
 POOL_TIMEOUT_S = 10.0
 
 _CANDIDATE_COLUMNS = (
-    "tenant, workspace, candidate_id, state, key_id, sealed, record_digest, payload_digest,"
-    " principal, created_cursor"
+    "tenant, workspace, candidate_id, state, key_id, sealed, record_digest, payload_digest, principal, created_cursor"
 )
 _RECORD_COLUMNS = (
     "tenant, workspace, record_id, state, record_digest, payload_digest, key_id, sealed,"
@@ -131,8 +154,9 @@ def _candidate(row: tuple[Any, ...] | None) -> CandidateRow | None:
 
 
 def _record(row: tuple[Any, ...]) -> RecordRow:
-    return RecordRow((row[0], row[1]), row[2], row[3], read_digest(row[4]), read_digest(row[5]), row[6],
-                     _bytes(row[7]), *row[8:])
+    return RecordRow(
+        (row[0], row[1]), row[2], row[3], read_digest(row[4]), read_digest(row[5]), row[6], _bytes(row[7]), *row[8:]
+    )
 
 
 def _bytes(value: Any) -> bytes | None:
@@ -159,9 +183,7 @@ class _PgTx:
     def _scope(self, scope: Scope) -> None:
         """Serialise writers of this scope (once per transaction; readers never wait)."""
         if self._writing and scope not in self._locked:
-            self.conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (_scope_lock_key(scope),)
-            )
+            self.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (_scope_lock_key(scope),))
             self._locked.add(scope)
 
     def _one(self, query: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
@@ -178,10 +200,18 @@ class _PgTx:
         event_id = new_event_id()
         digest_ = event_digest(scope, cursor, event_id, kind, subject, body, prev_digest, recorded_at)
         self.conn.execute(
-            f"INSERT INTO journal (tenant, workspace, {_JOURNAL_COLUMNS})"
-            " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-            (*scope, cursor, stored_event_id(event_id), kind, subject, stored_body(body),
-             stored_digest(digest_), None, recorded_at),
+            f"INSERT INTO journal (tenant, workspace, {_JOURNAL_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+            (
+                *scope,
+                cursor,
+                stored_event_id(event_id),
+                kind,
+                subject,
+                stored_body(body),
+                stored_digest(digest_),
+                None,
+                recorded_at,
+            ),
         )
         self.conn.execute(
             "INSERT INTO scopes VALUES (%s,%s,%s,%s) ON CONFLICT (tenant, workspace)"
@@ -212,8 +242,17 @@ class _PgTx:
         self._scope(row.scope)
         self.conn.execute(
             f"INSERT INTO candidates ({_CANDIDATE_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-            (*row.scope, row.candidate_id, row.state, row.key_id, row.sealed,
-             row.record_digest, row.payload_digest, row.principal, row.created_cursor),
+            (
+                *row.scope,
+                row.candidate_id,
+                row.state,
+                row.key_id,
+                row.sealed,
+                row.record_digest,
+                row.payload_digest,
+                row.principal,
+                row.created_cursor,
+            ),
         )
 
     def set_candidate_state(self, scope: Scope, candidate_id: str, state: str, *, drop_body: bool) -> None:
@@ -227,11 +266,22 @@ class _PgTx:
     def insert_record(self, row: RecordRow) -> None:
         self._scope(row.scope)
         self.conn.execute(
-            f"INSERT INTO records ({_RECORD_COLUMNS})"
-            " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-            (*row.scope, row.record_id, row.state, stored_digest(row.record_digest),
-             stored_digest(row.payload_digest), row.key_id, row.sealed, row.valid_from_ms, row.valid_to_ms,
-             row.expires_at_ms, row.accepted_cursor, row.accepted_at, row.candidate_id),
+            f"INSERT INTO records ({_RECORD_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+            (
+                *row.scope,
+                row.record_id,
+                row.state,
+                stored_digest(row.record_digest),
+                stored_digest(row.payload_digest),
+                row.key_id,
+                row.sealed,
+                row.valid_from_ms,
+                row.valid_to_ms,
+                row.expires_at_ms,
+                row.accepted_cursor,
+                row.accepted_at,
+                row.candidate_id,
+            ),
         )
 
     def set_record_state(self, scope: Scope, record_id: str, state: str, *, drop_body: bool) -> None:
@@ -244,21 +294,23 @@ class _PgTx:
 
     def add_pending_purge(self, scope: Scope, record_id: str) -> None:
         self._scope(scope)
-        self.conn.execute(
-            "INSERT INTO pending_purges VALUES (%s,%s,%s) ON CONFLICT DO NOTHING", (*scope, record_id)
-        )
+        self.conn.execute("INSERT INTO pending_purges VALUES (%s,%s,%s) ON CONFLICT DO NOTHING", (*scope, record_id))
 
     def candidate(self, scope: Scope, candidate_id: str) -> CandidateRow | None:
         self._scope(scope)
-        return _candidate(self._one(
-            f"SELECT {_CANDIDATE_COLUMNS} FROM candidates WHERE tenant=%s AND workspace=%s AND candidate_id=%s",
-            (*scope, candidate_id)))
+        return _candidate(
+            self._one(
+                f"SELECT {_CANDIDATE_COLUMNS} FROM candidates WHERE tenant=%s AND workspace=%s AND candidate_id=%s",
+                (*scope, candidate_id),
+            )
+        )
 
     def record(self, scope: Scope, record_id: str) -> RecordRow | None:
         self._scope(scope)
         row = self._one(
             f"SELECT {_RECORD_COLUMNS} FROM records WHERE tenant=%s AND workspace=%s AND record_id=%s",
-            (*scope, record_id))
+            (*scope, record_id),
+        )
         return _record(row) if row else None
 
     def accepted_with_payload(self, scope: Scope, payload_digest: str) -> str | None:
@@ -266,15 +318,20 @@ class _PgTx:
         row = self._one(
             "SELECT record_id FROM records WHERE tenant=%s AND workspace=%s AND payload_digest=%s"
             " AND state='accepted_current' ORDER BY record_id LIMIT 1",
-            (*scope, stored_digest(payload_digest)))
+            (*scope, stored_digest(payload_digest)),
+        )
         return row[0] if row else None
 
     def tombstoned_payload(self, scope: Scope, payload_digest: str) -> bool:
         self._scope(scope)
-        return self._one(
-            "SELECT 1 FROM records WHERE tenant=%s AND workspace=%s AND payload_digest=%s"
-            " AND state='tombstoned' LIMIT 1",
-            (*scope, stored_digest(payload_digest))) is not None
+        return (
+            self._one(
+                "SELECT 1 FROM records WHERE tenant=%s AND workspace=%s AND payload_digest=%s"
+                " AND state='tombstoned' LIMIT 1",
+                (*scope, stored_digest(payload_digest)),
+            )
+            is not None
+        )
 
     # idempotency and confirmations ---------------------------------------------------
     def reservation(self, scope: Scope, principal: str, key: str) -> tuple[str, str, str] | None:
@@ -282,24 +339,27 @@ class _PgTx:
         row = self._one(
             "SELECT tool, intent, response FROM idempotency"
             " WHERE tenant=%s AND workspace=%s AND principal=%s AND key=%s",
-            (*scope, principal, key))
+            (*scope, principal, key),
+        )
         return (row[0], row[1], row[2]) if row else None
 
     def reserve(self, scope: Scope, principal: str, key: str, tool: str, intent: str, response: str) -> None:
         self._scope(scope)
         self.conn.execute(
-            "INSERT INTO idempotency VALUES (%s,%s,%s,%s,%s,%s,%s)",
-            (*scope, principal, key, tool, intent, response))
+            "INSERT INTO idempotency VALUES (%s,%s,%s,%s,%s,%s,%s)", (*scope, principal, key, tool, intent, response)
+        )
 
     def update_reservation(self, scope: Scope, principal: str, key: str, response: str) -> None:
         self._scope(scope)
         self.conn.execute(
             "UPDATE idempotency SET response=%s WHERE tenant=%s AND workspace=%s AND principal=%s AND key=%s",
-            (response, *scope, principal, key))
+            (response, *scope, principal, key),
+        )
 
     def claim_confirmation(self, ref: str, used_at_ms: int) -> bool:
         cur = self.conn.execute(
-            "INSERT INTO confirmations VALUES (%s,%s) ON CONFLICT (ref) DO NOTHING", (ref, used_at_ms))
+            "INSERT INTO confirmations VALUES (%s,%s) ON CONFLICT (ref) DO NOTHING", (ref, used_at_ms)
+        )
         return cur.rowcount == 1
 
 
@@ -312,8 +372,13 @@ class PostgresStore:
         self._listener: psycopg.Connection[Any] | None = None
         try:
             self._pool = ConnectionPool(
-                url, min_size=1, max_size=pool_size, kwargs={"autocommit": True},
-                timeout=POOL_TIMEOUT_S, open=True, name="engram",
+                url,
+                min_size=1,
+                max_size=pool_size,
+                kwargs={"autocommit": True},
+                timeout=POOL_TIMEOUT_S,
+                open=True,
+                name="engram",
             )
             self._pool.wait(timeout=POOL_TIMEOUT_S)
         except psycopg.Error as exc:
@@ -350,13 +415,13 @@ class PostgresStore:
             tx.conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             tx.conn.execute(
                 f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} ("
-                "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL)")
+                "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL)"
+            )
             applied = tx.conn.execute(f"SELECT COALESCE(MAX(version), 0) FROM {VERSION_TABLE}").fetchone()
             for step in pending(int(applied[0]), POSTGRES_MIGRATIONS):
                 for statement in step.statements:
                     tx.conn.execute(statement)
-                tx.conn.execute(
-                    f"INSERT INTO {VERSION_TABLE} VALUES (%s,%s,now())", (step.version, step.name))
+                tx.conn.execute(f"INSERT INTO {VERSION_TABLE} VALUES (%s,%s,now())", (step.version, step.name))
 
     def schema_version(self) -> int:
         return int(self._read(f"SELECT COALESCE(MAX(version), 0) FROM {VERSION_TABLE}")[0][0])
@@ -430,7 +495,8 @@ class PostgresStore:
         with self.transaction() as tx, tx.conn.cursor() as cur:
             cur.executemany(
                 "UPDATE keys SET wrapped=%s, kek_id=%s WHERE key_id=%s",
-                [(wrapped, kek_id, key_id) for key_id, wrapped, kek_id in rows])
+                [(wrapped, kek_id, key_id) for key_id, wrapped, kek_id in rows],
+            )
 
     # journal and scopes ---------------------------------------------------------------
     def scope_cursor(self, scope: Scope) -> int:
@@ -461,8 +527,16 @@ class PostgresStore:
             (*scope, last),
         ):
             for r in rows:
-                yield StoredEvent(int(r[0]), read_event_id(r[1]), r[2], r[3], read_body(r[4]), read_digest(r[5]),
-                                  read_digest(r[6]), r[7])
+                yield StoredEvent(
+                    int(r[0]),
+                    read_event_id(r[1]),
+                    r[2],
+                    r[3],
+                    read_body(r[4]),
+                    read_digest(r[5]),
+                    read_digest(r[6]),
+                    r[7],
+                )
             last = rows[-1][0]
 
     # records ---------------------------------------------------------------------------
@@ -472,20 +546,27 @@ class PostgresStore:
         return {
             row[2]: _record(row)
             for row in self._read(
-                f"SELECT {_RECORD_COLUMNS} FROM records WHERE tenant=%s AND workspace=%s"
-                " AND record_id = ANY(%s)",
-                (*scope, list(record_ids)))
+                f"SELECT {_RECORD_COLUMNS} FROM records WHERE tenant=%s AND workspace=%s AND record_id = ANY(%s)",
+                (*scope, list(record_ids)),
+            )
         }
 
     def records_in_state(self, state: str, scope: Scope) -> list[RecordRow]:
-        return [_record(r) for r in self._read(
-            f"SELECT {_RECORD_COLUMNS} FROM records WHERE state=%s AND tenant=%s AND workspace=%s"
-            " ORDER BY record_id", (state, *scope))]
+        return [
+            _record(r)
+            for r in self._read(
+                f"SELECT {_RECORD_COLUMNS} FROM records WHERE state=%s AND tenant=%s AND workspace=%s"
+                " ORDER BY record_id",
+                (state, *scope),
+            )
+        ]
 
     def live_count(self, scope: Scope) -> int:
-        return int(self._read(
-            "SELECT COUNT(*) FROM records WHERE tenant=%s AND workspace=%s AND state='accepted_current'",
-            scope)[0][0])
+        return int(
+            self._read(
+                "SELECT COUNT(*) FROM records WHERE tenant=%s AND workspace=%s AND state='accepted_current'", scope
+            )[0][0]
+        )
 
     def state_counts(self, scope: Scope) -> StateCounts:
         by_state = "SELECT state, COUNT(*) FROM {} WHERE tenant=%s AND workspace=%s GROUP BY state"
@@ -506,13 +587,18 @@ class PostgresStore:
         with self.transaction() as tx:
             tx.conn.execute(
                 "DELETE FROM pending_purges WHERE tenant=%s AND workspace=%s AND record_id = ANY(%s)",
-                (*scope, list(record_ids)))
+                (*scope, list(record_ids)),
+            )
 
     def due_for_expiry(self, at_ms: int) -> list[RecordRow]:
-        return [_record(r) for r in self._read(
-            f"SELECT {_RECORD_COLUMNS} FROM records WHERE state='accepted_current'"
-            " AND expires_at_ms IS NOT NULL AND expires_at_ms<=%s ORDER BY tenant, workspace, record_id",
-            (at_ms,))]
+        return [
+            _record(r)
+            for r in self._read(
+                f"SELECT {_RECORD_COLUMNS} FROM records WHERE state='accepted_current'"
+                " AND expires_at_ms IS NOT NULL AND expires_at_ms<=%s ORDER BY tenant, workspace, record_id",
+                (at_ms,),
+            )
+        ]
 
     def live_records(self, scope: Scope) -> Iterator[RecordRow]:
         last = ""
@@ -534,23 +620,31 @@ class PostgresStore:
             tx.conn.execute(
                 "INSERT INTO tenants VALUES (%s,%s,%s) ON CONFLICT (tenant)"
                 " DO UPDATE SET enabled=excluded.enabled, changed_at=excluded.changed_at",
-                (tenant, enabled, at))
+                (tenant, enabled, at),
+            )
 
     # replicas (SharedStore) ------------------------------------------------------------
     def heartbeat(self, replica_id: str, at_ms: int) -> None:
         with self.transaction() as tx:
             tx.conn.execute(
                 "INSERT INTO replicas VALUES (%s,%s,%s) ON CONFLICT (replica_id)"
-                " DO UPDATE SET heartbeat_ms=excluded.heartbeat_ms", (replica_id, at_ms, at_ms))
+                " DO UPDATE SET heartbeat_ms=excluded.heartbeat_ms",
+                (replica_id, at_ms, at_ms),
+            )
 
     def live_replicas(self, since_ms: int) -> list[str]:
-        return [r[0] for r in self._read(
-            "SELECT replica_id FROM replicas WHERE heartbeat_ms >= %s ORDER BY replica_id", (since_ms,))]
+        return [
+            r[0]
+            for r in self._read(
+                "SELECT replica_id FROM replicas WHERE heartbeat_ms >= %s ORDER BY replica_id", (since_ms,)
+            )
+        ]
 
     def replicas(self) -> list[tuple[str, int]]:
         """Every registered replica with its last heartbeat (epoch ms)."""
-        return [(r[0], int(r[1])) for r in self._read(
-            "SELECT replica_id, heartbeat_ms FROM replicas ORDER BY replica_id")]
+        return [
+            (r[0], int(r[1])) for r in self._read("SELECT replica_id, heartbeat_ms FROM replicas ORDER BY replica_id")
+        ]
 
     def retire_replica(self, replica_id: str) -> bool:
         """Forget a replica for good: its registration and acknowledgements go, and the
@@ -561,17 +655,20 @@ class PostgresStore:
             tx.conn.execute(
                 "DELETE FROM pending_purges p WHERE NOT EXISTS (SELECT 1 FROM replicas r WHERE NOT EXISTS ("
                 " SELECT 1 FROM purge_acks a WHERE a.tenant=p.tenant AND a.workspace=p.workspace"
-                " AND a.record_id=p.record_id AND a.replica_id=r.replica_id))")
+                " AND a.record_id=p.record_id AND a.replica_id=r.replica_id))"
+            )
             tx.conn.execute(
                 "DELETE FROM purge_acks a WHERE NOT EXISTS (SELECT 1 FROM pending_purges p"
-                " WHERE p.tenant=a.tenant AND p.workspace=a.workspace AND p.record_id=a.record_id)")
+                " WHERE p.tenant=a.tenant AND p.workspace=a.workspace AND p.record_id=a.record_id)"
+            )
         return gone == 1
 
     def ack_purges(self, scope: Scope, record_ids: list[str], replica_id: str) -> None:
         with self.transaction() as tx, tx.conn.cursor() as cur:
             cur.executemany(
                 "INSERT INTO purge_acks VALUES (%s,%s,%s,%s) ON CONFLICT DO NOTHING",
-                [(*scope, rid, replica_id) for rid in record_ids])
+                [(*scope, rid, replica_id) for rid in record_ids],
+            )
 
     def purges_awaiting(self, replica_id: str) -> dict[Scope, list[str]]:
         awaiting: dict[Scope, list[str]] = {}
@@ -579,7 +676,9 @@ class PostgresStore:
             "SELECT p.tenant, p.workspace, p.record_id FROM pending_purges p WHERE NOT EXISTS ("
             " SELECT 1 FROM purge_acks a WHERE a.tenant=p.tenant AND a.workspace=p.workspace"
             " AND a.record_id=p.record_id AND a.replica_id=%s)"
-            " ORDER BY p.tenant, p.workspace, p.record_id", (replica_id,)):
+            " ORDER BY p.tenant, p.workspace, p.record_id",
+            (replica_id,),
+        ):
             awaiting.setdefault((tenant, workspace), []).append(record_id)
         return awaiting
 
@@ -592,19 +691,22 @@ class PostgresStore:
                 " AND NOT EXISTS (SELECT 1 FROM replicas r WHERE NOT EXISTS ("
                 "  SELECT 1 FROM purge_acks a WHERE a.tenant=p.tenant AND a.workspace=p.workspace"
                 "  AND a.record_id=p.record_id AND a.replica_id=r.replica_id))",
-                (*scope, list(record_ids)))
+                (*scope, list(record_ids)),
+            )
             tx.conn.execute(  # acknowledgements of purges no longer pending
                 "DELETE FROM purge_acks a WHERE a.tenant=%s AND a.workspace=%s AND a.record_id = ANY(%s)"
                 " AND NOT EXISTS (SELECT 1 FROM pending_purges p WHERE p.tenant=a.tenant"
                 " AND p.workspace=a.workspace AND p.record_id=a.record_id)",
-                (*scope, list(record_ids)))
+                (*scope, list(record_ids)),
+            )
             rows = tx.conn.execute(
                 "SELECT p.record_id FROM pending_purges p WHERE p.tenant=%s AND p.workspace=%s"
                 " AND p.record_id = ANY(%s) AND EXISTS (SELECT 1 FROM unnest(%s::text[]) AS l(replica_id)"
                 "  WHERE NOT EXISTS (SELECT 1 FROM purge_acks a WHERE a.tenant=p.tenant"
                 "  AND a.workspace=p.workspace AND a.record_id=p.record_id AND a.replica_id=l.replica_id))"
                 " ORDER BY p.record_id",
-                (*scope, list(record_ids), list(live))).fetchall()
+                (*scope, list(record_ids), list(live)),
+            ).fetchall()
         return [r[0] for r in rows]
 
     def wait_for_journal(self, timeout_s: float) -> set[Scope]:
@@ -646,7 +748,8 @@ class PostgresStore:
         """A random secret every replica reads alike (created once, first writer wins)."""
         with self.transaction() as tx:
             tx.conn.execute(
-                "INSERT INTO secrets VALUES (%s,%s) ON CONFLICT (name) DO NOTHING", (name, secrets.token_bytes(32)))
+                "INSERT INTO secrets VALUES (%s,%s) ON CONFLICT (name) DO NOTHING", (name, secrets.token_bytes(32))
+            )
             row = tx.conn.execute("SELECT material FROM secrets WHERE name=%s", (name,)).fetchone()
         return bytes(row[0])
 
@@ -664,15 +767,20 @@ class PostgresStore:
 
     def footprint(self) -> dict[str, int]:
         """Bytes per table (heap, TOAST and indexes: pg_total_relation_size)."""
-        return {name: int(size) for name, size in self._read(
-            "SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c"
-            " JOIN pg_namespace n ON n.oid = c.relnamespace"
-            " WHERE c.relkind = 'r' AND n.nspname = current_schema()")}
+        return {
+            name: int(size)
+            for name, size in self._read(
+                "SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE c.relkind = 'r' AND n.nspname = current_schema()"
+            )
+        }
 
     def backup(self, dest_path: str) -> None:
         raise BackupUnsupported(
             "back up a PostgreSQL store with the database's own tools (pg_dump, or base backups"
-            " with WAL archiving) plus the key directory")
+            " with WAL archiving) plus the key directory"
+        )
 
     def close(self) -> None:
         if self._listener is not None:

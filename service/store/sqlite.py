@@ -21,73 +21,84 @@ from engram.models.digests import DigestKind, digest
 
 from .base import CandidateRow, CommitUncertain, JournalEvent, RecordRow, Scope, StateCounts, StoreUnavailable
 from .journal import (
-    StoredEvent, chain_intact, event_digest, new_event_id, read_body, read_digest, read_event_id, stored_body,
-    stored_digest, stored_event_id,
+    StoredEvent,
+    chain_intact,
+    event_digest,
+    new_event_id,
+    read_body,
+    read_digest,
+    read_event_id,
+    stored_body,
+    stored_digest,
+    stored_event_id,
 )
 from .migrations import VERSION_TABLE, Migration, pending
 
 SQLITE_MIGRATIONS: tuple[Migration, ...] = (
-    Migration(1, "initial", (
-        "CREATE TABLE IF NOT EXISTS tenants ("
-        "tenant TEXT PRIMARY KEY, enabled INTEGER NOT NULL, changed_at TEXT NOT NULL)",
-        "CREATE TABLE IF NOT EXISTS scopes ("
-        "tenant TEXT NOT NULL, workspace TEXT NOT NULL, cursor INTEGER NOT NULL, "
-        "head_digest TEXT, PRIMARY KEY (tenant, workspace))",
-        "CREATE TABLE IF NOT EXISTS journal ("
-        "tenant TEXT NOT NULL, workspace TEXT NOT NULL, cursor INTEGER NOT NULL, "
-        "event_id TEXT NOT NULL, kind TEXT NOT NULL, subject TEXT NOT NULL, body TEXT NOT NULL, "
-        "event_digest TEXT NOT NULL, prev_digest TEXT, recorded_at TEXT NOT NULL, "
-        "PRIMARY KEY (tenant, workspace, cursor))",
-        "CREATE TABLE IF NOT EXISTS keys ("
-        "key_id TEXT PRIMARY KEY, wrapped BLOB NOT NULL, kek_id TEXT NOT NULL)",
-        "CREATE TABLE IF NOT EXISTS candidates ("
-        "tenant TEXT NOT NULL, workspace TEXT NOT NULL, candidate_id TEXT NOT NULL, "
-        "state TEXT NOT NULL, key_id TEXT, sealed BLOB, record_digest TEXT NOT NULL, "
-        "payload_digest TEXT NOT NULL, principal TEXT NOT NULL, created_cursor INTEGER NOT NULL, "
-        "PRIMARY KEY (tenant, workspace, candidate_id))",
-        "CREATE TABLE IF NOT EXISTS records ("
-        "tenant TEXT NOT NULL, workspace TEXT NOT NULL, record_id TEXT NOT NULL, "
-        "state TEXT NOT NULL, record_digest TEXT NOT NULL, payload_digest TEXT NOT NULL, "
-        "key_id TEXT, sealed BLOB, valid_from_ms INTEGER NOT NULL, valid_to_ms INTEGER, "
-        "expires_at_ms INTEGER, accepted_cursor INTEGER NOT NULL, accepted_at TEXT NOT NULL, "
-        "candidate_id TEXT, PRIMARY KEY (tenant, workspace, record_id))",
-        "CREATE INDEX IF NOT EXISTS records_payload ON records (tenant, workspace, payload_digest)",
-        "CREATE TABLE IF NOT EXISTS idempotency ("
-        "tenant TEXT NOT NULL, workspace TEXT NOT NULL, principal TEXT NOT NULL, key TEXT NOT NULL, "
-        "tool TEXT NOT NULL, intent TEXT NOT NULL, response TEXT NOT NULL, "
-        "PRIMARY KEY (tenant, workspace, principal, key))",
-        "CREATE TABLE IF NOT EXISTS pending_purges ("
-        "tenant TEXT NOT NULL, workspace TEXT NOT NULL, record_id TEXT NOT NULL, "
-        "PRIMARY KEY (tenant, workspace, record_id))",
-        "CREATE TABLE IF NOT EXISTS confirmations (ref TEXT PRIMARY KEY, used_at_ms INTEGER NOT NULL)",
-    )),
+    Migration(
+        1,
+        "initial",
+        (
+            "CREATE TABLE IF NOT EXISTS tenants ("
+            "tenant TEXT PRIMARY KEY, enabled INTEGER NOT NULL, changed_at TEXT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS scopes ("
+            "tenant TEXT NOT NULL, workspace TEXT NOT NULL, cursor INTEGER NOT NULL, "
+            "head_digest TEXT, PRIMARY KEY (tenant, workspace))",
+            "CREATE TABLE IF NOT EXISTS journal ("
+            "tenant TEXT NOT NULL, workspace TEXT NOT NULL, cursor INTEGER NOT NULL, "
+            "event_id TEXT NOT NULL, kind TEXT NOT NULL, subject TEXT NOT NULL, body TEXT NOT NULL, "
+            "event_digest TEXT NOT NULL, prev_digest TEXT, recorded_at TEXT NOT NULL, "
+            "PRIMARY KEY (tenant, workspace, cursor))",
+            "CREATE TABLE IF NOT EXISTS keys (key_id TEXT PRIMARY KEY, wrapped BLOB NOT NULL, kek_id TEXT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS candidates ("
+            "tenant TEXT NOT NULL, workspace TEXT NOT NULL, candidate_id TEXT NOT NULL, "
+            "state TEXT NOT NULL, key_id TEXT, sealed BLOB, record_digest TEXT NOT NULL, "
+            "payload_digest TEXT NOT NULL, principal TEXT NOT NULL, created_cursor INTEGER NOT NULL, "
+            "PRIMARY KEY (tenant, workspace, candidate_id))",
+            "CREATE TABLE IF NOT EXISTS records ("
+            "tenant TEXT NOT NULL, workspace TEXT NOT NULL, record_id TEXT NOT NULL, "
+            "state TEXT NOT NULL, record_digest TEXT NOT NULL, payload_digest TEXT NOT NULL, "
+            "key_id TEXT, sealed BLOB, valid_from_ms INTEGER NOT NULL, valid_to_ms INTEGER, "
+            "expires_at_ms INTEGER, accepted_cursor INTEGER NOT NULL, accepted_at TEXT NOT NULL, "
+            "candidate_id TEXT, PRIMARY KEY (tenant, workspace, record_id))",
+            "CREATE INDEX IF NOT EXISTS records_payload ON records (tenant, workspace, payload_digest)",
+            "CREATE TABLE IF NOT EXISTS idempotency ("
+            "tenant TEXT NOT NULL, workspace TEXT NOT NULL, principal TEXT NOT NULL, key TEXT NOT NULL, "
+            "tool TEXT NOT NULL, intent TEXT NOT NULL, response TEXT NOT NULL, "
+            "PRIMARY KEY (tenant, workspace, principal, key))",
+            "CREATE TABLE IF NOT EXISTS pending_purges ("
+            "tenant TEXT NOT NULL, workspace TEXT NOT NULL, record_id TEXT NOT NULL, "
+            "PRIMARY KEY (tenant, workspace, record_id))",
+            "CREATE TABLE IF NOT EXISTS confirmations (ref TEXT PRIMARY KEY, used_at_ms INTEGER NOT NULL)",
+        ),
+    ),
     # Idempotency keys are kept as digests (engine/idempotency.py key_digest); rows an
     # older release wrote hold the key as sent.
-    Migration(2, "idempotency keys as digests", (
-        "UPDATE idempotency SET key = engram_idempotency_key_digest(key)",
-    )),
+    Migration(2, "idempotency keys as digests", ("UPDATE idempotency SET key = engram_idempotency_key_digest(key)",)),
     # Receipts kept once, referenced by digest from record bodies (Transaction.put_receipt).
-    Migration(3, "receipts", (
-        "CREATE TABLE IF NOT EXISTS receipts (digest TEXT PRIMARY KEY, body TEXT NOT NULL)",
-    )),
+    Migration(3, "receipts", ("CREATE TABLE IF NOT EXISTS receipts (digest TEXT PRIMARY KEY, body TEXT NOT NULL)",)),
     # Compact journal rows (journal.py): packed bodies, raw event ids and digests, no stored copy
     # of the predecessor's digest. Rows written before are rewritten in place; their
     # events and digests are unchanged, so every chain still verifies. Record rows keep
     # their two digests as raw bytes too. The keys table becomes its own primary-key
     # index (no rowid, no second copy of every key id).
-    Migration(4, "compact journal, record digests and keys", (
-        "UPDATE journal SET body = engram_journal_body(body), event_digest = engram_digest_bytes(event_digest),"
-        " event_id = engram_event_id_bytes(event_id), prev_digest = NULL WHERE typeof(body) = 'text'"
-        " OR typeof(event_digest) = 'text' OR typeof(event_id) = 'text' OR prev_digest IS NOT NULL",
-        "UPDATE records SET record_digest = engram_digest_bytes(record_digest),"
-        " payload_digest = engram_digest_bytes(payload_digest)"
-        " WHERE typeof(record_digest) = 'text' OR typeof(payload_digest) = 'text'",
-        "CREATE TABLE keys_compact (key_id TEXT PRIMARY KEY, wrapped BLOB NOT NULL, kek_id TEXT NOT NULL)"
-        " WITHOUT ROWID",
-        "INSERT INTO keys_compact SELECT key_id, wrapped, kek_id FROM keys",
-        "DROP TABLE keys",
-        "ALTER TABLE keys_compact RENAME TO keys",
-    )),
+    Migration(
+        4,
+        "compact journal, record digests and keys",
+        (
+            "UPDATE journal SET body = engram_journal_body(body), event_digest = engram_digest_bytes(event_digest),"
+            " event_id = engram_event_id_bytes(event_id), prev_digest = NULL WHERE typeof(body) = 'text'"
+            " OR typeof(event_digest) = 'text' OR typeof(event_id) = 'text' OR prev_digest IS NOT NULL",
+            "UPDATE records SET record_digest = engram_digest_bytes(record_digest),"
+            " payload_digest = engram_digest_bytes(payload_digest)"
+            " WHERE typeof(record_digest) = 'text' OR typeof(payload_digest) = 'text'",
+            "CREATE TABLE keys_compact (key_id TEXT PRIMARY KEY, wrapped BLOB NOT NULL, kek_id TEXT NOT NULL)"
+            " WITHOUT ROWID",
+            "INSERT INTO keys_compact SELECT key_id, wrapped, kek_id FROM keys",
+            "DROP TABLE keys",
+            "ALTER TABLE keys_compact RENAME TO keys",
+        ),
+    ),
 )
 
 
@@ -111,9 +122,9 @@ def _event_id_bytes(stored: str | bytes) -> str | bytes:
     except ValueError:  # not one this code writes: kept as it is (read as text)
         return stored
 
+
 _CANDIDATE_COLUMNS = (
-    "tenant, workspace, candidate_id, state, key_id, sealed, record_digest, payload_digest,"
-    " principal, created_cursor"
+    "tenant, workspace, candidate_id, state, key_id, sealed, record_digest, payload_digest, principal, created_cursor"
 )
 _RECORD_COLUMNS = (
     "tenant, workspace, record_id, state, record_digest, payload_digest, key_id, sealed,"
@@ -129,8 +140,9 @@ def _candidate(row: sqlite3.Row | None) -> CandidateRow | None:
 
 def _record(row: sqlite3.Row) -> RecordRow:
     values = tuple(row)
-    return RecordRow((values[0], values[1]), values[2], values[3], read_digest(values[4]),
-                     read_digest(values[5]), *values[6:])
+    return RecordRow(
+        (values[0], values[1]), values[2], values[3], read_digest(values[4]), read_digest(values[5]), *values[6:]
+    )
 
 
 def _event(row: sqlite3.Row) -> JournalEvent:
@@ -165,8 +177,17 @@ class _Tx:
         digest_ = event_digest(scope, cursor, event_id, kind, subject, body, prev_digest, recorded_at)
         self.conn.execute(
             "INSERT INTO journal VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (*scope, cursor, stored_event_id(event_id), kind, subject, stored_body(body),
-             stored_digest(digest_), None, recorded_at),
+            (
+                *scope,
+                cursor,
+                stored_event_id(event_id),
+                kind,
+                subject,
+                stored_body(body),
+                stored_digest(digest_),
+                None,
+                recorded_at,
+            ),
         )
         self.conn.execute(
             "INSERT INTO scopes VALUES (?,?,?,?) ON CONFLICT(tenant, workspace)"
@@ -195,26 +216,44 @@ class _Tx:
     def insert_candidate(self, row: CandidateRow) -> None:
         self.conn.execute(
             f"INSERT INTO candidates ({_CANDIDATE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (*row.scope, row.candidate_id, row.state, row.key_id, row.sealed,
-             row.record_digest, row.payload_digest, row.principal, row.created_cursor),
+            (
+                *row.scope,
+                row.candidate_id,
+                row.state,
+                row.key_id,
+                row.sealed,
+                row.record_digest,
+                row.payload_digest,
+                row.principal,
+                row.created_cursor,
+            ),
         )
 
-    def set_candidate_state(
-        self, scope: Scope, candidate_id: str, state: str, *, drop_body: bool
-    ) -> None:
+    def set_candidate_state(self, scope: Scope, candidate_id: str, state: str, *, drop_body: bool) -> None:
         body_sql = ", sealed=NULL, key_id=NULL" if drop_body else ""
         self.conn.execute(
-            f"UPDATE candidates SET state=?{body_sql}"
-            " WHERE tenant=? AND workspace=? AND candidate_id=?",
+            f"UPDATE candidates SET state=?{body_sql} WHERE tenant=? AND workspace=? AND candidate_id=?",
             (state, *scope, candidate_id),
         )
 
     def insert_record(self, row: RecordRow) -> None:
         self.conn.execute(
             f"INSERT INTO records ({_RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (*row.scope, row.record_id, row.state, stored_digest(row.record_digest),
-             stored_digest(row.payload_digest), row.key_id, row.sealed, row.valid_from_ms, row.valid_to_ms,
-             row.expires_at_ms, row.accepted_cursor, row.accepted_at, row.candidate_id),
+            (
+                *row.scope,
+                row.record_id,
+                row.state,
+                stored_digest(row.record_digest),
+                stored_digest(row.payload_digest),
+                row.key_id,
+                row.sealed,
+                row.valid_from_ms,
+                row.valid_to_ms,
+                row.expires_at_ms,
+                row.accepted_cursor,
+                row.accepted_at,
+                row.candidate_id,
+            ),
         )
 
     def set_record_state(self, scope: Scope, record_id: str, state: str, *, drop_body: bool) -> None:
@@ -225,15 +264,12 @@ class _Tx:
         )
 
     def add_pending_purge(self, scope: Scope, record_id: str) -> None:
-        self.conn.execute(
-            "INSERT INTO pending_purges VALUES (?,?,?) ON CONFLICT DO NOTHING", (*scope, record_id)
-        )
+        self.conn.execute("INSERT INTO pending_purges VALUES (?,?,?) ON CONFLICT DO NOTHING", (*scope, record_id))
 
     def candidate(self, scope: Scope, candidate_id: str) -> CandidateRow | None:
         return _candidate(
             self.conn.execute(
-                f"SELECT {_CANDIDATE_COLUMNS} FROM candidates"
-                " WHERE tenant=? AND workspace=? AND candidate_id=?",
+                f"SELECT {_CANDIDATE_COLUMNS} FROM candidates WHERE tenant=? AND workspace=? AND candidate_id=?",
                 (*scope, candidate_id),
             ).fetchone()
         )
@@ -272,24 +308,19 @@ class _Tx:
     # idempotency and confirmations ---------------------------------------------------
     def reservation(self, scope: Scope, principal: str, key: str) -> tuple[str, str, str] | None:
         row = self.conn.execute(
-            "SELECT tool, intent, response FROM idempotency"
-            " WHERE tenant=? AND workspace=? AND principal=? AND key=?",
+            "SELECT tool, intent, response FROM idempotency WHERE tenant=? AND workspace=? AND principal=? AND key=?",
             (*scope, principal, key),
         ).fetchone()
         return (row[0], row[1], row[2]) if row else None
 
-    def reserve(
-        self, scope: Scope, principal: str, key: str, tool: str, intent: str, response: str
-    ) -> None:
+    def reserve(self, scope: Scope, principal: str, key: str, tool: str, intent: str, response: str) -> None:
         self.conn.execute(
             "INSERT INTO idempotency VALUES (?,?,?,?,?,?,?)",
             (*scope, principal, key, tool, intent, response),
         )
 
     def claim_confirmation(self, ref: str, used_at_ms: int) -> bool:
-        cur = self.conn.execute(
-            "INSERT INTO confirmations VALUES (?,?) ON CONFLICT(ref) DO NOTHING", (ref, used_at_ms)
-        )
+        cur = self.conn.execute("INSERT INTO confirmations VALUES (?,?) ON CONFLICT(ref) DO NOTHING", (ref, used_at_ms))
         return cur.rowcount == 1
 
 
@@ -316,9 +347,7 @@ class SqliteStore:
             with self.transaction() as tx:
                 for statement in step.statements:
                     tx.conn.execute(statement)
-                tx.conn.execute(
-                    f"INSERT INTO {VERSION_TABLE} VALUES (?,?,datetime('now'))", (step.version, step.name)
-                )
+                tx.conn.execute(f"INSERT INTO {VERSION_TABLE} VALUES (?,?,datetime('now'))", (step.version, step.name))
 
     def schema_version(self) -> int:
         """The highest migration step applied to this database."""
@@ -327,9 +356,7 @@ class SqliteStore:
 
     def _connect(self) -> sqlite3.Connection:
         try:
-            conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=5.0
-            )
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=5.0)
             conn.row_factory = sqlite3.Row
             conn.create_function("engram_idempotency_key_digest", 1, _idempotency_key_digest, deterministic=True)
             conn.create_function("engram_journal_body", 1, _journal_body, deterministic=True)
@@ -432,10 +459,22 @@ class SqliteStore:
     def verify_chain(self, scope: Scope) -> bool:
         """Recompute every event digest and link of a scope's journal."""
         try:
-            return chain_intact(scope, (
-                StoredEvent(r["cursor"], read_event_id(r["event_id"]), r["kind"], r["subject"], read_body(r["body"]),
-                            read_digest(r["event_digest"]), read_digest(r["prev_digest"]), r["recorded_at"])
-                for r in self._journal_rows(scope)))
+            return chain_intact(
+                scope,
+                (
+                    StoredEvent(
+                        r["cursor"],
+                        read_event_id(r["event_id"]),
+                        r["kind"],
+                        r["subject"],
+                        read_body(r["body"]),
+                        read_digest(r["event_digest"]),
+                        read_digest(r["prev_digest"]),
+                        r["recorded_at"],
+                    )
+                    for r in self._journal_rows(scope)
+                ),
+            )
         except ValueError:  # a row that no longer decodes (an edited packed body)
             return False
 
@@ -459,17 +498,19 @@ class SqliteStore:
             chunk = record_ids[start : start + 500]
             marks = ",".join("?" * len(chunk))
             for row in self._read(
-                f"SELECT {_RECORD_COLUMNS} FROM records WHERE tenant=? AND workspace=?"
-                f" AND record_id IN ({marks})",
+                f"SELECT {_RECORD_COLUMNS} FROM records WHERE tenant=? AND workspace=? AND record_id IN ({marks})",
                 (*scope, *chunk),
             ):
                 found[row[2]] = _record(row)
         return found
 
     def records_in_state(self, state: str, scope: Scope) -> list[RecordRow]:
-        return [_record(r) for r in self._read(
-            f"SELECT {_RECORD_COLUMNS} FROM records WHERE state=? AND tenant=? AND workspace=?",
-            (state, *scope))]
+        return [
+            _record(r)
+            for r in self._read(
+                f"SELECT {_RECORD_COLUMNS} FROM records WHERE state=? AND tenant=? AND workspace=?", (state, *scope)
+            )
+        ]
 
     def live_count(self, scope: Scope) -> int:
         return self._read(
@@ -499,9 +540,14 @@ class SqliteStore:
             )
 
     def due_for_expiry(self, at_ms: int) -> list[RecordRow]:
-        return [_record(r) for r in self._read(
-            f"SELECT {_RECORD_COLUMNS} FROM records WHERE state='accepted_current'"
-            " AND expires_at_ms IS NOT NULL AND expires_at_ms<=?", (at_ms,))]
+        return [
+            _record(r)
+            for r in self._read(
+                f"SELECT {_RECORD_COLUMNS} FROM records WHERE state='accepted_current'"
+                " AND expires_at_ms IS NOT NULL AND expires_at_ms<=?",
+                (at_ms,),
+            )
+        ]
 
     def live_records(self, scope: Scope) -> Iterator[RecordRow]:
         last = ""

@@ -8,16 +8,16 @@ import stat
 import sys
 from pathlib import Path
 
+import factories
 import jwt
 import pytest
 from mcp import Client, StdioServerParameters
 from typer.testing import CliRunner
 
 from engram.models.tools import CAPTURE, REQUEST_ADMISSION, SEARCH, TOOLS, WITHDRAW
-from engram.service.engine.gates import operation_digest
 from engram.service.cli import app
+from engram.service.engine.gates import operation_digest
 from engram.service.mcp.host_context import CONTEXT_FILE_ENV, load_host_secret
-import factories
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -54,8 +54,13 @@ def test_connect_prints_each_clients_entry(tmp_path):
     missing = runner.invoke(app, ["connect", "cursor", "-d", str(data)])
     assert missing.exit_code == 2 and "context init" in missing.output
     _init(data)
-    keys = {"claude-desktop": "mcpServers", "claude-code": "mcpServers", "cursor": "mcpServers",
-            "vscode": "servers", "inspector": "mcpServers"}
+    keys = {
+        "claude-desktop": "mcpServers",
+        "claude-code": "mcpServers",
+        "cursor": "mcpServers",
+        "vscode": "servers",
+        "inspector": "mcpServers",
+    }
     for client, key in keys.items():
         result = runner.invoke(app, ["connect", client, "-d", str(data)])
         assert result.exit_code == 0, result.output
@@ -92,22 +97,28 @@ async def test_written_entry_launches_a_working_server(tmp_path):
     data = tmp_path / "data"
     _init(data, "--purpose", factories.PURPOSE)
     config = tmp_path / ".mcp.json"
-    assert runner.invoke(app, ["connect", "claude-code", "--write", "--config-path", str(config),
-                               "-d", str(data)]).exit_code == 0
+    assert (
+        runner.invoke(
+            app, ["connect", "claude-code", "--write", "--config-path", str(config), "-d", str(data)]
+        ).exit_code
+        == 0
+    )
     entry = json.loads(config.read_text())["mcpServers"]["engram"]
     args = [*entry["args"][:-3], "--no-model", *entry["args"][-3:]]  # lexical-only: no model load in CI
     base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
     command = entry["command"]
     if not Path(command).is_absolute():
         command = sys.executable
-    server = StdioServerParameters(command=command, args=args, cwd=str(tmp_path),
-                                   env={**base, **entry["env"], "PYTHONPATH": str(ROOT)})
+    server = StdioServerParameters(
+        command=command, args=args, cwd=str(tmp_path), env={**base, **entry["env"], "PYTHONPATH": str(ROOT)}
+    )
     async with Client(server) as client:
         assert sorted(t.name for t in (await client.list_tools()).tools) == sorted(TOOLS)
         captured = await client.call_tool(CAPTURE, factories.capture_args("Rotate the ingress certificates monthly."))
         candidate = captured.structured_content["output"]["value"]["candidate_id"]
-        admitted = await client.call_tool(REQUEST_ADMISSION, {"candidate_id": candidate,
-                                                              "idempotency_key": factories.key("adm")})
+        admitted = await client.call_tool(
+            REQUEST_ADMISSION, {"candidate_id": candidate, "idempotency_key": factories.key("adm")}
+        )
         assert admitted.structured_content["ok"] is True, admitted.structured_content
         found = await client.call_tool(SEARCH, {"query": "ingress certificates", "purpose_ref": factories.PURPOSE})
         assert len(found.structured_content["output"]["value"]["records"]) == 1
@@ -126,13 +137,15 @@ def test_mint_signs_the_local_context_and_a_bound_confirmation(tmp_path):
     arguments = {"candidate_id": "cand_1", "idempotency_key": "k" * 16, "reason_ref": "r:1"}
     args_file = tmp_path / "args.json"
     args_file.write_text(json.dumps(arguments))
-    confirmed = runner.invoke(app, ["admin", "context", "mint", "-d", str(data), "--confirm-tool", WITHDRAW,
-                                    "--arguments", str(args_file)])
+    confirmed = runner.invoke(
+        app, ["admin", "context", "mint", "-d", str(data), "--confirm-tool", WITHDRAW, "--arguments", str(args_file)]
+    )
     assert confirmed.exit_code == 0, confirmed.output
     conf = jwt.decode(confirmed.stdout.strip(), secret, algorithms=["HS256"])["confirmation"]
     assert conf["capability"] == WITHDRAW and conf["target"] == "cand_1"
     assert conf["operation_digest"] == operation_digest(WITHDRAW, arguments)
     assert conf["expires_at"] - conf["approved_at"] == 300_000
-    no_target = runner.invoke(app, ["admin", "context", "mint", "-d", str(data), "--confirm-tool", SEARCH,
-                                    "--arguments", str(args_file)])
+    no_target = runner.invoke(
+        app, ["admin", "context", "mint", "-d", str(data), "--confirm-tool", SEARCH, "--arguments", str(args_file)]
+    )
     assert no_target.exit_code == 2

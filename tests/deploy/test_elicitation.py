@@ -17,17 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import factories
 import httpx2
 import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp_support import MODES, SECRET, ServerThread, claims  # noqa: E402
 
 from engram.models.tools import CAPTURE, FORGET, REQUEST_ADMISSION, WITHDRAW
 from engram.service.mcp.host_context import HEADER, mint_token
-import factories
-
-from mcp_support import MODES, SECRET, ServerThread, claims  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PURPOSE = factories.PURPOSE
@@ -94,8 +93,9 @@ def http_servers(tmp_path_factory):
 async def http_client(url: str, mode: str, human: Human | None) -> AsyncIterator[Client]:
     token = mint_token(claims(purpose=PURPOSE), SECRET)
     async with httpx2.AsyncClient(headers={HEADER: token}, timeout=httpx2.Timeout(30.0)) as http:
-        async with Client(streamable_http_client(url, http_client=http), mode=mode,
-                          elicitation_callback=human) as client:
+        async with Client(
+            streamable_http_client(url, http_client=http), mode=mode, elicitation_callback=human
+        ) as client:
             yield client
 
 
@@ -112,8 +112,11 @@ async def test_http_accept_runs_the_call_once(http_servers, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("human", [Human("decline"), Human("cancel"), Human("accept", approve=False)],
-                         ids=["decline", "cancel", "not-approved"])
+@pytest.mark.parametrize(
+    "human",
+    [Human("decline"), Human("cancel"), Human("accept", approve=False)],
+    ids=["decline", "cancel", "not-approved"],
+)
 async def test_http_refusals_are_gate_failed(http_servers, mode, human):
     async with http_client(http_servers[0].url, mode, human) as client:
         candidate = await captured_candidate(client)
@@ -138,11 +141,11 @@ async def test_http_forget_with_approval(http_servers, mode):
     human = Human("accept")
     async with http_client(http_servers[0].url, mode, human) as client:
         candidate = await captured_candidate(client)
-        admitted = await client.call_tool(REQUEST_ADMISSION, {"candidate_id": candidate,
-                                                              "idempotency_key": key("adm")})
+        admitted = await client.call_tool(REQUEST_ADMISSION, {"candidate_id": candidate, "idempotency_key": key("adm")})
         record_id = admitted.structured_content["output"]["value"]["outcome"]["record_id"]
-        forgot = await client.call_tool(FORGET, {"record_id": record_id, "idempotency_key": key("fg"),
-                                                 "reason_ref": "reason:user"})
+        forgot = await client.call_tool(
+            FORGET, {"record_id": record_id, "idempotency_key": key("fg"), "reason_ref": "reason:user"}
+        )
         assert forgot.structured_content["ok"] is True, forgot.structured_content
         assert record_id in human.questions[0]
 
@@ -162,8 +165,10 @@ def stdio_server(tmp_path: Path, **env: str) -> StdioServerParameters:
         ctx.write_text(json.dumps(claims(purpose=PURPOSE)))
     base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
     return StdioServerParameters(
-        command=sys.executable, args=["-m", "engram.service.cli", "serve", "--stdio", "--no-model", "-d", str(data)],
-        env={**base, "ENGRAM_CONTEXT_FILE": str(ctx), "PYTHONPATH": str(ROOT), **env}, cwd=str(ROOT),
+        command=sys.executable,
+        args=["-m", "engram.service.cli", "serve", "--stdio", "--no-model", "-d", str(data)],
+        env={**base, "ENGRAM_CONTEXT_FILE": str(ctx), "PYTHONPATH": str(ROOT), **env},
+        cwd=str(ROOT),
     )
 
 
@@ -182,8 +187,9 @@ async def test_stdio_accept_decline_cancel_late(tmp_path, mode):
             else:
                 assert error_code(envelope) == expected
     late = Human("accept", delay=2.5)
-    async with Client(stdio_server(tmp_path, ENGRAM_APPROVAL_TTL_S="1"), mode=mode,
-                      elicitation_callback=late) as client:
+    async with Client(
+        stdio_server(tmp_path, ENGRAM_APPROVAL_TTL_S="1"), mode=mode, elicitation_callback=late
+    ) as client:
         candidate = await captured_candidate(client)
         assert error_code(await withdraw(client, candidate)) == "gate_failed"
     assert late.questions

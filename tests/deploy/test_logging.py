@@ -26,20 +26,42 @@ def test_refusal_reason_logged_without_content(tmp_path):
     config = tmp_path / "engram.toml"
     config.write_text(f'data_dir = "{data}"\nlog_format = "json"\nlog_level = "info"\nload_model = false\n')
     ctx = tmp_path / "ctx.json"
-    ctx.write_text(json.dumps({
-        "tenant": "acme", "workspace": "w", "principal": "p", "agent_id": "a", "session": "s",
-        "purpose": "purpose:test", "tools": [SEARCH], "confirm": [],
-    }))
+    ctx.write_text(
+        json.dumps(
+            {
+                "tenant": "acme",
+                "workspace": "w",
+                "principal": "p",
+                "agent_id": "a",
+                "session": "s",
+                "purpose": "purpose:test",
+                "tools": [SEARCH],
+                "confirm": [],
+            }
+        )
+    )
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
     env.update(PYTHONPATH=str(ROOT), ENGRAM_CONTEXT_FILE=str(ctx), ENGRAM_CONFIG=str(config))
-    requests = "".join([
-        _rpc(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                               "clientInfo": {"name": "t", "version": "1"}}),
-        _rpc(None, "notifications/initialized", {}),
-        _rpc(2, "tools/call", {"name": SEARCH, "arguments": {"query": MARKER, "purpose_ref": "purpose:test"}}),
-    ])
-    proc = subprocess.Popen([sys.executable, "-m", "engram.service.cli", "serve", "--stdio"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    requests = "".join(
+        [
+            _rpc(
+                1,
+                "initialize",
+                {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+            ),
+            _rpc(None, "notifications/initialized", {}),
+            _rpc(2, "tools/call", {"name": SEARCH, "arguments": {"query": MARKER, "purpose_ref": "purpose:test"}}),
+        ]
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engram.service.cli", "serve", "--stdio"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(requests)
     proc.stdin.flush()
@@ -51,8 +73,7 @@ def test_refusal_reason_logged_without_content(tmp_path):
     _, stderr = proc.communicate(timeout=120)
     assert any(a.get("id") == 2 and a.get("error", {}).get("code") == -32603 for a in answers), answers
     lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
-    refusals = [line for line in lines if line["logger"].startswith("engram")
-                and "refused" in line["message"]]
+    refusals = [line for line in lines if line["logger"].startswith("engram") and "refused" in line["message"]]
     assert refusals and "tenant not enabled" in refusals[0]["message"], stderr
     assert refusals[0]["level"] == "info" and refusals[0]["time"].endswith("+00:00")
     assert MARKER not in stderr
@@ -65,10 +86,8 @@ def test_the_handler_follows_stderr_when_it_is_swapped_and_closed(monkeypatch, c
     import io
     import logging
 
-    from engram.service.logs import configure_logging
+    from engram.service.logs import SERVICE_LOGGERS, configure_logging
     from engram.service.settings import LogFormat, LogLevel
-
-    from engram.service.logs import SERVICE_LOGGERS
 
     root = logging.getLogger()
     saved = list(root.handlers)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import factories
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from engram.models.tools import CAPTURE, REQUEST_ADMISSION, SEARCH
 from engram.service.mcp.app import create_app
 from engram.service.settings import Settings
-import factories
 
 SECRET = b"metrics-test-host-secret-0123456789abcdef"
 
@@ -26,10 +26,14 @@ def test_metrics_report_scopes_stages_and_the_process(engine, tmp_path):
     ctx = factories.context()
     first = engine.execute(CAPTURE, ctx, factories.capture_args("Rotate the ingress certificates monthly."))
     engine.execute(CAPTURE, ctx, factories.capture_args("Vacuum the billing ledger nightly."))
-    engine.execute(REQUEST_ADMISSION, ctx, {"candidate_id": first["candidate_id"],
-                                            "idempotency_key": factories.key("adm")})
-    hybrid = {"query": "ingress certificates", "purpose_ref": factories.PURPOSE,
-              "capability_policy": {"minimum_channels": "lexical_and_semantic"}}
+    engine.execute(
+        REQUEST_ADMISSION, ctx, {"candidate_id": first["candidate_id"], "idempotency_key": factories.key("adm")}
+    )
+    hybrid = {
+        "query": "ingress certificates",
+        "purpose_ref": factories.PURPOSE,
+        "capability_policy": {"minimum_channels": "lexical_and_semantic"},
+    }
     engine.execute(SEARCH, ctx, hybrid)
 
     with TestClient(app) as client:

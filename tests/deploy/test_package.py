@@ -52,8 +52,10 @@ def installed(tmp_path_factory) -> Path:
         else:
             shutil.copy2(path, src / name)
     wheels = work / "wheels"
-    built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                  "-w", str(wheels), str(src)], work)
+    built = _run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(src)],
+        work,
+    )
     assert built.returncode == 0, built.stderr
     (wheel,) = wheels.glob("sentropic_engram-*.whl")
     venv = work / "venv"
@@ -65,8 +67,9 @@ def installed(tmp_path_factory) -> Path:
     site = Path(_run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], work).stdout.strip())
     deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     (site / "zz_borrowed_deps.pth").write_text("\n".join(sorted(deps)) + "\n")
-    where = _run([str(py), "-c", "import engram.service as s, engram.models as m; print(s.__file__); print(m.__file__)"],
-                 work)
+    where = _run(
+        [str(py), "-c", "import engram.service as s, engram.models as m; print(s.__file__); print(m.__file__)"], work
+    )
     assert where.returncode == 0, where.stderr
     assert all(Path(line).is_relative_to(venv) for line in where.stdout.split()), where.stdout
     return venv / "bin"
@@ -128,19 +131,50 @@ async def test_installed_command_ingests_and_searches(installed, tmp_path):
     ]
     (corpus / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
     data = tmp_path / "data"
-    ingest = _run([engram, "ingest", str(corpus), "-d", str(data), "--tenant", "acme", "--workspace", "w",
-                   "--no-model", "--no-progress"], tmp_path)
+    ingest = _run(
+        [
+            engram,
+            "ingest",
+            str(corpus),
+            "-d",
+            str(data),
+            "--tenant",
+            "acme",
+            "--workspace",
+            "w",
+            "--no-model",
+            "--no-progress",
+        ],
+        tmp_path,
+    )
     assert ingest.returncode == 0, ingest.stderr
     enable = _run([engram, "admin", "tenant", "enable", "acme", "-d", str(data)], tmp_path)
     assert enable.returncode == 0, enable.stderr
     ctx = tmp_path / "ctx.json"
-    ctx.write_text(json.dumps({"tenant": "acme", "workspace": "w", "principal": "me", "agent_id": "a",
-                               "session": "s", "purpose": "purpose:ingest", "tools": [SEARCH], "confirm": []}))
-    server = StdioServerParameters(command=engram, args=["serve", "--stdio", "--no-model", "-d", str(data)],
-                                   env=_clean_env(ENGRAM_CONTEXT_FILE=str(ctx)), cwd=str(tmp_path))
+    ctx.write_text(
+        json.dumps(
+            {
+                "tenant": "acme",
+                "workspace": "w",
+                "principal": "me",
+                "agent_id": "a",
+                "session": "s",
+                "purpose": "purpose:ingest",
+                "tools": [SEARCH],
+                "confirm": [],
+            }
+        )
+    )
+    server = StdioServerParameters(
+        command=engram,
+        args=["serve", "--stdio", "--no-model", "-d", str(data)],
+        env=_clean_env(ENGRAM_CONTEXT_FILE=str(ctx)),
+        cwd=str(tmp_path),
+    )
     async with Client(server) as client:
-        result = await client.call_tool(SEARCH, {"query": "ingress certificate rotation",
-                                                 "purpose_ref": "purpose:ingest"})
+        result = await client.call_tool(
+            SEARCH, {"query": "ingress certificate rotation", "purpose_ref": "purpose:ingest"}
+        )
     envelope = result.structured_content
     assert envelope["ok"] is True, envelope
     records = envelope["output"]["value"]["records"]

@@ -14,8 +14,15 @@ from engram.service.settings import ConfigFileMissing, LogFormat, Settings, load
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
-    for name in ("ENGRAM_CONFIG", "ENGRAM_DATA_DIR", "ENGRAM_RATE", "ENGRAM_BURST", "ENGRAM_LOG_FORMAT",
-                 "ENGRAM_ALLOWED_HOSTS", "ENGRAM_PORT"):
+    for name in (
+        "ENGRAM_CONFIG",
+        "ENGRAM_DATA_DIR",
+        "ENGRAM_RATE",
+        "ENGRAM_BURST",
+        "ENGRAM_LOG_FORMAT",
+        "ENGRAM_ALLOWED_HOSTS",
+        "ENGRAM_PORT",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 

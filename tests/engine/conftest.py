@@ -14,13 +14,10 @@ import itertools
 import json
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
-
-
 from engine_support import Backend, HashingTestEncoder, open_engine  # noqa: E402
 
 _SHM = Path("/dev/shm")
@@ -88,9 +85,11 @@ def _empty(url: str) -> None:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        tables = [r[0] for r in conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
-            if r[0] not in _TABLES_KEPT]
+        tables = [
+            r[0]
+            for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
+            if r[0] not in _TABLES_KEPT
+        ]
         if tables:
             conn.execute("TRUNCATE " + ", ".join(f'"{t}"' for t in tables))
 
@@ -129,8 +128,7 @@ def make_engine(tmp_path: Path):
     """
     opened = []
 
-    def make(*, host_policy: dict | None = None, admission_policy: dict | None = None,
-             name: str = "data", **kwargs):
+    def make(*, host_policy: dict | None = None, admission_policy: dict | None = None, name: str = "data", **kwargs):
         directory = tmp_path / name
         directory.mkdir(parents=True, exist_ok=True)
         if host_policy is not None:

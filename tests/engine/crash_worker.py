@@ -17,7 +17,14 @@ from pathlib import Path
 sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "ranking"))
 
 from engine_support import (  # noqa: E402
-    CAPTURE, FORGET, REQUEST_ADMISSION, WITHDRAW, ContractError, capture_args, confirmed, context,
+    CAPTURE,
+    FORGET,
+    REQUEST_ADMISSION,
+    WITHDRAW,
+    ContractError,
+    capture_args,
+    confirmed,
+    context,
     open_engine,
 )
 
@@ -53,8 +60,7 @@ def main() -> None:
         ctx = CRASH_CTX
         if op == "capture":
             tool = CAPTURE
-            args = capture_args(f"The {token(cycle, i)} storm record keeps ledger shard {i}.",
-                                idempotency_key=idem)
+            args = capture_args(f"The {token(cycle, i)} storm record keeps ledger shard {i}.", idempotency_key=idem)
         elif op == "admit":
             tool = REQUEST_ADMISSION
             args = {"candidate_id": pending.pop(rng.randrange(len(pending))), "idempotency_key": idem}

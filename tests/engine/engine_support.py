@@ -6,28 +6,49 @@ conftest.py), loaded by path so that this directory needs no package layout.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
 
-from ranking_support import HashingTestEncoder  # noqa: E402,F401 - re-exported
-
 from factories import PURPOSE, capture_args, confirmed, context, key  # noqa: E402
+from ranking_support import HashingTestEncoder  # noqa: E402,F401 - re-exported
 
 from engram.models.codes import MESSAGES, ContractError, ErrorCode  # noqa: E402
 from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW  # noqa: E402
 from engram.service.engine import CallContext, Engine  # noqa: E402
 
 __all__ = [
-    "CAPTURE", "FORGET", "GET", "PURPOSE", "REQUEST_ADMISSION", "SEARCH", "WITHDRAW",
-    "CallContext", "ContractError", "Engine", "ErrorCode", "HashingTestEncoder", "MESSAGES",
-    "accept", "admit", "capture", "capture_args", "confirmed", "context", "error_of",
-    "files_containing", "forget", "get", "key", "open_engine", "search", "withdraw",
+    "CAPTURE",
+    "FORGET",
+    "GET",
+    "PURPOSE",
+    "REQUEST_ADMISSION",
+    "SEARCH",
+    "WITHDRAW",
+    "CallContext",
+    "ContractError",
+    "Engine",
+    "ErrorCode",
+    "HashingTestEncoder",
+    "MESSAGES",
+    "accept",
+    "admit",
+    "capture",
+    "capture_args",
+    "confirmed",
+    "context",
+    "error_of",
+    "files_containing",
+    "forget",
+    "get",
+    "key",
+    "open_engine",
+    "search",
+    "withdraw",
 ]
 
 
@@ -79,8 +100,7 @@ def capture(eng: Engine, ctx: CallContext, text: str, **kwargs: Any) -> tuple[di
 
 
 def admit(eng: Engine, ctx: CallContext, candidate_id: str, idem: str | None = None) -> dict:
-    return eng.execute(REQUEST_ADMISSION, ctx,
-                       {"candidate_id": candidate_id, "idempotency_key": idem or key("adm")})
+    return eng.execute(REQUEST_ADMISSION, ctx, {"candidate_id": candidate_id, "idempotency_key": idem or key("adm")})
 
 
 def accept(eng: Engine, ctx: CallContext, text: str, **kwargs: Any) -> str:

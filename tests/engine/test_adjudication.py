@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 from engine_support import (
-    ContractError, ErrorCode, accept, admit, capture, context, forget, search_ids,
+    ContractError,
+    ErrorCode,
+    accept,
+    admit,
+    capture,
+    context,
+    forget,
+    search_ids,
 )
 
 

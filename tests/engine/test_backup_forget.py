@@ -5,17 +5,26 @@ restore does not re-embed what the backup carried (vectors)."""
 from __future__ import annotations
 
 import pytest
-
 from engine_support import (
-    ErrorCode, HashingTestEncoder, accept, capture, context, error_of, files_containing, forget, get,
-    search_ids, withdraw,
+    ErrorCode,
+    HashingTestEncoder,
+    accept,
+    capture,
+    context,
+    error_of,
+    files_containing,
+    forget,
+    get,
+    search_ids,
+    withdraw,
 )
 
 from engram.service.engine.engine import Engine, export_keys
 
+pytestmark = pytest.mark.sqlite_only(
+    "engram admin backup/restore copy the SQLite file; PostgreSQL is backed up with pg_dump"
+)
 
-
-pytestmark = pytest.mark.sqlite_only('engram admin backup/restore copy the SQLite file; PostgreSQL is backed up with pg_dump')
 
 class CountingEncoder(HashingTestEncoder):
     def __init__(self) -> None:
@@ -28,8 +37,9 @@ class CountingEncoder(HashingTestEncoder):
 
 
 def _restore(backup, target, key_source, encoder=None) -> Engine:
-    return Engine.restore(backup, target, key_source=key_source, encoder=encoder or HashingTestEncoder(),
-                          load_model=False)
+    return Engine.restore(
+        backup, target, key_source=key_source, encoder=encoder or HashingTestEncoder(), load_model=False
+    )
 
 
 def test_a_default_backup_holds_no_kek(engine, tmp_path) -> None:

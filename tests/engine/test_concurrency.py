@@ -7,7 +7,16 @@ import threading
 
 import pytest
 from engine_support import (
-    ContractError, ErrorCode, accept, admit, capture, context, forget, get, search, search_ids,
+    ContractError,
+    ErrorCode,
+    accept,
+    admit,
+    capture,
+    context,
+    forget,
+    get,
+    search,
+    search_ids,
 )
 
 from engram.service.engine.records import scope_key

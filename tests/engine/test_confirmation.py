@@ -4,10 +4,23 @@ human confirmation; capture and request_admission only where the host says so.""
 from __future__ import annotations
 
 import pytest
-
 from engine_support import (
-    CAPTURE, FORGET, REQUEST_ADMISSION, WITHDRAW, ErrorCode, accept, admit, capture, capture_args,
-    confirmed, context, error_of, forget_args, get, key, withdraw_args,
+    CAPTURE,
+    FORGET,
+    REQUEST_ADMISSION,
+    WITHDRAW,
+    ErrorCode,
+    accept,
+    admit,
+    capture,
+    capture_args,
+    confirmed,
+    context,
+    error_of,
+    forget_args,
+    get,
+    key,
+    withdraw_args,
 )
 
 from engram.service.engine import CallContext, Confirmation
@@ -38,9 +51,14 @@ def state_of(engine, ctx, tool: str, target: str) -> str:
 
 def good(ctx, tool, target, args, **overrides) -> CallContext:
     now = now_ms()
-    fields = dict(ref=f"ref-{key()}", capability=tool, target=target,
-                  operation_digest=operation_digest(tool, args), approved_at_ms=now,
-                  expires_at_ms=now + 120_000)
+    fields = dict(
+        ref=f"ref-{key()}",
+        capability=tool,
+        target=target,
+        operation_digest=operation_digest(tool, args),
+        approved_at_ms=now,
+        expires_at_ms=now + 120_000,
+    )
     fields.update(overrides)
     return with_confirmation(ctx, **fields)
 
@@ -48,22 +66,30 @@ def good(ctx, tool, target, args, **overrides) -> CallContext:
 BAD = {
     "missing": lambda ctx, tool, target, args: ctx,
     "expired": lambda ctx, tool, target, args: good(
-        ctx, tool, target, args, approved_at_ms=now_ms() - 10_000, expires_at_ms=now_ms() - 5_000),
+        ctx, tool, target, args, approved_at_ms=now_ms() - 10_000, expires_at_ms=now_ms() - 5_000
+    ),
     "approved more than 30 s ago": lambda ctx, tool, target, args: good(
-        ctx, tool, target, args, approved_at_ms=now_ms() - 31_000, expires_at_ms=now_ms() + 200_000),
+        ctx, tool, target, args, approved_at_ms=now_ms() - 31_000, expires_at_ms=now_ms() + 200_000
+    ),
     "ttl over 300 s": lambda ctx, tool, target, args: good(
-        ctx, tool, target, args, expires_at_ms=now_ms() + 300_001 + 1_000),
+        ctx, tool, target, args, expires_at_ms=now_ms() + 300_001 + 1_000
+    ),
     "expires before approval": lambda ctx, tool, target, args: good(
-        ctx, tool, target, args, expires_at_ms=now_ms() - 1),
+        ctx, tool, target, args, expires_at_ms=now_ms() - 1
+    ),
     "approved in the future": lambda ctx, tool, target, args: good(
-        ctx, tool, target, args, approved_at_ms=now_ms() + 60_000, expires_at_ms=now_ms() + 120_000),
+        ctx, tool, target, args, approved_at_ms=now_ms() + 60_000, expires_at_ms=now_ms() + 120_000
+    ),
     "wrong target": lambda ctx, tool, target, args: good(ctx, tool, target + "x", args),
     "wrong operation digest": lambda ctx, tool, target, args: good(
-        ctx, tool, target, args, operation_digest=operation_digest(tool, {**args, "reason_ref": "other"})),
+        ctx, tool, target, args, operation_digest=operation_digest(tool, {**args, "reason_ref": "other"})
+    ),
     "digest of another tool": lambda ctx, tool, target, args: good(
-        ctx, tool, target, args, operation_digest=operation_digest(CAPTURE, args)),
+        ctx, tool, target, args, operation_digest=operation_digest(CAPTURE, args)
+    ),
     "wrong capability": lambda ctx, tool, target, args: good(
-        ctx, tool, target, args, capability=FORGET if tool == WITHDRAW else WITHDRAW),
+        ctx, tool, target, args, capability=FORGET if tool == WITHDRAW else WITHDRAW
+    ),
     "empty ref": lambda ctx, tool, target, args: good(ctx, tool, target, args, ref=""),
 }
 
@@ -113,8 +139,9 @@ def test_a_confirmation_is_used_once(engine, tool: str) -> None:
 def test_a_refused_attempt_does_not_burn_the_confirmation(engine) -> None:
     ctx = context()
     rid, args = target_for(engine, ctx, FORGET)
-    ctx_wrong = good(ctx, FORGET, rid, args, ref="ref-keep",
-                     operation_digest=operation_digest(FORGET, {**args, "reason_ref": "x"}))
+    ctx_wrong = good(
+        ctx, FORGET, rid, args, ref="ref-keep", operation_digest=operation_digest(FORGET, {**args, "reason_ref": "x"})
+    )
     assert error_of(engine.execute, FORGET, ctx_wrong, args).code is GATE
     assert state_of(engine, ctx, FORGET, rid) == "accepted_current"
     out = engine.execute(FORGET, good(ctx, FORGET, rid, args, ref="ref-keep"), args)
@@ -132,9 +159,9 @@ def test_the_factory_confirmation_works(engine) -> None:
 
 # -- capture and request_admission: only where the host marks them -----------------------------------
 
+
 def test_capture_needs_no_confirmation_by_default(engine) -> None:
-    assert engine.execute(CAPTURE, context(), capture_args("No confirmation needed."))["status"] \
-        == "committed_pending"
+    assert engine.execute(CAPTURE, context(), capture_args("No confirmation needed."))["status"] == "committed_pending"
 
 
 def test_capture_marked_confirmation_required(engine) -> None:

@@ -13,17 +13,22 @@ import threading
 import time
 from pathlib import Path
 
-from engine_support import (
-    CAPTURE, FORGET, REQUEST_ADMISSION, WITHDRAW, confirmed, open_engine, search_ids,
-)
 from crash_worker import CRASH_CTX
+from engine_support import (
+    CAPTURE,
+    FORGET,
+    REQUEST_ADMISSION,
+    WITHDRAW,
+    confirmed,
+    open_engine,
+    search_ids,
+)
 
 from engram.models.outputs import AdmissionOutput, CaptureOutput, ForgetOutput, WithdrawOutput
 
 WORKER = Path(__file__).resolve().parent / "crash_worker.py"
 CYCLES = 5
-OUTPUTS = {CAPTURE: CaptureOutput, REQUEST_ADMISSION: AdmissionOutput, WITHDRAW: WithdrawOutput,
-           FORGET: ForgetOutput}
+OUTPUTS = {CAPTURE: CaptureOutput, REQUEST_ADMISSION: AdmissionOutput, WITHDRAW: WithdrawOutput, FORGET: ForgetOutput}
 
 
 def run_cycle(data_dir: Path, cycle: int, seed: int, rng: random.Random, log: Path) -> list[dict]:
@@ -31,7 +36,9 @@ def run_cycle(data_dir: Path, cycle: int, seed: int, rng: random.Random, log: Pa
     with open(log, "ab") as stderr:
         proc = subprocess.Popen(
             [sys.executable, str(WORKER), str(data_dir), str(cycle), str(seed)],
-            stdout=subprocess.PIPE, stderr=stderr, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
     lines: list[str] = []
     ready = threading.Event()
@@ -114,9 +121,15 @@ def check_state(engine, acks: list[dict], in_flight: list[dict], seed: int, data
             elif tool == REQUEST_ADMISSION:
                 outcome = result["outcome"]
                 cand = tx.candidate(scope, outcome["candidate_id"])
-                assert cand.state == {"accepted": "accepted", "duplicate_exact": "accepted",
-                                      "rejected": "rejected",
-                                      "pending_adjudication": "pending_adjudication"}[outcome["status"]]
+                assert (
+                    cand.state
+                    == {
+                        "accepted": "accepted",
+                        "duplicate_exact": "accepted",
+                        "rejected": "rejected",
+                        "pending_adjudication": "pending_adjudication",
+                    }[outcome["status"]]
+                )
                 if outcome["status"] == "accepted":
                     assert tx.record(scope, outcome["record_id"]).state in ("accepted_current", "tombstoned")
             elif tool == WITHDRAW:
@@ -144,5 +157,6 @@ def check_state(engine, acks: list[dict], in_flight: list[dict], seed: int, data
         assert row.record_id not in search_ids(engine, CRASH_CTX, tok, limit=50)
         assert not any(tok.encode() in blob for blob in on_disk), (seed, tok)
     assert live or gone, f"seed {seed}: nothing was ever accepted"
-    print(f"seed {seed}: {len(acks)} acknowledged, {len(in_flight)} interrupted, "
-          f"{len(live)} live, {len(gone)} forgotten")
+    print(
+        f"seed {seed}: {len(acks)} acknowledged, {len(in_flight)} interrupted, {len(live)} live, {len(gone)} forgotten"
+    )

@@ -10,17 +10,36 @@ from enum import StrEnum
 
 import pytest
 import rfc8785
+from engine_support import (
+    CAPTURE,
+    FORGET,
+    GET,
+    PURPOSE,
+    REQUEST_ADMISSION,
+    SEARCH,
+    WITHDRAW,
+    accept,
+    admit,
+    capture,
+    context,
+    forget,
+    get,
+    search,
+    withdraw,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine_support import (
-    CAPTURE, FORGET, GET, PURPOSE, REQUEST_ADMISSION, SEARCH, WITHDRAW, accept, admit, capture,
-    context, forget, get, search, withdraw,
-)
-
 from engram.models.digests import (
-    MAX_SAFE_INTEGER, CanonicalizationRefused, DigestKind, canonical_bytes, digest, receipt_digest,
-    _normalised, record_id_for, seal_receipt,
+    MAX_SAFE_INTEGER,
+    CanonicalizationRefused,
+    DigestKind,
+    _normalised,
+    canonical_bytes,
+    digest,
+    receipt_digest,
+    record_id_for,
+    seal_receipt,
 )
 from engram.models.outputs import AdmissionOutput, CaptureOutput, ForgetOutput, GetOutput, SearchOutput, WithdrawOutput
 from engram.service.engine.records import REDACTION_POLICY
@@ -34,26 +53,48 @@ def independent(kind: str, jcs: bytes) -> str:
 # -- pinned vectors ---------------------------------------------------------------------------
 
 VECTORS = [
-    (DigestKind.PAYLOAD, {"a": 1, "b": [True, None, "x"]},
-     "sha256:ef38ca9c287a064518899758afa2123c1284aaec5da30a3ea7258e87ca2a5ecb"),
+    (
+        DigestKind.PAYLOAD,
+        {"a": 1, "b": [True, None, "x"]},
+        "sha256:ef38ca9c287a064518899758afa2123c1284aaec5da30a3ea7258e87ca2a5ecb",
+    ),
     (DigestKind.PAYLOAD, {}, "sha256:0ec96bf651a56e0a38239389968219f6be6cd3ddf137dfcbd8723a74bb2be6ee"),
-    (DigestKind.PAYLOAD, {"text": "caf\u00e9", "n": -5, "f": 1.5},
-     "sha256:478eb9f45619d7ab7469fc45fad8df6375fc2200447bbe0082785a6cb9f1ebd6"),
+    (
+        DigestKind.PAYLOAD,
+        {"text": "caf\u00e9", "n": -5, "f": 1.5},
+        "sha256:478eb9f45619d7ab7469fc45fad8df6375fc2200447bbe0082785a6cb9f1ebd6",
+    ),
     (DigestKind.PAYLOAD, 1e21, "sha256:976e8dcae46493a4b6482c0fc45c8a00016f97ed965b80841d450e697109deeb"),
-    (DigestKind.PAYLOAD, MAX_SAFE_INTEGER,
-     "sha256:b06cc563f84ed2da8a1fc1872e749afd2ecabb2dd81f09ccf5e486e616389a7e"),
-    (DigestKind.RECORD,
-     {"tenant": "acme", "workspace": "main", "candidate_id": "cand_x",
-      "payload_digest": "sha256:" + "0" * 64, "evidence_digest": "sha256:" + "1" * 64},
-     "sha256:0404ac87fb14f3984a543b782f79d761f488c12f90f56f8af4ba92806d5941c8"),
-    (DigestKind.EVENT, {"cursor": "1", "kind": "candidate_captured"},
-     "sha256:219ccc0bf6035b1ebb47b17bb0fac08641d1cf08bae97fdfa6edfd95e5842be7"),
-    (DigestKind.RANK_RECEIPT, {"profile": "lexical", "candidate_count": 0},
-     "sha256:dde711929ce5403905aacd43cd1baeae7f1c181a8062bcc158ab48083f8855dc"),
-    (DigestKind.OPERATION,
-     {"tool": "engram_memory_forget",
-      "arguments": {"record_id": "mem_aa", "idempotency_key": "k" * 16, "reason_ref": "r"}},
-     "sha256:f9a34bb555c29009a820797944a72bf6e92fd58f071705f6cf4a4ef013c628ec"),
+    (DigestKind.PAYLOAD, MAX_SAFE_INTEGER, "sha256:b06cc563f84ed2da8a1fc1872e749afd2ecabb2dd81f09ccf5e486e616389a7e"),
+    (
+        DigestKind.RECORD,
+        {
+            "tenant": "acme",
+            "workspace": "main",
+            "candidate_id": "cand_x",
+            "payload_digest": "sha256:" + "0" * 64,
+            "evidence_digest": "sha256:" + "1" * 64,
+        },
+        "sha256:0404ac87fb14f3984a543b782f79d761f488c12f90f56f8af4ba92806d5941c8",
+    ),
+    (
+        DigestKind.EVENT,
+        {"cursor": "1", "kind": "candidate_captured"},
+        "sha256:219ccc0bf6035b1ebb47b17bb0fac08641d1cf08bae97fdfa6edfd95e5842be7",
+    ),
+    (
+        DigestKind.RANK_RECEIPT,
+        {"profile": "lexical", "candidate_count": 0},
+        "sha256:dde711929ce5403905aacd43cd1baeae7f1c181a8062bcc158ab48083f8855dc",
+    ),
+    (
+        DigestKind.OPERATION,
+        {
+            "tool": "engram_memory_forget",
+            "arguments": {"record_id": "mem_aa", "idempotency_key": "k" * 16, "reason_ref": "r"},
+        },
+        "sha256:f9a34bb555c29009a820797944a72bf6e92fd58f071705f6cf4a4ef013c628ec",
+    ),
 ]
 
 
@@ -64,18 +105,22 @@ def test_pinned_vectors(kind: DigestKind, value: object, expected: str) -> None:
 
 def test_vectors_match_a_hand_computation() -> None:
     assert digest(DigestKind.PAYLOAD, {"b": [True, None, "x"], "a": 1}) == independent(
-        "payload", b'{"a":1,"b":[true,null,"x"]}')
+        "payload", b'{"a":1,"b":[true,null,"x"]}'
+    )
     assert digest(DigestKind.EVENT, {"kind": "candidate_captured", "cursor": "1"}) == independent(
-        "event", b'{"cursor":"1","kind":"candidate_captured"}')
+        "event", b'{"cursor":"1","kind":"candidate_captured"}'
+    )
     assert digest(DigestKind.PAYLOAD, 1e21) == independent("payload", b"1e+21")
     assert digest(DigestKind.PAYLOAD, {"n": -5, "f": 1.5, "text": "caf\u00e9"}) == independent(
-        "payload", '{"f":1.5,"n":-5,"text":"caf\u00e9"}'.encode())
+        "payload", '{"f":1.5,"n":-5,"text":"caf\u00e9"}'.encode()
+    )
 
 
 def test_jcs_bytes() -> None:
     assert canonical_bytes({"b": 1, "a": [1.5, 1e21, 0.1, "\u00e9"], "\u20ac": None}) == (
-        b'{"a":[1.5,1e+21,0.1,"\xc3\xa9"],"b":1,"\xe2\x82\xac":null}')
-    assert canonical_bytes("\u2028\"\\\n") == b'"\xe2\x80\xa8\\"\\\\\\n"'
+        b'{"a":[1.5,1e+21,0.1,"\xc3\xa9"],"b":1,"\xe2\x82\xac":null}'
+    )
+    assert canonical_bytes('\u2028"\\\n') == b'"\xe2\x80\xa8\\"\\\\\\n"'
     assert canonical_bytes(4.0) == b"4"
 
 
@@ -94,22 +139,26 @@ def test_digest_form() -> None:
 # -- JCS properties ---------------------------------------------------------------------------
 
 json_scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-MAX_SAFE_INTEGER, MAX_SAFE_INTEGER),
+    st.none(),
+    st.booleans(),
+    st.integers(-MAX_SAFE_INTEGER, MAX_SAFE_INTEGER),
     st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: not (f == 0 and math.copysign(1, f) < 0)),
     st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=12),
 )
 json_docs = st.recursive(
     json_scalars,
-    lambda c: st.one_of(st.lists(c, max_size=4),
-                        st.dictionaries(st.text(alphabet="abcdefgh", max_size=4), c, max_size=4)),
+    lambda c: st.one_of(
+        st.lists(c, max_size=4), st.dictionaries(st.text(alphabet="abcdefgh", max_size=4), c, max_size=4)
+    ),
     max_leaves=20,
 )
 
 
 @settings(max_examples=100, deadline=None)
-@given(doc=st.dictionaries(st.text(alphabet="abcdefghij", min_size=1, max_size=5), json_docs,
-                           min_size=1, max_size=6),
-       seed=st.randoms(use_true_random=False))
+@given(
+    doc=st.dictionaries(st.text(alphabet="abcdefghij", min_size=1, max_size=5), json_docs, min_size=1, max_size=6),
+    seed=st.randoms(use_true_random=False),
+)
 def test_key_order_independence(doc: dict, seed) -> None:
     keys = list(doc)
     seed.shuffle(keys)
@@ -128,13 +177,36 @@ class _Channel(StrEnum):
 any_text = st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=12)
 wide_docs = st.recursive(
     st.one_of(
-        st.none(), st.booleans(), st.integers(-MAX_SAFE_INTEGER, MAX_SAFE_INTEGER), any_text,
+        st.none(),
+        st.booleans(),
+        st.integers(-MAX_SAFE_INTEGER, MAX_SAFE_INTEGER),
+        any_text,
         st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: not (f == 0 and math.copysign(1, f) < 0)),
-        st.sampled_from([1.0, 0.0, 0.5, 1e-4, 9.999e-5, 1e16, 9999999999999998.0, 2.0**53, 2.0**53 + 2, 0.1 + 0.2,
-                         "\"\\\n\x7f\u2028", "cafe\u0301", "\U0001F600", *_Channel]),
+        st.sampled_from(
+            [
+                1.0,
+                0.0,
+                0.5,
+                1e-4,
+                9.999e-5,
+                1e16,
+                9999999999999998.0,
+                2.0**53,
+                2.0**53 + 2,
+                0.1 + 0.2,
+                '"\\\n\x7f\u2028',
+                "cafe\u0301",
+                "\U0001f600",
+                *_Channel,
+            ]
+        ),
     ),
-    lambda c: st.one_of(st.lists(c, max_size=5), st.dictionaries(st.one_of(any_text, st.sampled_from(
-        ["\ue000", "\U0001F600", "a\u0301", *_Channel])), c, max_size=5)),
+    lambda c: st.one_of(
+        st.lists(c, max_size=5),
+        st.dictionaries(
+            st.one_of(any_text, st.sampled_from(["\ue000", "\U0001f600", "a\u0301", *_Channel])), c, max_size=5
+        ),
+    ),
     max_leaves=30,
 )
 
@@ -162,22 +234,39 @@ def test_nfc_normalisation_of_values_and_keys() -> None:
     assert digest(DigestKind.PAYLOAD, composed) != digest(DigestKind.PAYLOAD, "cafe")
 
 
-@pytest.mark.parametrize("bad", [
-    math.nan, math.inf, -math.inf, -0.0, MAX_SAFE_INTEGER + 1, -(MAX_SAFE_INTEGER + 1), 2**64,
-    "\ud800", "a\udfffb", {"\ud800": 1}, {"k": [1, {"x": math.nan}]}, {1: "x"}, {"x": {1, 2}},
-    b"bytes", {"e\u0301": 1, "\u00e9": 2}, object(),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        math.nan,
+        math.inf,
+        -math.inf,
+        -0.0,
+        MAX_SAFE_INTEGER + 1,
+        -(MAX_SAFE_INTEGER + 1),
+        2**64,
+        "\ud800",
+        "a\udfffb",
+        {"\ud800": 1},
+        {"k": [1, {"x": math.nan}]},
+        {1: "x"},
+        {"x": {1, 2}},
+        b"bytes",
+        {"e\u0301": 1, "\u00e9": 2},
+        object(),
+    ],
+)
 def test_refusals(bad: object) -> None:
     with pytest.raises(CanonicalizationRefused):
         digest(DigestKind.PAYLOAD, bad)
 
 
 def test_boundary_values_accepted() -> None:
-    for ok in (MAX_SAFE_INTEGER, -MAX_SAFE_INTEGER, 0.0, 0, "\U0001F600", 5e-324):
+    for ok in (MAX_SAFE_INTEGER, -MAX_SAFE_INTEGER, 0.0, 0, "\U0001f600", 5e-324):
         digest(DigestKind.PAYLOAD, ok)
 
 
 # -- record ids and receipts ---------------------------------------------------------------------
+
 
 def test_record_id_is_mem_plus_lowercase_unpadded_base32() -> None:
     d = digest(DigestKind.RECORD, {"x": 1})
@@ -192,31 +281,48 @@ def test_receipt_digest_excludes_itself() -> None:
     sealed = seal_receipt(DigestKind.DECISION_RECEIPT, body)
     assert sealed["receipt_digest"] == digest(DigestKind.DECISION_RECEIPT, body)
     assert receipt_digest(DigestKind.DECISION_RECEIPT, sealed) == sealed["receipt_digest"]
-    assert receipt_digest(DigestKind.DECISION_RECEIPT, {**sealed, "receipt_digest": "sha256:" + "0" * 64}) \
+    assert (
+        receipt_digest(DigestKind.DECISION_RECEIPT, {**sealed, "receipt_digest": "sha256:" + "0" * 64})
         == sealed["receipt_digest"]
+    )
     tampered = {**sealed, "decision": "reject"}
     assert receipt_digest(DigestKind.DECISION_RECEIPT, tampered) != sealed["receipt_digest"]
 
 
 # -- receipts returned by the engine, recomputed ---------------------------------------------------
 
+
 def events_by_cursor(engine, scope) -> dict[int, object]:
     return {e.cursor: e for e in engine.parts.store.events(scope)}
 
 
 def auth_receipt_digest(ctx, tool: str, issued_at: str) -> str:
-    return digest(DigestKind.AUTHORIZATION_RECEIPT, {
-        "tool": tool, "tenant": ctx.tenant, "workspace": ctx.workspace, "principal": ctx.principal,
-        "agent_id": ctx.agent_id, "session": ctx.session, "purpose": ctx.purpose, "granted": True,
-        "issued_at": issued_at,
-    })
+    return digest(
+        DigestKind.AUTHORIZATION_RECEIPT,
+        {
+            "tool": tool,
+            "tenant": ctx.tenant,
+            "workspace": ctx.workspace,
+            "principal": ctx.principal,
+            "agent_id": ctx.agent_id,
+            "session": ctx.session,
+            "purpose": ctx.purpose,
+            "granted": True,
+            "issued_at": issued_at,
+        },
+    )
 
 
 def tx_receipt_digest(tool: str, events: list, cursor: int) -> str:
-    return digest(DigestKind.TRANSACTION_RECEIPT, {
-        "tool": tool, "event_digests": [e.event_digest for e in events], "cursor": str(cursor),
-        "committed_at": events[-1].recorded_at,
-    })
+    return digest(
+        DigestKind.TRANSACTION_RECEIPT,
+        {
+            "tool": tool,
+            "event_digests": [e.event_digest for e in events],
+            "cursor": str(cursor),
+            "committed_at": events[-1].recorded_at,
+        },
+    )
 
 
 def test_journal_event_digests_chain(engine) -> None:
@@ -227,10 +333,20 @@ def test_journal_event_digests_chain(engine) -> None:
     events = list(engine.parts.store.events(ctx.scope))
     assert [e.cursor for e in events] == list(range(1, len(events) + 1))
     for e in events:
-        expected = digest(DigestKind.EVENT, {
-            "tenant": ctx.tenant, "workspace": ctx.workspace, "cursor": str(e.cursor),
-            "event_id": e.event_id, "kind": e.kind, "subject": e.subject, "body": e.body,
-            "prev_digest": previous, "recorded_at": e.recorded_at})
+        expected = digest(
+            DigestKind.EVENT,
+            {
+                "tenant": ctx.tenant,
+                "workspace": ctx.workspace,
+                "cursor": str(e.cursor),
+                "event_id": e.event_id,
+                "kind": e.kind,
+                "subject": e.subject,
+                "body": e.body,
+                "prev_digest": previous,
+                "recorded_at": e.recorded_at,
+            },
+        )
         assert e.event_digest == expected
         previous = e.event_digest
     assert engine.verify_journal() == {"acme/main": True}
@@ -246,9 +362,16 @@ def test_capture_digests(engine) -> None:
     e_digest = digest(DigestKind.EVIDENCE, args["evidence"])
     assert event.body["payload_digest"] == p_digest
     assert event.body["evidence_digest"] == e_digest
-    assert out["record_digest"] == digest(DigestKind.RECORD, {
-        "tenant": "acme", "workspace": "main", "candidate_id": out["candidate_id"],
-        "payload_digest": p_digest, "evidence_digest": e_digest})
+    assert out["record_digest"] == digest(
+        DigestKind.RECORD,
+        {
+            "tenant": "acme",
+            "workspace": "main",
+            "candidate_id": out["candidate_id"],
+            "payload_digest": p_digest,
+            "evidence_digest": e_digest,
+        },
+    )
     assert out["transaction_receipt_digest"] == tx_receipt_digest(CAPTURE, [event], event.cursor)
     assert event.body["authorization_receipt_digest"] == auth_receipt_digest(ctx, CAPTURE, event.recorded_at)
 
@@ -267,7 +390,8 @@ def test_admission_digests(engine) -> None:
     assert receipt_digest(DigestKind.DECISION_RECEIPT, decision) == decision["receipt_digest"]
     assert outcome["decision_receipt_digest"] == decision["receipt_digest"]
     assert outcome["transaction_receipt_digest"] == tx_receipt_digest(
-        REQUEST_ADMISSION, [decided, accepted], accepted.cursor)
+        REQUEST_ADMISSION, [decided, accepted], accepted.cursor
+    )
     assert outcome["record_id"] == record_id_for(cap["record_digest"])
     assert accepted.subject == outcome["record_id"]
 
@@ -286,11 +410,16 @@ def test_get_digests(engine) -> None:
     assert read["record_id"] == rid and read["record_digest"] == cap["record_digest"]
     assert read["system_as_of"] == str(engine.parts.store.scope_cursor(ctx.scope))
     assert read["authorization_receipt_digest"] == auth_receipt_digest(ctx, GET, read["valid_as_of"])
-    assert out["packet_digest"] == digest(
-        DigestKind.PACKET, {k: v for k, v in out.items() if k != "packet_digest"})
-    assert out["redaction_receipt_digest"] == digest(DigestKind.REDACTION_RECEIPT, {
-        "record_id": rid, "record_digest": cap["record_digest"], "policy": REDACTION_POLICY,
-        "redacted_fields": out["redacted_fields"]})
+    assert out["packet_digest"] == digest(DigestKind.PACKET, {k: v for k, v in out.items() if k != "packet_digest"})
+    assert out["redaction_receipt_digest"] == digest(
+        DigestKind.REDACTION_RECEIPT,
+        {
+            "record_id": rid,
+            "record_digest": cap["record_digest"],
+            "policy": REDACTION_POLICY,
+            "redacted_fields": out["redacted_fields"],
+        },
+    )
     assert out["redacted_fields"] == ["actor"]
 
 
@@ -303,10 +432,18 @@ def test_search_digests(engine) -> None:
     receipt = out["rank_receipt"]
     assert receipt_digest(DigestKind.RANK_RECEIPT, receipt) == receipt["receipt_digest"]
     assert out["response_digest"] == digest(
-        DigestKind.RESPONSE, {k: v for k, v in out.items() if k != "response_digest"})
-    assert receipt["request_digest"] == digest(DigestKind.REQUEST, {
-        "query": "ledger serialisable", "purpose_ref": PURPOSE, "limit": 5, "max_packet_bytes": 65536,
-        "capability_policy": {"minimum_channels": "lexical", "network": "forbid"}})
+        DigestKind.RESPONSE, {k: v for k, v in out.items() if k != "response_digest"}
+    )
+    assert receipt["request_digest"] == digest(
+        DigestKind.REQUEST,
+        {
+            "query": "ledger serialisable",
+            "purpose_ref": PURPOSE,
+            "limit": 5,
+            "max_packet_bytes": 65536,
+            "capability_policy": {"minimum_channels": "lexical", "network": "forbid"},
+        },
+    )
     assert receipt["ordered_ids_digest"] == digest(DigestKind.IDS, [rid])
     assert receipt["authorization_receipt_digest"] == auth_receipt_digest(ctx, SEARCH, receipt["issued_at"])
     packet = out["records"][0]
@@ -321,7 +458,10 @@ def test_withdraw_and_forget_digests(engine) -> None:
     receipt = out["receipt"]
     event = events_by_cursor(engine, ctx.scope)[int(receipt["cursor"])]
     assert (event.event_id, event.event_digest, event.kind) == (
-        receipt["event_id"], receipt["event_digest"], "candidate_withdrawn")
+        receipt["event_id"],
+        receipt["event_digest"],
+        "candidate_withdrawn",
+    )
     assert receipt["transaction_receipt_digest"] == tx_receipt_digest(WITHDRAW, [event], event.cursor)
     assert receipt["authorization_receipt_digest"] == auth_receipt_digest(ctx, WITHDRAW, event.recorded_at)
 
@@ -331,7 +471,11 @@ def test_withdraw_and_forget_digests(engine) -> None:
     receipt = out["receipt"]
     event = events_by_cursor(engine, ctx.scope)[int(receipt["cursor"])]
     assert (event.event_id, event.event_digest, event.kind, event.subject) == (
-        receipt["event_id"], receipt["event_digest"], "record_tombstoned", rid)
+        receipt["event_id"],
+        receipt["event_digest"],
+        "record_tombstoned",
+        rid,
+    )
     assert receipt["transaction_receipt_digest"] == tx_receipt_digest(FORGET, [event], event.cursor)
     assert receipt["authorization_receipt_digest"] == auth_receipt_digest(ctx, FORGET, event.recorded_at)
 

@@ -7,12 +7,27 @@ import threading
 import time
 
 import pytest
-
 from engine_support import (
-    CAPTURE, FORGET, REQUEST_ADMISSION, WITHDRAW, ContractError, ErrorCode, accept, admit, canonical,
-    capture, capture_args, confirmed, context, error_of, forget, key, withdraw, withdraw_args,
+    CAPTURE,
+    FORGET,
+    REQUEST_ADMISSION,
+    WITHDRAW,
+    ContractError,
+    ErrorCode,
+    accept,
+    admit,
+    canonical,
+    capture,
+    capture_args,
+    confirmed,
+    context,
+    error_of,
+    forget,
+    forget_args,
+    key,
+    withdraw,
+    withdraw_args,
 )
-from engine_support import forget_args
 
 from engram.models.envelope import envelope_text, success_envelope
 from engram.models.outputs import AdmissionOutput, CaptureOutput, ForgetOutput, WithdrawOutput
@@ -37,6 +52,7 @@ def candidate_count(engine) -> int:
 
 
 # -- replays -------------------------------------------------------------------------------
+
 
 def test_capture_replay_is_the_first_result(engine) -> None:
     ctx = context()
@@ -131,6 +147,7 @@ def test_forget_replay(engine) -> None:
 
 # -- the physical part may be interrupted: a replay must still be a well-formed answer ---------
 
+
 class Crash(Exception):
     pass
 
@@ -168,6 +185,7 @@ def test_withdraw_replay_after_a_crash_before_the_purge(engine, monkeypatch) -> 
 
 
 # -- conflicts -------------------------------------------------------------------------------
+
 
 def test_capture_same_key_other_content_conflicts(engine) -> None:
     ctx = context()
@@ -227,7 +245,9 @@ def test_same_key_other_tool_conflicts(engine) -> None:
     fargs = {"record_id": rid, "idempotency_key": adm_key, "reason_ref": "r"}
     assert error_of(forget, engine, ctx, rid, fargs).code is CONFLICT
     # a capture whose key was first used by admission conflicts too
-    assert error_of(engine.execute, CAPTURE, ctx, capture_args("A candidate.", idempotency_key=adm_key)).code is CONFLICT
+    assert (
+        error_of(engine.execute, CAPTURE, ctx, capture_args("A candidate.", idempotency_key=adm_key)).code is CONFLICT
+    )
 
 
 def test_a_refused_call_reserves_nothing(engine) -> None:
@@ -236,11 +256,14 @@ def test_a_refused_call_reserves_nothing(engine) -> None:
     bad = capture_args("Keep it.", idempotency_key=idem)
     bad["payload"]["retention"] = {"derivative_rule": "retain"}
     assert error_of(engine.execute, CAPTURE, ctx, bad).code is ErrorCode.UNAUTHORIZED
-    assert engine.execute(CAPTURE, ctx, capture_args("Other content.", idempotency_key=idem))["status"] \
+    assert (
+        engine.execute(CAPTURE, ctx, capture_args("Other content.", idempotency_key=idem))["status"]
         == "committed_pending"
+    )
 
 
 # -- keys are per principal and per scope ---------------------------------------------------------
+
 
 def test_keys_are_per_principal(engine) -> None:
     alice, bob = context(principal="alice"), context(principal="bob")
@@ -263,6 +286,7 @@ def test_keys_are_per_scope(engine) -> None:
 
 
 # -- concurrency -----------------------------------------------------------------------------------
+
 
 def run_threads(n: int, fn) -> list:
     barrier = threading.Barrier(n)

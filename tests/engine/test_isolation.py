@@ -6,14 +6,26 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from engine_support import (
+    FORGET,
+    ContractError,
+    ErrorCode,
+    accept,
+    admit,
+    capture,
+    confirmed,
+    context,
+    error_of,
+    forget,
+    forget_args,
+    get,
+    open_engine,
+    search,
+    search_ids,
+    withdraw,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from engine_support import (
-    FORGET, ContractError, ErrorCode, accept, admit, capture, confirmed, context, error_of, forget,
-    get, open_engine, search, search_ids, withdraw,
-)
-from engine_support import forget_args
 
 A = context(tenant="acme", workspace="main")
 B = context(tenant="acme", workspace="other")
@@ -112,20 +124,25 @@ def shared_engine(fast_tmp):
 
 
 operations = st.lists(
-    st.tuples(st.sampled_from(["capture", "accept", "accept", "forget", "withdraw", "probe"]),
-              st.integers(0, len(SCOPES) - 1), st.sampled_from(WORDS), st.integers(0, 1000)),
-    min_size=3, max_size=8,
+    st.tuples(
+        st.sampled_from(["capture", "accept", "accept", "forget", "withdraw", "probe"]),
+        st.integers(0, len(SCOPES) - 1),
+        st.sampled_from(WORDS),
+        st.integers(0, 1000),
+    ),
+    min_size=3,
+    max_size=8,
 )
 
 
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(ops=operations)
 def test_random_operations_never_cross_scopes(shared_engine, ops) -> None:
     eng = shared_engine
     run = next(_serial)
-    owned: dict[tuple, dict[str, set]] = {s: {"records": set(), "live": set(), "candidates": set()}
-                                          for s in SCOPES}
+    owned: dict[tuple, dict[str, set]] = {s: {"records": set(), "live": set(), "candidates": set()} for s in SCOPES}
     ctxs = {s: context(tenant=s[0], workspace=s[1]) for s in SCOPES}
     marker = f"isorun{run}"
     for op, si, word, pick in ops:
@@ -171,6 +188,7 @@ def test_random_operations_never_cross_scopes(shared_engine, ops) -> None:
 
 # -- property: no query text reaches another scope -------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def two_scopes(fast_tmp):
     eng = open_engine(fast_tmp.mktemp("query-fuzz"))
@@ -181,9 +199,28 @@ def two_scopes(fast_tmp):
 
 
 INJECTIONS = [
-    "*", "*:*", "scope:*", "record_id:*", "puffin OR scope:*", 'primary:"puffin"', "puffin AND NOT x",
-    "(puffin", "puffin)", "puffin~2", "puf*", "[a TO z]", "\\", "\"", "+puffin -ledger", "puffin^100",
-    "!!!", " ", "\u3000", "\u65e5\u672c\u8a9e", "\U0001F600 puffin", "puffin " * 1000,
+    "*",
+    "*:*",
+    "scope:*",
+    "record_id:*",
+    "puffin OR scope:*",
+    'primary:"puffin"',
+    "puffin AND NOT x",
+    "(puffin",
+    "puffin)",
+    "puffin~2",
+    "puf*",
+    "[a TO z]",
+    "\\",
+    '"',
+    "+puffin -ledger",
+    "puffin^100",
+    "!!!",
+    " ",
+    "\u3000",
+    "\u65e5\u672c\u8a9e",
+    "\U0001f600 puffin",
+    "puffin " * 1000,
 ]
 
 

@@ -5,9 +5,16 @@ text is gone from every file too (projection invalidation is physical)."""
 from __future__ import annotations
 
 import pytest
-
 from engine_support import (
-    accept, admit, capture, context, files_containing, forget, open_engine, search_ids, withdraw,
+    accept,
+    admit,
+    capture,
+    context,
+    files_containing,
+    forget,
+    open_engine,
+    search_ids,
+    withdraw,
 )
 
 from engram.service.engine.records import candidate_aad, record_aad
@@ -136,7 +143,7 @@ def test_shredding_with_many_keys_and_large_bodies(engine, data_dir) -> None:
     secrets = [candidate_secret(engine, ctx, c["candidate_id"]) for c in doomed]
     for c in doomed[: len(doomed) // 2]:
         assert withdraw(engine, ctx, c["candidate_id"])["key_destruction"] == "complete"
-    for c in doomed[len(doomed) // 2:]:
+    for c in doomed[len(doomed) // 2 :]:
         admit(engine, ctx, c["candidate_id"])
     blobs = [p.read_bytes() for p in sorted(data_dir.rglob("*")) if p.is_file()]
     for (key_id, sealed, wrapped), cap in zip(secrets, doomed):

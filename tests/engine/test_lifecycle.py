@@ -6,11 +6,27 @@ import json
 import time
 
 import pytest
-
 from engine_support import (
-    CAPTURE, FORGET, REQUEST_ADMISSION, WITHDRAW, ContractError, ErrorCode, accept, admit,
-    capture, capture_args, confirmed, context, error_of, forget, get, key, search, search_ids,
-    withdraw, withdraw_args,
+    CAPTURE,
+    FORGET,
+    REQUEST_ADMISSION,
+    WITHDRAW,
+    ContractError,
+    ErrorCode,
+    accept,
+    admit,
+    capture,
+    capture_args,
+    confirmed,
+    context,
+    error_of,
+    forget,
+    get,
+    key,
+    search,
+    search_ids,
+    withdraw,
+    withdraw_args,
 )
 
 from engram.models.digests import record_id_for
@@ -181,7 +197,10 @@ def test_forget(engine) -> None:
     ForgetOutput.model_validate(out)
     receipt = out["receipt"]
     assert (receipt["operation"], receipt["from_state"], receipt["to_state"]) == (
-        "tombstone", "accepted_current", "tombstoned")
+        "tombstone",
+        "accepted_current",
+        "tombstoned",
+    )
     assert out["projection_invalidation"] == "complete" and out["replayed"] is False
     assert record_row(engine, ctx, rid).state == "tombstoned"
     assert error_of(get, engine, ctx, rid).code is NOT_FOUND
@@ -252,6 +271,7 @@ def test_different_payload_same_text_other_time_is_a_new_record(engine) -> None:
 
 # -- retention and host policy -------------------------------------------------------------------
 
+
 def retention_args(text: str, **retention) -> dict:
     args = capture_args(text)
     args["payload"]["retention"] = retention
@@ -288,8 +308,7 @@ def test_expires_at_beyond_the_host_cap(make_engine) -> None:
     ctx = context()
     far = retention_args("Too long.", derivative_rule="make-ineligible", expires_at=instant(now_ms() + 2 * DAY))
     assert error_of(engine.execute, CAPTURE, ctx, far).code is ErrorCode.UNAUTHORIZED
-    near = retention_args("Short enough.", derivative_rule="make-ineligible",
-                          expires_at=instant(now_ms() + DAY // 2))
+    near = retention_args("Short enough.", derivative_rule="make-ineligible", expires_at=instant(now_ms() + DAY // 2))
     assert engine.execute(CAPTURE, ctx, near)["status"] == "committed_pending"
 
 
@@ -316,8 +335,9 @@ def test_reconciliation_needs_host_consent(engine, make_engine) -> None:
 def test_record_expires_with_its_retention(engine) -> None:
     ctx = context()
     expires = now_ms() + 2500
-    args = retention_args("The capybara flag expires soon.", derivative_rule="make-ineligible",
-                          expires_at=instant(expires))
+    args = retention_args(
+        "The capybara flag expires soon.", derivative_rule="make-ineligible", expires_at=instant(expires)
+    )
     cap = engine.execute(CAPTURE, ctx, args)
     rid = admit(engine, ctx, cap["candidate_id"])["outcome"]["record_id"]
     if now_ms() < expires - 300:
@@ -328,6 +348,7 @@ def test_record_expires_with_its_retention(engine) -> None:
 
 
 # -- valid time ---------------------------------------------------------------------------------------
+
 
 def test_records_outside_valid_time_are_not_found(engine) -> None:
     ctx = context()
@@ -356,8 +377,9 @@ def test_refused_mutations_write_nothing(engine) -> None:
     for call in (
         lambda: admit(engine, ctx, "cand_unknown"),
         lambda: engine.execute(WITHDRAW, ctx, withdraw_args(cap["candidate_id"])),  # no confirmation
-        lambda: engine.execute(FORGET, ctx, {"record_id": "mem_" + "c" * 52, "idempotency_key": key(),
-                                             "reason_ref": "r"}),
+        lambda: engine.execute(
+            FORGET, ctx, {"record_id": "mem_" + "c" * 52, "idempotency_key": key(), "reason_ref": "r"}
+        ),
     ):
         with pytest.raises(ContractError):
             call()

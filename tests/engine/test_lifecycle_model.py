@@ -8,14 +8,22 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from engine_support import (
+    CAPTURE,
+    ContractError,
+    ErrorCode,
+    admit,
+    capture_args,
+    context,
+    forget,
+    get,
+    open_engine,
+    search_ids,
+    withdraw,
+)
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
-
-from engine_support import (
-    CAPTURE, ContractError, ErrorCode, admit, capture_args, context, forget, get, open_engine,
-    search_ids, withdraw,
-)
 
 TEXTS = ["The auk ledger compacts nightly.", "The auk ledger shards by tenant.", "The auk cache is warm."]
 CTX = context(workspace="model")
@@ -48,7 +56,9 @@ class Lifecycle(RuleBasedStateMachine):
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def live_for(self, text: int) -> str | None:
-        return next((r for r, s in self.rec_state.items() if s == "accepted_current" and self.rec_text[r] == text), None)
+        return next(
+            (r for r, s in self.rec_state.items() if s == "accepted_current" and self.rec_text[r] == text), None
+        )
 
     def tombstoned(self, text: int) -> bool:
         return any(s == "tombstoned" and self.rec_text[r] == text for r, s in self.rec_state.items())

@@ -8,7 +8,6 @@ import shutil
 import threading
 
 import pytest
-
 from engine_support import ErrorCode, accept, capture, context, error_of, open_engine, search, search_ids
 
 from engram.service.engine.records import scope_key
@@ -120,8 +119,12 @@ def test_background_warm_up_never_answers_empty(data_dir, minimum: str) -> None:
         seen_stale = 0
         for _ in range(200):
             try:
-                out = search(warm, ctx, "harbour tide tables", capability_policy={
-                    "minimum_channels": minimum, "network": "forbid"})
+                out = search(
+                    warm,
+                    ctx,
+                    "harbour tide tables",
+                    capability_policy={"minimum_channels": minimum, "network": "forbid"},
+                )
             except Exception as exc:  # noqa: BLE001
                 assert getattr(exc, "code", None) is ErrorCode.PROJECTION_STALE
                 seen_stale += 1

@@ -5,10 +5,22 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-
 from engine_support import (
-    CAPTURE, ContractError, ErrorCode, HashingTestEncoder, accept, admit, capture, context, forget,
-    get, open_engine, search, search_ids, tamper, withdraw,
+    CAPTURE,
+    ContractError,
+    ErrorCode,
+    HashingTestEncoder,
+    accept,
+    admit,
+    capture,
+    context,
+    forget,
+    get,
+    open_engine,
+    search,
+    search_ids,
+    tamper,
+    withdraw,
 )
 
 from engram.service.engine import Engine
@@ -27,8 +39,13 @@ def populate(engine) -> dict:
     cap_args, pending = capture(engine, CTX, "The osprey draft waits for admission.")
     _, withdrawn = capture(engine, CTX, "The osprey draft that was withdrawn.")
     withdraw(engine, CTX, withdrawn["candidate_id"])
-    return {"live": live, "gone": gone, "pending": pending["candidate_id"], "capture_args": cap_args,
-            "capture_result": pending}
+    return {
+        "live": live,
+        "gone": gone,
+        "pending": pending["candidate_id"],
+        "capture_args": cap_args,
+        "capture_result": pending,
+    }
 
 
 def ctx_of(rid: str, state: dict):
@@ -37,9 +54,12 @@ def ctx_of(rid: str, state: dict):
 
 def stable_get(engine, ctx, rid) -> dict:
     out = get(engine, ctx, rid)
-    return {"record": out["record"], "redacted_fields": out["redacted_fields"],
-            "redaction_receipt_digest": out["redaction_receipt_digest"],
-            "record_digest": out["read_receipt"]["record_digest"]}
+    return {
+        "record": out["record"],
+        "redacted_fields": out["redacted_fields"],
+        "redaction_receipt_digest": out["redaction_receipt_digest"],
+        "record_digest": out["read_receipt"]["record_digest"],
+    }
 
 
 def ranked(engine, ctx, query: str) -> list[tuple[str, float]]:
@@ -83,7 +103,13 @@ def test_backup_and_restore_keep_every_digest(engine, tmp_path) -> None:
     journal = engine.verify_journal()
     heads = {s: engine.parts.store.scope_cursor(s) for s in engine.parts.store.scopes()}
     backup = engine.backup(tmp_path / "backup")
-    restored = Engine.restore(backup, tmp_path / "restored", key_source=engine.parts.vault.ring.key_dir, encoder=HashingTestEncoder(), load_model=False)
+    restored = Engine.restore(
+        backup,
+        tmp_path / "restored",
+        key_source=engine.parts.vault.ring.key_dir,
+        encoder=HashingTestEncoder(),
+        load_model=False,
+    )
     try:
         assert restored.verify_journal() == journal and all(journal.values()) and len(journal) == 2
         assert {s: restored.parts.store.scope_cursor(s) for s in restored.parts.store.scopes()} == heads
@@ -111,7 +137,9 @@ def test_restore_into_a_non_empty_dir_is_refused(engine, tmp_path) -> None:
     target.mkdir()
     (target / "something").write_text("x")
     with pytest.raises(ContractError) as err:
-        Engine.restore(backup, target, key_source=engine.parts.vault.ring.key_dir, encoder=HashingTestEncoder(), load_model=False)
+        Engine.restore(
+            backup, target, key_source=engine.parts.vault.ring.key_dir, encoder=HashingTestEncoder(), load_model=False
+        )
     assert err.value.code is ErrorCode.RESTORE_REFUSED
     assert sorted(p.name for p in target.iterdir()) == ["something"]
 
@@ -141,15 +169,24 @@ def test_restore_of_a_tampered_journal_is_invalid(engine, tmp_path) -> None:
     assert rows
     conn.close()
     with pytest.raises(ContractError) as err:
-        Engine.restore(backup, tmp_path / "restored", key_source=engine.parts.vault.ring.key_dir, encoder=HashingTestEncoder(), load_model=False)
+        Engine.restore(
+            backup,
+            tmp_path / "restored",
+            key_source=engine.parts.vault.ring.key_dir,
+            encoder=HashingTestEncoder(),
+            load_model=False,
+        )
     assert err.value.code is ErrorCode.BACKUP_INVALID
 
 
 def test_verify_journal_detects_tampering(engine) -> None:
     populate(engine)
     assert all(engine.verify_journal().values())
-    tamper(engine, "UPDATE journal SET recorded_at = '2000-01-01T00:00:00.000Z' WHERE cursor = 2"
-                   " AND workspace = 'ops' AND tenant = 'acme'")
+    tamper(
+        engine,
+        "UPDATE journal SET recorded_at = '2000-01-01T00:00:00.000Z' WHERE cursor = 2"
+        " AND workspace = 'ops' AND tenant = 'acme'",
+    )
     result = engine.verify_journal()
     assert result["acme/ops"] is False and result["beta/ops"] is True
 
@@ -164,12 +201,12 @@ def test_rebuild_projections_gives_the_same_results(engine, data_dir) -> None:
     assert ranked(engine, OTHER, "osprey billing") == before_other
     assert before["osprey billing"], "control: the query matches"
     assert state["gone"] not in [r for r, _ in before["legacyzebrafinch"]]
-    assert not [p for p in (data_dir / "index").rglob("*") if p.is_file()
-                and b"legacyzebrafinch" in p.read_bytes()]
+    assert not [p for p in (data_dir / "index").rglob("*") if p.is_file() and b"legacyzebrafinch" in p.read_bytes()]
 
 
 def test_rebuild_after_losing_the_index_directory(engine, data_dir) -> None:
     import shutil
+
     state = populate(engine)
     before = ranked(engine, CTX, "osprey billing")
     engine.close()

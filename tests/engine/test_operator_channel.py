@@ -15,9 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from engine_support import accept, context, get, open_engine
+from typer.testing import CliRunner
 
 from engram.service.cli import app
 from engram.service.operator.channel import OperatorChannel, OperatorFailure, call, socket_path
@@ -65,8 +64,17 @@ def test_admin_commands_run_in_the_live_server(live, data_dir) -> None:
 
 def test_a_failing_command_reports_its_code(live, data_dir) -> None:
     with pytest.raises(OperatorFailure) as err:
-        call(data_dir, "transition", {"operation": "dispute", "tenant": "acme", "workspace": "main",
-                                      "record_id": "mem_nothere", "reason_ref": "ticket:1"})
+        call(
+            data_dir,
+            "transition",
+            {
+                "operation": "dispute",
+                "tenant": "acme",
+                "workspace": "main",
+                "record_id": "mem_nothere",
+                "reason_ref": "ticket:1",
+            },
+        )
     assert err.value.code == "NOT_FOUND"
     with pytest.raises(OperatorFailure) as err:
         call(data_dir, "drop-everything", {})
@@ -100,9 +108,23 @@ def _serve(data_dir: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("ENGRAM_HOST_SECRET", None)
     return subprocess.Popen(
-        [sys.executable, "-m", "engram.service.cli", "serve", "--no-model", "--port", "0", "-d", str(data_dir),
-         "--log-level", "warning"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "engram.service.cli",
+            "serve",
+            "--no-model",
+            "--port",
+            "0",
+            "-d",
+            str(data_dir),
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
 
 

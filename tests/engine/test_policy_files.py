@@ -9,7 +9,6 @@ import logging
 import os
 
 import pytest
-
 from engine_support import ErrorCode, admit, capture, capture_args, context, error_of, key, open_engine
 
 from engram.models.tools import CAPTURE
@@ -28,13 +27,16 @@ def _candidate_state(engine, ctx, cid) -> str:
         return tx.candidate(ctx.scope, cid).state
 
 
-@pytest.mark.parametrize(("name", "body", "field"), [
-    ("admission_policy.json", {"require_attestation": "yes"}, "require_attestation"),
-    ("admission_policy.json", {"allowed_locator_schemes": "uri"}, "allowed_locator_schemes"),
-    ("admission_policy.json", {"policy_versoin": "2"}, "policy_versoin"),
-    ("host_policy.json", {"max_retention_ms": -5}, "max_retention_ms"),
-    ("host_policy.json", "{not json", None),
-])
+@pytest.mark.parametrize(
+    ("name", "body", "field"),
+    [
+        ("admission_policy.json", {"require_attestation": "yes"}, "require_attestation"),
+        ("admission_policy.json", {"allowed_locator_schemes": "uri"}, "allowed_locator_schemes"),
+        ("admission_policy.json", {"policy_versoin": "2"}, "policy_versoin"),
+        ("host_policy.json", {"max_retention_ms": -5}, "max_retention_ms"),
+        ("host_policy.json", "{not json", None),
+    ],
+)
 def test_a_bad_file_is_policy_unavailable_not_a_crash(data_dir, caplog, name, body, field) -> None:
     data_dir.mkdir(parents=True)
     _write(data_dir / name, body)
@@ -79,10 +81,14 @@ def test_host_policy_reload(make_engine) -> None:
     assert engine.execute(CAPTURE, ctx, args)["status"] == "committed_pending"
 
 
-@pytest.mark.parametrize("replacement", [
-    {"policy_version": "2"},  # a new version
-    {"policy_version": "1", "adjudicate_kinds": ["note"]},  # same label, other content
-], ids=["new-version", "edited-in-place"])
+@pytest.mark.parametrize(
+    "replacement",
+    [
+        {"policy_version": "2"},  # a new version
+        {"policy_version": "1", "adjudicate_kinds": ["note"]},  # same label, other content
+    ],
+    ids=["new-version", "edited-in-place"],
+)
 def test_a_policy_replaced_during_the_decision_is_stale(make_engine, monkeypatch, replacement) -> None:
     engine = make_engine(admission_policy={"policy_version": "1"})
     ctx = context()

@@ -54,9 +54,19 @@ def test_replay_search_command(tmp_path) -> None:
         engine.close()
     (tmp_path / "args.json").write_text(json.dumps(arguments))
     (tmp_path / "receipt.json").write_text(json.dumps(receipt))
-    result = CliRunner().invoke(app, [
-        "admin", "replay-search", ctx.tenant, ctx.workspace, str(tmp_path / "args.json"),
-        str(tmp_path / "receipt.json"), "-d", str(data), "--no-model",
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "admin",
+            "replay-search",
+            ctx.tenant,
+            ctx.workspace,
+            str(tmp_path / "args.json"),
+            str(tmp_path / "receipt.json"),
+            "-d",
+            str(data),
+            "--no-model",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["match"] is True

@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-
 from engine_support import accept, capture, context, get, open_engine
 
 from engram.service.engine import sealing

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from engine_support import ErrorCode, accept, context, error_of, search, search_ids
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from engine_support import ErrorCode, accept, context, error_of, search, search_ids
 
 from engram.service.engine import paging
 from engram.service.engine.records import scope_key
@@ -51,5 +50,7 @@ def test_one_tenant_cannot_evict_anothers_snapshots(engine, backend, monkeypatch
         return  # replicas keep snapshots in the shared store, by age only: nothing is evicted
     # the noisy tenant's own oldest cursors are the ones that went
     cursors = [search(engine, noisy, "otters hold hands", limit=1)["next_page_cursor"] for _ in range(6)]
-    assert error_of(search, engine, noisy, "otters hold hands", limit=1, page_cursor=cursors[0]).code \
+    assert (
+        error_of(search, engine, noisy, "otters hold hands", limit=1, page_cursor=cursors[0]).code
         is ErrorCode.STALE_PAGE
+    )

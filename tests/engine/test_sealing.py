@@ -12,9 +12,13 @@ import pytest
 from engram.service.engine.sealing import COMPRESSED, BodyVault, KeyRing, SealBroken, new_data_key, seal
 from engram.service.store.sqlite import SqliteStore
 
-BODY = {"payload": {"components": [{"text": "the ledger service moves to serialisable "
-                                            "isolation before the billing freeze " * 4}]},
-        "authorization_receipt_digest": "sha256:" + "ab" * 32, "trust": "asserted"}
+BODY = {
+    "payload": {
+        "components": [{"text": "the ledger service moves to serialisable isolation before the billing freeze " * 4}]
+    },
+    "authorization_receipt_digest": "sha256:" + "ab" * 32,
+    "trust": "asserted",
+}
 
 
 @pytest.fixture
@@ -35,10 +39,13 @@ def test_bodies_are_compressed_and_open_again(vault):
         bodies.open_json(key_id, sealed, "other aad")
 
 
-@pytest.mark.parametrize("legacy", [
-    json.dumps(BODY).encode(),  # as sealed before compression
-    COMPRESSED + zlib.compress(json.dumps(BODY, sort_keys=True).encode(), 6),  # zlib alone, before packing
-])
+@pytest.mark.parametrize(
+    "legacy",
+    [
+        json.dumps(BODY).encode(),  # as sealed before compression
+        COMPRESSED + zlib.compress(json.dumps(BODY, sort_keys=True).encode(), 6),  # zlib alone, before packing
+    ],
+)
 def test_a_body_sealed_by_an_earlier_release_still_opens(vault, legacy):
     bodies, store = vault
     key_id, data_key = new_data_key()

@@ -8,10 +8,23 @@ import json
 import time
 
 import pytest
-
 from engine_support import (
-    CAPTURE, PURPOSE, SEARCH, ErrorCode, HashingTestEncoder, accept, admit, capture, capture_args,
-    context, error_of, forget, get, open_engine, search, search_ids,
+    CAPTURE,
+    PURPOSE,
+    SEARCH,
+    ErrorCode,
+    HashingTestEncoder,
+    accept,
+    admit,
+    capture,
+    capture_args,
+    context,
+    error_of,
+    forget,
+    get,
+    open_engine,
+    search,
+    search_ids,
 )
 
 from engram.models.envelope import success_size
@@ -26,9 +39,10 @@ TOTAL = 25
 def paged(fast_tmp):
     """An engine holding 25 records that all match "marmot"."""
     eng = open_engine(fast_tmp.mktemp("paging"))
-    ids = [accept(eng, PAGING, f"The marmot shard {i} keeps ledger partition {i} warm.",
-                  t=1_700_000_000_000 + i * 1000)
-           for i in range(TOTAL)]
+    ids = [
+        accept(eng, PAGING, f"The marmot shard {i} keeps ledger partition {i} warm.", t=1_700_000_000_000 + i * 1000)
+        for i in range(TOTAL)
+    ]
     yield eng, ids
     eng.close()
 
@@ -58,7 +72,8 @@ def test_limit_paging_has_no_repeats_and_no_skips(paged) -> None:
     for page in pages:
         SearchOutput.model_validate(page)
         assert [c["record_id"] for c in page["rank_receipt"]["contributions"]] == [
-            p["record"]["record_id"] for p in page["records"]]
+            p["record"]["record_id"] for p in page["records"]
+        ]
 
 
 def test_one_page_when_everything_fits(paged) -> None:
@@ -74,15 +89,19 @@ def test_no_match_is_an_empty_list(paged) -> None:
     SearchOutput.model_validate(out)
 
 
-@pytest.mark.parametrize("change", [
-    {"query": "marmot shard"}, {"limit": 9}, {"max_packet_bytes": 60_000},
-    {"capability_policy": {"minimum_channels": "lexical", "network": "allow"}},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"query": "marmot shard"},
+        {"limit": 9},
+        {"max_packet_bytes": 60_000},
+        {"capability_policy": {"minimum_channels": "lexical", "network": "allow"}},
+    ],
+)
 def test_changed_request_with_a_cursor_is_stale(paged, change) -> None:
     eng, _ = paged
     first = search(eng, PAGING, "marmot", limit=10)
-    args = {"query": "marmot", "purpose_ref": PURPOSE, "limit": 10,
-            "page_cursor": first["next_page_cursor"], **change}
+    args = {"query": "marmot", "purpose_ref": PURPOSE, "limit": 10, "page_cursor": first["next_page_cursor"], **change}
     assert error_of(eng.execute, SEARCH, PAGING, args).code is ErrorCode.STALE_PAGE
 
 
@@ -101,8 +120,15 @@ def tampered(cursor: str) -> list[str]:
     forged = base64.urlsafe_b64encode(json.dumps({**raw, "p": 0, "r": 0}, separators=(",", ":")).encode())
     flipped_mac = mac[:-1] + ("0" if mac[-1] != "0" else "1")
     return [
-        body + "." + flipped_mac, forged.decode().rstrip("=") + "." + mac, body, "." + mac,
-        cursor + "x", "x" + cursor, "not-a-cursor", "a.b.c", cursor.upper(),
+        body + "." + flipped_mac,
+        forged.decode().rstrip("=") + "." + mac,
+        body,
+        "." + mac,
+        cursor + "x",
+        "x" + cursor,
+        "not-a-cursor",
+        "a.b.c",
+        cursor.upper(),
     ]
 
 
@@ -193,8 +219,9 @@ def test_a_small_record_before_a_huge_one_is_returned_alone(engine) -> None:
     ids = [p["record"]["record_id"] for p in out["records"]]
     assert ids == [small] and "next_page_cursor" in out
     assert success_size(out) <= 8192
-    err = error_of(search, engine, ctx, "giraffe ledger", max_packet_bytes=8192, limit=5,
-                   page_cursor=out["next_page_cursor"])
+    err = error_of(
+        search, engine, ctx, "giraffe ledger", max_packet_bytes=8192, limit=5, page_cursor=out["next_page_cursor"]
+    )
     assert err.code is ErrorCode.PROJECTION_OVERSIZED
     assert big not in ids
 
@@ -236,10 +263,23 @@ def test_semantic_channel_up(engine) -> None:
 
 
 RECEIPT_FIELDS = {
-    "request_digest", "authorization_receipt_digest", "profile", "profile_version",
-    "profile_config_digest", "valid_as_of", "system_as_of", "snapshot_id", "snapshot_digest",
-    "candidate_count", "candidate_ids_digest", "scoring_formula_ref", "ordered_ids_digest",
-    "revalidation_receipt_digest", "projection_receipt_digests", "issued_at", "receipt_digest",
+    "request_digest",
+    "authorization_receipt_digest",
+    "profile",
+    "profile_version",
+    "profile_config_digest",
+    "valid_as_of",
+    "system_as_of",
+    "snapshot_id",
+    "snapshot_digest",
+    "candidate_count",
+    "candidate_ids_digest",
+    "scoring_formula_ref",
+    "ordered_ids_digest",
+    "revalidation_receipt_digest",
+    "projection_receipt_digests",
+    "issued_at",
+    "receipt_digest",
 }
 
 
@@ -305,7 +345,9 @@ def test_semantic_failure_is_never_a_silent_fallback(tmp_path) -> None:
     try:
         first = accept(eng, ctx, "The gannet feed is refreshed hourly.")
         assert search(eng, ctx, "gannet feed", capability_policy=hybrid)["rank_receipt"]["channels"] == [
-            "lexical", "semantic"]
+            "lexical",
+            "semantic",
+        ]
         encoder.failing = True
         second = accept(eng, ctx, "The gannet archive is refreshed daily.")  # semantic projection lags
         err = error_of(search, eng, ctx, "gannet", capability_policy=hybrid)
@@ -318,8 +360,10 @@ def test_semantic_failure_is_never_a_silent_fallback(tmp_path) -> None:
         out = search(eng, ctx, "gannet", capability_policy=hybrid)
         assert out["rank_receipt"]["channels"] == ["lexical", "semantic"]
         assert {p["record"]["record_id"] for p in out["records"]} == {first, second}
-        assert {c["record_id"] for c in out["rank_receipt"]["contributions"]
-                if c["semantic_rank"] is not None} == {first, second}
+        assert {c["record_id"] for c in out["rank_receipt"]["contributions"] if c["semantic_rank"] is not None} == {
+            first,
+            second,
+        }
     finally:
         eng.close()
 

@@ -12,10 +12,21 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from engine_support import (
-    CAPTURE, FORGET, WITHDRAW, ErrorCode, accept, capture, capture_args, confirmed,
-    context, error_of, files_containing, forget_args, key, withdraw_args,
+    CAPTURE,
+    FORGET,
+    WITHDRAW,
+    ErrorCode,
+    accept,
+    capture,
+    capture_args,
+    confirmed,
+    context,
+    error_of,
+    files_containing,
+    forget_args,
+    key,
+    withdraw_args,
 )
 
 from engram.service.engine import secrets as secret_rules
@@ -61,13 +72,13 @@ def test_withdraw_and_forget_refuse_a_secret_reason(engine) -> None:
     cid = cap["candidate_id"]
     args = withdraw_args(cid, reason=PROSE_SECRET)
     before = _cursor(engine, ctx)
-    assert error_of(engine.execute, WITHDRAW, confirmed(ctx, WITHDRAW, cid, args), args).code \
-        is ErrorCode.SECRET_DETECTED
+    assert (
+        error_of(engine.execute, WITHDRAW, confirmed(ctx, WITHDRAW, cid, args), args).code is ErrorCode.SECRET_DETECTED
+    )
     rid = accept(engine, ctx, "An accepted record about the kite runner.")
     fargs = forget_args(rid, reason=f"the admin password is {FAKE}")
     before = _cursor(engine, ctx)
-    assert error_of(engine.execute, FORGET, confirmed(ctx, FORGET, rid, fargs), fargs).code \
-        is ErrorCode.SECRET_DETECTED
+    assert error_of(engine.execute, FORGET, confirmed(ctx, FORGET, rid, fargs), fargs).code is ErrorCode.SECRET_DETECTED
     assert _cursor(engine, ctx) == before
     assert FAKE.encode() not in _store_bytes(engine)
 
@@ -130,8 +141,10 @@ def test_confirmation_refs_are_per_tenant(engine) -> None:
     # ... and within one tenant the ref is still used once.
     rid = accept(engine, a, "Another record of acme.")
     args = forget_args(rid)
-    assert error_of(engine.execute, FORGET, confirmed(a, FORGET, rid, args, ref="shared-ref-1"), args).code \
+    assert (
+        error_of(engine.execute, FORGET, confirmed(a, FORGET, rid, args, ref="shared-ref-1"), args).code
         is ErrorCode.GATE_FAILED
+    )
 
 
 def test_a_raising_plugin_fails_closed(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,13 +8,24 @@ import json
 from typing import Any
 
 import pytest
+from engine_support import (
+    CAPTURE,
+    FORGET,
+    GET,
+    MESSAGES,
+    PURPOSE,
+    REQUEST_ADMISSION,
+    SEARCH,
+    WITHDRAW,
+    ContractError,
+    ErrorCode,
+    capture_args,
+    context,
+    error_of,
+    key,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from engine_support import (
-    CAPTURE, FORGET, GET, MESSAGES, PURPOSE, REQUEST_ADMISSION, SEARCH, WITHDRAW,
-    ContractError, ErrorCode, capture_args, context, error_of, key,
-)
 
 from engram.models.inputs import MAX_ARGUMENT_BYTES
 from engram.models.tools import TOOLS, parse_arguments
@@ -26,9 +37,13 @@ RID = "mem_" + "a" * 52
 def valid_args() -> dict[str, dict[str, Any]]:
     """One well-formed argument object per tool (candidate and record ids well-formed)."""
     return {
-        SEARCH: {"query": "billing ledger", "purpose_ref": PURPOSE, "limit": 5,
-                 "max_packet_bytes": 8192,
-                 "capability_policy": {"minimum_channels": "lexical", "network": "forbid"}},
+        SEARCH: {
+            "query": "billing ledger",
+            "purpose_ref": PURPOSE,
+            "limit": 5,
+            "max_packet_bytes": 8192,
+            "capability_policy": {"minimum_channels": "lexical", "network": "forbid"},
+        },
         GET: {"record_id": RID, "purpose_ref": PURPOSE, "max_packet_bytes": 4096},
         CAPTURE: full_capture(),
         REQUEST_ADMISSION: {"candidate_id": "cand_x", "idempotency_key": key("adm")},
@@ -42,8 +57,7 @@ def full_capture() -> dict[str, Any]:
     args = capture_args("Ledger decisions are recorded in ADR 7.")
     args["payload"]["valid_time"]["t_end"] = args["payload"]["valid_time"]["t"] + 1000
     args["payload"]["citations"][0]["observed_at"] = "2026-01-02T03:04:05.678Z"
-    args["payload"]["retention"] = {"derivative_rule": "make-ineligible",
-                                    "expires_at": "2099-01-01T00:00:00.000Z"}
+    args["payload"]["retention"] = {"derivative_rule": "make-ineligible", "expires_at": "2099-01-01T00:00:00.000Z"}
     args["payload"]["reconciliation"] = {"family_refs": ["fam:a", "fam:b"]}
     args["evidence"]["attestation"] = "signed by the build host"
     return args
@@ -103,6 +117,7 @@ def without(args: dict, path: tuple) -> dict:
 
 # -- every valid object parses ---------------------------------------------------------------
 
+
 @pytest.mark.parametrize("tool", sorted(TOOLS))
 def test_valid_arguments_parse(tool: str) -> None:
     parse(tool, valid_args()[tool])
@@ -110,9 +125,7 @@ def test_valid_arguments_parse(tool: str) -> None:
 
 # -- closed at every level -------------------------------------------------------------------
 
-CLOSED_CASES = [
-    (tool, path) for tool, args in valid_args().items() for path in object_paths(args)
-]
+CLOSED_CASES = [(tool, path) for tool, args in valid_args().items() for path in object_paths(args)]
 
 
 @pytest.mark.parametrize(("tool", "path"), CLOSED_CASES, ids=[f"{t}:{'/'.join(map(str, p))}" for t, p in CLOSED_CASES])
@@ -131,13 +144,18 @@ def test_host_bound_fields_are_not_arguments(field: str) -> None:
 # -- optional fields: omitted is fine, null is not -------------------------------------------
 
 OPTIONAL = [
-    (SEARCH, ("limit",)), (SEARCH, ("max_packet_bytes",)), (SEARCH, ("capability_policy",)),
-    (SEARCH, ("capability_policy", "network")), (SEARCH, ("capability_policy", "minimum_channels")),
+    (SEARCH, ("limit",)),
+    (SEARCH, ("max_packet_bytes",)),
+    (SEARCH, ("capability_policy",)),
+    (SEARCH, ("capability_policy", "network")),
+    (SEARCH, ("capability_policy", "minimum_channels")),
     (GET, ("max_packet_bytes",)),
     (CAPTURE, ("payload", "valid_time", "t_end")),
     (CAPTURE, ("payload", "citations", 0, "observed_at")),
-    (CAPTURE, ("payload", "retention")), (CAPTURE, ("payload", "retention", "expires_at")),
-    (CAPTURE, ("payload", "reconciliation")), (CAPTURE, ("evidence", "attestation")),
+    (CAPTURE, ("payload", "retention")),
+    (CAPTURE, ("payload", "retention", "expires_at")),
+    (CAPTURE, ("payload", "reconciliation")),
+    (CAPTURE, ("evidence", "attestation")),
 ]
 
 
@@ -175,9 +193,13 @@ def test_every_required_field_is_required(tool: str) -> None:
 # -- strict types ----------------------------------------------------------------------------
 
 INT_FIELDS = [
-    (SEARCH, ("limit",)), (SEARCH, ("max_packet_bytes",)), (GET, ("max_packet_bytes",)),
-    (CAPTURE, ("payload", "valid_time", "t")), (CAPTURE, ("payload", "valid_time", "t_end")),
-    (CAPTURE, ("payload", "primary_event", "at")), (CAPTURE, ("payload", "schema_version")),
+    (SEARCH, ("limit",)),
+    (SEARCH, ("max_packet_bytes",)),
+    (GET, ("max_packet_bytes",)),
+    (CAPTURE, ("payload", "valid_time", "t")),
+    (CAPTURE, ("payload", "valid_time", "t_end")),
+    (CAPTURE, ("payload", "primary_event", "at")),
+    (CAPTURE, ("payload", "schema_version")),
 ]
 
 
@@ -220,6 +242,7 @@ def test_component_kind_and_schema_version_enums() -> None:
 
 # -- UTF-8 byte bounds ---------------------------------------------------------------------
 
+
 def multibyte(n_bytes: int) -> str:
     """A NFC string of exactly n_bytes UTF-8 bytes, mostly 3-byte characters."""
     three, rest = divmod(n_bytes, 3)
@@ -229,8 +252,11 @@ def multibyte(n_bytes: int) -> str:
 
 
 REF_FIELDS = [
-    (SEARCH, ("purpose_ref",)), (GET, ("purpose_ref",)), (WITHDRAW, ("reason_ref",)),
-    (FORGET, ("reason_ref",)), (CAPTURE, ("payload", "purpose_ref")),
+    (SEARCH, ("purpose_ref",)),
+    (GET, ("purpose_ref",)),
+    (WITHDRAW, ("reason_ref",)),
+    (FORGET, ("reason_ref",)),
+    (CAPTURE, ("payload", "purpose_ref")),
     (CAPTURE, ("payload", "components", 0, "component_id")),
     (CAPTURE, ("payload", "primary_event", "type_ref")),
     (CAPTURE, ("payload", "citations", 0, "source_ref")),
@@ -252,7 +278,9 @@ def test_opaque_refs_are_1_to_512_utf8_bytes(tool: str, path: tuple) -> None:
 
 
 def test_citation_id_byte_bounds_with_cross_references() -> None:
-    args = capture_args("Ledger text", )
+    args = capture_args(
+        "Ledger text",
+    )
     big = multibyte(512)
     for where in (("payload", "components", 0, "citation_ids"), ("evidence", "citation_ids")):
         args = with_value(args, where, [big])
@@ -313,9 +341,17 @@ def test_non_nfc_string_anywhere_is_invalid(tool: str) -> None:
     args = valid_args()[tool]
     for path in leaf_paths(args):
         value = at(args, path)
-        if not isinstance(value, str) or path[-1] in ("record_id", "content_digest", "evidence_digest",
-                                                      "observed_at", "expires_at", "kind",
-                                                      "derivative_rule", "minimum_channels", "network"):
+        if not isinstance(value, str) or path[-1] in (
+            "record_id",
+            "content_digest",
+            "evidence_digest",
+            "observed_at",
+            "expires_at",
+            "kind",
+            "derivative_rule",
+            "minimum_channels",
+            "network",
+        ):
             continue
         assert code(tool, with_value(args, path, value + DECOMPOSED)) is INVALID, path
     # the NFC form of the same text is fine
@@ -343,11 +379,22 @@ def test_lone_surrogate_from_a_json_escape_is_invalid() -> None:
 
 GOOD_INSTANTS = ["2026-01-02T03:04:05.678Z", "2024-02-29T23:59:59.999Z", "1970-01-01T00:00:00.000Z"]
 BAD_INSTANTS = [
-    "2026-01-02T03:04:05Z", "2026-01-02T03:04:05.67Z", "2026-01-02T03:04:05.6789Z",
-    "2026-01-02T03:04:05.678+00:00", "2026-01-02T03:04:05.678+01:00", "2026-01-02T03:04:05.678",
-    "2026-01-02 03:04:05.678Z", "2026-02-30T03:04:05.678Z", "2025-02-29T00:00:00.000Z",
-    "2026-13-01T00:00:00.000Z", "2026-01-02T24:00:00.000Z", "2026-01-02t03:04:05.678z",
-    "2026-1-2T03:04:05.678Z", "\uff12026-01-02T03:04:05.678Z", "", "1767323045678",
+    "2026-01-02T03:04:05Z",
+    "2026-01-02T03:04:05.67Z",
+    "2026-01-02T03:04:05.6789Z",
+    "2026-01-02T03:04:05.678+00:00",
+    "2026-01-02T03:04:05.678+01:00",
+    "2026-01-02T03:04:05.678",
+    "2026-01-02 03:04:05.678Z",
+    "2026-02-30T03:04:05.678Z",
+    "2025-02-29T00:00:00.000Z",
+    "2026-13-01T00:00:00.000Z",
+    "2026-01-02T24:00:00.000Z",
+    "2026-01-02t03:04:05.678z",
+    "2026-1-2T03:04:05.678Z",
+    "\uff12026-01-02T03:04:05.678Z",
+    "",
+    "1767323045678",
 ]
 INSTANT_FIELDS = [("payload", "citations", 0, "observed_at"), ("payload", "retention", "expires_at")]
 
@@ -365,8 +412,15 @@ def test_instants(path: tuple) -> None:
 
 DIGEST_FIELDS = [("payload", "citations", 0, "content_digest"), ("evidence", "evidence_digest")]
 BAD_DIGESTS = [
-    "sha256:" + "A" * 64, "sha256:" + "a" * 63, "sha256:" + "a" * 65, "sha256:" + "g" * 64,
-    "SHA256:" + "a" * 64, "sha512:" + "a" * 64, "a" * 64, "sha256:", "sha256: " + "a" * 63,
+    "sha256:" + "A" * 64,
+    "sha256:" + "a" * 63,
+    "sha256:" + "a" * 65,
+    "sha256:" + "g" * 64,
+    "SHA256:" + "a" * 64,
+    "sha512:" + "a" * 64,
+    "a" * 64,
+    "sha256:",
+    "sha256: " + "a" * 63,
     "sha256:" + "a" * 64 + "\n",
 ]
 
@@ -397,6 +451,7 @@ def test_two_malformed_digests_are_invalid_digest() -> None:
 
 # -- record_id form ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("bad", ["mem_", "mem_ABC", "mem_abc1", "mem_abc8", "cand_abc", "MEM_abc", "mem_abc "])
 def test_record_id_pattern(bad: str) -> None:
     assert code(GET, {**valid_args()[GET], "record_id": bad}) is INVALID
@@ -405,13 +460,15 @@ def test_record_id_pattern(bad: str) -> None:
 
 # -- capture cross-references -------------------------------------------------------------------
 
+
 def two_citations() -> dict:
     args = capture_args("Ledger decisions are recorded in ADR 7.")
     second = copy.deepcopy(args["payload"]["citations"][0])
     second["citation_id"] = "cit2"
     args["payload"]["citations"].append(second)
     args["payload"]["components"].append(
-        {"component_id": "c2", "kind": "context", "text": "context", "citation_ids": ["cit2"]})
+        {"component_id": "c2", "kind": "context", "text": "context", "citation_ids": ["cit2"]}
+    )
     return args
 
 
@@ -427,7 +484,9 @@ CROSS_REFERENCE_BREAKS = {
     "component citation_ids empty": lambda a: a["payload"]["components"][1].update(citation_ids=[]),
     "primary component unresolved": lambda a: a["payload"].update(primary_component_id="c9"),
     "primary event citation unknown": lambda a: a["payload"]["primary_event"].update(citation_id="nope"),
-    "primary event citation not in primary component": lambda a: a["payload"]["primary_event"].update(citation_id="cit2"),
+    "primary event citation not in primary component": lambda a: a["payload"]["primary_event"].update(
+        citation_id="cit2"
+    ),
     "evidence cites unknown citation": lambda a: a["evidence"].update(citation_ids=["cit1", "nope"]),
     "evidence citation_ids not unique": lambda a: a["evidence"].update(citation_ids=["cit1", "cit1"]),
     "evidence citation_ids empty": lambda a: a["evidence"].update(citation_ids=[]),
@@ -473,7 +532,8 @@ def test_list_size_limits() -> None:
         args = copy.deepcopy(base)
         comp = args["payload"]["components"][0]
         args["payload"]["components"] = [comp] + [
-            {**comp, "component_id": f"x{i}", "kind": "context"} for i in range(n - 1)]
+            {**comp, "component_id": f"x{i}", "kind": "context"} for i in range(n - 1)
+        ]
         return args
 
     parse(CAPTURE, with_components(64))
@@ -492,6 +552,7 @@ def test_reconciliation_family_refs() -> None:
 
 
 # -- numeric bounds of search and get ---------------------------------------------------------
+
 
 def test_limit_bounds() -> None:
     args = valid_args()[SEARCH]
@@ -520,12 +581,12 @@ def test_defaults() -> None:
 
 # -- the 1 MiB argument cap ----------------------------------------------------------------------
 
+
 def sized_capture(total: int) -> dict:
     """A valid capture whose compact JSON is exactly `total` UTF-8 bytes."""
     args = capture_args("x")
     comp = args["payload"]["components"][0]
-    comps = [comp] + [{**comp, "component_id": f"p{i:02d}", "kind": "context", "text": "x"}
-                      for i in range(20)]
+    comps = [comp] + [{**comp, "component_id": f"p{i:02d}", "kind": "context", "text": "x"} for i in range(20)]
     args["payload"]["components"] = comps
 
     def size() -> int:
@@ -575,14 +636,14 @@ def test_every_code_has_a_constant_message() -> None:
 
 # -- via the engine -----------------------------------------------------------------------------
 
+
 def test_engine_execute_validates_before_anything(engine) -> None:
     ctx = context()
     args = capture_args("Ledger decisions are recorded in ADR 7.")
     assert error_of(engine.execute, CAPTURE, ctx, {**args, "confirmed": True}).code is INVALID
     bad_digest = with_value(args, DIGEST_FIELDS[0], "sha256:" + "A" * 64)
     assert error_of(engine.execute, CAPTURE, ctx, bad_digest).code is ErrorCode.INVALID_DIGEST
-    assert error_of(engine.execute, SEARCH, ctx, {"query": "x", "purpose_ref": PURPOSE,
-                                                  "limit": None}).code is INVALID
+    assert error_of(engine.execute, SEARCH, ctx, {"query": "x", "purpose_ref": PURPOSE, "limit": None}).code is INVALID
     assert error_of(engine.execute, GET, ctx, {"record_id": "cand_x", "purpose_ref": PURPOSE}).code is INVALID
     # nothing was written by the refused calls
     assert engine.parts.store.scope_cursor(ctx.scope) == 0
@@ -590,6 +651,7 @@ def test_engine_execute_validates_before_anything(engine) -> None:
 
 
 # -- published schemas -----------------------------------------------------------------------------
+
 
 def walk(schema: Any, path: str = "$"):
     yield path, schema
@@ -646,7 +708,7 @@ def _mutations(value: Any, path: tuple = ()):
     elif isinstance(value, list):
         for i, v in enumerate(value):
             for sub, mutated in _mutations(v, (*path, i)):
-                yield sub, [*value[:i], mutated, *value[i + 1:]]
+                yield sub, [*value[:i], mutated, *value[i + 1 :]]
     elif isinstance(value, bool) or value is None:
         yield path, "not-a-boolean-or-null"
     elif isinstance(value, (int, float)):
@@ -660,8 +722,8 @@ def test_published_schemas_are_self_contained_and_hold_every_nested_object(make_
     tool's real envelope and rejects it with an unknown member in any of its objects or a
     leaf of another type at any depth."""
     import jsonschema
-
     from engine_support import accept, capture, forget, get, search, withdraw
+
     from engram.models.envelope import failure_envelope, success_envelope
 
     for spec in TOOLS.values():
@@ -674,8 +736,9 @@ def test_published_schemas_are_self_contained_and_hold_every_nested_object(make_
         SEARCH: search(eng, ctx, "billing ledger"),
         GET: get(eng, ctx, record_id),
         CAPTURE: capture(eng, ctx, "another note on invoices")[1],
-        REQUEST_ADMISSION: eng.execute(REQUEST_ADMISSION, ctx, {"candidate_id": pending["candidate_id"],
-                                                                 "idempotency_key": key("adm")}),
+        REQUEST_ADMISSION: eng.execute(
+            REQUEST_ADMISSION, ctx, {"candidate_id": pending["candidate_id"], "idempotency_key": key("adm")}
+        ),
         WITHDRAW: withdraw(eng, ctx, capture(eng, ctx, "a note to withdraw")[1]["candidate_id"]),
         FORGET: forget(eng, ctx, record_id),
     }
@@ -694,20 +757,52 @@ def test_published_schemas_are_self_contained_and_hold_every_nested_object(make_
 # -- fuzz: garbage never escapes as anything but ContractError -------------------------------------
 
 json_leaf = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**60), max_value=2**60),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=40),
-    st.sampled_from(["sha256:" + "a" * 64, "mem_abc", "cand_x", PURPOSE, "2026-01-02T03:04:05.678Z",
-                     "idem-key-0000000000", "\ud800", "e\u0301"]),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**60), max_value=2**60),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=40),
+    st.sampled_from(
+        [
+            "sha256:" + "a" * 64,
+            "mem_abc",
+            "cand_x",
+            PURPOSE,
+            "2026-01-02T03:04:05.678Z",
+            "idem-key-0000000000",
+            "\ud800",
+            "e\u0301",
+        ]
+    ),
 )
 json_values = st.recursive(
     json_leaf,
     lambda children: st.one_of(
         st.lists(children, max_size=4),
         st.dictionaries(
-            st.one_of(st.text(max_size=12), st.sampled_from(
-                ["query", "purpose_ref", "payload", "evidence", "components", "text", "record_id",
-                 "candidate_id", "idempotency_key", "citations", "limit", "valid_time", "t"])),
-            children, max_size=5),
+            st.one_of(
+                st.text(max_size=12),
+                st.sampled_from(
+                    [
+                        "query",
+                        "purpose_ref",
+                        "payload",
+                        "evidence",
+                        "components",
+                        "text",
+                        "record_id",
+                        "candidate_id",
+                        "idempotency_key",
+                        "citations",
+                        "limit",
+                        "valid_time",
+                        "t",
+                    ]
+                ),
+            ),
+            children,
+            max_size=5,
+        ),
     ),
     max_leaves=25,
 )
@@ -758,8 +853,9 @@ def test_valid_capture_round_trips_through_json_and_engine(engine) -> None:
     assert out["status"] == "committed_pending"
 
 
-@pytest.mark.parametrize(("tool", "field"), [(REQUEST_ADMISSION, "candidate_id"), (WITHDRAW, "candidate_id"),
-                                             (SEARCH, "page_cursor")])
+@pytest.mark.parametrize(
+    ("tool", "field"), [(REQUEST_ADMISSION, "candidate_id"), (WITHDRAW, "candidate_id"), (SEARCH, "page_cursor")]
+)
 def test_opaque_ids_are_1_to_1024_bytes(tool: str, field: str) -> None:
     args = valid_args()[tool]
     parse(tool, {**args, field: multibyte(1024)})
@@ -770,7 +866,13 @@ def test_opaque_ids_are_1_to_1024_bytes(tool: str, field: str) -> None:
 
 def test_unknown_opaque_ids_are_not_found_or_stale(engine) -> None:
     ctx = context()
-    assert error_of(engine.execute, REQUEST_ADMISSION, ctx,
-                    {"candidate_id": multibyte(1024), "idempotency_key": key()}).code is ErrorCode.NOT_FOUND
-    assert error_of(engine.execute, SEARCH, ctx, {"query": "q", "purpose_ref": PURPOSE,
-                                                  "page_cursor": "x" * 1024}).code is ErrorCode.STALE_PAGE
+    assert (
+        error_of(
+            engine.execute, REQUEST_ADMISSION, ctx, {"candidate_id": multibyte(1024), "idempotency_key": key()}
+        ).code
+        is ErrorCode.NOT_FOUND
+    )
+    assert (
+        error_of(engine.execute, SEARCH, ctx, {"query": "q", "purpose_ref": PURPOSE, "page_cursor": "x" * 1024}).code
+        is ErrorCode.STALE_PAGE
+    )

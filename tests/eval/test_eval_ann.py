@@ -19,14 +19,37 @@ def test_bench_ann_measures_both_engines_on_the_same_synthetic_and_real_vectors(
     real = tmp_path / "tiny.npz"
     np.savez(real, vectors=unit(vectors), query_vectors=unit(queries))
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["bench-ann", "--sizes", "1500", "--real", str(real), "--m", "8",
-                                      "--ef", "16,64", "--dtypes", "f32,f16", "--queries", "20",
-                                      "--threads", "1", "--out", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench-ann",
+            "--sizes",
+            "1500",
+            "--real",
+            str(real),
+            "--m",
+            "8",
+            "--ef",
+            "16,64",
+            "--dtypes",
+            "f32,f16",
+            "--queries",
+            "20",
+            "--threads",
+            "1",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     rows = json.loads((out / "ann.json").read_text())
     seen = {(r["set"], r["engine"], r["dtype"], r["ef"]) for r in rows}
-    assert seen == {(s, e, d, ef) for s in ("real", "synthetic-1500")
-                    for e, d in (("hnswlib", "f32"), ("usearch", "f32"), ("usearch", "f16")) for ef in (16, 64)}
+    assert seen == {
+        (s, e, d, ef)
+        for s in ("real", "synthetic-1500")
+        for e, d in (("hnswlib", "f32"), ("usearch", "f32"), ("usearch", "f16"))
+        for ef in (16, 64)
+    }
     for r in rows:
         assert 0.0 <= r["recall@10"] <= 1.0 and r["disk_mb"] > 0 and r["p99_ms"] >= r["p50_ms"] > 0
         assert r["n"] == (400 if r["set"] == "real" else 1500)

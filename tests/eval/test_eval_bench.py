@@ -27,8 +27,19 @@ def test_percentiles():
 
 def test_tiny_bench_run(tmp_path: Path, encoder):
     out = tmp_path / "out"
-    result = run_bench([400], out, tmp_path / "work", queries=12, clients=2, calls=12, encoder_sample=8,
-                       progress=False, encoder=encoder, service_searches=12, say=lambda _m: None)
+    result = run_bench(
+        [400],
+        out,
+        tmp_path / "work",
+        queries=12,
+        clients=2,
+        calls=12,
+        encoder_sample=8,
+        progress=False,
+        encoder=encoder,
+        service_searches=12,
+        say=lambda _m: None,
+    )
     entry = result["sizes"][0]
     assert entry["ingest"]["ingested"] == 400
     assert entry["hnsw_recall"]["aligned_labels"] is True
@@ -37,17 +48,29 @@ def test_tiny_bench_run(tmp_path: Path, encoder):
     assert beside["recall"]["ef128"]["recall@10"] > 0.9 and beside["index_mb"] > 0
     assert beside["m"] == HYBRID_PROFILE.config.semantic.connectivity  # the profile's graph
     assert set(beside["recall"]) == {k for k in entry["hnsw_recall"] if k.startswith("ef")}
-    for name in ("engine_hybrid", "engine_lexical", "raw_encoder_query", "raw_tantivy_candidates",
-                 "raw_hnsw_candidates", "raw_exact_scan_candidates", "raw_hnsw_k10_ef128"):
+    for name in (
+        "engine_hybrid",
+        "engine_lexical",
+        "raw_encoder_query",
+        "raw_tantivy_candidates",
+        "raw_hnsw_candidates",
+        "raw_exact_scan_candidates",
+        "raw_hnsw_k10_ef128",
+    ):
         assert entry["latency"][name]["p50_ms"] > 0
     ratios = entry["ratios_p50"]
     # 400 vectors: the engine scans them, so the raw sum holds the scan, not the graph
     lat = entry["latency"]
     assert entry["semantic_scan"] is True
-    assert ratios["raw_hybrid_sum_ms"] == round(sum(lat[name]["p50_ms"] for name in (
-        "raw_encoder_query", "raw_tantivy_candidates", "raw_exact_scan_candidates")), 3)
-    assert ratios["raw_hybrid_sum_graph_ms"] == round(sum(lat[name]["p50_ms"] for name in (
-        "raw_encoder_query", "raw_tantivy_candidates", "raw_hnsw_candidates")), 3)
+    assert ratios["raw_hybrid_sum_ms"] == round(
+        sum(
+            lat[name]["p50_ms"] for name in ("raw_encoder_query", "raw_tantivy_candidates", "raw_exact_scan_candidates")
+        ),
+        3,
+    )
+    assert ratios["raw_hybrid_sum_graph_ms"] == round(
+        sum(lat[name]["p50_ms"] for name in ("raw_encoder_query", "raw_tantivy_candidates", "raw_hnsw_candidates")), 3
+    )
     assert ratios["engine_hybrid_over_raw_sum"] > 0 and ratios["mcp_hybrid_over_raw_sum"] > 0
     assert ratios["bare_http_hybrid_over_raw_sum"] > 0
     enc = result["encoder_bound_ingest"]
@@ -81,8 +104,19 @@ def test_tiny_bench_run(tmp_path: Path, encoder):
     assert json.loads((out / "bench.json").read_text())["sizes"][0]["size"] == 400
     assert (out / "report.md").exists() and (out / "cost_growth.png").stat().st_size > 0
 
-    again = run_bench([400], tmp_path / "again", tmp_path / "work", queries=12, encoder_sample=0, load=False,
-                      reuse=True, service_searches=4, progress=False, encoder=encoder, say=lambda _m: None)["sizes"][0]
+    again = run_bench(
+        [400],
+        tmp_path / "again",
+        tmp_path / "work",
+        queries=12,
+        encoder_sample=0,
+        load=False,
+        reuse=True,
+        service_searches=4,
+        progress=False,
+        encoder=encoder,
+        say=lambda _m: None,
+    )["sizes"][0]
     assert again["reused_ingest"] is True and again["ingest"] == entry["ingest"]
     assert again["hnsw_recall"]["aligned_labels"] is True
     # new captures on the reused directory are admitted (not duplicates of the first run's)
@@ -95,8 +129,9 @@ def test_a_bench_directory_is_opted_in_once_ingested(tmp_path: Path, encoder):
     not only when the MCP load run happens to run (the first size, with --load)."""
     from engram.service.engine.engine import Engine
 
-    entry, engine = bench_size(200, tmp_path, encoder, queries=10, batch_size=None, progress=False,
-                               reuse=False, say=lambda _m: None)
+    entry, engine = bench_size(
+        200, tmp_path, encoder, queries=10, batch_size=None, progress=False, reuse=False, say=lambda _m: None
+    )
     engine.close()
     reopened = Engine.open(Path(entry["_root"]) / "data", encoder=encoder)
     try:

@@ -21,8 +21,9 @@ from engram.ranking.semantic import SemanticHit
 def test_saved_hits_fuse_to_the_hybrid_run(tiny_beir: Path, tmp_path: Path, encoder):
     """The hits engram eval saves are what fusion saw: fused again offline with the
     profile, they score exactly what the hybrid run through the engine scored."""
-    report, details = run_relevance(tiny_beir, tmp_path / "data", encoder=encoder, progress=False,
-                                    channels=["hybrid"], save_hits=True)
+    report, details = run_relevance(
+        tiny_beir, tmp_path / "data", encoder=encoder, progress=False, channels=["hybrid"], save_hits=True
+    )
     write_outputs(tmp_path / "out", report, details)
     assert "hits" not in json.loads((tmp_path / "out" / "per_query.json").read_text())
     hits = load_hits(tmp_path / "out" / "hits.json.gz")
@@ -50,8 +51,9 @@ def _collection(name: str, lexical_right: bool, n: int = 12) -> CollectionHits:
             similarity = {rel: 0.3}
         else:
             lexical = [LexicalHit(decoy, 10.0, 0), *fillers_lex]
-            semantic = sorted([SemanticHit(rel, 0.8, 0), SemanticHit(decoy, 0.5235, 0), *fillers_sem],
-                              key=lambda h: -h.similarity)
+            semantic = sorted(
+                [SemanticHit(rel, 0.8, 0), SemanticHit(decoy, 0.5235, 0), *fillers_sem], key=lambda h: -h.similarity
+            )
             similarity = {}
         queries[f"q{q}"] = QueryHits(lexical, semantic, similarity)
         qrels[f"q{q}"] = {rel: 1}
@@ -83,10 +85,21 @@ def test_fit_follows_the_channel_that_is_right(tmp_path: Path):
     for c in lexical_world:
         path = tmp_path / f"{c.name}.json.gz"
         with gzip.open(path, "wt", encoding="utf-8") as handle:
-            json.dump({"collection": c.name, "qrels": c.qrels, "queries": {
-                q: {"lexical": [[h.record_id, h.score, h.valid_time_ms] for h in v.lexical],
-                    "semantic": [[h.record_id, h.similarity, h.valid_time_ms] for h in v.semantic],
-                    "similarity": {}} for q, v in c.queries.items()}}, handle)
+            json.dump(
+                {
+                    "collection": c.name,
+                    "qrels": c.qrels,
+                    "queries": {
+                        q: {
+                            "lexical": [[h.record_id, h.score, h.valid_time_ms] for h in v.lexical],
+                            "semantic": [[h.record_id, h.similarity, h.valid_time_ms] for h in v.semantic],
+                            "similarity": {},
+                        }
+                        for q, v in c.queries.items()
+                    },
+                },
+                handle,
+            )
         files += ["--hits", str(path)]
     from engram.service.cli import app
 

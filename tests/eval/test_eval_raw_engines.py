@@ -18,8 +18,11 @@ def test_reciprocal_rank_fusion_sums_one_over_k_plus_rank():
 
 
 def test_raw_runs_rank_by_bm25_and_exact_cosine(encoder):
-    docs = [("ledger", "postgresql billing ledger"), ("ingress", "kubernetes ingress certificate"),
-            ("wheels", "python packaging wheels")]
+    docs = [
+        ("ledger", "postgresql billing ledger"),
+        ("ingress", "kubernetes ingress certificate"),
+        ("wheels", "python packaging wheels"),
+    ]
     queries = {"q1": "billing ledger", "q2": "INGRESS AND certificates?", "q3": "???"}
     runs = raw_runs(docs, queries, encoder)
     assert set(runs) == set(RUNS)
@@ -34,8 +37,7 @@ def test_raw_runs_rank_by_bm25_and_exact_cosine(encoder):
 
 
 def test_eval_with_raw_anchors_tests_hybrid_against_their_rrf(tiny_beir: Path, tmp_path: Path, encoder):
-    report, details = run_relevance(tiny_beir, tmp_path / "data", encoder=encoder, progress=False,
-                                    raw_anchors=True)
+    report, details = run_relevance(tiny_beir, tmp_path / "data", encoder=encoder, progress=False, raw_anchors=True)
     assert set(report["baselines"]) == {"naive_rrf", *RUNS}
     assert {"hybrid_vs_naive_rrf", "hybrid_vs_raw_rrf"} <= set(report["significance"])
     test = report["significance"]["hybrid_vs_raw_rrf"]

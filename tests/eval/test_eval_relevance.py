@@ -12,8 +12,17 @@ from engram.eval.report import results_table, write_outputs
 def test_report_shape_and_outputs(tiny_beir: Path, tmp_path: Path, encoder):
     data = tmp_path / "data"
     report, details = run_relevance(tiny_beir, data, encoder=encoder, progress=False)
-    assert list(report) == ["dataset", "docs", "queries", "channels", "baselines", "significance", "split",
-                            "context_turns", "timings"]
+    assert list(report) == [
+        "dataset",
+        "docs",
+        "queries",
+        "channels",
+        "baselines",
+        "significance",
+        "split",
+        "context_turns",
+        "timings",
+    ]
     assert set(report["significance"]) == {"hybrid_vs_lexical", "hybrid_vs_semantic", "hybrid_vs_naive_rrf"}
     assert all(0.0 < t["p"] <= 1.0 for t in report["significance"].values())
     assert report["dataset"] == "tiny" and report["docs"] == 30
@@ -33,8 +42,14 @@ def test_report_shape_and_outputs(tiny_beir: Path, tmp_path: Path, encoder):
     out = tmp_path / "out"
     write_outputs(out, report, details)
     assert json.loads((out / "report.json").read_text()) == report
-    for name in ("per_query.json", "report.md", "metrics.png", "ndcg_delta_hybrid_vs_lexical.png", "run.hybrid.trec",
-                 "run.naive_rrf.trec"):
+    for name in (
+        "per_query.json",
+        "report.md",
+        "metrics.png",
+        "ndcg_delta_hybrid_vs_lexical.png",
+        "run.hybrid.trec",
+        "run.naive_rrf.trec",
+    ):
         assert (out / name).stat().st_size > 0
     assert "| tiny | 30 | 6 |" in results_table([report])
 

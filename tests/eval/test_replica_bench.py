@@ -13,6 +13,9 @@ def test_store_bench_on_a_tiny_corpus(tmp_path: Path, database_url: str, encoder
     out = replica_bench(120, tmp_path, encoder, database_url, queries=12, batch_size=50, say=lambda _m: None)
     assert out["sqlite"]["ingest_records_per_s"] > 0 and out["postgres"]["ingest_records_per_s"] > 0
     assert out["postgres"]["second_replica_catch_up_s"] >= 0
-    for lat in (out["sqlite"]["hybrid_one_replica"], out["postgres"]["hybrid_one_replica"],
-                out["postgres"]["hybrid_two_replicas_alternating"]):
+    for lat in (
+        out["sqlite"]["hybrid_one_replica"],
+        out["postgres"]["hybrid_one_replica"],
+        out["postgres"]["hybrid_two_replicas_alternating"],
+    ):
         assert lat["n"] == 12 and lat["p99_ms"] >= lat["p50_ms"] > 0

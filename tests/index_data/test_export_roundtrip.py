@@ -23,28 +23,46 @@ QUERIES = ["ledger database", "certificate rotation ingress", "packaging wheels"
 
 
 def ctx() -> CallContext:
-    return CallContext(tenant=SCOPE[0], workspace=SCOPE[1], principal="alice", agent_id="a", session="s",
-                       purpose=PURPOSE)
+    return CallContext(
+        tenant=SCOPE[0], workspace=SCOPE[1], principal="alice", agent_id="a", session="s", purpose=PURPOSE
+    )
 
 
 def corpus(n: int = 24) -> list[IngestRecord]:
-    topics = ["ledger database serialisable", "ingress certificate rotation", "wheel packaging manylinux",
-              "quokka gateway deprecation"]
-    return [IngestRecord(external_id=f"r{i}", text=f"{topics[i % 4]} note {i} " + "detail " * (i % 5),
-                         source_ref=f"kb:{i}", valid_time_ms=RECENT - i * 3_600_000)
-            for i in range(n)]
+    topics = [
+        "ledger database serialisable",
+        "ingress certificate rotation",
+        "wheel packaging manylinux",
+        "quokka gateway deprecation",
+    ]
+    return [
+        IngestRecord(
+            external_id=f"r{i}",
+            text=f"{topics[i % 4]} note {i} " + "detail " * (i % 5),
+            source_ref=f"kb:{i}",
+            valid_time_ms=RECENT - i * 3_600_000,
+        )
+        for i in range(n)
+    ]
 
 
 def admit_structured(engine: Engine, n: int) -> str:
     """An agent's record with several components and a retention, admitted by policy."""
     payload, evidence = build_payload(IngestRecord(f"agent-{n}", f"quokka migration plan {n}", "doc:plan"), PURPOSE)
-    payload["components"].append({"component_id": "c2", "kind": "decision", "text": "move the gateway first",
-                                  "citation_ids": ["cit1"]})
+    payload["components"].append(
+        {"component_id": "c2", "kind": "decision", "text": "move the gateway first", "citation_ids": ["cit1"]}
+    )
     payload["retention"] = {"derivative_rule": "make-ineligible", "expires_at": EXPIRES}
-    cap = engine.execute("engram_memory_capture", ctx(), {"idempotency_key": f"idem-capture-{n:05d}",
-                                                          "payload": payload, "evidence": evidence})
-    out = engine.execute("engram_memory_request_admission", ctx(),
-                         {"candidate_id": cap["candidate_id"], "idempotency_key": f"idem-admit-{n:06d}"})
+    cap = engine.execute(
+        "engram_memory_capture",
+        ctx(),
+        {"idempotency_key": f"idem-capture-{n:05d}", "payload": payload, "evidence": evidence},
+    )
+    out = engine.execute(
+        "engram_memory_request_admission",
+        ctx(),
+        {"candidate_id": cap["candidate_id"], "idempotency_key": f"idem-admit-{n:06d}"},
+    )
     return out["outcome"]["record_id"]
 
 
@@ -53,9 +71,16 @@ def answers(engine: Engine) -> list[list[str]]:
     out = []
     for minimum in ("lexical", "lexical_and_semantic"):
         for query in QUERIES:
-            value = engine.execute("engram_memory_search", ctx(), {
-                "query": query, "purpose_ref": PURPOSE, "limit": 10,
-                "capability_policy": {"minimum_channels": minimum, "network": "forbid"}})
+            value = engine.execute(
+                "engram_memory_search",
+                ctx(),
+                {
+                    "query": query,
+                    "purpose_ref": PURPOSE,
+                    "limit": 10,
+                    "capability_policy": {"minimum_channels": minimum, "network": "forbid"},
+                },
+            )
             out.append(["|".join(c["text"] for c in p["record"]["components"]) for p in value["records"]])
     return out
 
@@ -85,9 +110,22 @@ def test_ingest_of_an_export_answers_searches_the_same(tmp_path: Path, encoder):
     assert all("actor" not in line and "authorization_receipt_digest" not in line for line in lines)
 
     # The import: the ingest command, with the exported vectors and no model at all.
-    result = runner.invoke(app, ["ingest", str(out), "--vectors", str(summary["vectors"]), "--data-dir",
-                                 str(tmp_path / "b"), "--tenant", SCOPE[0], "--workspace", SCOPE[1],
-                                 "--no-progress"])
+    result = runner.invoke(
+        app,
+        [
+            "ingest",
+            str(out),
+            "--vectors",
+            str(summary["vectors"]),
+            "--data-dir",
+            str(tmp_path / "b"),
+            "--tenant",
+            SCOPE[0],
+            "--workspace",
+            SCOPE[1],
+            "--no-progress",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["ingested"] == 25
     target = Engine.open(tmp_path / "b", encoder=encoder)

@@ -8,11 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engram.ranking import LEXICAL_PROFILE
-
 from engram.index_data.ingest import ingest_corpus
 from engram.index_data.readers import VectorSource, read_beir, read_jsonl
 from engram.index_data.records import IngestRecord, build_payload, candidate_id_for, record_id_for
+from engram.ranking import LEXICAL_PROFILE
 from engram.service.engine import CallContext, Confirmation
 from engram.service.engine.clock import now_ms
 from engram.service.engine.gates import operation_digest
@@ -23,14 +22,14 @@ PURPOSE = "purpose:test"
 
 
 def ctx(scope=SCOPE) -> CallContext:
-    return CallContext(tenant=scope[0], workspace=scope[1], principal="alice", agent_id="a", session="s",
-                       purpose=PURPOSE)
+    return CallContext(
+        tenant=scope[0], workspace=scope[1], principal="alice", agent_id="a", session="s", purpose=PURPOSE
+    )
 
 
 def corpus(n: int = 30) -> list[IngestRecord]:
     topics = ["ledger database serialisable", "ingress certificate rotation", "wheel packaging manylinux"]
-    return [IngestRecord(external_id=f"r{i}", text=f"{topics[i % 3]} note {i}", source_ref=f"kb:{i}")
-            for i in range(n)]
+    return [IngestRecord(external_id=f"r{i}", text=f"{topics[i % 3]} note {i}", source_ref=f"kb:{i}") for i in range(n)]
 
 
 def live_count(engine, scope=SCOPE) -> int:
@@ -73,17 +72,23 @@ def test_ingest_resumes_after_a_crash_between_commit_and_index(engine, monkeypat
     assert live_count(engine) == 30
     assert engine.parts.store.scope_cursor(SCOPE) == 30  # one event per record, no duplicate
     assert ranker.projection_cursor(scope_key(SCOPE)) == {"lexical": 30, "semantic": 30}
-    hits = ranker.search(scope_key(SCOPE), "certificate rotation", LEXICAL_PROFILE,
-                         valid_as_of_ms=2_000_000_000_000)
+    hits = ranker.search(scope_key(SCOPE), "certificate rotation", LEXICAL_PROFILE, valid_as_of_ms=2_000_000_000_000)
     assert len({c.record_id for c in hits.candidates}) == 10  # each healed record indexed once
 
 
 def test_ingested_records_are_searchable_and_gettable(engine):
     ingest_corpus(engine, SCOPE, corpus(), progress=False, purpose_ref=PURPOSE)
     for minimum in ("lexical", "lexical_and_semantic"):
-        value = engine.execute("engram_memory_search", ctx(), {
-            "query": "ingress certificate rotation", "purpose_ref": PURPOSE, "limit": 5,
-            "capability_policy": {"minimum_channels": minimum, "network": "forbid"}})
+        value = engine.execute(
+            "engram_memory_search",
+            ctx(),
+            {
+                "query": "ingress certificate rotation",
+                "purpose_ref": PURPOSE,
+                "limit": 5,
+                "capability_policy": {"minimum_channels": minimum, "network": "forbid"},
+            },
+        )
         assert len(value["records"]) == 5
         top = value["records"][0]["record"]
         assert "certificate" in top["components"][0]["text"]
@@ -94,8 +99,11 @@ def test_ingested_records_are_searchable_and_gettable(engine):
     assert record["retention"] == {"derivative_rule": "make-ineligible"}
     assert "actor" in got["redacted_fields"]
     # Another scope sees nothing.
-    other = engine.execute("engram_memory_search", ctx(("acme", "other")),
-                           {"query": "ingress certificate rotation", "purpose_ref": PURPOSE})
+    other = engine.execute(
+        "engram_memory_search",
+        ctx(("acme", "other")),
+        {"query": "ingress certificate rotation", "purpose_ref": PURPOSE},
+    )
     assert other["records"] == []
 
 
@@ -109,10 +117,16 @@ def _admit(engine, text: str) -> str:
     agent = ctx()
     # The payload ingestion builds also passes the contract's capture validation.
     payload, evidence = build_payload(IngestRecord("agent-1", text, "doc:agent-note"), PURPOSE)
-    captured = engine.execute("engram_memory_capture", agent, {
-        "idempotency_key": "idem-capture-0001", "payload": payload, "evidence": evidence})
-    admitted = engine.execute("engram_memory_request_admission", agent,
-                              {"candidate_id": captured["candidate_id"], "idempotency_key": "idem-admit-00001"})
+    captured = engine.execute(
+        "engram_memory_capture",
+        agent,
+        {"idempotency_key": "idem-capture-0001", "payload": payload, "evidence": evidence},
+    )
+    admitted = engine.execute(
+        "engram_memory_request_admission",
+        agent,
+        {"candidate_id": captured["candidate_id"], "idempotency_key": "idem-admit-00001"},
+    )
     return admitted["outcome"]["record_id"]
 
 
@@ -153,25 +167,36 @@ def test_forgotten_content_is_not_revived_by_a_reload(engine):
     target = record_id_for(SCOPE, records[1], PURPOSE)
     args = {"record_id": target, "idempotency_key": "idem-forget-00001", "reason_ref": "reason:obsolete"}
     now = now_ms()
-    human = Confirmation(ref="conf-1", capability="engram_memory_forget", target=target,
-                         operation_digest=operation_digest("engram_memory_forget", args),
-                         approved_at_ms=now, expires_at_ms=now + 60_000)
+    human = Confirmation(
+        ref="conf-1",
+        capability="engram_memory_forget",
+        target=target,
+        operation_digest=operation_digest("engram_memory_forget", args),
+        approved_at_ms=now,
+        expires_at_ms=now + 60_000,
+    )
     forgotten = engine.execute("engram_memory_forget", CallContext(**{**ctx().__dict__, "confirmation": human}), args)
     assert forgotten["receipt"]["to_state"] == "tombstoned"
     again = ingest_corpus(engine, SCOPE, records, progress=False, purpose_ref=PURPOSE)
     assert again.ingested == 0 and again.skipped_existing == 4
     assert engine.parts.store.records(SCOPE, [target])[target].state == "tombstoned"
     # The same content under another source id is refused, not loaded beside the tombstone.
-    clone = IngestRecord(external_id="clone", text=records[1].text, source_ref=records[1].source_ref,
-                         locator_value=records[1].external_id)
+    clone = IngestRecord(
+        external_id="clone",
+        text=records[1].text,
+        source_ref=records[1].source_ref,
+        locator_value=records[1].external_id,
+    )
     report = ingest_corpus(engine, SCOPE, [clone], progress=False, purpose_ref=PURPOSE)
     assert report.ingested == 0 and report.refused == {"forgotten": 1}
 
 
 def test_refused_records_are_counted_not_stored(engine):
-    bad = [IngestRecord("empty", "   ", "kb:e"),
-           IngestRecord("secret", "deploy key AKIAIOSFODNN7EXAMPLE with password=hunter2hunter2", "kb:s"),
-           *corpus(2)]
+    bad = [
+        IngestRecord("empty", "   ", "kb:e"),
+        IngestRecord("secret", "deploy key AKIAIOSFODNN7EXAMPLE with password=hunter2hunter2", "kb:s"),
+        *corpus(2),
+    ]
     report = ingest_corpus(engine, SCOPE, bad, progress=False, purpose_ref=PURPOSE)
     assert report.ingested == 2
     assert report.refused.get("empty") == 1 and report.refused.get("secret") == 1
@@ -180,16 +205,14 @@ def test_refused_records_are_counted_not_stored(engine):
 def test_precomputed_vectors_one_row_and_passage_offsets(engine, encoder):
     records = corpus(12)
     vectors = encoder.encode([r.text for r in records])
-    report = ingest_corpus(engine, SCOPE, records, vectors=vectors, batch_size=5, progress=False,
-                           purpose_ref=PURPOSE)
+    report = ingest_corpus(engine, SCOPE, records, vectors=vectors, batch_size=5, progress=False, purpose_ref=PURPOSE)
     assert report.vectors == "precomputed" and report.ingested == 12
     assert engine.parts.ranker.projection_cursor(scope_key(SCOPE))["semantic"] == 12
     # Passage-aligned form: two rows for the first document, one for the rest.
     rows = np.vstack([vectors[:1], vectors])
     source = VectorSource(rows, offsets=np.array([0, 2, *range(3, 14)]))
     assert len(source) == 12 and source.get(0).shape == (2, encoder.dim)
-    report = ingest_corpus(engine, ("acme", "kb2"), records, vectors=source, progress=False,
-                           purpose_ref=PURPOSE)
+    report = ingest_corpus(engine, ("acme", "kb2"), records, vectors=source, progress=False, purpose_ref=PURPOSE)
     assert report.ingested == 12
 
 
@@ -209,8 +232,19 @@ def test_cli_ingest(tiny_beir: Path, tmp_path: Path):
 
     from engram.index_data.cli import app
 
-    args = [str(tiny_beir), "--data-dir", str(tmp_path / "d"), "--tenant", "t", "--workspace", "w",
-            "--no-model", "--no-progress", "--batch-size", "7"]
+    args = [
+        str(tiny_beir),
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--tenant",
+        "t",
+        "--workspace",
+        "w",
+        "--no-model",
+        "--no-progress",
+        "--batch-size",
+        "7",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["ingested"] == 30
@@ -253,8 +287,9 @@ def test_embedding_overlaps_writing(tmp_path: Path, encoder):
             overlapped.append(signalling.second_call.wait(timeout=30))
 
     try:
-        report = ingest_corpus(eng, SCOPE, corpus(20), batch_size=10, progress=False, purpose_ref=PURPOSE,
-                               on_batch=first_batch_written)
+        report = ingest_corpus(
+            eng, SCOPE, corpus(20), batch_size=10, progress=False, purpose_ref=PURPOSE, on_batch=first_batch_written
+        )
     finally:
         eng.close()
     assert overlapped == [True] and report.ingested == 20 and report.vectors == "encoder"
@@ -266,8 +301,9 @@ def test_a_failing_stage_stops_the_load_and_a_rerun_finishes(engine):
             raise RuntimeError("operator interrupted")
 
     with pytest.raises(RuntimeError, match="operator interrupted"):
-        ingest_corpus(engine, SCOPE, corpus(30), batch_size=10, progress=False, purpose_ref=PURPOSE,
-                      on_batch=fail_after_first)
+        ingest_corpus(
+            engine, SCOPE, corpus(30), batch_size=10, progress=False, purpose_ref=PURPOSE, on_batch=fail_after_first
+        )
     assert live_count(engine) == 10  # the first batch committed, nothing after the failure
     report = ingest_corpus(engine, SCOPE, corpus(30), batch_size=10, progress=False, purpose_ref=PURPOSE)
     assert (report.ingested, report.skipped_existing) == (20, 10)
@@ -288,8 +324,14 @@ def test_ingest_runs_on_postgresql_like_on_sqlite(tmp_path: Path, encoder, postg
             again = ingest_corpus(eng, SCOPE, corpus(), batch_size=8, progress=False, purpose_ref=PURPOSE)
             exported = [(r.record_id, r.payload, r.trust) for r in eng.export_records(SCOPE)]
             kinds = [(e.kind, sorted(e.body)) for e in eng.parts.store.events(SCOPE)]
-            hits = [p["record"]["record_id"] for p in eng.execute("engram_memory_search", ctx(), {
-                "query": "ingress certificate rotation", "purpose_ref": PURPOSE, "limit": 5})["records"]]
+            hits = [
+                p["record"]["record_id"]
+                for p in eng.execute(
+                    "engram_memory_search",
+                    ctx(),
+                    {"query": "ingress certificate rotation", "purpose_ref": PURPOSE, "limit": 5},
+                )["records"]
+            ]
             results.append((first.ingested, again.skipped_existing, exported, kinds, hits, eng.verify_journal()))
         finally:
             eng.close()
@@ -304,8 +346,9 @@ def test_ingest_runs_on_postgresql_like_on_sqlite(tmp_path: Path, encoder, postg
     exports = []
     for name, flags in (("sqlite", []), ("postgres", ["--database-url", url])):
         out = tmp_path / f"{name}.jsonl"
-        result = CliRunner().invoke(app, ["admin", *flags, "export", *SCOPE, str(out), "--data-dir",
-                                          str(tmp_path / name)])
+        result = CliRunner().invoke(
+            app, ["admin", *flags, "export", *SCOPE, str(out), "--data-dir", str(tmp_path / name)]
+        )
         assert result.exit_code == 0, result.output
         exports.append(out.read_bytes())
     assert exports[0] == exports[1] and exports[0].count(b"\n") == 30

@@ -1,11 +1,6 @@
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-
 from mcp_support import SECRET, FakeEngine, ServerThread  # noqa: E402
 
 from engram.service.mcp.app import create_app  # noqa: E402

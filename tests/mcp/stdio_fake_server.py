@@ -1,9 +1,7 @@
 """Run `serve_stdio` against the fake engine (a subprocess for test_stdio.py)."""
 
 import os
-import sys
 from pathlib import Path
-
 
 from mcp_support import SECRET, FakeEngine  # noqa: E402
 

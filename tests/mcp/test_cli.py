@@ -103,9 +103,23 @@ async def test_engram_serve_http_subprocess(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(root)}
     env.pop("ENGRAM_HOST_SECRET", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "engram.service.cli", "serve", "--no-model", "--port", str(port), "-d", str(data),
-         "--log-level", "warning"],
-        cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "engram.service.cli",
+            "serve",
+            "--no-model",
+            "--port",
+            str(port),
+            "-d",
+            str(data),
+            "--log-level",
+            "warning",
+        ],
+        cwd=root,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         base = f"http://127.0.0.1:{port}"
@@ -139,13 +153,27 @@ def test_keyless_backup_export_kek_and_restore(tmp_path):
     exported = runner.invoke(app, ["admin", "export-kek", str(tmp_path / "kek-copy"), "-d", data])
     assert exported.exit_code == 0 and "warning" in exported.output
     assert stat.S_IMODE((tmp_path / "kek-copy").stat().st_mode) == 0o700
-    restored = runner.invoke(app, ["admin", "restore", str(tmp_path / "b1"), "-d", str(tmp_path / "r1"),
-                                   "--no-model", "--keys", str(tmp_path / "kek-copy")])
+    restored = runner.invoke(
+        app,
+        [
+            "admin",
+            "restore",
+            str(tmp_path / "b1"),
+            "-d",
+            str(tmp_path / "r1"),
+            "--no-model",
+            "--keys",
+            str(tmp_path / "kek-copy"),
+        ],
+    )
     assert restored.exit_code == 0, restored.output
-    assert runner.invoke(app, ["admin", "tenant", "status", "acme", "-d", str(tmp_path / "r1")]).output.strip() \
+    assert (
+        runner.invoke(app, ["admin", "tenant", "status", "acme", "-d", str(tmp_path / "r1")]).output.strip()
         == "enabled"
-    from_own_keys = runner.invoke(app, ["admin", "restore", str(tmp_path / "b2"), "-d", str(tmp_path / "r2"),
-                                        "--no-model"])
+    )
+    from_own_keys = runner.invoke(
+        app, ["admin", "restore", str(tmp_path / "b2"), "-d", str(tmp_path / "r2"), "--no-model"]
+    )
     assert from_own_keys.exit_code == 0, from_own_keys.output
 
 

@@ -6,14 +6,12 @@ from __future__ import annotations
 import json
 
 import httpx
+from mcp_support import HEADER, token
 
 from engram.service.mcp.duplicate_keys import has_duplicate_keys_in_tool_call
 
-from mcp_support import HEADER, token
-
 META = (
-    '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
-    '"io.modelcontextprotocol/clientCapabilities":{}}'
+    '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}'
 )
 CALL = (
     '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"engram_memory_search",'

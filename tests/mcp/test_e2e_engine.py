@@ -11,8 +11,8 @@ import time
 import uuid
 
 import pytest
-from mcp_support import MODES, SECRET, ServerThread, claims, connect
 from mcp.shared.exceptions import MCPError
+from mcp_support import MODES, SECRET, ServerThread, claims, connect
 
 from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW
 from engram.service.engine.gates import operation_digest
@@ -80,8 +80,16 @@ def ctx_token(workspace: str = "ws1", tenant: str = "acme", **extra) -> str:
     return mint_token(claims(workspace=workspace, tenant=tenant, purpose=PURPOSE, **extra), SECRET)
 
 
-def confirmation(tool: str, args: dict, target: str, *, ref: str | None = None, approved_ago_ms: int = 1_000,
-                 ttl_ms: int = 60_000, **overrides) -> dict:
+def confirmation(
+    tool: str,
+    args: dict,
+    target: str,
+    *,
+    ref: str | None = None,
+    approved_ago_ms: int = 1_000,
+    ttl_ms: int = 60_000,
+    **overrides,
+) -> dict:
     approved = int(time.time() * 1000) - approved_ago_ms
     body = {
         "ref": ref or key("conf"),
@@ -122,8 +130,15 @@ async def admitted_record(url: str, mode: str, marker: str, workspace: str = "ws
     tok = ctx_token(workspace=workspace)
     captured = value(await call(url, tok, mode, CAPTURE, capture_args(marker)))
     assert captured["status"] == "committed_pending"
-    admitted = value(await call(url, tok, mode, REQUEST_ADMISSION,
-                                {"candidate_id": captured["candidate_id"], "idempotency_key": key("admit")}))
+    admitted = value(
+        await call(
+            url,
+            tok,
+            mode,
+            REQUEST_ADMISSION,
+            {"candidate_id": captured["candidate_id"], "idempotency_key": key("admit")},
+        )
+    )
     assert admitted["outcome"]["status"] == "accepted" and admitted["replayed"] is False
     return captured["candidate_id"], admitted["outcome"]["record_id"]
 
@@ -165,8 +180,16 @@ async def test_capture_withdraw(real, mode):
     assert out["key_destruction"] in ("pending", "complete")
 
 
-GATE_VARIANTS = ["missing", "expired", "reused", "wrong target", "wrong digest", "too late", "wrong capability",
-                 "ttl too long"]
+GATE_VARIANTS = [
+    "missing",
+    "expired",
+    "reused",
+    "wrong target",
+    "wrong digest",
+    "too late",
+    "wrong capability",
+    "ttl too long",
+]
 
 
 @pytest.mark.parametrize("variant", GATE_VARIANTS)
@@ -188,7 +211,9 @@ async def test_forget_gate_failed(real, variant):
     elif variant == "wrong target":
         tok = confirmed_token(FORGET, args, "mem_aaaaaaaa")
     elif variant == "wrong digest":
-        tok = confirmed_token(FORGET, args, record_id, operation_digest=operation_digest(FORGET, {**args, "reason_ref": "other"}))
+        tok = confirmed_token(
+            FORGET, args, record_id, operation_digest=operation_digest(FORGET, {**args, "reason_ref": "other"})
+        )
     elif variant == "too late":
         tok = confirmed_token(FORGET, args, record_id, approved_ago_ms=31_000, ttl_ms=120_000)
     elif variant == "wrong capability":
@@ -196,8 +221,11 @@ async def test_forget_gate_failed(real, variant):
     elif variant == "ttl too long":
         tok = confirmed_token(FORGET, args, record_id, ttl_ms=300_001)
     env = await call(real.url, tok, mode, FORGET, args)
-    assert env["error"] == {"code": "gate_failed", "message": "A confirmation or policy gate was not met.",
-                            "retriable": False}
+    assert env["error"] == {
+        "code": "gate_failed",
+        "message": "A confirmation or policy gate was not met.",
+        "retriable": False,
+    }
     # The record is untouched.
     got = await call(real.url, ctx_token(), mode, GET, {"record_id": record_id, "purpose_ref": PURPOSE})
     assert got["ok"]
@@ -229,9 +257,16 @@ async def test_other_scope_is_not_found_like_unknown(real, mode):
     unknown_record = "mem_" + "a" * 52
     for other in (ctx_token(workspace="ws2"), ctx_token(tenant="umbrella")):
         pairs = [
-            (GET, {"record_id": record_id, "purpose_ref": PURPOSE}, {"record_id": unknown_record, "purpose_ref": PURPOSE}),
-            (REQUEST_ADMISSION, {"candidate_id": pending, "idempotency_key": "k" * 20},
-             {"candidate_id": "cand_unknown", "idempotency_key": "k" * 20}),
+            (
+                GET,
+                {"record_id": record_id, "purpose_ref": PURPOSE},
+                {"record_id": unknown_record, "purpose_ref": PURPOSE},
+            ),
+            (
+                REQUEST_ADMISSION,
+                {"candidate_id": pending, "idempotency_key": "k" * 20},
+                {"candidate_id": "cand_unknown", "idempotency_key": "k" * 20},
+            ),
         ]
         for tool, theirs, unknown in pairs:
             a = await call(real.url, other, mode, tool, theirs)

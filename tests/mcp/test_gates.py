@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engram.models.codes import ContractError, ErrorCode
-from engram.models.digests import digest, DigestKind
+from engram.models.digests import DigestKind, digest
 from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW
 from engram.service.engine.context import CallContext, Confirmation
 from engram.service.engine.gates import (
@@ -29,8 +29,15 @@ ARGS = {"record_id": "mem_abc", "idempotency_key": "forget-0123456789ab", "reaso
 
 def ctx(confirmation: Confirmation | None = None, confirm: frozenset[str] = frozenset()) -> CallContext:
     return CallContext(
-        tenant="t", workspace="w", principal="p", agent_id="a", session="s", purpose="pu",
-        tools=frozenset({FORGET}), confirm=confirm, confirmation=confirmation,
+        tenant="t",
+        workspace="w",
+        principal="p",
+        agent_id="a",
+        session="s",
+        purpose="pu",
+        tools=frozenset({FORGET}),
+        confirm=confirm,
+        confirmation=confirmation,
     )
 
 
@@ -140,16 +147,20 @@ def test_gate_failed_variants(variant):
 
 
 def test_boundaries_are_inclusive():
-    for i, c in enumerate((
-        conf(ref="edge-use-within", approved_at_ms=NOW - USE_WITHIN_MS, expires_at_ms=NOW),
-        conf(ref="edge-max-ttl", approved_at_ms=NOW - 1_000, expires_at_ms=NOW - 1_000 + MAX_TTL_MS),
-    )):
+    for i, c in enumerate(
+        (
+            conf(ref="edge-use-within", approved_at_ms=NOW - USE_WITHIN_MS, expires_at_ms=NOW),
+            conf(ref="edge-max-ttl", approved_at_ms=NOW - 1_000, expires_at_ms=NOW - 1_000 + MAX_TTL_MS),
+        )
+    ):
         ledger = Ledger()
         check(c, ledger=ledger)
         assert ledger.used == {c.ref}, i  # passed every check and was claimed
     # one millisecond past either edge is refused
-    for c in (conf(approved_at_ms=NOW - USE_WITHIN_MS - 1, expires_at_ms=NOW),
-              conf(approved_at_ms=NOW - 1_000, expires_at_ms=NOW - 1_000 + MAX_TTL_MS + 1)):
+    for c in (
+        conf(approved_at_ms=NOW - USE_WITHIN_MS - 1, expires_at_ms=NOW),
+        conf(approved_at_ms=NOW - 1_000, expires_at_ms=NOW - 1_000 + MAX_TTL_MS + 1),
+    ):
         with pytest.raises(ContractError):
             check(c)
 

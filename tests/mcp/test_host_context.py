@@ -33,11 +33,16 @@ NOW = 1_800_000_000
 
 def test_roundtrip():
     confirmation = {
-        "ref": "c1", "capability": FORGET, "target": "mem_a", "operation_digest": "sha256:" + "0" * 64,
-        "approved_at": NOW * 1000, "expires_at": NOW * 1000 + 60_000,
+        "ref": "c1",
+        "capability": FORGET,
+        "target": "mem_a",
+        "operation_digest": "sha256:" + "0" * 64,
+        "approved_at": NOW * 1000,
+        "expires_at": NOW * 1000 + 60_000,
     }
-    tok = mint_token(claims(confirm=[CAPTURE], deadline_ms=500, confirmation=confirmation, tools=[SEARCH, "x"]),
-                     SECRET, now_s=NOW)
+    tok = mint_token(
+        claims(confirm=[CAPTURE], deadline_ms=500, confirmation=confirmation, tools=[SEARCH, "x"]), SECRET, now_s=NOW
+    )
     verified = verify_token(tok, SECRET, now_s=NOW + 1)
     ctx = verified.context
     assert (ctx.tenant, ctx.workspace, ctx.purpose) == ("acme", "ws1", "purpose:test")
@@ -74,7 +79,9 @@ def test_rejections():
     assert _reject(good, now=NOW + 301) == "expired"
     assert _reject(good, now=NOW - 60) == "expired"  # issued in the future
     assert _reject(jwt.encode({**claims(), "iat": NOW, "exp": NOW + 60}, None, algorithm="none"))
-    assert _reject(jwt.encode({**claims(), "iat": NOW, "exp": NOW + 60}, SECRET + b"-padding-for-hs384-key", algorithm="HS384"))
+    assert _reject(
+        jwt.encode({**claims(), "iat": NOW, "exp": NOW + 60}, SECRET + b"-padding-for-hs384-key", algorithm="HS384")
+    )
     assert _reject(jwt.encode({**claims()}, SECRET, algorithm="HS256"))  # no iat/exp
     assert _reject(mint_token(claims(), SECRET, now_s=NOW, ttl_s=90_000))
     header, body, sig = good.split(".")

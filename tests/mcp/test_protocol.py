@@ -262,7 +262,15 @@ async def test_audit_log_holds_no_content(fake, mode):
     # the response digest pins the very text the caller was sent
     assert mine["response_digest"] == audit_text_digest("response", result.content[0].text)
     assert set(mine) == {
-        "time", "auditId", "tool", "tenant", "workspace", "principal", "code",
-        "arguments_digest", "response_digest", "latency_ms",
+        "time",
+        "auditId",
+        "tool",
+        "tenant",
+        "workspace",
+        "principal",
+        "code",
+        "arguments_digest",
+        "response_digest",
+        "latency_ms",
     }
     assert any(line["code"] == "-32603" and line["tool"] == SEARCH for line in lines)

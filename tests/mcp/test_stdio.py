@@ -20,7 +20,9 @@ SCRIPT = str(Path(__file__).with_name("stdio_fake_server.py"))
 
 def params(env: dict[str, str], data_dir: Path) -> StdioServerParameters:
     base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "PYTHONPATH")}
-    return StdioServerParameters(command=sys.executable, args=[SCRIPT], env={**base, **env, "FAKE_DATA_DIR": str(data_dir)})
+    return StdioServerParameters(
+        command=sys.executable, args=[SCRIPT], env={**base, **env, "FAKE_DATA_DIR": str(data_dir)}
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -51,8 +53,9 @@ async def test_stdio_jwt_and_tenant_opt_in(tmp_path):
 @pytest.mark.parametrize("mode", MODES)
 async def test_engram_serve_stdio_real_engine(tmp_path, mode):
     pytest.importorskip("engram.service.engine.engine")
-    from engram.service.cli import app as cli_app
     from typer.testing import CliRunner
+
+    from engram.service.cli import app as cli_app
 
     data = tmp_path / "data"
     assert CliRunner().invoke(cli_app, ["admin", "tenant", "enable", "acme", "-d", str(data)]).exit_code == 0

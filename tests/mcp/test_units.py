@@ -8,12 +8,11 @@ import stat
 import threading
 
 import pytest
-
 from mcp_support import SECRET, FakeEngine, token
 from starlette.testclient import TestClient
 
-from engram.service.mcp.app import create_app
 from engram.service.mcp import audit as audit_module
+from engram.service.mcp.app import create_app
 from engram.service.mcp.audit import AuditLog, Durability, audit_digest
 from engram.service.mcp.rate_limit import TokenBucketLimiter
 from engram.service.settings import Settings
@@ -34,8 +33,14 @@ def test_token_bucket_refills():
 
 def test_audit_log_lines(tmp_path):
     log = AuditLog(tmp_path / "a" / "audit.jsonl")
-    log.record(audit_id="aud_1", tool="x", code="ok", latency_ms=1.23456, tenant="t",
-               arguments_digest=audit_digest("arguments", {"q": "secret words"}))
+    log.record(
+        audit_id="aud_1",
+        tool="x",
+        code="ok",
+        latency_ms=1.23456,
+        tenant="t",
+        arguments_digest=audit_digest("arguments", {"q": "secret words"}),
+    )
     log.record(audit_id="aud_2", tool="x", code="-32603", latency_ms=0.1)
     log.close()
     path = tmp_path / "a" / "audit.jsonl"

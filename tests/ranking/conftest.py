@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-
 from ranking_support import HashingTestEncoder, doc  # noqa: E402,F401 - re-exported
 
 from engram.ranking import MiniLMEncoder, Ranker  # noqa: E402

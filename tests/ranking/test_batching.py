@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pytest
@@ -48,8 +48,9 @@ def wait_until(condition, timeout: float = 60.0) -> None:  # noqa: ANN001
         time.sleep(0.005)
 
 
-def encode_concurrently(batcher: NaturalBatcher, encoder: GatedEncoder, texts: list[str],
-                        first: str = "the first query") -> tuple[np.ndarray, dict[str, object]]:
+def encode_concurrently(
+    batcher: NaturalBatcher, encoder: GatedEncoder, texts: list[str], first: str = "the first query"
+) -> tuple[np.ndarray, dict[str, object]]:
     """Start one encode, hold it inside the encoder until every one of ``texts`` has
     queued behind it, then let all run; returns the first's vector and each text's
     outcome (vector or exception)."""
@@ -134,8 +135,10 @@ def test_concurrent_hybrid_searches_rank_as_lone_ones(tmp_path: Path) -> None:
     encoder = GatedEncoder(HashingTestEncoder())
     ranker = Ranker(tmp_path / "idx", encoder)
     try:
-        docs = [doc("s", f"r{i}", f"The otter {w} ledger entry {i} balances.") for i, w in
-                enumerate(["river", "sea", "night", "bank", "tide", "moss", "stone", "reed"])]
+        docs = [
+            doc("s", f"r{i}", f"The otter {w} ledger entry {i} balances.")
+            for i, w in enumerate(["river", "sea", "night", "bank", "tide", "moss", "stone", "reed"])
+        ]
         ranker.apply("s", docs, [], through_cursor=1)
         queries = ["otter river", "sea ledger", "night entry", "tide moss stone"]
 
@@ -168,9 +171,14 @@ def test_concurrent_hybrid_searches_rank_as_lone_ones(tmp_path: Path) -> None:
 def test_the_real_model_gives_a_batched_query_its_lone_vector(minilm) -> None:
     """Parity: a query encoded in a batch with shorter and longer ones (so padded) gets
     the vector a lone encode gives it, to float tolerance."""
-    texts = ["vehicle ignition failure", "what did Okonkwo17 do", "ERR_4821x",
-             "Why was the billing ledger moved to serialisable transactions?",
-             "naïve café — ünïcödé, 日本語のテキスト", "the effect of x-rays on bone density " * 8]
+    texts = [
+        "vehicle ignition failure",
+        "what did Okonkwo17 do",
+        "ERR_4821x",
+        "Why was the billing ledger moved to serialisable transactions?",
+        "naïve café — ünïcödé, 日本語のテキスト",
+        "the effect of x-rays on bone density " * 8,
+    ]
     encoder = GatedEncoder(minilm)
     batcher = NaturalBatcher(encoder.encode, max_batch=16)
     _, results = encode_concurrently(batcher, encoder, texts)
@@ -200,8 +208,10 @@ def test_a_batch_of_graph_searches_gives_each_query_its_lone_matches() -> None:
         index.add(np.arange(2000), vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
         indexes.append(index)
     queries = rng.standard_normal((9, 32)).astype(np.float32)
-    requests = [_GraphSearch(indexes[i % 2], queries[i], (10, 40)[i % 3 == 0], ef=(48, 200)[i % 5 < 2],
-                             exact=i % 4 == 1) for i in range(9)]
+    requests = [
+        _GraphSearch(indexes[i % 2], queries[i], (10, 40)[i % 3 == 0], ef=(48, 200)[i % 5 < 2], exact=i % 4 == 1)
+        for i in range(9)
+    ]
     together = _graph_searches(requests)
     assert len(together) == len(requests)
     for request, matches in zip(requests, together):
@@ -228,8 +238,10 @@ def test_concurrent_searches_of_one_scope_share_one_graph_search(tmp_path: Path,
         return real(requests)
 
     writer = Ranker(tmp_path / "idx", HashingTestEncoder())
-    docs = [doc("s", f"r{i}", f"The otter {w} ledger entry {i} balances.") for i, w in
-            enumerate(["river", "sea", "night", "bank", "tide", "moss", "stone", "reed"])]
+    docs = [
+        doc("s", f"r{i}", f"The otter {w} ledger entry {i} balances.")
+        for i, w in enumerate(["river", "sea", "night", "bank", "tide", "moss", "stone", "reed"])
+    ]
     writer.apply("s", docs, [], through_cursor=1)
     queries = ["otter river", "sea ledger", "night entry", "tide moss stone"]
 

@@ -32,7 +32,6 @@ def semantic_dir(root: Path) -> Path:
     return directory
 
 
-
 class SlowEncoder(HashingTestEncoder):
     """Sleeps while embedding any text that mentions ``slowdoc`` (never a query)."""
 
@@ -74,8 +73,7 @@ def test_search_during_a_slow_apply_is_served(tmp_path: Path):
 
 def test_apply_defers_saving_until_a_checkpoint(tmp_path: Path):
     root = tmp_path / "idx"
-    ranker = Ranker(root, HashingTestEncoder(), checkpoint_records=5, checkpoint_seconds=3600,
-                    checkpoint_spacing=0)
+    ranker = Ranker(root, HashingTestEncoder(), checkpoint_records=5, checkpoint_seconds=3600, checkpoint_spacing=0)
 
     def apply(*args) -> None:
         ranker.apply("s", *args)
@@ -140,8 +138,12 @@ def test_crash_reopens_at_the_checkpoint_and_reapplying_heals(tmp_path: Path):
 def test_purge_reaches_the_disk_with_unsaved_changes_pending(tmp_path: Path):
     root = tmp_path / "idx"
     ranker = Ranker(root, HashingTestEncoder(), checkpoint_records=10_000, checkpoint_seconds=3600)
-    ranker.apply("s", [doc("s", "mem_keep", "payment service notes"),
-                       doc("s", "mem_gone", f"the {SECRET} payment incident")], [], 2)
+    ranker.apply(
+        "s",
+        [doc("s", "mem_keep", "payment service notes"), doc("s", "mem_gone", f"the {SECRET} payment incident")],
+        [],
+        2,
+    )
     ranker.checkpoint()
     assert bytes_under(semantic_dir(root), b"mem_gone")  # in the saved label map
     ranker.apply("s", [doc("s", "mem_new", "payment ledger")], ["mem_gone"], 3)  # unsaved
@@ -187,8 +189,10 @@ def test_bulk_apply_cost_stays_roughly_linear(tmp_path: Path, capsys):
     closing = time.perf_counter() - started
     first, last = sum(times[:10]), sum(times[-10:])
     with capsys.disabled():
-        print(f"\nbulk {batches}x{size}: total {sum(times):.2f}s, first 10 batches {first:.2f}s, "
-              f"last 10 {last:.2f}s, {saves['n']} semantic saves, close {closing:.2f}s")
+        print(
+            f"\nbulk {batches}x{size}: total {sum(times):.2f}s, first 10 batches {first:.2f}s, "
+            f"last 10 {last:.2f}s, {saves['n']} semantic saves, close {closing:.2f}s"
+        )
     assert ranker.projection_cursor("bulk") == {"lexical": batches * size, "semantic": batches * size}
     assert saves["n"] <= batches // 2 + 1
     assert last < 6 * first + 2.0
@@ -278,8 +282,7 @@ def test_a_due_checkpoint_is_saved_beside_searches_not_by_the_apply(tmp_path: Pa
     makes it due returns without it, searches of the scope are answered while it runs,
     and a change that must wait for it does not hold searches off while waiting."""
     root = tmp_path / "idx"
-    ranker = Ranker(root, HashingTestEncoder(), checkpoint_records=1, checkpoint_seconds=3600,
-                    checkpoint_spacing=0)
+    ranker = Ranker(root, HashingTestEncoder(), checkpoint_records=1, checkpoint_seconds=3600, checkpoint_spacing=0)
     saving, release = hold_saves(ranker._semantic)  # noqa: SLF001
 
     def in_thread(fn, *args) -> tuple[threading.Thread, list]:
@@ -317,8 +320,13 @@ def test_a_walked_scope_is_searched_during_a_save_at_a_new_depth(tmp_path: Path)
     rng = np.random.default_rng(5)
     vectors = rng.normal(size=(300, dim)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    index = SemanticIndex(tmp_path / "sem", dim, graph=SemanticConfig(exact_up_to=0, expansion_reference=100),
-                          checkpoint_records=1, checkpoint_spacing=0)
+    index = SemanticIndex(
+        tmp_path / "sem",
+        dim,
+        graph=SemanticConfig(exact_up_to=0, expansion_reference=100),
+        checkpoint_records=1,
+        checkpoint_spacing=0,
+    )
     index.apply("s", [], [(f"r{i}", i, vectors[i : i + 1]) for i in range(200)], 1)
     assert index.settle(30)
     assert index.search("s", vectors[3], 5)[0].record_id == "r3"

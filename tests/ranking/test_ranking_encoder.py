@@ -54,8 +54,9 @@ def test_named_device_must_exist():
 def test_this_machine_resolves_to_what_torch_sees():
     import torch
 
-    assert resolve_device(Device.AUTO) is (Device.CUDA if torch.cuda.is_available() else
-                                           Device.MPS if torch.backends.mps.is_available() else Device.CPU)
+    assert resolve_device(Device.AUTO) is (
+        Device.CUDA if torch.cuda.is_available() else Device.MPS if torch.backends.mps.is_available() else Device.CPU
+    )
     assert resolve_device("cpu") is Device.CPU
 
 
@@ -86,8 +87,12 @@ def test_onnx_matches_torch_on_sample_text(backends):
 
 
 def _dev_queries() -> list[str]:
-    return [json.loads(line)["text"] for path in sorted(SHARED_DATA.rglob("queries.jsonl"))
-            for line in path.read_text().splitlines() if line.strip()]
+    return [
+        json.loads(line)["text"]
+        for path in sorted(SHARED_DATA.rglob("queries.jsonl"))
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
 
 
 @pytest.mark.model

@@ -14,8 +14,8 @@ import pytest
 from ranking_support import doc
 
 from engram.ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Profile, Ranker, fuse, recency
-from engram.ranking.profiles import FieldWeights, FusionMethod, ProfileConfig, RecencyBlend
 from engram.ranking.lexical import LexicalHit
+from engram.ranking.profiles import FieldWeights, FusionMethod, ProfileConfig, RecencyBlend
 from engram.ranking.semantic import SemanticHit
 
 DAY = 24 * 3600 * 1000
@@ -188,12 +188,24 @@ class RandomTestEncoder:
 
 # concept -> (word used in records, word used in queries): never the same word.
 CONCEPTS = {
-    "car": ("automobile", "vehicle"), "doctor": ("physician", "medic"), "bill": ("invoice", "statement"),
-    "buy": ("purchase", "acquire"), "house": ("residence", "dwelling"), "baby": ("infant", "newborn"),
-    "dog": ("canine", "puppy"), "lawyer": ("attorney", "counsel"), "drink": ("beverage", "refreshment"),
-    "trip": ("voyage", "journey"), "pay": ("salary", "wages"), "fix": ("repair", "mend"),
-    "error": ("mistake", "blunder"), "big": ("enormous", "huge"), "fast": ("rapid", "quick"),
-    "shop": ("store", "boutique"), "talk": ("conversation", "chat"), "sick": ("ill", "unwell"),
+    "car": ("automobile", "vehicle"),
+    "doctor": ("physician", "medic"),
+    "bill": ("invoice", "statement"),
+    "buy": ("purchase", "acquire"),
+    "house": ("residence", "dwelling"),
+    "baby": ("infant", "newborn"),
+    "dog": ("canine", "puppy"),
+    "lawyer": ("attorney", "counsel"),
+    "drink": ("beverage", "refreshment"),
+    "trip": ("voyage", "journey"),
+    "pay": ("salary", "wages"),
+    "fix": ("repair", "mend"),
+    "error": ("mistake", "blunder"),
+    "big": ("enormous", "huge"),
+    "fast": ("rapid", "quick"),
+    "shop": ("store", "boutique"),
+    "talk": ("conversation", "chat"),
+    "sick": ("ill", "unwell"),
 }
 _CONCEPT_OF = {w: c for c, pair in CONCEPTS.items() for w in pair}
 

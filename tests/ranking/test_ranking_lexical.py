@@ -8,11 +8,10 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from ranking_support import doc
 
-from engram.ranking.lexical import INDEX_DIR, LEGACY_INDEX_DIR, LexicalIndex
 from engram.ranking import record_words
+from engram.ranking.lexical import INDEX_DIR, LEGACY_INDEX_DIR, LexicalIndex
 from engram.ranking.profiles import LEXICAL_PROFILE
 
 WEIGHTS = LEXICAL_PROFILE.config.lexical
@@ -83,7 +82,11 @@ def test_purge_rewrites_only_its_scope(tmp_path: Path):
     index.purge("A", ["a3-purged-zq"])
 
     assert snapshot(scope_dir(root, "B")) == before_b
-    leftovers = [p for p in root.rglob("*") if p.is_file() and (SECRET.encode() in p.read_bytes() or b"a3-purged-zq" in p.read_bytes())]  # a short id would match hex segment names
+    leftovers = [
+        p
+        for p in root.rglob("*")
+        if p.is_file() and (SECRET.encode() in p.read_bytes() or b"a3-purged-zq" in p.read_bytes())
+    ]  # a short id would match hex segment names
     assert leftovers == []
     assert {r for r, _ in scored(index, "A", "payment")} == {"a1", "a2"}
     assert len(scored(index, "B", "ledger")) == 51
@@ -225,14 +228,21 @@ def test_short_queries_weigh_each_term_once_long_ones_drop_stop_words(tmp_path: 
     index = LexicalIndex(tmp_path / "lexical")
     # a question: every distinct term once, stop words kept (plain BM25)
     assert index.query_terms("What is on the list of the payments?", WEIGHTS) == {
-        "what": 1.0, "is": 1.0, "on": 1.0, "the": 1.0, "list": 1.0, "of": 1.0, "payment": 1.0}
+        "what": 1.0,
+        "is": 1.0,
+        "on": 1.0,
+        "the": 1.0,
+        "list": 1.0,
+        "of": 1.0,
+        "payment": 1.0,
+    }
     # a description: stop words dropped, a repeated content word weighs sqrt(count)
     long = "The effect of the payments on the ledger and the effect of late payments on " * 2
     assert len(index.tokens(long)) > WEIGHTS.long_query_tokens
     terms = index.query_terms(long, WEIGHTS)
     assert set(terms) == {"effect", "payment", "ledger", "late"}
-    assert terms["effect"] == pytest.approx(4 ** WEIGHTS.long_query_count_power)
-    assert terms["ledger"] == pytest.approx(2 ** WEIGHTS.long_query_count_power)
+    assert terms["effect"] == pytest.approx(4**WEIGHTS.long_query_count_power)
+    assert terms["ledger"] == pytest.approx(2**WEIGHTS.long_query_count_power)
     only_stop = "to be or not to be " * 5
     assert set(index.query_terms(only_stop, WEIGHTS)) == {"to", "be", "or", "not"}  # nothing else left
     index.apply("A", [doc("A", "w1", "to be or not to be"), doc("A", "w2", "payment effects report")], [], 1)

@@ -36,20 +36,46 @@ def test_paraphrase_found_by_hybrid_not_lexical(tmp_path: Path, minilm: MiniLMEn
 def test_purge_with_real_model(tmp_path: Path, minilm: MiniLMEncoder):
     ranker = Ranker(tmp_path / "idx", minilm)
     secret = "zyxquorblat"
-    ranker.apply("s", [doc("s", "mem_x", f"The {secret} launch codes are in the red binder."),
-                       doc("s", "mem_y", DISTRACTORS[0])], [], 1)
-    assert ranker.search("s", "where are the launch codes", HYBRID_PROFILE, valid_as_of_ms=0).candidates[0].record_id == "mem_x"
+    ranker.apply(
+        "s",
+        [doc("s", "mem_x", f"The {secret} launch codes are in the red binder."), doc("s", "mem_y", DISTRACTORS[0])],
+        [],
+        1,
+    )
+    assert (
+        ranker.search("s", "where are the launch codes", HYBRID_PROFILE, valid_as_of_ms=0).candidates[0].record_id
+        == "mem_x"
+    )
     ranker.apply("s", [], ["mem_x"], 2)
     assert ranker.purge("s", ["mem_x"])
-    leftovers = [p for p in tmp_path.rglob("*") if p.is_file() and (secret.encode() in p.read_bytes() or b"mem_x" in p.read_bytes())]
+    leftovers = [
+        p
+        for p in tmp_path.rglob("*")
+        if p.is_file() and (secret.encode() in p.read_bytes() or b"mem_x" in p.read_bytes())
+    ]
     assert leftovers == []
     # mem_x is gone; the unrelated mem_y is no match either (below the semantic-only floor)
     assert [c.record_id for c in ranker.search("s", "launch codes", HYBRID_PROFILE, valid_as_of_ms=0).candidates] == []
     ranker.close()
 
 
-SURNAMES = ["Okonkwo", "Vasquez-Ibarra", "Thorbjornsen", "Nakagawa", "Przybylski", "Oyelaran", "Kowalczyk",
-            "Abernathy", "Quisumbing", "Hvorostovsky", "Ferreira", "Lindqvist", "Achterberg", "Mbeki", "Zielinski"]
+SURNAMES = [
+    "Okonkwo",
+    "Vasquez-Ibarra",
+    "Thorbjornsen",
+    "Nakagawa",
+    "Przybylski",
+    "Oyelaran",
+    "Kowalczyk",
+    "Abernathy",
+    "Quisumbing",
+    "Hvorostovsky",
+    "Ferreira",
+    "Lindqvist",
+    "Achterberg",
+    "Mbeki",
+    "Zielinski",
+]
 TEMPLATES = [
     "Incident {code}: the deploy pipeline failed during the nightly build; {name} rolled back the release.",
     "Ticket {code} reported by {name}: the nightly build pipeline timed out while deploying the release.",

@@ -42,8 +42,7 @@ def test_restored_labels_keep_their_shape_and_the_counter():
 
 def test_meta_written_in_slices_reads_back_header_first(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(scope_meta, "META_SLICE", 3)
-    header = {"scope_key": 'a "records":[] scope', "generation": 4, "sha256": "ab", "graph": {"m": 16},
-              "next_label": 9}
+    header = {"scope_key": 'a "records":[] scope', "generation": 4, "sha256": "ab", "graph": {"m": 16}, "next_label": 9}
     for n in (0, 1, 3, 7):
         rows = [(f"mem_{i}", [i, i + 1], 1_700_000_000_000 + i) for i in range(n)]
         path = tmp_path / f"meta-{n}.json"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ranking_support import HashingTestEncoder, bytes_under, doc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from ranking_support import HashingTestEncoder, bytes_under, doc
 
 from engram.ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Ranker, SemanticUnavailable
 
@@ -50,10 +50,27 @@ def test_empty_query_gives_empty_lexical_list(ranker: Ranker):
 
 
 ADVERSARIAL = st.one_of(
-    st.sampled_from(["scope:scopeB", "*", "record_id:mem_b1", '"unbalanced', "foo AND (bar", "AND", "-",
-                     "payment OR scope:scopeB", "scope:* payment", "\\", "((((", "tenant b", "secrets", "", "::"]),
+    st.sampled_from(
+        [
+            "scope:scopeB",
+            "*",
+            "record_id:mem_b1",
+            '"unbalanced',
+            "foo AND (bar",
+            "AND",
+            "-",
+            "payment OR scope:scopeB",
+            "scope:* payment",
+            "\\",
+            "((((",
+            "tenant b",
+            "secrets",
+            "",
+            "::",
+        ]
+    ),
     st.text(max_size=60),
-    st.text(alphabet="abcdefghijklmnopqrstuvwxyz :*\"()-+^~[]{}!\\", max_size=80),
+    st.text(alphabet='abcdefghijklmnopqrstuvwxyz :*"()-+^~[]{}!\\', max_size=80),
 )
 
 
@@ -91,7 +108,6 @@ def test_upsert_replaces_text_and_removal_hides_at_once(ranker: Ranker):
     assert ids(ranker, "scopeA", "checkout", LEXICAL_PROFILE) == ["mem_a1"]
     ranker.apply("scopeA", [], ["mem_a1"], 5)
     assert "mem_a1" not in ids(ranker, "scopeA", "checkout rollback")
-
 
 
 def test_purge_leaves_no_byte_of_the_record(tmp_path: Path):

@@ -25,9 +25,12 @@ def test_ids_not_in_canonical_form_do_not_pack():
     tail = good[-1]
     # The last base32 character carries 4 padding bits: a different character that
     # decodes to the same bytes is not the canonical spelling and must not pack.
-    alias = good[:-1] + next(c for c in "abcdefghijklmnopqrstuvwxyz234567"
-                             if c != tail and base64.b32decode((good[4:-1] + c).upper() + "====") ==
-                             base64.b32decode(good[4:].upper() + "===="))
+    alias = good[:-1] + next(
+        c
+        for c in "abcdefghijklmnopqrstuvwxyz234567"
+        if c != tail
+        and base64.b32decode((good[4:-1] + c).upper() + "====") == base64.b32decode(good[4:].upper() + "====")
+    )
     for other in ("r1", "mem_", "mem_abc", good.upper(), good + "a", good[:-1], "rec_" + good[4:], alias):
         assert record_words.pack(other) is None, other
     assert record_words.pack(good) is not None

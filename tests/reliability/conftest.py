@@ -3,12 +3,9 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-
 from rel_support import FIGURES, Live  # noqa: E402
 
 

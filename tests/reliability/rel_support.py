@@ -14,7 +14,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -27,6 +26,7 @@ HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent
 ROOT = TESTS.parent
 
+import factories  # noqa: E402
 import httpx  # noqa: E402
 import httpx2  # noqa: E402
 import jsonschema  # noqa: E402
@@ -36,10 +36,9 @@ from mcp.shared.exceptions import MCPError  # noqa: E402
 from mcp_support import SECRET, ServerThread, free_port  # noqa: E402,F401
 
 from engram.models.codes import MESSAGES, RETRIABLE, ErrorCode  # noqa: E402
-from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, TOOLS, WITHDRAW  # noqa: E402
+from engram.models.tools import TOOLS  # noqa: E402
 from engram.service.engine.gates import operation_digest  # noqa: E402
 from engram.service.mcp.host_context import HEADER, mint_token  # noqa: E402
-import factories  # noqa: E402
 
 
 class ServerProcess:
@@ -48,8 +47,14 @@ class ServerProcess:
     until /readyz answers 200; stopped with SIGTERM, or killed with SIGKILL as a crash."""
 
     def __init__(
-        self, command: Callable[[int], list[str]], log: Path, *, cwd: Path,
-        env: dict[str, str] | None = None, name: str = "server", ready_timeout_s: float = 60.0,
+        self,
+        command: Callable[[int], list[str]],
+        log: Path,
+        *,
+        cwd: Path,
+        env: dict[str, str] | None = None,
+        name: str = "server",
+        ready_timeout_s: float = 60.0,
     ) -> None:
         self.command, self.log, self.cwd, self.env = command, log, cwd, env
         self.name, self.ready_timeout_s = name, ready_timeout_s
@@ -64,7 +69,8 @@ class ServerProcess:
         self.port = free_port()
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                self.command(self.port), stdout=log, stderr=log, cwd=str(self.cwd), env=self.env)
+                self.command(self.port), stdout=log, stderr=log, cwd=str(self.cwd), env=self.env
+            )
         return self
 
     def wait_ready(self) -> None:
@@ -98,6 +104,7 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
 
+
 PURPOSE = "purpose:test"
 ALL_TOOLS = sorted(TOOLS)
 MODES = ("auto", "legacy")
@@ -120,7 +127,9 @@ def env_int(name: str, default: int) -> int:
 
 
 def _load_hashing_encoder() -> type:
-    spec = importlib.util.spec_from_file_location("_ranking_conftest_for_reliability", TESTS / "ranking" / "conftest.py")
+    spec = importlib.util.spec_from_file_location(
+        "_ranking_conftest_for_reliability", TESTS / "ranking" / "conftest.py"
+    )
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module.HashingTestEncoder
@@ -159,7 +168,6 @@ class Live:
     def __exit__(self, *exc: object) -> None:
         self.thread.__exit__(*exc)
         self.engine.close()
-
 
 
 # --------------------------------------------------------------------------- contexts
@@ -222,7 +230,17 @@ def unique_token() -> str:
 # --------------------------------------------------------------------------- checks
 
 _AUDIT_RE = re.compile(r"^aud_[0-9a-f]{32}$")
-LEAK_MARKERS = ("Traceback", 'File "', "Error:", "Exception", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "/tmp/", "site-packages", "sqlite", ", line ")
+LEAK_MARKERS = (
+    "Traceback",
+    'File "',
+    "Error:",
+    "Exception",
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    "/tmp/",
+    "site-packages",
+    "sqlite",
+    ", line ",
+)
 
 
 def check_envelope(tool: str, result: Any) -> dict[str, Any]:
@@ -311,7 +329,9 @@ class SyncDriver:
         self.thread.join(timeout=5)
 
     def _run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, self.timeout_s), self.loop).result(self.timeout_s + 5)
+        return asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, self.timeout_s), self.loop).result(
+            self.timeout_s + 5
+        )
 
     def call(self, mode: str, tool: str, arguments: dict[str, Any]) -> tuple[str, Any]:
         """('envelope', env) or ('protocol', (code, message)); anything else raises."""
@@ -345,12 +365,26 @@ class RawRpc:
 
     def __init__(self, url: str, token: str, mode: str) -> None:
         self.url, self.mode = url, mode
-        self.http = httpx.Client(timeout=60.0, headers={
-            HEADER: token, "accept": "application/json, text/event-stream", "content-type": "application/json"})
+        self.http = httpx.Client(
+            timeout=60.0,
+            headers={
+                HEADER: token,
+                "accept": "application/json, text/event-stream",
+                "content-type": "application/json",
+            },
+        )
         self.session: str | None = None
         if mode == "legacy":
-            init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
+            init = {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "0"},
+                },
+            }
             r = self.http.post(url, content=json.dumps(init))
             assert r.status_code == 200, r.text
             self.session = r.headers.get("mcp-session-id")
@@ -367,8 +401,10 @@ class RawRpc:
     def tools_call_body(self, tool: str, arguments_json: str, rpc_id: int = 7) -> bytes:
         """The request with `arguments_json` spliced in verbatim (it may be invalid JSON)."""
         meta = "" if self.mode == "legacy" else ',"_meta":' + json.dumps(_MODERN_META)
-        return (f'{{"jsonrpc":"2.0","id":{rpc_id},"method":"tools/call","params":{{"name":{json.dumps(tool)},'
-                f'"arguments":{arguments_json}{meta}}}}}').encode("utf-8", "surrogatepass")
+        return (
+            f'{{"jsonrpc":"2.0","id":{rpc_id},"method":"tools/call","params":{{"name":{json.dumps(tool)},'
+            f'"arguments":{arguments_json}{meta}}}}}'
+        ).encode("utf-8", "surrogatepass")
 
     def post(self, body: bytes, tool: str = "") -> httpx.Response:
         headers = {}

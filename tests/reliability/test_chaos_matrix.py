@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from rel_support import FIGURES, HashingTestEncoder, env_int
 from test_crash_safety import (
     WORKERS,
@@ -37,8 +36,7 @@ pytestmark = pytest.mark.anyio
 
 ROUNDS = env_int("ENGRAM_CHAOS_ROUNDS", 1)
 SEED = env_int("ENGRAM_CHAOS_SEED", 4242)
-COMMANDS = ("rotate-kek", "backup", "expire", "transition", "rebuild-projections", "sweep-invalidations",
-            "tenant-set")
+COMMANDS = ("rotate-kek", "backup", "expire", "transition", "rebuild-projections", "sweep-invalidations", "tenant-set")
 
 
 def _arguments(command: str, cycle: int, tmp_path: Path, ledger: Ledger) -> dict[str, Any]:
@@ -52,8 +50,13 @@ def _arguments(command: str, cycle: int, tmp_path: Path, ledger: Ledger) -> dict
             return {}
         marker = live[0]
         ledger.maybe_forgotten.add(marker)  # no longer expected current, whether or not it ran
-        return {"operation": "dispute", "tenant": "acme", "workspace": "ws1",
-                "record_id": ledger.records[marker], "reason_ref": "chaos:dispute"}
+        return {
+            "operation": "dispute",
+            "tenant": "acme",
+            "workspace": "ws1",
+            "record_id": ledger.records[marker],
+            "reason_ref": "chaos:dispute",
+        }
     return {}
 
 
@@ -67,8 +70,9 @@ def _run_command(data_dir: Path, command: str, args: dict[str, Any], outcome: di
 def _check_restore(tmp_path: Path, data_dir: Path, backup: Path, ledger: Ledger, cycle: int) -> None:
     """The backup restores with the live keys; what was acknowledged forgotten stays gone."""
     target = tmp_path / f"restored-{cycle}"
-    engine = Engine.restore(backup, target, key_source=data_dir / "keys", encoder=HashingTestEncoder(),
-                            load_model=False)
+    engine = Engine.restore(
+        backup, target, key_source=data_dir / "keys", encoder=HashingTestEncoder(), load_model=False
+    )
     try:
         assert all(engine.verify_journal().values())
         with engine.parts.store.reader() as tx:
@@ -93,8 +97,10 @@ async def test_admin_commands_beside_a_killed_server(tmp_path: Path):
         for _ in range(ROUNDS):
             for command in COMMANDS:
                 stop = asyncio.Event()
-                tasks = [asyncio.create_task(worker(server.url, n, random.Random(rng.random()), ledger, stop))
-                         for n in range(WORKERS)]
+                tasks = [
+                    asyncio.create_task(worker(server.url, n, random.Random(rng.random()), ledger, stop))
+                    for n in range(WORKERS)
+                ]
                 await asyncio.sleep(rng.uniform(0.5, 1.2))
                 args = _arguments(command, cycle, tmp_path, ledger)
                 outcome: dict[str, Any] = {}

@@ -28,12 +28,9 @@ from typing import Any
 
 import pytest
 from mcp.shared.exceptions import MCPError
-
 from rel_support import (
-    ServerProcess,
     CAPTURE,
     CONTEXT_UNAVAILABLE,
-    UNKNOWN_TOOL,
     FIGURES,
     FORGET,
     GET,
@@ -42,14 +39,16 @@ from rel_support import (
     PURPOSE,
     REQUEST_ADMISSION,
     SEARCH,
+    UNKNOWN_TOOL,
     WITHDRAW,
     HashingTestEncoder,
+    ServerProcess,
     call,
     capture_args,
     check_envelope,
-    connect,
     code,
     confirmed_token,
+    connect,
     ctx_token,
     env_int,
     key,
@@ -71,8 +70,8 @@ SCOPE = ("acme", "ws1")
 def launcher_process(data_dir: Path, log: Path) -> ServerProcess:
     """The crash tests' server: `launcher.py` serving `data_dir` with the test encoder."""
     return ServerProcess(
-        lambda port: [sys.executable, str(HERE / "launcher.py"), str(data_dir), str(port)],
-        log, cwd=HERE.parents[1])
+        lambda port: [sys.executable, str(HERE / "launcher.py"), str(data_dir), str(port)], log, cwd=HERE.parents[1]
+    )
 
 
 @dataclass
@@ -116,7 +115,7 @@ async def perform(url: str, op: Op, mode: str, ledger: Ledger) -> dict[str, Any]
         if (exc.code, exc.message) in (CONTEXT_UNAVAILABLE, UNKNOWN_TOOL):
             raise
         result = None
-    except (Exception, asyncio.TimeoutError):  # the server died under us
+    except (TimeoutError, Exception):  # the server died under us
         result = None
     if result is None:
         ledger.inflight.append(op)
@@ -199,23 +198,28 @@ def offline_checks(data_dir: Path, ledger: Ledger) -> None:
         try:
             bad = db.execute(
                 "SELECT count(*) FROM candidates WHERE state IN ('accepted','rejected','withdrawn')"
-                " AND (sealed IS NOT NULL OR key_id IS NOT NULL)").fetchone()[0]
+                " AND (sealed IS NOT NULL OR key_id IS NOT NULL)"
+            ).fetchone()[0]
             assert bad == 0, "terminal candidates still hold a body or key"
-            bad = db.execute("SELECT count(*) FROM records WHERE state='tombstoned'"
-                             " AND (sealed IS NOT NULL OR key_id IS NOT NULL)").fetchone()[0]
+            bad = db.execute(
+                "SELECT count(*) FROM records WHERE state='tombstoned' AND (sealed IS NOT NULL OR key_id IS NOT NULL)"
+            ).fetchone()[0]
             assert bad == 0, "tombstoned records still hold a body or key"
             orphan = db.execute(
                 "SELECT count(*) FROM keys WHERE key_id NOT IN (SELECT key_id FROM candidates WHERE key_id IS NOT NULL)"
-                " AND key_id NOT IN (SELECT key_id FROM records WHERE key_id IS NOT NULL)").fetchone()[0]
+                " AND key_id NOT IN (SELECT key_id FROM records WHERE key_id IS NOT NULL)"
+            ).fetchone()[0]
             assert orphan == 0, "orphan data keys"
             missing = db.execute(
                 "SELECT count(*) FROM candidates c WHERE c.state='accepted' AND NOT EXISTS"
                 " (SELECT 1 FROM records r WHERE r.tenant=c.tenant AND r.workspace=c.workspace"
-                " AND r.candidate_id=c.candidate_id)").fetchone()[0]
+                " AND r.candidate_id=c.candidate_id)"
+            ).fetchone()[0]
             assert missing == 0, "accepted candidates without a record"
             cursor_ok = db.execute(
                 "SELECT count(*) FROM scopes s WHERE s.cursor != (SELECT max(cursor) FROM journal j"
-                " WHERE j.tenant=s.tenant AND j.workspace=s.workspace)").fetchone()[0]
+                " WHERE j.tenant=s.tenant AND j.workspace=s.workspace)"
+            ).fetchone()[0]
             assert cursor_ok == 0, "scope cursor differs from the journal head"
         finally:
             db.close()
@@ -255,7 +259,9 @@ async def online_checks(url: str, ledger: Ledger, ops: list[Op], markers: list[s
             if rid is None or (marker in ledger.maybe_forgotten and marker not in ledger.forgotten):
                 continue
             got = check_envelope(GET, await client.call_tool(GET, {"record_id": rid, "purpose_ref": PURPOSE}))
-            found = value(check_envelope(SEARCH, await client.call_tool(SEARCH, {"query": marker, "purpose_ref": PURPOSE})))
+            found = value(
+                check_envelope(SEARCH, await client.call_tool(SEARCH, {"query": marker, "purpose_ref": PURPOSE}))
+            )
             ids = [p["record"]["record_id"] for p in found["records"]]
             if marker in ledger.forgotten:
                 assert code(got) == "NOT_FOUND" and rid not in ids, marker
@@ -283,8 +289,12 @@ async def retry_inflight(url: str, ledger: Ledger) -> None:
 
 
 async def recover(
-    server: ServerProcess, data_dir: Path, ledger: Ledger, stop: asyncio.Event,
-    workers: list[asyncio.Task], checked: int,
+    server: ServerProcess,
+    data_dir: Path,
+    ledger: Ledger,
+    stop: asyncio.Event,
+    workers: list[asyncio.Task],
+    checked: int,
 ) -> int:
     """After a SIGKILL: let the storm's workers finish, check the files offline, restart,
     retry what was in flight, and check every mutation acknowledged since `checked`
@@ -309,8 +319,10 @@ async def test_sigkill_storm(tmp_path: Path):
         server.start()
         for cycle in range(CYCLES):
             stop = asyncio.Event()
-            tasks = [asyncio.create_task(worker(server.url, n, random.Random(rng.random()), ledger, stop))
-                     for n in range(WORKERS)]
+            tasks = [
+                asyncio.create_task(worker(server.url, n, random.Random(rng.random()), ledger, stop))
+                for n in range(WORKERS)
+            ]
             await asyncio.sleep(rng.uniform(0.2, 1.0))
             await asyncio.to_thread(server.kill)
             checked = await recover(server, data_dir, ledger, stop, tasks, checked)
@@ -319,6 +331,8 @@ async def test_sigkill_storm(tmp_path: Path):
         await online_checks(server.url, ledger, ledger.acked, sorted({op.marker for op in ledger.acked}))
     finally:
         server.stop()
-    print(f"cycles={CYCLES} acked={len(ledger.acked)} records={len(ledger.records)} "
-          f"forgotten={len(ledger.forgotten)} withdrawn={len(ledger.withdrawn)}")
+    print(
+        f"cycles={CYCLES} acked={len(ledger.acked)} records={len(ledger.records)} "
+        f"forgotten={len(ledger.forgotten)} withdrawn={len(ledger.withdrawn)}"
+    )
     assert len(ledger.acked) > CYCLES  # the storm did work between kills

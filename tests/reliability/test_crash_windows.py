@@ -12,9 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from rel_support import FORGET, REQUEST_ADMISSION, WITHDRAW, CAPTURE, HashingTestEncoder, capture_args, key
 from factories import confirmed, context
+from rel_support import CAPTURE, FORGET, REQUEST_ADMISSION, WITHDRAW, HashingTestEncoder, capture_args, key
 
 from engram.models.tools import TOOLS
 from engram.service.engine import transitions
@@ -34,7 +33,9 @@ class Crash(Exception):
 
 def _accepted(engine: Engine, ctx) -> str:
     cid = engine.execute(CAPTURE, ctx, capture_args("window test zqwindow"))["candidate_id"]
-    return engine.execute(REQUEST_ADMISSION, ctx, {"candidate_id": cid, "idempotency_key": key("admit")})["outcome"]["record_id"]
+    return engine.execute(REQUEST_ADMISSION, ctx, {"candidate_id": cid, "idempotency_key": key("admit")})["outcome"][
+        "record_id"
+    ]
 
 
 def test_forget_interrupted_after_commit_replays_a_valid_answer(engine, monkeypatch):

@@ -10,15 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from rel_support import (
-    Live,
     CAPTURE,
     GET,
     MODES,
     PURPOSE,
     REQUEST_ADMISSION,
     SEARCH,
+    Live,
     call,
     capture_args,
     code,
@@ -83,7 +82,9 @@ async def test_corrupt_vector_file_then_rebuild(tmp_path: Path):
         # New writes while the vector file is damaged: acknowledged, or a clear retriable answer.
         later = unique_token()
         tok = ctx_token()
-        cid = value(await call(live.url, tok, "auto", CAPTURE, capture_args(f"fail closed note {later}")))["candidate_id"]
+        cid = value(await call(live.url, tok, "auto", CAPTURE, capture_args(f"fail closed note {later}")))[
+            "candidate_id"
+        ]
         adm_args = {"candidate_id": cid, "idempotency_key": key("a")}
         env = await call(live.url, tok, "auto", REQUEST_ADMISSION, adm_args)
         if not env["ok"]:
@@ -137,11 +138,14 @@ class _FullDisk:
         return getattr(self._conn, name)
 
 
-@pytest.mark.parametrize("fail_on,after,expected", [
-    ("INSERT", False, ("STORE_UNAVAILABLE",)),
-    ("COMMIT", False, ("STORE_UNAVAILABLE", "MUTATION_OUTCOME_UNKNOWN")),
-    ("COMMIT", True, ("MUTATION_OUTCOME_UNKNOWN",)),
-])
+@pytest.mark.parametrize(
+    "fail_on,after,expected",
+    [
+        ("INSERT", False, ("STORE_UNAVAILABLE",)),
+        ("COMMIT", False, ("STORE_UNAVAILABLE", "MUTATION_OUTCOME_UNKNOWN")),
+        ("COMMIT", True, ("MUTATION_OUTCOME_UNKNOWN",)),
+    ],
+)
 async def test_disk_full(fresh, fail_on, after, expected):
     marker = unique_token()
     rid = await admitted(fresh.url, marker)

@@ -17,12 +17,11 @@ import copy
 import json
 from typing import Any
 
+import jsonschema_compat
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
-
-import jsonschema_compat
 from rel_support import (
     ALL_TOOLS,
     CAPTURE,
@@ -52,13 +51,15 @@ jsonschema_compat.install()
 EXAMPLES = env_int("ENGRAM_FUZZ_EXAMPLES", 25)
 CANARY = "CANARYxq7"
 FUZZ_SETTINGS = settings(
-    max_examples=EXAMPLES, deadline=None, database=None, derandomize=False,
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    derandomize=False,
     suppress_health_check=list(HealthCheck),
 )
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=40),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=40),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
     max_leaves=12,
 )
@@ -67,8 +68,13 @@ JSON = st.recursive(
 def base_args(tool: str) -> dict[str, Any]:
     """A well-formed call of `tool` (targets unknown where a target is needed)."""
     if tool == SEARCH:
-        return {"query": "ledger balances", "purpose_ref": PURPOSE, "limit": 5, "max_packet_bytes": 65536,
-                "capability_policy": {"minimum_channels": "lexical", "network": "forbid"}}
+        return {
+            "query": "ledger balances",
+            "purpose_ref": PURPOSE,
+            "limit": 5,
+            "max_packet_bytes": 65536,
+            "capability_policy": {"minimum_channels": "lexical", "network": "forbid"},
+        }
     if tool == GET:
         return {"record_id": "mem_" + "a" * 52, "purpose_ref": PURPOSE, "max_packet_bytes": 65536}
     if tool == CAPTURE:
@@ -183,6 +189,7 @@ def test_fuzz_tool_arguments(driver, tool, generator):
 
 # --------------------------------------------------------------------------- nasty, SDK client
 
+
 def _deep(levels: int, leaf: Any) -> Any:
     out = leaf
     for _ in range(levels):
@@ -206,8 +213,11 @@ def nasty_cases() -> list[tuple[str, str, dict[str, Any]]]:
         ("capture 2MB text", CAPTURE, with_payload(components=[{**capture["payload"]["components"][0], "text": big}])),
         ("search non-NFC query", SEARCH, {**search, "query": "cafe\u0301 " + CANARY}),
         ("capture non-NFC key", CAPTURE, {**capture, "idempotency_key": "cle\u0301-" + CANARY + "-0123456789"}),
-        ("capture non-NFC component text", CAPTURE,
-         with_payload(components=[{**capture["payload"]["components"][0], "text": "Ame\u0301lie " + CANARY}])),
+        (
+            "capture non-NFC component text",
+            CAPTURE,
+            with_payload(components=[{**capture["payload"]["components"][0], "text": "Ame\u0301lie " + CANARY}]),
+        ),
         ("search deep nesting", SEARCH, {**search, "query": _deep(1000, CANARY)}),
         ("capture deep nesting", CAPTURE, {**capture, "evidence": _deep(1000, CANARY)}),
         ("search extra top-level", SEARCH, {**search, "tenant": "umbrella"}),
@@ -229,17 +239,26 @@ def nasty_cases() -> list[tuple[str, str, dict[str, Any]]]:
         ("capture components as object", CAPTURE, with_payload(components={"c1": CANARY})),
         ("capture unsafe integer", CAPTURE, with_payload(valid_time={"t": 2**63})),
         ("capture t_end before t", CAPTURE, with_payload(valid_time={"t": 10, "t_end": 5})),
-        ("capture bad instant", CAPTURE, with_payload(retention={"derivative_rule": "make-ineligible",
-                                                                  "expires_at": "2030-02-30T00:00:00.000Z"})),
-        ("capture past expiry", CAPTURE, with_payload(retention={"derivative_rule": "make-ineligible",
-                                                                  "expires_at": "2001-01-01T00:00:00.000Z"})),
+        (
+            "capture bad instant",
+            CAPTURE,
+            with_payload(retention={"derivative_rule": "make-ineligible", "expires_at": "2030-02-30T00:00:00.000Z"}),
+        ),
+        (
+            "capture past expiry",
+            CAPTURE,
+            with_payload(retention={"derivative_rule": "make-ineligible", "expires_at": "2001-01-01T00:00:00.000Z"}),
+        ),
         ("capture retain", CAPTURE, with_payload(retention={"derivative_rule": "retain"})),
         ("capture unsorted families", CAPTURE, with_payload(reconciliation={"family_refs": ["b", "a"]})),
-        ("capture uppercase digest", CAPTURE, {**capture, "evidence": {**capture["evidence"],
-                                                                      "evidence_digest": "sha256:" + "AB" * 32}}),
+        (
+            "capture uppercase digest",
+            CAPTURE,
+            {**capture, "evidence": {**capture["evidence"], "evidence_digest": "sha256:" + "AB" * 32}},
+        ),
         ("capture short key", CAPTURE, {**capture, "idempotency_key": "short"}),
         ("capture 15-byte key", CAPTURE, {**capture, "idempotency_key": "k" * 15}),
-        ("capture key of 4 emoji", CAPTURE, {**capture, "idempotency_key": "\U0001F600" * 4}),
+        ("capture key of 4 emoji", CAPTURE, {**capture, "idempotency_key": "\U0001f600" * 4}),
         ("get bad record id", GET, {"record_id": "MEM_" + CANARY, "purpose_ref": PURPOSE}),
         ("get record id with padding", GET, {"record_id": "mem_aaaa=", "purpose_ref": PURPOSE}),
         ("get record id newline", GET, {"record_id": "mem_aaaa\n", "purpose_ref": PURPOSE}),
@@ -276,12 +295,29 @@ def test_nasty_cases_sdk(driver, mode):
         seen[name] = "ok" if out["ok"] else out["error"]["code"]
     print(json.dumps(seen, indent=1))
     # What the contract names explicitly:
-    for name in ("search non-NFC query", "capture non-NFC key", "capture non-NFC component text",
-                 "search extra top-level", "search confirmed extra", "forget confirmed extra",
-                 "capture extra nested", "search null limit", "search null cursor", "capture null retention",
-                 "search 2MB query", "capture 2MB text", "search limit as string", "search limit as float",
-                 "capture t_end before t", "capture past expiry", "capture short key", "capture 15-byte key",
-                 "search 8193-byte query", "search packet too small", "capture unsorted families"):
+    for name in (
+        "search non-NFC query",
+        "capture non-NFC key",
+        "capture non-NFC component text",
+        "search extra top-level",
+        "search confirmed extra",
+        "forget confirmed extra",
+        "capture extra nested",
+        "search null limit",
+        "search null cursor",
+        "capture null retention",
+        "search 2MB query",
+        "capture 2MB text",
+        "search limit as string",
+        "search limit as float",
+        "capture t_end before t",
+        "capture past expiry",
+        "capture short key",
+        "capture 15-byte key",
+        "search 8193-byte query",
+        "search packet too small",
+        "capture unsorted families",
+    ):
         assert seen[name] in ("INVALID_SCHEMA", "client refused (RecursionError)"), (name, seen[name])
     assert seen["capture retain"] == "UNAUTHORIZED"
     assert seen["capture uppercase digest"] == "INVALID_DIGEST"
@@ -292,34 +328,45 @@ def test_nasty_cases_sdk(driver, mode):
 
 # --------------------------------------------------------------------------- nasty, raw JSON-RPC
 
+
 def raw_cases(tool_args: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(name, tool, arguments JSON text spliced verbatim into a tools/call)."""
     search = json.dumps(base_args(SEARCH))[1:-1]
     deep = "[" * 1000 + json.dumps(CANARY) + "]" * 1000
     return [
-        ("duplicate purpose_ref", SEARCH, '{' + search + ',"purpose_ref":"other-' + CANARY + '"}'),
-        ("duplicate purpose_ref, bound last", SEARCH, '{"purpose_ref":"other-' + CANARY + '",' + search + '}'),
-        ("duplicate query", SEARCH, '{' + search + ',"query":"' + CANARY + '"}'),
-        ("duplicate record_id in forget", FORGET,
-         '{"record_id":"mem_aaaa","record_id":"mem_bbbb","idempotency_key":"' + key() + '","reason_ref":"r"}'),
-        ("arguments array", SEARCH, '[' + json.dumps(base_args(SEARCH)) + ']'),
+        ("duplicate purpose_ref", SEARCH, "{" + search + ',"purpose_ref":"other-' + CANARY + '"}'),
+        ("duplicate purpose_ref, bound last", SEARCH, '{"purpose_ref":"other-' + CANARY + '",' + search + "}"),
+        ("duplicate query", SEARCH, "{" + search + ',"query":"' + CANARY + '"}'),
+        (
+            "duplicate record_id in forget",
+            FORGET,
+            '{"record_id":"mem_aaaa","record_id":"mem_bbbb","idempotency_key":"' + key() + '","reason_ref":"r"}',
+        ),
+        ("arguments array", SEARCH, "[" + json.dumps(base_args(SEARCH)) + "]"),
         ("arguments string", SEARCH, json.dumps(CANARY)),
         ("arguments number", SEARCH, "42"),
         ("arguments null", SEARCH, "null"),
-        ("NaN limit", SEARCH, '{' + search.replace('"limit": 5', '"limit": NaN') + '}'),
-        ("Infinity limit", SEARCH, '{' + search.replace('"limit": 5', '"limit": Infinity') + '}'),
+        ("NaN limit", SEARCH, "{" + search.replace('"limit": 5', '"limit": NaN') + "}"),
+        ("Infinity limit", SEARCH, "{" + search.replace('"limit": 5', '"limit": Infinity') + "}"),
         ("-Infinity t", CAPTURE, json.dumps(tool_args[CAPTURE]).replace('"t": ', '"t": -Infinity, "x": ', 1)),
-        ("lone high surrogate", SEARCH, '{' + search.replace('"ledger balances"', '"ledger \\ud800 ' + CANARY + '"') + '}'),
-        ("lone low surrogate in key", CAPTURE,
-         json.dumps(tool_args[CAPTURE]).replace('"idempotency_key": "', '"idempotency_key": "\\udc00', 1)),
-        ("surrogate pair escaped", SEARCH, '{' + search.replace('"ledger balances"', '"\\ud83d\\ude00 ledger"') + '}'),
-        ("deep nesting 1000", SEARCH, '{' + search + ',"x":' + deep + '}'),
-        ("deep nesting 1000 as query", SEARCH, '{' + search.replace('"ledger balances"', deep) + '}'),
-        ("2MB string", SEARCH, '{' + search.replace('"ledger balances"', json.dumps(CANARY + "y" * (2 << 20))) + '}'),
-        ("truncated", SEARCH, '{' + search),
-        ("trailing garbage", SEARCH, '{' + search + '} ' + CANARY),
-        ("big integer", SEARCH, '{' + search.replace('"limit": 5', '"limit": ' + "9" * 5000) + '}'),
-        ("float exponent", SEARCH, '{' + search.replace('"limit": 5', '"limit": 1e400') + '}'),
+        (
+            "lone high surrogate",
+            SEARCH,
+            "{" + search.replace('"ledger balances"', '"ledger \\ud800 ' + CANARY + '"') + "}",
+        ),
+        (
+            "lone low surrogate in key",
+            CAPTURE,
+            json.dumps(tool_args[CAPTURE]).replace('"idempotency_key": "', '"idempotency_key": "\\udc00', 1),
+        ),
+        ("surrogate pair escaped", SEARCH, "{" + search.replace('"ledger balances"', '"\\ud83d\\ude00 ledger"') + "}"),
+        ("deep nesting 1000", SEARCH, "{" + search + ',"x":' + deep + "}"),
+        ("deep nesting 1000 as query", SEARCH, "{" + search.replace('"ledger balances"', deep) + "}"),
+        ("2MB string", SEARCH, "{" + search.replace('"ledger balances"', json.dumps(CANARY + "y" * (2 << 20))) + "}"),
+        ("truncated", SEARCH, "{" + search),
+        ("trailing garbage", SEARCH, "{" + search + "} " + CANARY),
+        ("big integer", SEARCH, "{" + search.replace('"limit": 5', '"limit": ' + "9" * 5000) + "}"),
+        ("float exponent", SEARCH, "{" + search.replace('"limit": 5', '"limit": 1e400') + "}"),
     ]
 
 
@@ -328,8 +375,11 @@ def raw_envelopes() -> list[tuple[str, bytes]]:
     return [
         ("empty body", b""),
         ("not json", b"\xff\xfe" + CANARY.encode()),
-        ("invalid utf-8 in string", b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"engram_memory_search",'
-                                    b'"arguments":{"query":"\xc3\x28' + CANARY.encode() + b'","purpose_ref":"purpose:test"}}}'),
+        (
+            "invalid utf-8 in string",
+            b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"engram_memory_search",'
+            b'"arguments":{"query":"\xc3\x28' + CANARY.encode() + b'","purpose_ref":"purpose:test"}}}',
+        ),
         ("batch", b'[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]'),
         ("no method", b'{"jsonrpc":"2.0","id":1}'),
         ("name is number", b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":5,"arguments":{}}}'),
@@ -365,8 +415,15 @@ def test_nasty_cases_raw_jsonrpc(live, mode):
     assert report["duplicate purpose_ref"] == (-32603, "Trusted invocation context unavailable")
     assert report["duplicate query"] == "INVALID_SCHEMA"
     assert report["duplicate record_id in forget"] == "INVALID_SCHEMA"
-    for name in ("NaN limit", "Infinity limit", "lone high surrogate", "lone low surrogate in key",
-                 "2MB string", "float exponent", "big integer"):
+    for name in (
+        "NaN limit",
+        "Infinity limit",
+        "lone high surrogate",
+        "lone low surrogate in key",
+        "2MB string",
+        "float exponent",
+        "big integer",
+    ):
         assert report[name] != "ok", (name, report[name])
 
 

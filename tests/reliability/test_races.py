@@ -11,7 +11,6 @@ from collections import Counter
 from typing import Any
 
 import pytest
-
 from rel_support import (
     CAPTURE,
     FIGURES,
@@ -49,15 +48,23 @@ async def storm(calls: list[Any]) -> list[dict[str, Any]]:
 
 async def captured(live, principal: str) -> tuple[str, str]:
     marker = unique_token()
-    out = value(await call(live.url, ctx_token(principal=principal), "auto", CAPTURE,
-                           capture_args(f"race note {marker}")))
+    out = value(
+        await call(live.url, ctx_token(principal=principal), "auto", CAPTURE, capture_args(f"race note {marker}"))
+    )
     return out["candidate_id"], marker
 
 
 async def accepted(live, principal: str) -> str:
     cid, _ = await captured(live, principal)
-    out = value(await call(live.url, ctx_token(principal=principal), "auto", REQUEST_ADMISSION,
-                           {"candidate_id": cid, "idempotency_key": key("admit")}))
+    out = value(
+        await call(
+            live.url,
+            ctx_token(principal=principal),
+            "auto",
+            REQUEST_ADMISSION,
+            {"candidate_id": cid, "idempotency_key": key("admit")},
+        )
+    )
     return out["outcome"]["record_id"]
 
 
@@ -76,8 +83,12 @@ async def test_same_key_capture_has_one_effect(live):
 async def test_same_key_different_content_one_wins(live):
     idem = key("conflict")
     tok = ctx_token(principal="racer-2")
-    envs = await storm([call(live.url, tok, MODES[i % 2], CAPTURE, capture_args(f"variant {i} {unique_token()}", idem=idem))
-                        for i in range(WIDTH)])
+    envs = await storm(
+        [
+            call(live.url, tok, MODES[i % 2], CAPTURE, capture_args(f"variant {i} {unique_token()}", idem=idem))
+            for i in range(WIDTH)
+        ]
+    )
     oks = [e for e in envs if e["ok"]]
     assert len(oks) == 1 and all(code(e) == "DIGEST_CONFLICT" for e in envs if not e["ok"])
 
@@ -86,18 +97,27 @@ async def test_same_key_admission_has_one_effect(live):
     cid, _ = await captured(live, "racer-3")
     args = {"candidate_id": cid, "idempotency_key": key("admit")}
     tok = ctx_token(principal="racer-3")
-    outs = [value(e) for e in await storm([call(live.url, tok, MODES[i % 2], REQUEST_ADMISSION, args)
-                                           for i in range(WIDTH)])]
+    outs = [
+        value(e)
+        for e in await storm([call(live.url, tok, MODES[i % 2], REQUEST_ADMISSION, args) for i in range(WIDTH)])
+    ]
     assert Counter(o["replayed"] for o in outs) == {False: 1, True: WIDTH - 1}
-    assert len({json.dumps(o["outcome"], sort_keys=True) for o in outs}) == 1 and outs[0]["outcome"]["status"] == "accepted"
+    assert (
+        len({json.dumps(o["outcome"], sort_keys=True) for o in outs}) == 1
+        and outs[0]["outcome"]["status"] == "accepted"
+    )
     assert journal_count(live, "record_accepted", outs[0]["outcome"]["record_id"]) == 1
 
 
 async def test_concurrent_admissions_of_one_candidate(live):
     cid, _ = await captured(live, "racer-4")
     tok = ctx_token(principal="racer-4")
-    envs = await storm([call(live.url, tok, MODES[i % 2], REQUEST_ADMISSION,
-                             {"candidate_id": cid, "idempotency_key": key("admit")}) for i in range(WIDTH)])
+    envs = await storm(
+        [
+            call(live.url, tok, MODES[i % 2], REQUEST_ADMISSION, {"candidate_id": cid, "idempotency_key": key("admit")})
+            for i in range(WIDTH)
+        ]
+    )
     oks = [value(e) for e in envs if e["ok"]]
     assert len(oks) == 1 and oks[0]["outcome"]["status"] == "accepted"
     assert {code(e) for e in envs if not e["ok"]} == {"ALREADY_TERMINAL"}
@@ -109,12 +129,20 @@ async def test_admission_withdraw_race_one_legal_state(live):
     calls = []
     for i in range(WIDTH):
         if i % 2:
-            calls.append(call(live.url, ctx_token(principal="racer-5"), MODES[i % 2], REQUEST_ADMISSION,
-                              {"candidate_id": cid, "idempotency_key": key("admit")}))
+            calls.append(
+                call(
+                    live.url,
+                    ctx_token(principal="racer-5"),
+                    MODES[i % 2],
+                    REQUEST_ADMISSION,
+                    {"candidate_id": cid, "idempotency_key": key("admit")},
+                )
+            )
         else:
             args = {"candidate_id": cid, "idempotency_key": key("withdraw"), "reason_ref": "reason:race"}
-            calls.append(call(live.url, confirmed_token(WITHDRAW, args, cid, principal="racer-5"), MODES[i % 2],
-                              WITHDRAW, args))
+            calls.append(
+                call(live.url, confirmed_token(WITHDRAW, args, cid, principal="racer-5"), MODES[i % 2], WITHDRAW, args)
+            )
     envs = await storm(calls)
     oks = [e for e in envs if e["ok"]]
     assert len(oks) == 1, [e.get("error") for e in envs]
@@ -138,7 +166,9 @@ async def test_concurrent_forgets_of_one_record(live):
     calls = []
     for i in range(WIDTH):
         args = {"record_id": rid, "idempotency_key": key("forget"), "reason_ref": "reason:race"}
-        calls.append(call(live.url, confirmed_token(FORGET, args, rid, principal="racer-6"), MODES[i % 2], FORGET, args))
+        calls.append(
+            call(live.url, confirmed_token(FORGET, args, rid, principal="racer-6"), MODES[i % 2], FORGET, args)
+        )
     envs = await storm(calls)
     oks = [value(e) for e in envs if e["ok"]]
     assert len(oks) == 1 and oks[0]["replayed"] is False
@@ -150,8 +180,12 @@ async def test_same_key_forget_has_one_effect(live):
     rid = await accepted(live, "racer-7")
     args = {"record_id": rid, "idempotency_key": key("forget"), "reason_ref": "reason:race"}
     # Each call carries its own fresh human confirmation of the same operation.
-    envs = await storm([call(live.url, confirmed_token(FORGET, args, rid, principal="racer-7"), MODES[i % 2], FORGET, args)
-                        for i in range(WIDTH)])
+    envs = await storm(
+        [
+            call(live.url, confirmed_token(FORGET, args, rid, principal="racer-7"), MODES[i % 2], FORGET, args)
+            for i in range(WIDTH)
+        ]
+    )
     outs = [value(e) for e in envs]
     assert Counter(o["replayed"] for o in outs) == {False: 1, True: WIDTH - 1}
     assert len({json.dumps(o["receipt"], sort_keys=True) for o in outs}) == 1
@@ -166,7 +200,9 @@ async def test_forget_and_admission_storm_across_records(live):
     for rid in rids:
         for i in range(3):
             args = {"record_id": rid, "idempotency_key": key("forget"), "reason_ref": "reason:race"}
-            calls.append(call(live.url, confirmed_token(FORGET, args, rid, principal="racer-8"), MODES[i % 2], FORGET, args))
+            calls.append(
+                call(live.url, confirmed_token(FORGET, args, rid, principal="racer-8"), MODES[i % 2], FORGET, args)
+            )
     envs = await storm(calls)
     assert sum(1 for e in envs if e["ok"]) == len(rids)
     for rid in rids:

@@ -8,7 +8,6 @@ import copy
 import re
 
 import pytest
-
 from rel_support import (
     CAPTURE,
     FIGURES,

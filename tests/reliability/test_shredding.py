@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from rel_support import (
     CAPTURE,
     FIGURES,
@@ -67,8 +66,10 @@ def vector_rows(args: dict) -> list[bytes]:
 
 
 def content(words: list[str]) -> dict:
-    return capture_args(f"Shred test decision {words[0]} about {words[1]} storage",
-                        extra_text=f"context mentions {words[2]} and {words[3]}")
+    return capture_args(
+        f"Shred test decision {words[0]} about {words[1]} storage",
+        extra_text=f"context mentions {words[2]} and {words[3]}",
+    )
 
 
 async def test_withdraw_shreds_the_candidate(fresh):
@@ -99,7 +100,9 @@ async def test_forget_purges_every_projection_and_backup(fresh):
     args = content(words)
     tok = ctx_token()
     cid = value(await call(fresh.url, tok, "auto", CAPTURE, args))["candidate_id"]
-    adm = value(await call(fresh.url, tok, "auto", REQUEST_ADMISSION, {"candidate_id": cid, "idempotency_key": key("a")}))
+    adm = value(
+        await call(fresh.url, tok, "auto", REQUEST_ADMISSION, {"candidate_id": cid, "idempotency_key": key("a")})
+    )
     rid = adm["outcome"]["record_id"]
     key_id = db_blobs(fresh.data_dir, "records", "key_id", "record_id=?", (rid,))[0]
     wrapped = db_blobs(fresh.data_dir, "keys", "wrapped", "key_id=?", (key_id,))[0]

@@ -50,8 +50,7 @@ def test_pre_versioning_database_is_adopted(tmp_path: Path) -> None:
 def _newer(path: Path) -> None:
     SqliteStore(path).close()
     conn = sqlite3.connect(path)
-    conn.execute("INSERT INTO schema_migrations VALUES (?, 'from the future', 'later')",
-                 (len(SQLITE_MIGRATIONS) + 1,))
+    conn.execute("INSERT INTO schema_migrations VALUES (?, 'from the future', 'later')", (len(SQLITE_MIGRATIONS) + 1,))
     conn.commit()
     conn.close()
 
@@ -72,7 +71,10 @@ def test_cli_refuses_newer_schema_with_reason(tmp_path: Path) -> None:
     env.pop("ENGRAM_DATABASE_URL", None)
     proc = subprocess.run(
         [sys.executable, "-m", "engram.service.cli", "admin", "tenant", "status", "acme", "--data-dir", str(data)],
-        capture_output=True, text=True, env=env, timeout=120,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert proc.returncode == 2
     assert "newer than this release" in proc.stderr
@@ -90,10 +92,16 @@ def test_steps_must_be_ordered() -> None:
 SCOPE = ("acme", "ops")
 OLD_EVENTS = [
     ("candidate_captured", "cand_one", {"payload_digest": "sha256:" + "1" * 64, "principal": "alice"}),
-    ("record_accepted", "mem_one", {"candidate_id": "cand_one", "record_digest": "sha256:" + "2" * 64,
-                                    "trust": "asserted"}),
-    ("record_tombstoned", "mem_one", {"reason_ref": "reason:obsolete", "principal": "alice",
-                                      "from_state": "accepted_current"}),
+    (
+        "record_accepted",
+        "mem_one",
+        {"candidate_id": "cand_one", "record_digest": "sha256:" + "2" * 64, "trust": "asserted"},
+    ),
+    (
+        "record_tombstoned",
+        "mem_one",
+        {"reason_ref": "reason:obsolete", "principal": "alice", "from_state": "accepted_current"},
+    ),
 ]
 
 
@@ -110,8 +118,21 @@ def old_journal_rows(events=OLD_EVENTS, scope=SCOPE) -> list[tuple]:
     return rows
 
 
-OLD_RECORD = (*SCOPE, "mem_one", "tombstoned", "sha256:" + "2" * 64, "sha256:" + "3" * 64, None, None,
-              1000, None, None, 2, "2026-01-01T00:00:02.000Z", "cand_one")
+OLD_RECORD = (
+    *SCOPE,
+    "mem_one",
+    "tombstoned",
+    "sha256:" + "2" * 64,
+    "sha256:" + "3" * 64,
+    None,
+    None,
+    1000,
+    None,
+    None,
+    2,
+    "2026-01-01T00:00:02.000Z",
+    "cand_one",
+)
 
 
 def check_migrated_record(store) -> None:
@@ -128,7 +149,8 @@ def check_migrated_journal(store, rows: list[tuple]) -> None:
     assert store.verify_chain(SCOPE)
     events = list(store.events(SCOPE))
     assert [(e.cursor, e.event_id, e.kind, e.subject, e.body, e.event_digest, e.recorded_at) for e in events] == [
-        (r[2], r[3], r[4], r[5], json.loads(r[6]), r[7], r[9]) for r in rows]
+        (r[2], r[3], r[4], r[5], json.loads(r[6]), r[7], r[9]) for r in rows
+    ]
     with store.transaction() as tx:
         tx.append_event(SCOPE, "record_state_changed", "mem_one", {"operation": "expire"}, "2026-01-02T00:00:00.000Z")
     assert store.verify_chain(SCOPE) and store.scope_cursor(SCOPE) == len(rows) + 1
@@ -139,13 +161,16 @@ def write_step3_database(conn, steps, mark: str, applied_at_type: str) -> list[t
     ``mark`` placeholders) to step 3 as an older release left it: its journal rows (which
     it returns), the scope head, one key and one record. What step 4 then migrates."""
     marks = lambda n: ",".join([mark] * n)  # noqa: E731
-    conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
-                 f" applied_at {applied_at_type} NOT NULL)")
+    conn.execute(
+        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
+        f" applied_at {applied_at_type} NOT NULL)"
+    )
     for step in steps[:3]:
         for statement in step.statements:
             conn.execute(statement)
-        conn.execute(f"INSERT INTO schema_migrations VALUES ({marks(3)})",
-                     (step.version, step.name, "2026-01-01T00:00:00Z"))
+        conn.execute(
+            f"INSERT INTO schema_migrations VALUES ({marks(3)})", (step.version, step.name, "2026-01-01T00:00:00Z")
+        )
     rows = old_journal_rows()
     for row in rows:
         conn.execute(f"INSERT INTO journal VALUES ({marks(10)})", row)
@@ -171,10 +196,12 @@ def test_journal_rows_of_an_older_release_are_compacted(tmp_path: Path) -> None:
     finally:
         store.close()
     conn = sqlite3.connect(path)
-    kinds = conn.execute("SELECT DISTINCT typeof(body), typeof(event_id), typeof(event_digest), typeof(prev_digest)"
-                         " FROM journal").fetchall()
-    sizes = conn.execute("SELECT length(body), length(event_digest) FROM journal WHERE cursor <= ?"
-                         " ORDER BY cursor", (len(rows),)).fetchall()
+    kinds = conn.execute(
+        "SELECT DISTINCT typeof(body), typeof(event_id), typeof(event_digest), typeof(prev_digest) FROM journal"
+    ).fetchall()
+    sizes = conn.execute(
+        "SELECT length(body), length(event_digest) FROM journal WHERE cursor <= ? ORDER BY cursor", (len(rows),)
+    ).fetchall()
     conn.close()
     assert kinds == [("blob", "blob", "blob", "null")]  # rewritten in place, in the compact form
     conn = sqlite3.connect(path)

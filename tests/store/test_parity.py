@@ -25,28 +25,49 @@ import hashlib
 import json
 import random
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-
 from engine_support import (  # noqa: E402
-    CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW, PURPOSE, ContractError, capture_args,
-    confirmed, context, open_engine,
+    CAPTURE,
+    FORGET,
+    GET,
+    PURPOSE,
+    REQUEST_ADMISSION,
+    SEARCH,
+    WITHDRAW,
+    ContractError,
+    capture_args,
+    confirmed,
+    context,
+    open_engine,
 )
 
 from engram.service.engine import capture as capture_module  # noqa: E402
 from engram.service.engine.clock import now_ms  # noqa: E402
 
 STATES = ("accepted_current", "accepted_disputed", "historical", "expired", "trust_invalid", "tombstoned")
-TOKEN = re.compile(
-    r"(?:cand|mem|evt|key|snap)_[a-z0-9]+|sha256:[0-9a-f]{64}|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
+TOKEN = re.compile(r"(?:cand|mem|evt|key|snap)_[a-z0-9]+|sha256:[0-9a-f]{64}|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+WORDS = (
+    "osprey",
+    "billing",
+    "ledger",
+    "replica",
+    "kestrel",
+    "cursor",
+    "tantivy",
+    "vector",
+    "region",
+    "quota",
+    "parser",
+    "pelican",
+    "harbor",
+    "lantern",
+    "meadow",
+    "falcon",
 )
-WORDS = ("osprey", "billing", "ledger", "replica", "kestrel", "cursor", "tantivy", "vector",
-         "region", "quota", "parser", "pelican", "harbor", "lantern", "meadow", "falcon")
 
 
 class Normaliser:
@@ -111,9 +132,26 @@ def run_sequence(engine: Any, seed: int, steps: int = 80) -> tuple[list[Any], li
         return out
 
     for i in range(steps):
-        op = ("capture", "admit")[i % 2] if i < 24 else rng.choice(
-            ("capture", "admit", "search", "search", "page", "page", "get", "replay", "conflict",
-             "withdraw", "forget", "reuse_ref"))
+        op = (
+            ("capture", "admit")[i % 2]
+            if i < 24
+            else rng.choice(
+                (
+                    "capture",
+                    "admit",
+                    "search",
+                    "search",
+                    "page",
+                    "page",
+                    "get",
+                    "replay",
+                    "conflict",
+                    "withdraw",
+                    "forget",
+                    "reuse_ref",
+                )
+            )
+        )
         if op == "capture":
             args = capture_args(_text(rng, i), idempotency_key=f"idem-key-cap-{i:08d}")
             out = call(CAPTURE, args)
@@ -121,7 +159,10 @@ def run_sequence(engine: Any, seed: int, steps: int = 80) -> tuple[list[Any], li
             if out and out.get("candidate_id"):
                 candidates.append(out["candidate_id"])
         elif op == "admit" and candidates:
-            args = {"candidate_id": candidates[-1] if i < 24 else rng.choice(candidates), "idempotency_key": f"idem-key-adm-{i:08d}"}
+            args = {
+                "candidate_id": candidates[-1] if i < 24 else rng.choice(candidates),
+                "idempotency_key": f"idem-key-adm-{i:08d}",
+            }
             out = call(REQUEST_ADMISSION, args)
             calls.append((REQUEST_ADMISSION, args, ctx))
             rid = (out or {}).get("outcome", {}).get("record_id")
@@ -175,24 +216,54 @@ def run_sequence(engine: Any, seed: int, steps: int = 80) -> tuple[list[Any], li
 def store_state(engine: Any, candidate_ids: list[str]) -> dict[str, Any]:
     """Everything the store holds about the run, read through the Store protocol."""
     store = engine.parts.store
-    state: dict[str, Any] = {"tenants": {"acme": store.tenant_enabled("acme")},
-                             "pending_purges": {"/".join(k): sorted(v) for k, v in store.pending_purges().items()}}
+    state: dict[str, Any] = {
+        "tenants": {"acme": store.tenant_enabled("acme")},
+        "pending_purges": {"/".join(k): sorted(v) for k, v in store.pending_purges().items()},
+    }
     for scope in store.scopes():
         with store.reader() as tx:
             candidates = [tx.candidate(scope, cid) for cid in dict.fromkeys(candidate_ids)]
         state["/".join(scope)] = {
             "cursor": store.scope_cursor(scope),
             "chain_intact": store.verify_chain(scope),
-            "events": [[e.cursor, e.event_id, e.kind, e.subject, e.body, e.event_digest, e.recorded_at]
-                       for e in store.events(scope)],
-            "records": {st: [[r.record_id, r.record_digest, r.payload_digest, r.key_id is None,
-                              r.sealed is None, r.valid_from_ms, r.valid_to_ms, r.expires_at_ms,
-                              r.accepted_cursor, r.accepted_at, r.candidate_id]
-                             for r in sorted(store.records_in_state(st, scope), key=lambda r: r.accepted_cursor)]
-                        for st in STATES},
+            "events": [
+                [e.cursor, e.event_id, e.kind, e.subject, e.body, e.event_digest, e.recorded_at]
+                for e in store.events(scope)
+            ],
+            "records": {
+                st: [
+                    [
+                        r.record_id,
+                        r.record_digest,
+                        r.payload_digest,
+                        r.key_id is None,
+                        r.sealed is None,
+                        r.valid_from_ms,
+                        r.valid_to_ms,
+                        r.expires_at_ms,
+                        r.accepted_cursor,
+                        r.accepted_at,
+                        r.candidate_id,
+                    ]
+                    for r in sorted(store.records_in_state(st, scope), key=lambda r: r.accepted_cursor)
+                ]
+                for st in STATES
+            },
             "live_count": store.live_count(scope),
-            "candidates": [[c.candidate_id, c.state, c.key_id is None, c.sealed is None, c.record_digest,
-                            c.payload_digest, c.principal, c.created_cursor] for c in candidates if c],
+            "candidates": [
+                [
+                    c.candidate_id,
+                    c.state,
+                    c.key_id is None,
+                    c.sealed is None,
+                    c.record_digest,
+                    c.payload_digest,
+                    c.principal,
+                    c.created_cursor,
+                ]
+                for c in candidates
+                if c
+            ],
         }
     return state
 
@@ -224,8 +295,13 @@ def _play(engine: Any, seed: int, monkeypatch: pytest.MonkeyPatch) -> tuple[Any,
     normalise = Normaliser()
     answers, candidates = run_sequence(engine, seed)
     state = store_state(engine, candidates)
-    payloads = sorted(r[2] for scope in state.values() if isinstance(scope, dict) and "records" in scope
-                      for rows in scope["records"].values() for r in rows)
+    payloads = sorted(
+        r[2]
+        for scope in state.values()
+        if isinstance(scope, dict) and "records" in scope
+        for rows in scope["records"].values()
+        for r in rows
+    )
     return normalise(answers), normalise(state), payloads
 
 

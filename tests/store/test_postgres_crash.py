@@ -4,14 +4,19 @@ retriable codes (never a silent success), and the engine recovers without a rest
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from pathlib import Path
 
-
 from engine_support import (  # noqa: E402
-    GET, PURPOSE, ContractError, ErrorCode, admit, capture, context, open_engine,
+    GET,
+    PURPOSE,
+    ContractError,
+    ErrorCode,
+    admit,
+    capture,
+    context,
+    open_engine,
 )
 
 OUTAGE_CODES = {ErrorCode.STORE_UNAVAILABLE, ErrorCode.MUTATION_OUTCOME_UNKNOWN}

@@ -5,24 +5,34 @@ confirmation refs, and a gap-free, chained journal cursor per scope under concur
 
 from __future__ import annotations
 
-import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import psycopg
 import pytest
-
-
 from engine_support import (  # noqa: E402
-    CAPTURE, FORGET, REQUEST_ADMISSION, ContractError, ErrorCode, accept, capture, capture_args,
-    confirmed, context, forget_args, open_engine,
+    CAPTURE,
+    FORGET,
+    REQUEST_ADMISSION,
+    ContractError,
+    ErrorCode,
+    accept,
+    capture,
+    capture_args,
+    confirmed,
+    context,
+    forget_args,
+    open_engine,
+)
+from test_migrations import (  # noqa: E402
+    check_migrated_journal,
+    check_migrated_record,
+    write_step3_database,
 )
 
 from engram.service.store.migrations import SchemaTooNew  # noqa: E402
-from test_migrations import (  # noqa: E402
-    SCOPE, check_migrated_journal, check_migrated_record, write_step3_database,
-)
 from engram.service.store.postgres import POSTGRES_MIGRATIONS, PostgresStore  # noqa: E402
 
 
@@ -85,10 +95,18 @@ def test_admission_raced_across_replicas_accepts_once(replicas) -> None:
     a, b = replicas
     ctx = context()
     _, cap = capture(a, ctx, "Racing admissions over two replicas.")
-    results = run_threads([
-        (lambda e=e, i=i: e.execute(REQUEST_ADMISSION, ctx, {"candidate_id": cap["candidate_id"],
-                                                             "idempotency_key": f"idem-key-adm-race-{i:04d}"}))
-        for i, e in enumerate((a, b) * 3)])
+    results = run_threads(
+        [
+            (
+                lambda e=e, i=i: e.execute(
+                    REQUEST_ADMISSION,
+                    ctx,
+                    {"candidate_id": cap["candidate_id"], "idempotency_key": f"idem-key-adm-race-{i:04d}"},
+                )
+            )
+            for i, e in enumerate((a, b) * 3)
+        ]
+    )
     accepted = [r for r in results if isinstance(r, dict)]
     assert len(accepted) == 1 and accepted[0]["outcome"]["status"] == "accepted", results
     assert sorted(str(r) for r in results if not isinstance(r, dict)) == ["ALREADY_TERMINAL"] * 5
@@ -106,10 +124,12 @@ def test_confirmation_ref_spent_on_one_replica_is_spent_on_the_other(replicas) -
     # and the race: one ref offered to both replicas at once is honoured once
     third, fourth = accept(a, ctx, "Third record."), accept(a, ctx, "Fourth record.")
     args3, args4 = forget_args(third), forget_args(fourth)
-    results = run_threads([
-        lambda: a.execute(FORGET, confirmed(ctx, FORGET, third, args3, ref="ref-raced"), args3),
-        lambda: b.execute(FORGET, confirmed(ctx, FORGET, fourth, args4, ref="ref-raced"), args4),
-    ])
+    results = run_threads(
+        [
+            lambda: a.execute(FORGET, confirmed(ctx, FORGET, third, args3, ref="ref-raced"), args3),
+            lambda: b.execute(FORGET, confirmed(ctx, FORGET, fourth, args4, ref="ref-raced"), args4),
+        ]
+    )
     assert sum(isinstance(r, dict) for r in results) == 1, results
     assert [r for r in results if not isinstance(r, dict)] == [ErrorCode.GATE_FAILED]
 
@@ -142,8 +162,21 @@ def test_admin_commands_reach_the_database_named_by_database_url(database_url: s
 
     from engram.service.cli import app
 
-    out = CliRunner().invoke(app, ["admin", "--database-url", database_url, "--key-dir", str(tmp_path / "keys"),
-                                   "tenant", "enable", "acme", "--data-dir", str(tmp_path / "operator")])
+    out = CliRunner().invoke(
+        app,
+        [
+            "admin",
+            "--database-url",
+            database_url,
+            "--key-dir",
+            str(tmp_path / "keys"),
+            "tenant",
+            "enable",
+            "acme",
+            "--data-dir",
+            str(tmp_path / "operator"),
+        ],
+    )
     assert out.exit_code == 0, out.output
     store = PostgresStore(database_url)
     try:
@@ -201,6 +234,7 @@ def test_journal_of_an_older_release_migrates(database_url: str) -> None:
     finally:
         store.close()
     with psycopg.connect(database_url, autocommit=True) as conn:
-        lengths = conn.execute("SELECT octet_length(event_id), octet_length(event_digest), prev_digest"
-                               " FROM journal").fetchall()
+        lengths = conn.execute(
+            "SELECT octet_length(event_id), octet_length(event_digest), prev_digest FROM journal"
+        ).fetchall()
     assert lengths == [(16, 32, None)] * (len(rows) + 1)

@@ -23,11 +23,18 @@ from typing import Any
 
 import psycopg
 import pytest
-
-
 from rel_support import (  # noqa: E402
+    PURPOSE,
+    SECRET,
     ServerProcess,
-    PURPOSE, SECRET, call, capture_args, claims, code, ctx_token, key, scan_dir, unique_token,
+    call,
+    capture_args,
+    claims,
+    code,
+    ctx_token,
+    key,
+    scan_dir,
+    unique_token,
     value,
 )
 
@@ -46,11 +53,30 @@ class Replica(ServerProcess):
         self.data_dir, self.database_url = root / name, database_url
         super().__init__(
             lambda port: [
-                sys.executable, "-m", "engram.service.cli", "serve", "--no-model", "--rate", "0",
-                "--port", str(port), "--data-dir", str(self.data_dir),
-                "--database-url", database_url, "--key-dir", str(key_dir), "--log-level", "warning"],
-            root / f"{name}.log", cwd=ROOT, name=name, ready_timeout_s=120.0,
-            env={**os.environ, "ENGRAM_HOST_SECRET": SECRET.decode(), "PYTHONPATH": str(ROOT)})
+                sys.executable,
+                "-m",
+                "engram.service.cli",
+                "serve",
+                "--no-model",
+                "--rate",
+                "0",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(self.data_dir),
+                "--database-url",
+                database_url,
+                "--key-dir",
+                str(key_dir),
+                "--log-level",
+                "warning",
+            ],
+            root / f"{name}.log",
+            cwd=ROOT,
+            name=name,
+            ready_timeout_s=120.0,
+            env={**os.environ, "ENGRAM_HOST_SECRET": SECRET.decode(), "PYTHONPATH": str(ROOT)},
+        )
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +87,27 @@ def cluster(postgres_cluster, tmp_path_factory: pytest.TempPathFactory):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     # One operator command first: migrates the schema, creates the KEK, opts acme in.
     subprocess.run(
-        [sys.executable, "-m", "engram.service.cli", "admin", "--database-url", url, "--key-dir", str(keys),
-         "tenant", "enable", "acme", "--data-dir", str(root / "operator")],
-        check=True, capture_output=True, cwd=str(ROOT), env=env, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "engram.service.cli",
+            "admin",
+            "--database-url",
+            url,
+            "--key-dir",
+            str(keys),
+            "tenant",
+            "enable",
+            "acme",
+            "--data-dir",
+            str(root / "operator"),
+        ],
+        check=True,
+        capture_output=True,
+        cwd=str(ROOT),
+        env=env,
+        timeout=120,
+    )
     replicas = [Replica(name, root, url, keys).launch() for name in ("a", "b", "c")]
     try:
         for r in replicas:
@@ -80,9 +124,20 @@ def run(replica: Replica, tool: str, args: dict[str, Any], token: str | None = N
 
 def confirmed(tool: str, args: dict[str, Any], target: str, ref: str) -> str:
     approved = int(time.time() * 1000) - 200
-    return mint_token(claims(confirmation={
-        "ref": ref, "capability": tool, "target": target, "operation_digest": operation_digest(tool, args),
-        "approved_at": approved, "expires_at": approved + 60_000}), SECRET, ttl_s=3600)
+    return mint_token(
+        claims(
+            confirmation={
+                "ref": ref,
+                "capability": tool,
+                "target": target,
+                "operation_digest": operation_digest(tool, args),
+                "approved_at": approved,
+                "expires_at": approved + 60_000,
+            }
+        ),
+        SECRET,
+        ttl_s=3600,
+    )
 
 
 def accept_on(replica: Replica, text: str) -> str:
@@ -154,8 +209,16 @@ def test_page_cursor_walks_three_replicas(cluster) -> None:
 def test_forget_purges_every_replica(cluster) -> None:
     a, b, c = cluster
     words = [unique_token() for _ in range(4)]
-    cap = value(run(a, CAPTURE, capture_args(f"Shred test decision {words[0]} about {words[1]} storage",
-                                             extra_text=f"context mentions {words[2]} and {words[3]}")))
+    cap = value(
+        run(
+            a,
+            CAPTURE,
+            capture_args(
+                f"Shred test decision {words[0]} about {words[1]} storage",
+                extra_text=f"context mentions {words[2]} and {words[3]}",
+            ),
+        )
+    )
     adm = value(run(a, REQUEST_ADMISSION, {"candidate_id": cap["candidate_id"], "idempotency_key": key("adm")}))
     rid = adm["outcome"]["record_id"]
     for r in cluster:
@@ -171,8 +234,10 @@ def test_forget_purges_every_replica(cluster) -> None:
     deadline = time.monotonic() + 10
     while True:
         with psycopg.connect(a.database_url) as conn:
-            left = [conn.execute(f"SELECT count(*) FROM {table} WHERE record_id=%s", (rid,)).fetchone()[0]
-                    for table in ("pending_purges", "purge_acks")]
+            left = [
+                conn.execute(f"SELECT count(*) FROM {table} WHERE record_id=%s", (rid,)).fetchone()[0]
+                for table in ("pending_purges", "purge_acks")
+            ]
         if left == [0, 0] or time.monotonic() > deadline:
             break
         time.sleep(0.1)
