@@ -33,7 +33,8 @@ def bench_ann(
         list[Path],
         typer.Option(
             "--real",
-            help="Precomputed .npz vector files (as for `engram eval --vectors`), concatenated into one 'real' set with all their queries; repeatable.",
+            help="Precomputed .npz vector files (as for `engram eval --vectors`), concatenated into one "
+            "'real' set with all their queries; repeatable.",
         ),
     ] = [],  # noqa: B006
     m: Annotated[str, typer.Option("--m", help="Comma-separated graph connectivities (M) to build.")] = "16,32",
@@ -56,7 +57,8 @@ def bench_ann(
         bool,
         typer.Option(
             "--hnswlib/--no-hnswlib",
-            help="Build hnswlib indexes beside usearch's (--no-hnswlib: usearch alone, e.g. at sizes where an hnswlib build takes too long).",
+            help="Build hnswlib indexes beside usearch's (--no-hnswlib: usearch alone, e.g. at sizes where "
+            "an hnswlib build takes too long).",
         ),
     ] = True,
     threads: Annotated[

@@ -944,7 +944,7 @@ def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
     for e in result["sizes"]:
         lat = e["latency"]
 
-        def ppp(name: str) -> str:
+        def ppp(name: str, lat: dict = lat) -> str:
             v = lat[name]
             return f"{v['p50_ms']:.1f} / {v['p95_ms']:.1f} / {v['p99_ms']:.1f}"
 

@@ -31,7 +31,8 @@ def eval_command(
         typer.Option(
             "--data-dir",
             "-d",
-            help="Root of the per-collection engine directories (the embedding cache); default: <ENGRAM_DATA_DIR, else ./data>/eval.",
+            help="Root of the per-collection engine directories (the embedding cache); default: "
+            "<ENGRAM_DATA_DIR, else ./data>/eval.",
         ),
     ] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Output directory (default ./eval-out/<dataset>).")] = None,
@@ -39,7 +40,8 @@ def eval_command(
         str,
         typer.Option(
             "--channels",
-            help="Comma-separated: lexical,semantic,hybrid. With hybrid, naive RRF (k 60) of the same two channel lists also runs, as the baseline hybrid is tested against.",
+            help="Comma-separated: lexical,semantic,hybrid. With hybrid, naive RRF (k 60) of the same two "
+            "channel lists also runs, as the baseline hybrid is tested against.",
         ),
     ] = "lexical,semantic,hybrid",
     split: Annotated[str, typer.Option("--split", help="Judge with qrels/<SPLIT>.tsv.")] = "test",

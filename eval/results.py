@@ -36,9 +36,10 @@ def main(root: str) -> None:
         "neighbouring turns on each side as context):\n"
     )
     print(
-        "```\nengram eval --dataset ../shared/data/<name> --raw-anchors --data-dir ./eval-data --out eval/results/<name>\n"
-        "engram eval --dataset ../shared/data/locomo-dev/conv-26 --context-turns 2 --raw-anchors --data-dir ./eval-data "
-        "--out eval/results/locomo-dev-ctx2/conv-26\n```\n"
+        "```\nengram eval --dataset ../shared/data/<name> --raw-anchors --data-dir ./eval-data "
+        "--out eval/results/<name>\n"
+        "engram eval --dataset ../shared/data/locomo-dev/conv-26 --context-turns 2 --raw-anchors "
+        "--data-dir ./eval-data --out eval/results/locomo-dev-ctx2/conv-26\n```\n"
     )
     print(
         "lexical = the engine's lexical profile (engine opened without the model); semantic = the ranker's "

@@ -98,7 +98,8 @@ def _header(handle: Any) -> dict[str, Any]:
 def _rows(path: Path) -> Iterator[Row]:
     with open(path, "rb") as handle:
         try:
-            for record_id, labels, valid_time in ijson.items(handle, f"{RECORDS}.item"):
+            # each JSON row (a list) is unpacked into the Row tuple, so no `yield from`
+            for record_id, labels, valid_time in ijson.items(handle, f"{RECORDS}.item"):  # noqa: UP028
                 yield record_id, labels, valid_time
         except ijson.JSONError as exc:
             raise ValueError(f"meta.json unreadable: {exc}") from None

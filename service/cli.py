@@ -216,7 +216,9 @@ def serve(
 ) -> None:
     """Serve the six memory tools over MCP (streamable HTTP at /mcp, or --stdio).
 
-    Every HTTP call must carry the host's signed context in the X-Engram-Context header (see service/mcp/host_context.py). /healthz, /readyz and /metrics serve probes; /docs documents them. Every option also comes from ENGRAM_<OPTION> or the --config file.
+    Every HTTP call must carry the host's signed context in the X-Engram-Context header (see
+    service/mcp/host_context.py). /healthz, /readyz and /metrics serve probes; /docs documents them. Every
+    option also comes from ENGRAM_<OPTION> or the --config file.
     """
     from engram.service.logs import configure_logging
     from engram.service.mcp.host_context import (
@@ -367,7 +369,8 @@ def host_secret(
 ) -> None:
     """Create the host secret (mode 0600) if missing, and print its path.
 
-    The host signs every call's context (HS256) with it. ENGRAM_HOST_SECRET, when set, takes precedence over the file at serve time.
+    The host signs every call's context (HS256) with it. ENGRAM_HOST_SECRET, when set, takes precedence over the
+    file at serve time.
     """
     from engram.service.mcp.host_context import create_host_secret, load_host_secret
 

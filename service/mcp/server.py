@@ -8,9 +8,10 @@ A call walks: verify the host context (else -32603) -> tenant opted in (else -32
 purpose (else -32603) -> rate limit (RATE_LIMITED) -> engine in a worker thread under
 the deadline -> envelope. On the common path (granted tool, right purpose, no human to
 ask) the tenant, rate-limit and deadline checks run in the engine's own worker hop, in
-that order, so a call costs one thread hand-off; the answers are the same. The envelope is the `structuredContent`, an identical JSON
-text copy is the text content, and `isError == not ok`. Every envelope has a fresh
-`auditId`, and every call (protocol rejections included) leaves one audit line.
+that order, so a call costs one thread hand-off; the answers are the same. The envelope
+is the `structuredContent`, an identical JSON text copy is the text content, and
+`isError == not ok`. Every envelope has a fresh `auditId`, and every call (protocol
+rejections included) leaves one audit line.
 
 Nothing unexpected leaks: an engine exception becomes a STORE_UNAVAILABLE envelope,
 and a middleware turns any other exception into a constant -32603, in both eras (the

@@ -144,7 +144,7 @@ def check_state(engine, acks: list[dict], in_flight: list[dict], seed: int, data
     token_of = {}
     for row in [*live.values(), *gone]:
         token_of[row.record_id] = texts.get(row.candidate_id)
-    for rid, row in live.items():
+    for rid in live:
         tok = token_of[rid]
         if tok is None:
             continue  # captured by an unacknowledged call: its text is unknown here

@@ -317,7 +317,7 @@ async def test_sigkill_storm(tmp_path: Path):
     checked = 0
     try:
         server.start()
-        for cycle in range(CYCLES):
+        for _cycle in range(CYCLES):
             stop = asyncio.Event()
             tasks = [
                 asyncio.create_task(worker(server.url, n, random.Random(rng.random()), ledger, stop))
