@@ -30,8 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from .bench import exact_top_k, recall_at_10, rss_mb
 from .corpus_gen import CorpusSpec, SyntheticCorpus
+from .memory import rss_mb
+from .neighbours import exact_top_k, recall_at_10
 
 K = 10
 

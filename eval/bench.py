@@ -67,6 +67,8 @@ from engram.service.engine import CallContext
 from engram.service.engine.records import scope_key
 
 from .corpus_gen import CorpusSpec, SyntheticCorpus
+from .memory import peak_rss_mb, reset_peak_rss, rss_mb
+from .neighbours import exact_top_k, recall_at_10
 from .service_memory import measure_service
 
 BENCH_SCOPE = ("bench", "synthetic")
@@ -109,14 +111,6 @@ def interleaved(probes: dict[str, tuple[Callable[[Any], Any], list[Any]]], warmu
     return out
 
 
-def _status_kb(field: str) -> int:
-    with open("/proc/self/status") as handle:
-        for line in handle:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
-
-
 def process_cpu_s(pid: int) -> float:
     """CPU seconds (user + system, all threads) process ``pid`` has used so far."""
     with open(f"/proc/{pid}/stat") as handle:
@@ -137,23 +131,6 @@ def cpu_per_call(server_s: float, client_s: float, calls: int) -> dict[str, floa
         "client_cpu_ms_per_call": round(client_ms, 1),
         "cpu_bound_calls_per_s": round(cores * 1000 / (server_ms + client_ms), 1) if server_ms + client_ms else 0.0,
     }
-
-
-def rss_mb() -> float:
-    return round(_status_kb("VmRSS") / 1024, 1)
-
-
-def peak_rss_mb() -> float:
-    return round(_status_kb("VmHWM") / 1024, 1)
-
-
-def reset_peak_rss() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as handle:
-            handle.write("5")
-        return True
-    except OSError:
-        return False
 
 
 def du_mb(path: Path) -> float:
@@ -201,22 +178,6 @@ def search_args(query: str, minimum: str, limit: int = 10) -> dict[str, Any]:
 
 
 # -- one size --------------------------------------------------------------------------------
-
-
-def exact_top_k(vectors: np.ndarray, queries: np.ndarray, k: int, chunk: int = 100_000) -> np.ndarray:
-    """Exact top-k inner-product labels by brute force, streaming over ``vectors``."""
-    best_s = np.full((len(queries), k), -np.inf, dtype=np.float32)
-    best_i = np.zeros((len(queries), k), dtype=np.int64)
-    for start in range(0, len(vectors), chunk):
-        block = np.asarray(vectors[start : start + chunk], dtype=np.float32)
-        scores = queries @ block.T
-        ids = np.arange(start, start + len(block))[None, :].repeat(len(queries), 0)
-        all_s = np.concatenate([best_s, scores], axis=1)
-        all_i = np.concatenate([best_i, ids], axis=1)
-        top = np.argpartition(-all_s, k - 1, axis=1)[:, :k]
-        best_s = np.take_along_axis(all_s, top, 1)
-        best_i = np.take_along_axis(all_i, top, 1)
-    return best_i
 
 
 def ingest_size(
@@ -377,10 +338,6 @@ def bench_size(
         "_texts": texts,
         "_root": str(root),
     }, engine
-
-
-def recall_at_10(labels: np.ndarray, exact: np.ndarray) -> float:
-    return round(float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(labels.tolist(), exact.tolist())])), 4)
 
 
 def hnswlib_beside(

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
+import annotated_types
 from pydantic import AfterValidator, Field
 from pydantic_core import PydanticCustomError
 
@@ -46,13 +49,20 @@ def _bounded_nfc(min_bytes: int, max_bytes: int) -> AfterValidator:
     return AfterValidator(check)
 
 
-def BoundedText(min_bytes: int, max_bytes: int) -> type[str]:  # noqa: N802 - a type factory
-    """A string of `min_bytes`..`max_bytes` UTF-8 bytes in NFC."""
-    return Annotated[  # type: ignore[return-value]
-        str,
-        Field(min_length=-(-min_bytes // 4), max_length=max_bytes),  # 4 bytes per char at most
-        _bounded_nfc(min_bytes, max_bytes),
-    ]
+@dataclass(frozen=True)
+class Utf8Text(annotated_types.GroupedMetadata):
+    """`Annotated[str, Utf8Text(min, max)]`: a string of `min`..`max` UTF-8 bytes in NFC.
+
+    Pydantic expands it into the character bounds the JSON Schema publishes (4 bytes per
+    character at most) and the exact byte and NFC check.
+    """
+
+    min_bytes: int
+    max_bytes: int
+
+    def __iter__(self) -> Iterator[Any]:
+        yield Field(min_length=-(-self.min_bytes // 4), max_length=self.max_bytes)
+        yield _bounded_nfc(self.min_bytes, self.max_bytes)
 
 
 def _check_digest(value: str) -> str:
@@ -71,8 +81,8 @@ def _check_instant(value: str) -> str:
     return value
 
 
-OpaqueRef = BoundedText(1, 512)
-IdempotencyKey = BoundedText(16, 256)
+OpaqueRef = Annotated[str, Utf8Text(1, 512)]
+IdempotencyKey = Annotated[str, Utf8Text(16, 256)]
 Digest = Annotated[str, Field(json_schema_extra={"pattern": DIGEST_PATTERN}), AfterValidator(_check_digest)]
 Instant = Annotated[str, Field(json_schema_extra={"pattern": INSTANT_PATTERN}), AfterValidator(_check_instant)]
 RecordId = Annotated[str, Field(pattern=RECORD_ID_PATTERN)]

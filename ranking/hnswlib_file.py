@@ -45,7 +45,7 @@ class HnswlibVectors:
     def __contains__(self, label: int) -> bool:
         return label in self._row
 
-    def rows(self, labels: Sequence[int]) -> np.ndarray:
+    def rows(self, labels: Sequence[int] | np.ndarray) -> np.ndarray:
         """float32 vectors of ``labels`` (all present), one row each, in order."""
         picked = self._block[
             [self._row[label] for label in labels], self._data_offset : self._data_offset + 4 * self.dim

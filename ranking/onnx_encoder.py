@@ -19,11 +19,16 @@ import threading
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engram.ranking.encoder import MINILM_DIM, model_path
+from engram.ranking.minilm import MINILM_DIM, model_path
 from engram.ranking.storage import atomic_write
+
+if TYPE_CHECKING:  # both are imported when the model loads
+    import onnxruntime
+    from tokenizers import Tokenizer
 
 # Bump when the exported graph changes (inputs, pooling, opset): older files are ignored.
 EXPORT_REVISION = 1
@@ -88,8 +93,8 @@ class OnnxMiniLM:
     def __init__(self, cache_dir: Path) -> None:
         self._cache_dir = Path(cache_dir)
         self._lock = threading.Lock()
-        self._session = None
-        self._tokenizer = None
+        self._session: onnxruntime.InferenceSession | None = None
+        self._tokenizer: Tokenizer | None = None
 
     def load(self) -> None:
         """Export (first time only) and open the model; idempotent."""
@@ -127,6 +132,7 @@ class OnnxMiniLM:
             return np.zeros((0, self.dim), dtype=np.float32)
         if self._session is None:
             self.load()
+        assert self._tokenizer is not None and self._session is not None  # set by load()
         encodings = self._tokenizer.encode_batch(list(texts))
         feed = {
             "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),

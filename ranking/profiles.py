@@ -195,17 +195,17 @@ class ProfileConfig:
             lexical=LexicalConfig(
                 **{**lexical, "field_weights": FieldWeights(**_known(FieldWeights, data["lexical"]["field_weights"]))}
             ),
-            semantic=SemanticConfig(
-                **{k: VectorStorage(v) if k == "storage" else v for k, v in _known(SemanticConfig, semantic).items()}
-            )
-            if semantic
-            else None,
+            semantic=SemanticConfig(**_semantic_fields(_known(SemanticConfig, semantic))) if semantic else None,
             fusion=FusionConfig(**{**_known(FusionConfig, fusion), "method": FusionMethod(fusion["method"])})
             if fusion
             else None,
             recency=RecencyBlend(**_known(RecencyBlend, data["recency"])),
             score_decimals=int(data["score_decimals"]),
         )
+
+
+def _semantic_fields(known: dict[str, Any]) -> dict[str, Any]:
+    return {k: VectorStorage(v) if k == "storage" else v for k, v in known.items()}
 
 
 def _known(kind: type, data: dict[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -110,7 +110,9 @@ class Ranker:
         self._encoder_error: str | None = None
         # Concurrent searches encode their queries together (see ranking.batching), in
         # batches no larger than what the encoder serves through ONNX Runtime.
-        self._queries: NaturalBatcher[str, np.ndarray] = NaturalBatcher(self._encode, max_batch=SMALL_BATCH)
+        self._queries: NaturalBatcher[str, np.ndarray] = NaturalBatcher(
+            cast(Callable[[Sequence[str]], Sequence[np.ndarray]], self._encode), max_batch=SMALL_BATCH
+        )
         # A hybrid search's lexical channel runs here while its caller encodes the query.
         self._lexical_pool = ThreadPoolExecutor(LEXICAL_THREADS, thread_name_prefix="engram-lexical")
         self._lifecycle = threading.Lock()

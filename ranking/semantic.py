@@ -71,7 +71,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -139,7 +139,7 @@ class _GraphSearch(NamedTuple):
     """One caller's query of a scope's index: the index, a float32 vector, how many, and
     the graph's search depth (ef), or ``exact`` to scan every vector instead."""
 
-    index: Index
+    target: Index
     vector: np.ndarray
     k: int
     ef: int = 0
@@ -153,19 +153,19 @@ def _graph_searches(requests: Sequence[_GraphSearch]) -> list[Matches]:
     it searches; a scope's batches run one at a time (:mod:`ranking.batching`)."""
     groups: dict[tuple[int, int, int, bool], list[int]] = {}
     for i, request in enumerate(requests):
-        groups.setdefault((id(request.index), request.k, request.ef, request.exact), []).append(i)
+        groups.setdefault((id(request.target), request.k, request.ef, request.exact), []).append(i)
     found: dict[int, Matches] = {}
     for rows in groups.values():
         index, _, k, ef, exact = requests[rows[0]]
         if not exact and index.expansion_search != ef:
-            index.expansion_search = ef
+            index.expansion_search = ef  # type: ignore[misc]  # settable; the stub says read-only
         if len(rows) == 1:
-            found[rows[0]] = index.search(requests[rows[0]].vector, k, exact=exact)
+            found[rows[0]] = cast(Matches, index.search(requests[rows[0]].vector, k, exact=exact))
             continue
         batch = index.search(
             np.stack([requests[i].vector for i in rows]), k, threads=min(len(rows), GRAPH_THREADS), exact=exact
         )
-        found.update((i, batch[j]) for j, i in enumerate(rows))
+        found.update((i, cast(Matches, batch[j])) for j, i in enumerate(rows))
     return [found[i] for i in range(len(requests))]
 
 
@@ -210,15 +210,16 @@ def _new_index(dim: int, graph: SemanticConfig) -> Index:
     )
 
 
-def _keys(labels: Sequence[int]) -> np.ndarray:
+def _keys(labels: Sequence[int] | np.ndarray) -> np.ndarray:
     return np.asarray(labels, dtype=np.uint64)
 
 
-def _rows(index: Index, labels: Sequence[int]) -> np.ndarray:
+def _rows(index: Index, labels: Sequence[int] | np.ndarray) -> np.ndarray:
     """The stored vectors of ``labels`` (all present) as float32 rows, in order."""
     if not len(labels):
         return np.zeros((0, index.ndim), np.float32)
-    return np.concatenate(index.get(_keys(labels))).reshape(len(labels), index.ndim).astype(np.float32, copy=False)
+    found = cast(np.ndarray, index.get(_keys(labels)))  # every label is present
+    return np.concatenate(found).reshape(len(labels), index.ndim).astype(np.float32, copy=False)
 
 
 def _yielding_progress() -> Callable[[int, int], bool]:
@@ -448,7 +449,7 @@ class SemanticIndex:
         rows = np.atleast_2d(queries).astype(np.float32, copy=False)
         with state.changing, state.lock.write():
             if ef is not None:
-                state.index.expansion_search = ef
+                state.index.expansion_search = ef  # type: ignore[misc]  # settable; the stub says read-only
             matches = state.index.search(rows, k, exact=ef is None)
         return np.atleast_2d(matches.keys)
 
@@ -560,7 +561,7 @@ class SemanticIndex:
         state.saved_at = time.monotonic()
         return state
 
-    def _rebuild(self, state: _ScopeVectors, stored: Callable[[Sequence[int]], np.ndarray]) -> None:
+    def _rebuild(self, state: _ScopeVectors, stored: Callable[[np.ndarray], np.ndarray]) -> None:
         """Replace the scope's index by a fresh one built with the configured graph from
         the live labels' vectors (``stored`` reads them, a chunk at a time), so vectors
         of hidden labels are gone from it (caller holds ``state.lock`` or owns ``state``)."""

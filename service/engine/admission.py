@@ -26,7 +26,7 @@ from .parts import Parts
 from .policy import Decision, check_fresh
 from .records import Trust, candidate_aad, evidence_digest, transaction_receipt
 from .sealing import SealBroken
-from .secrets import refuse_secrets
+from .secret_scan import refuse_secrets
 
 
 def settle(

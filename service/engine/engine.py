@@ -32,7 +32,7 @@ from .projector import Projector
 from .records import scope_key
 from .replica import Replica, replica_id_for
 from .sealing import SHARED_RETIRE_GRACE_S, BodyVault, KeyRing, copy_key_dir, shred_entries
-from .secrets import refuse_secrets
+from .secret_scan import refuse_secrets
 from .stats import ScopeStats, scope_stats
 
 Operation = Callable[[Parts, CallContext, Any], dict[str, Any]]

@@ -49,7 +49,7 @@ from .records import (
     record_id,
     scope_key,
 )
-from .secrets import refuse_secrets
+from .secret_scan import refuse_secrets
 
 INGEST_TOOL = "engram_operator_ingest"
 INGEST_POLICY = "engram.operator-ingest"

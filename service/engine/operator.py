@@ -13,7 +13,7 @@ from engram.models.codes import ContractError, ErrorCode
 from .clock import instant, now_ms
 from .lifecycle import operator_target
 from .parts import Parts
-from .secrets import refuse_secrets
+from .secret_scan import refuse_secrets
 
 
 def transition(parts: Parts, scope: tuple[str, str], record_id: str, operation: str, reason_ref: str) -> str:

@@ -29,7 +29,7 @@ from engine_support import (
     withdraw_args,
 )
 
-from engram.service.engine import secrets as secret_rules
+from engram.service.engine import secret_scan as secret_rules
 from engram.service.engine.engine import DB_FILE
 
 FAKE = "hunter2x" + "Q7"  # what a person writes after "password:"
@@ -161,7 +161,7 @@ def test_missing_detect_secrets_fails_closed(tmp_path: Path) -> None:
     """Without detect-secrets the detector refuses everything rather than pass it."""
     code = (
         "import sys; sys.modules['detect_secrets'] = None\n"
-        "from service.engine.secrets import find_secret, DETECTOR_UNAVAILABLE\n"
+        "from engram.service.engine.secret_scan import find_secret, DETECTOR_UNAVAILABLE\n"
         "assert find_secret('an ordinary sentence about kites') == DETECTOR_UNAVAILABLE\n"
         "print('closed')\n"
     )

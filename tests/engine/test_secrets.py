@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engram.service.engine.secrets import RULE_NAMES, find_secret, find_secret_in
+from engram.service.engine.secret_scan import RULE_NAMES, find_secret, find_secret_in
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "secrets"
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"

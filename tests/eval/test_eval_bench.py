@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engram.eval.bench import BENCH_SCOPE, bench_size, exact_top_k, percentiles, run_bench
+from engram.eval.bench import BENCH_SCOPE, bench_size, percentiles, run_bench
+from engram.eval.neighbours import exact_top_k
 from engram.ranking import HYBRID_PROFILE
 
 
