@@ -1,6 +1,7 @@
-"""Collect per-collection reports into the cross-collection table (eval/RESULTS.md).
+"""Collect per-collection reports into the cross-collection tables of the Relevance
+section of eval/RESULTS.md (printed to stdout; the file itself is curated by topic).
 
-python -m eval.results eval/results > eval/RESULTS.md
+    python -m eval.results eval/results
 """
 
 from __future__ import annotations
