@@ -99,9 +99,14 @@ MESSAGES: dict[ErrorCode, str] = {
 
 
 def reference_table() -> str:
-    """The README's error-code table (markdown), generated from the definitions above."""
+    """The error-code table (markdown) of docs/reference/error-codes.md, generated from
+    the definitions above."""
     rows = ["| code | retriable | message (fixed per code) |", "|---|---|---|"]
-    rows += [f"| `{code.value}` | {'yes' if code in RETRIABLE else 'no'} | {MESSAGES[code]} |" for code in ErrorCode]
+    rows += [
+        f"| `{code.value}` | {'yes' if code in RETRIABLE else 'no'} | "
+        f"{MESSAGES[code].replace('<', '&lt;').replace('>', '&gt;')} |"
+        for code in ErrorCode
+    ]
     return "\n".join(rows)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextvars
 import os
+import typing
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -144,13 +145,55 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
         _config_file.reset(token)
 
 
-def field_help(name: str) -> str:
-    """A CLI option's help: the field's description, its default and its variable."""
-    info = Settings.model_fields[name]
-    default = info.get_default(call_default_factory=True)
+def _default_text(name: str) -> str:
+    """A field's default as help and the reference show it (``none`` for no value)."""
+    default = Settings.model_fields[name].get_default(call_default_factory=True)
     if isinstance(default, StrEnum):
         default = default.value
     elif isinstance(default, Path) and not default.is_absolute():
         default = f"./{default}"
-    shown = "none" if default in ([], None) else default
-    return f"{info.description} (default {shown}; env {ENV_PREFIX}{name.upper()})"
+    return "none" if default in ([], None) else str(default)
+
+
+def field_help(name: str) -> str:
+    """A CLI option's help: the field's description, its default and its variable."""
+    return f"{Settings.model_fields[name].description} (default {_default_text(name)}; env {ENV_PREFIX}{name.upper()})"
+
+
+def _type_name(annotation: Any) -> str:
+    """A field's type as the reference shows it: an enum as its values, `X | None` as optional."""
+    args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+    if len(args) == 1 and type(None) in typing.get_args(annotation):
+        return f"{_type_name(args[0])} (optional)"
+    if isinstance(annotation, type) and issubclass(annotation, StrEnum):
+        return ", ".join(f"`{member.value}`" for member in annotation)
+    return f"`{annotation.__name__ if isinstance(annotation, type) else annotation}`"
+
+
+def _bounds(name: str) -> str:
+    """The field's numeric bounds (`ge`, `le`), as a suffix of its type."""
+    limits = [
+        f"{sign} {getattr(item, kind)}"
+        for item in Settings.model_fields[name].metadata
+        for kind, sign in (("ge", "≥"), ("le", "≤"))
+        if getattr(item, kind, None) is not None
+    ]
+    return f" ({', '.join(limits)})" if limits else ""
+
+
+def reference_table() -> str:
+    """The configuration reference (markdown) of docs/reference/configuration.md.
+
+    One row per `Settings` field: its name, its ``ENGRAM_*`` variable, type, default and
+    description, generated from the declarations above so the page cannot drift from them.
+    """
+    rows = ["| field | environment | type | default | description |", "|---|---|---|---|---|"]
+    for name, info in Settings.model_fields.items():
+        default = _default_text(name)
+        shown = default if default == "none" else f"`{default}`"
+        description = (info.description or "").replace("<", "&lt;").replace(">", "&gt;").replace("|", "&#124;")
+        rows.append(
+            f"| `{name}` | `{ENV_PREFIX}{name.upper()}` | {_type_name(info.annotation)}{_bounds(name)} "
+            f"| {shown} | {description} |"
+        )
+    return "\n".join(rows)
