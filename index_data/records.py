@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engram.models.codes import ContractError
+from engram.models.errors import RefusedRecord  # noqa: F401 - raised and caught here
 from engram.models.tools import CAPTURE, parse_arguments
 from engram.service.engine.ingestion import Submission, identify
 
@@ -47,10 +48,6 @@ class IngestRecord:
     payload: dict[str, Any] | None = None
     evidence: dict[str, Any] | None = None
     retention: dict[str, Any] | None = None
-
-
-class RefusedRecord(ValueError):
-    """A source document that cannot become a record (empty, oversized, secret...)."""
 
 
 def nfc(text: str) -> str:

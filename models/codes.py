@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from .errors import EngramError
+
 
 class ErrorCode(StrEnum):
     INVALID_SCHEMA = "INVALID_SCHEMA"
@@ -110,7 +112,7 @@ def reference_table() -> str:
     return "\n".join(rows)
 
 
-class ContractError(Exception):
+class ContractError(EngramError):
     """A failure that the contract names: it becomes an error envelope, never a crash."""
 
     def __init__(self, code: ErrorCode) -> None:

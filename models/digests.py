@@ -17,6 +17,8 @@ from typing import Any
 
 import rfc8785
 
+from .errors import CanonicalizationRefused  # noqa: F401 - raised and caught here
+
 MAX_SAFE_INTEGER = 2**53 - 1
 
 
@@ -46,10 +48,6 @@ class DigestKind(StrEnum):
     CONFIRMATION_REF = "confirmation-ref"
     POLICY = "policy"
     SHRED = "shred"
-
-
-class CanonicalizationRefused(ValueError):
-    """The value cannot be canonicalised (NaN, -0, unsafe integer, lone surrogate...)."""
 
 
 def _normalised(value: Any) -> Any:

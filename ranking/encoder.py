@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import numpy as np
 
 from engram.models.device import Device
+from engram.models.errors import DeviceUnavailable  # noqa: F401 - raised and caught here
 from engram.ranking.minilm import MINILM_DIM, model_path
 
 if TYPE_CHECKING:
@@ -42,10 +43,6 @@ class Encoder(Protocol):
     dim: int
 
     def encode(self, texts: Sequence[str]) -> np.ndarray: ...
-
-
-class DeviceUnavailable(Exception):
-    """A device was asked for by name and this machine does not have it."""
 
 
 # Passages per torch call: a GPU wants large batches, a CPU gains nothing past ~32.

@@ -85,6 +85,7 @@ except OSError:  # no system C++ runtime: nothing else can then bring a second c
     pass
 from usearch.index import Index, Matches  # noqa: E402 - after the C++ runtime, see above
 
+from engram.models.errors import CorruptIndex, SemanticUnavailable  # noqa: F401 - raised and caught here
 from engram.ranking.batching import NaturalBatcher
 from engram.ranking.checkpointer import Checkpointer
 from engram.ranking.hnswlib_file import HnswlibVectors
@@ -116,14 +117,6 @@ LOAD_CHUNK = 16_384
 # threads of our own would take turns; see ranking.batching).
 GRAPH_BATCH = 16
 GRAPH_THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-class SemanticUnavailable(Exception):
-    """The semantic channel cannot serve this request (reason in the message)."""
-
-
-class CorruptIndex(Exception):
-    """A scope's vector files are missing, truncated or do not match their checksum."""
 
 
 class SemanticHit(NamedTuple):

@@ -34,6 +34,7 @@ from pydantic_settings import (
 )
 
 from engram.models.device import Device
+from engram.models.errors import ConfigFileMissing  # noqa: F401 - raised and caught here
 
 ENV_PREFIX = "ENGRAM_"
 CONFIG_ENV = "ENGRAM_CONFIG"
@@ -122,10 +123,6 @@ class Settings(BaseSettings):
         if config_file is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=config_file))
         return tuple(sources)
-
-
-class ConfigFileMissing(Exception):
-    """The named config file does not exist (a typo must not silently fall back)."""
 
 
 def load_settings(config: Path | None = None, **overrides: Any) -> Settings:

@@ -24,6 +24,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from engram.models.digests import DigestKind, digest
+from engram.models.errors import SealBroken  # noqa: F401 - raised and caught here
 from engram.service.store import compact
 from engram.service.store.base import Store
 
@@ -40,10 +41,6 @@ SHRED_LEDGER = "shreds.jsonl"
 #: that wrapped a data key just before may commit later, unseen by the rotating replica:
 #: the grace outlasts the longest call deadline (600 s), so no such key is left behind.
 SHARED_RETIRE_GRACE_S = 900.0
-
-
-class SealBroken(Exception):
-    """The key is gone or the ciphertext does not authenticate."""
 
 
 class KeyRing:

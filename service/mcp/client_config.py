@@ -18,6 +18,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from engram.models.errors import ConfigFileInvalid  # noqa: F401 - raised and caught here
+
 from .host_context import CONTEXT_FILE_ENV
 
 
@@ -89,10 +91,6 @@ def inspector_command(launch: StdioLaunch) -> list[str]:
     """The MCP Inspector's own command line for the same server."""
     env = [arg for name, value in launch.env.items() for arg in ("-e", f"{name}={value}")]
     return ["npx", "@modelcontextprotocol/inspector", *env, "--", launch.command, *launch.args]
-
-
-class ConfigFileInvalid(Exception):
-    """The client's file exists but is not a JSON object; it is left untouched."""
 
 
 def merge_entry(path: Path, fmt: ClientFormat, name: str, entry: dict[str, Any]) -> bool:

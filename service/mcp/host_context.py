@@ -60,6 +60,7 @@ from typing import Any
 
 import jwt
 
+from engram.models.errors import ContextUnavailable  # noqa: F401 - raised and caught here
 from engram.models.tools import CAPTURE, GET, REQUEST_ADMISSION, SEARCH, TOOLS
 from engram.service.engine.context import CallContext, Confirmation
 
@@ -82,18 +83,6 @@ _REGISTERED = frozenset({"iss", "sub", "aud", "jti", "nbf"})
 _KNOWN = frozenset({*_STRING_CLAIMS, "purpose", "tools", "confirm", "iat", "exp", "deadline_ms", "confirmation"})
 _CONFIRMATION_FIELDS = frozenset({"ref", "capability", "target", "operation_digest", "approved_at", "expires_at"})
 _MAX_SAFE = 2**53 - 1
-
-
-class ContextUnavailable(Exception):
-    """No trusted context for this call: answered as JSON-RPC -32603, never detailed."""
-
-    code = -32603
-    message = "Trusted invocation context unavailable"
-
-    def __init__(self, reason: str = "") -> None:
-        # The reason is for server-side debugging only; it never reaches the wire.
-        super().__init__(self.message)
-        self.reason = reason
 
 
 # --------------------------------------------------------------------------- secret

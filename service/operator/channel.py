@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from engram.models.codes import ContractError
+from engram.models.errors import ChannelAbsent, OperatorFailure  # noqa: F401 - raised and caught here
 from engram.service.engine.engine import Engine
 
 from .commands import known, run
@@ -31,19 +32,6 @@ SOCKET_FILE = "operator.sock"
 MAX_REQUEST_BYTES = 1 << 20
 #: sun_path holds 108 bytes with its terminating NUL.
 MAX_SOCKET_PATH = 107
-
-
-class ChannelAbsent(Exception):
-    """No server answers on the data directory's operator socket."""
-
-
-class OperatorFailure(Exception):
-    """The server ran the command and it failed (a contract code, or an internal fault)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
 
 
 def socket_path(data_dir: Path) -> Path:

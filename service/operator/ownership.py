@@ -8,15 +8,9 @@ import os
 from pathlib import Path
 from types import TracebackType
 
+from engram.models.errors import DirectoryHeld  # noqa: F401 - raised and caught here
+
 LOCK_FILE = "engram.lock"
-
-
-class DirectoryHeld(Exception):
-    """Another process (a server, or another admin command) owns the data directory."""
-
-    def __init__(self, data_dir: Path) -> None:
-        super().__init__(f"another engram process holds {data_dir}")
-        self.data_dir = data_dir
 
 
 class DataDirLock:

@@ -12,19 +12,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from engram.models.errors import BackupUnsupported, CommitUncertain, StoreUnavailable  # noqa: F401 - raised and caught here
+
 Scope = tuple[str, str]
-
-
-class StoreUnavailable(Exception):
-    """The store could not serve (locked, disk full, I/O error): nothing was committed."""
-
-
-class CommitUncertain(Exception):
-    """The commit itself failed: the mutation may or may not be durable."""
-
-
-class BackupUnsupported(Exception):
-    """This store is backed up with its database's own tools, not `engram admin backup`."""
 
 
 @dataclass(frozen=True)

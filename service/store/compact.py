@@ -20,6 +20,8 @@ import json
 import zlib
 from typing import Any
 
+from engram.models.errors import CorruptPacked  # noqa: F401 - raised and caught here
+
 #: First byte of a value packed against the version-1 dictionary.
 PACKED_V1 = 0x02
 
@@ -51,10 +53,6 @@ _DICTIONARY_V1 = "".join(
         '"candidate_id":"ingest_","trust":"operator-ingested"}',
     )
 ).encode()
-
-
-class CorruptPacked(ValueError):
-    """Bytes that claim to be packed but do not unpack to a JSON object."""
 
 
 def pack(value: dict[str, Any]) -> bytes:
