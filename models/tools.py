@@ -42,6 +42,18 @@ REQUEST_ADMISSION = "engram_memory_request_admission"
 WITHDRAW = "engram_memory_withdraw"
 FORGET = "engram_memory_forget"
 MUTATIONS = frozenset({CAPTURE, REQUEST_ADMISSION, WITHDRAW, FORGET})
+#: Tools that need a host confirmation on every call.
+ALWAYS_CONFIRMED: frozenset[str] = frozenset({WITHDRAW, FORGET})
+#: Tools that need one only where the host lists them in the context's `confirm` claim.
+CONFIRMABLE: frozenset[str] = frozenset({CAPTURE, REQUEST_ADMISSION})
+#: The argument naming the target a confirmation is bound to, per confirmable tool
+#: (contract section 0): a capture has no target before it commits, so its key stands in.
+CONFIRMATION_TARGET: dict[str, str] = {
+    CAPTURE: "idempotency_key",
+    REQUEST_ADMISSION: "candidate_id",
+    WITHDRAW: "candidate_id",
+    FORGET: "record_id",
+}
 
 
 def _inlined(schema: dict[str, Any]) -> dict[str, Any]:

@@ -31,14 +31,9 @@ from typing import Any
 
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.digests import CanonicalizationRefused, DigestKind, digest
-from engram.models.tools import CAPTURE, FORGET, REQUEST_ADMISSION, WITHDRAW
+from engram.models.tools import ALWAYS_CONFIRMED, CONFIRMABLE, CONFIRMATION_TARGET
 
 from .context import CallContext
-
-#: Tools that need a confirmation on every call.
-ALWAYS_CONFIRMED: frozenset[str] = frozenset({WITHDRAW, FORGET})
-#: Tools that need one only where the host lists them in the context's `confirm` claim.
-CONFIRMABLE: frozenset[str] = frozenset({CAPTURE, REQUEST_ADMISSION})
 
 #: A confirmation may live at most this long (expires_at - approved_at).
 MAX_TTL_MS = 300_000
@@ -46,14 +41,6 @@ MAX_TTL_MS = 300_000
 USE_WITHIN_MS = 30_000
 #: Tolerated host/server clock skew for an approval dated slightly in the future.
 CLOCK_SKEW_MS = 5_000
-
-#: Which argument names the target a confirmation is bound to, per tool.
-_TARGET_FIELD: dict[str, str] = {
-    CAPTURE: "idempotency_key",
-    REQUEST_ADMISSION: "candidate_id",
-    WITHDRAW: "candidate_id",
-    FORGET: "record_id",
-}
 
 
 def needs_confirmation(tool: str, ctx: CallContext) -> bool:
@@ -70,7 +57,7 @@ def confirmation_target(tool: str, arguments: Mapping[str, Any]) -> str | None:
     idempotency_key for capture (a capture has no target before it commits). None for
     the read tools or when the field is absent or not a string.
     """
-    name = _TARGET_FIELD.get(tool)
+    name = CONFIRMATION_TARGET.get(tool)
     if name is None:
         return None
     value = arguments.get(name)

@@ -37,7 +37,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from engram.models.digests import CanonicalizationRefused
-from engram.models.tools import CAPTURE, FORGET, REQUEST_ADMISSION, WITHDRAW
+from engram.models.tools import ALWAYS_CONFIRMED, CAPTURE, CONFIRMATION_TARGET, FORGET, REQUEST_ADMISSION, WITHDRAW
 from engram.service.engine.context import CallContext, Confirmation
 from engram.service.engine.gates import operation_digest
 
@@ -49,14 +49,6 @@ logger = logging.getLogger("engram.mcp.elicitation")
 QUESTION = "engram_confirmation"
 #: The confirmation gate's ceiling on an approval's lifetime.
 MAX_APPROVAL_S = 300
-#: The argument naming each confirmable tool's target (contract section 0).
-TARGET_FIELD = {
-    WITHDRAW: "candidate_id",
-    REQUEST_ADMISSION: "candidate_id",
-    FORGET: "record_id",
-    CAPTURE: "idempotency_key",
-}
-ALWAYS_CONFIRMED = frozenset({WITHDRAW, FORGET})
 #: How long a sealed `requestState` is accepted at all; past `ttl_s` it still arrives
 #: and is answered `gate_failed` (too late) rather than a protocol error.
 STATE_TTL_S = 3600.0
@@ -143,7 +135,7 @@ class HumanApproval:
     ) -> CallContext | types.InputRequiredResult:
         """The context to run the call with (confirmed when the human approved), or the
         `InputRequiredResult` that asks the question (2026-07-28 era, first round)."""
-        target_field = TARGET_FIELD.get(tool)
+        target_field = CONFIRMATION_TARGET.get(tool)
         target = arguments.get(target_field) if isinstance(arguments, Mapping) and target_field else None
         if not isinstance(target, str) or not target:
             return ctx  # malformed: the engine answers INVALID_SCHEMA

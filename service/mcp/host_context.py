@@ -61,7 +61,7 @@ from typing import Any
 import jwt
 
 from engram.models.errors import ContextUnavailable  # noqa: F401 - raised and caught here
-from engram.models.tools import CAPTURE, GET, REQUEST_ADMISSION, SEARCH, TOOLS
+from engram.models.tools import CAPTURE, CONFIRMABLE, GET, SEARCH, TOOLS
 from engram.service.engine.context import CallContext, Confirmation
 
 HEADER = "X-Engram-Context"
@@ -77,7 +77,6 @@ MAX_LIFETIME_S = 86_400
 MAX_DEADLINE_MS = 600_000
 LEEWAY_S = 5
 
-CONFIRMABLE = frozenset({CAPTURE, REQUEST_ADMISSION})
 _STRING_CLAIMS = ("tenant", "workspace", "principal", "agent_id", "session")
 _REGISTERED = frozenset({"iss", "sub", "aud", "jti", "nbf"})
 _KNOWN = frozenset({*_STRING_CLAIMS, "purpose", "tools", "confirm", "iat", "exp", "deadline_ms", "confirmation"})

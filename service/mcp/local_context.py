@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from engram.models.tools import CAPTURE, FORGET, REQUEST_ADMISSION, TOOLS, WITHDRAW
+from engram.models.tools import CONFIRMATION_TARGET, TOOLS
 from engram.service.engine.gates import operation_digest
 
 from .host_context import MAX_LIFETIME_S, context_from_claims, mint_token
@@ -31,13 +31,6 @@ DEFAULT_PURPOSE = "purpose:local"
 DEFAULT_AGENT = "mcp-client"
 #: The confirmation gate's own bounds: approval valid for at most 300 s.
 CONFIRMATION_TTL_MS = 300_000
-#: The target argument each confirmable tool names (contract section 0).
-CONFIRMATION_TARGETS = {
-    WITHDRAW: "candidate_id",
-    REQUEST_ADMISSION: "candidate_id",
-    FORGET: "record_id",
-    CAPTURE: "idempotency_key",
-}
 
 
 def default_principal() -> str:
@@ -107,7 +100,7 @@ def confirmation_claim(
     Raises `KeyError` for a tool that takes no confirmation and `ValueError` when the
     arguments lack the target.
     """
-    target_field = CONFIRMATION_TARGETS[tool]
+    target_field = CONFIRMATION_TARGET[tool]
     target = arguments.get(target_field)
     if not isinstance(target, str):
         raise ValueError(f"the arguments of {tool} need a string {target_field}")
