@@ -943,13 +943,15 @@ def _register_plugins(parent: typer.Typer, plugins: dict[str, tuple[str, str]]) 
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
-                continue  # not written yet
+            if not exc.name or exc.name.split(".")[0] == "engram":
+                raise  # the project's own module: a broken install or rename, never skipped
+            # a dependency of an optional extra (`eval`) that is not installed
             _err(f"engram: sub-command {name!r} unavailable ({exc.name} missing)")
             continue
         sub = getattr(module, "app", None)
-        if isinstance(sub, typer.Typer):
-            parent.add_typer(sub, name=name, help=help_text)
+        if not isinstance(sub, typer.Typer):
+            raise TypeError(f"{module_name} has no typer `app` for `engram {name}`")
+        parent.add_typer(sub, name=name, help=help_text)
 
 
 _register_plugins(app, PLUGINS)
