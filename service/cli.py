@@ -50,8 +50,9 @@ tenant_app = typer.Typer(
 app.add_typer(admin, name="admin")
 admin.add_typer(tenant_app, name="tenant")
 
-#: Sub-commands other rooms contribute: name -> (module, help). A module that is not
-#: there yet is skipped silently; one that fails to import for another reason is reported.
+#: Sub-commands other rooms contribute: name -> (module, help). One whose optional
+#: dependencies (the `eval` extra) are missing is reported and left out; a module of the
+#: project's own that fails to import is an error.
 PLUGINS: dict[str, tuple[str, str]] = {
     "ingest": ("engram.index_data.cli", "Bulk-ingest corpora into memory."),
     "eval": ("engram.eval.cli", "Relevance evaluation runs and reports."),
