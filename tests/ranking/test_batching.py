@@ -215,8 +215,8 @@ def test_a_batch_of_graph_searches_gives_each_query_its_lone_matches() -> None:
     together = _graph_searches(requests)
     assert len(together) == len(requests)
     for request, matches in zip(requests, together):
-        request.index.expansion_search = request.ef or 64
-        alone = request.index.search(request.vector, request.k, exact=request.exact)
+        request.target.expansion_search = request.ef or 64
+        alone = request.target.search(request.vector, request.k, exact=request.exact)
         assert len(alone.keys) == request.k
         assert np.array_equal(matches.keys, alone.keys)
         assert np.array_equal(matches.distances, alone.distances)

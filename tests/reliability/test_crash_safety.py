@@ -29,18 +29,12 @@ from typing import Any
 import pytest
 from mcp.shared.exceptions import MCPError
 from rel_support import (
-    CAPTURE,
     CONTEXT_UNAVAILABLE,
     FIGURES,
-    FORGET,
-    GET,
     HERE,
     MODES,
     PURPOSE,
-    REQUEST_ADMISSION,
-    SEARCH,
     UNKNOWN_TOOL,
-    WITHDRAW,
     HashingTestEncoder,
     ServerProcess,
     call,
@@ -56,6 +50,7 @@ from rel_support import (
     value,
 )
 
+from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW
 from engram.service.engine.engine import Engine
 from engram.service.engine.records import record_aad, scope_key
 

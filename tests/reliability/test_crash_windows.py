@@ -13,9 +13,13 @@ from pathlib import Path
 
 import pytest
 from factories import confirmed, context
-from rel_support import CAPTURE, FORGET, REQUEST_ADMISSION, WITHDRAW, HashingTestEncoder, capture_args, key
+from rel_support import (
+    HashingTestEncoder,
+    capture_args,
+    key,
+)
 
-from engram.models.tools import TOOLS
+from engram.models.tools import CAPTURE, FORGET, REQUEST_ADMISSION, TOOLS, WITHDRAW
 from engram.service.engine import transitions
 from engram.service.engine.engine import Engine
 

@@ -11,12 +11,8 @@ from typing import Any
 
 import pytest
 from rel_support import (
-    CAPTURE,
-    GET,
     MODES,
     PURPOSE,
-    REQUEST_ADMISSION,
-    SEARCH,
     Live,
     call,
     capture_args,
@@ -26,6 +22,8 @@ from rel_support import (
     unique_token,
     value,
 )
+
+from engram.models.tools import CAPTURE, GET, REQUEST_ADMISSION, SEARCH
 
 pytestmark = pytest.mark.anyio
 HYBRID = {"minimum_channels": "lexical_and_semantic", "network": "forbid"}

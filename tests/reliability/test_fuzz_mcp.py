@@ -24,16 +24,10 @@ from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 from rel_support import (
     ALL_TOOLS,
-    CAPTURE,
     FIGURES,
-    FORGET,
-    GET,
     MODES,
     PURPOSE,
-    REQUEST_ADMISSION,
-    SEARCH,
     TOOLS,
-    WITHDRAW,
     RawRpc,
     SyncDriver,
     assert_no_leak,
@@ -45,6 +39,8 @@ from rel_support import (
     key,
     value,
 )
+
+from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW
 
 jsonschema_compat.install()
 

@@ -12,14 +12,9 @@ from typing import Any
 
 import pytest
 from rel_support import (
-    CAPTURE,
     FIGURES,
-    FORGET,
-    GET,
     MODES,
     PURPOSE,
-    REQUEST_ADMISSION,
-    WITHDRAW,
     call,
     capture_args,
     code,
@@ -30,6 +25,8 @@ from rel_support import (
     unique_token,
     value,
 )
+
+from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, WITHDRAW
 
 pytestmark = pytest.mark.anyio
 

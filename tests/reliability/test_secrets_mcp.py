@@ -9,7 +9,6 @@ import re
 
 import pytest
 from rel_support import (
-    CAPTURE,
     FIGURES,
     MODES,
     TESTS,
@@ -20,6 +19,8 @@ from rel_support import (
     ctx_token,
     scan_dir,
 )
+
+from engram.models.tools import CAPTURE
 
 pytestmark = pytest.mark.anyio
 CORPUS = TESTS / "fixtures" / "secrets" / "positives.txt"

@@ -16,11 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from rel_support import (
-    CAPTURE,
     FIGURES,
-    FORGET,
-    REQUEST_ADMISSION,
-    WITHDRAW,
     HashingTestEncoder,
     call,
     capture_args,
@@ -32,6 +28,7 @@ from rel_support import (
     value,
 )
 
+from engram.models.tools import CAPTURE, FORGET, REQUEST_ADMISSION, WITHDRAW
 from engram.ranking import HYBRID_PROFILE
 from engram.ranking.documents import passages
 from engram.ranking.profiles import VectorStorage
