@@ -23,6 +23,7 @@ such.
     ├── DirectoryHeld            another process owns the data directory
     ├── ChannelAbsent            no server answers on the operator socket
     ├── OperatorFailure          the server ran an operator command and it failed
+    ├── NoLiveReplica            a scope's target replica group has no live replica
     └── RefusedRecord            a source document that cannot become a record (also ValueError)
 """
 
@@ -128,6 +129,10 @@ class OperatorFailure(EngramError):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+
+
+class NoLiveReplica(EngramError):
+    """The target group has no live replica to project the scope."""
 
 
 # Bulk ingestion

@@ -59,8 +59,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 
@@ -258,12 +258,13 @@ def fuse(
     similarity: Mapping[str, float],
     config: ProfileConfig,
     valid_as_of_ms: int,
-) -> list[Contribution]:
+) -> Sequence[Contribution]:
     """Order the union of both hit lists; ``semantic`` None means a lexical-only profile.
 
     ``lexical`` and ``semantic`` are best-first; ``similarity`` holds the exact cosine of
     lexical candidates the semantic channel did not return (used for explanation and
-    fusion); a semantic hit's own similarity always wins over an entry there.
+    fusion); a semantic hit's own similarity always wins over an entry there. The
+    answer is a :class:`Fused` (an empty list when neither channel found anything).
     """
     fusion = config.fusion if semantic is not None else None
     c = _Candidates(lexical, semantic or (), similarity if fusion is not None else {})
@@ -292,28 +293,116 @@ def fuse(
     order = kept[
         np.lexsort((np.array(c.ids)[kept], -np.round(fresh[kept], decimals), -np.round(final[kept], decimals)))
     ]
-    slots = order.tolist()
-    in_lexical = c.lexical_count
-    lexical_rank, lexical_score = c.lexical_rank.tolist(), c.lexical_score.tolist()
     semantic_rank = np.zeros(len(c), dtype=np.int64)
     semantic_rank[c.semantic_slots] = c.semantic_rank
-    # tuple.__new__ fills each named tuple in C (its generated __new__ is a Python call
-    # per candidate, half of what fusing 400 of them cost); zip gives exactly its fields.
-    return list(
-        map(
-            tuple.__new__,
-            itertools.repeat(Contribution),
-            zip(
-                [c.ids[i] for i in slots],
-                [lexical_rank[i] if i < in_lexical else None for i in slots],
-                [lexical_score[i] if i < in_lexical else None for i in slots],
-                [rank or None for rank in semantic_rank[order].tolist()],  # ranks start at 1; 0: absent
-                [None if x != x else x for x in c.cosine[order].tolist()],  # NaN: no cosine known
-                fused[order].tolist(),
-                fresh[order].tolist(),
-                final[order].tolist(),
-                itertools.repeat(decimals),
-                itertools.repeat(weight),
-            ),
-        )
+    return Fused(c, order, semantic_rank, fused, fresh, final, decimals, weight)
+
+
+def record_ids(candidates: Sequence[Contribution]) -> Sequence[str]:
+    """The record ids of ``candidates`` in their order; of a :class:`Fused` list without
+    making its contributions."""
+    if isinstance(candidates, Fused):
+        return candidates.ids
+    return [c.record_id for c in candidates]
+
+
+class Fused(Sequence[Contribution]):
+    """The fused order, each :class:`Contribution` built when it is read.
+
+    A search fuses hundreds of candidates and discloses a page of ten: the order and
+    the record ids (``ids``, what the snapshot and its digests need) are fixed at once,
+    and a contribution is made only for the positions a page, a receipt or an
+    evaluation reads. Reading them all gives the same list an eager build gave.
+    """
+
+    __slots__ = (
+        "ids",
+        "_slot_ids",
+        "_order",
+        "_in_lexical",
+        "_lexical_rank",
+        "_lexical_score",
+        "_semantic_rank",
+        "_cosine",
+        "_fused",
+        "_fresh",
+        "_final",
+        "_decimals",
+        "_weight",
     )
+
+    def __init__(
+        self,
+        c: _Candidates,
+        order: np.ndarray,
+        semantic_rank: np.ndarray,
+        fused: np.ndarray,
+        fresh: np.ndarray,
+        final: np.ndarray,
+        decimals: int,
+        weight: float | None,
+    ) -> None:
+        self._order: list[int] = order.tolist()
+        #: Record ids in rank order.
+        self._slot_ids = c.ids
+        self.ids: list[str] = [c.ids[i] for i in self._order]
+        self._in_lexical = c.lexical_count
+        self._lexical_rank, self._lexical_score = c.lexical_rank, c.lexical_score
+        self._semantic_rank, self._cosine = semantic_rank, c.cosine
+        self._fused, self._fresh, self._final = fused, fresh, final
+        self._decimals, self._weight = decimals, weight
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    @overload
+    def __getitem__(self, index: int) -> Contribution: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Contribution]: ...
+
+    def __getitem__(self, index: int | slice) -> Contribution | list[Contribution]:
+        if isinstance(index, slice):
+            return self._rows(self._order[index])
+        return self._rows([self._order[index]])[0]  # IndexError past the end, as a list's
+
+    def __iter__(self) -> Iterator[Contribution]:
+        return iter(self._rows(self._order))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Fused({list(self)!r})"
+
+    def _rows(self, slots: list[int]) -> list[Contribution]:
+        """The contributions of these candidate slots, in this order."""
+        at = np.array(slots, dtype=np.intp)
+        n = self._in_lexical
+        lexical = [s for s in slots if s < n]
+        lexical_rank = dict(zip(lexical, self._lexical_rank[lexical].tolist()))
+        lexical_score = dict(zip(lexical, self._lexical_score[lexical].tolist()))
+        # tuple.__new__ fills each named tuple in C (its generated __new__ is a Python call
+        # per candidate); zip gives exactly its fields.
+        return list(
+            map(
+                tuple.__new__,
+                itertools.repeat(Contribution),
+                zip(
+                    [self._slot_ids[s] for s in slots],
+                    [lexical_rank.get(s) for s in slots],
+                    [lexical_score.get(s) for s in slots],
+                    [rank or None for rank in self._semantic_rank[at].tolist()],  # ranks start at 1; 0: absent
+                    [None if x != x else x for x in self._cosine[at].tolist()],  # NaN: no cosine known
+                    self._fused[at].tolist(),
+                    self._fresh[at].tolist(),
+                    self._final[at].tolist(),
+                    itertools.repeat(self._decimals),
+                    itertools.repeat(self._weight),
+                ),
+            )
+        )

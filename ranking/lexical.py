@@ -156,6 +156,13 @@ class LexicalIndex:
             return entry.cursor
         return self._disk_cursor(scope_key)
 
+    def held(self, scope_key: str) -> bool:
+        """Whether the scope has a directory (index or cursor) here, or is open."""
+        with self._scopes_lock:
+            if scope_key in self._entries:
+                return True
+        return self._dir(scope_key).is_dir()
+
     def present(self, scope_key: str) -> bool:
         """Whether the scope has an index on disk (none until its first document)."""
         return (self._dir(scope_key) / INDEX_DIR / "meta.json").is_file()
@@ -231,6 +238,16 @@ class LexicalIndex:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root.mkdir(parents=True, exist_ok=True)
             (self._root.parent / LEGACY_CURSOR_FILE).unlink(missing_ok=True)
+
+    def drop(self, scope_key: str) -> None:
+        """Delete one scope's index and cursor (the scope moved to other replicas)."""
+        with self._scopes_lock:
+            entry = self._entries.pop(scope_key, None)
+            if entry is not None:
+                with entry.lock:
+                    entry.closed = True
+                    self._close_writer(entry)
+            shutil.rmtree(self._dir(scope_key), ignore_errors=True)
 
     def close(self) -> None:
         """Close every open writer and forget the open indexes (reopened on next use)."""

@@ -36,7 +36,7 @@ from threadpoolctl import threadpool_limits
 from engram.ranking.batching import NaturalBatcher
 from engram.ranking.documents import IndexDocument, passages
 from engram.ranking.encoder import SMALL_BATCH, Encoder
-from engram.ranking.fusion import Contribution, fuse
+from engram.ranking.fusion import Contribution, fuse, record_ids
 from engram.ranking.lexical import LexicalHit, LexicalIndex
 from engram.ranking.probes import RawEngines
 from engram.ranking.profiles import LEXICAL, SEMANTIC, LexicalConfig, Profile, SemanticConfig
@@ -67,8 +67,13 @@ class RankedList:
 
     profile: Profile
     channels: tuple[str, ...]
-    candidates: list[Contribution]
+    candidates: Sequence[Contribution]
     candidate_ids: list[str]
+
+    @property
+    def ordered_ids(self) -> Sequence[str]:
+        """The candidates' record ids in rank order, without making their contributions."""
+        return record_ids(self.candidates)
 
 
 class ChannelHits(NamedTuple):
@@ -176,8 +181,9 @@ class Ranker:
         )
 
     def purge(self, scope_key: str, record_ids: Sequence[str]) -> bool:
-        """Physically remove already-removed records from both channels' files."""
-        if not record_ids:
+        """Physically remove already-removed records from both channels' files (a scope
+        this process keeps nothing of has nothing to purge, and gets no files)."""
+        if not record_ids or not self.holds(scope_key):
             return True
         try:
             self._lexical.purge(scope_key, record_ids)
@@ -191,6 +197,18 @@ class Ranker:
         with self._lifecycle:
             self._lexical.reset()
             self._semantic.reset()
+
+    def drop(self, scope_key: str) -> None:
+        """Delete one scope's indexes, files and cursors from both channels (its
+        projection now lives on other replicas); projecting it again starts over."""
+        with self._lifecycle:
+            self._lexical.drop(scope_key)
+            self._semantic.drop(scope_key)
+
+    def holds(self, scope_key: str) -> bool:
+        """Whether either channel keeps anything of the scope here (every apply leaves
+        the lexical channel's directory, so a projected scope always counts)."""
+        return self._lexical.held(scope_key) or self._semantic.held(scope_key)
 
     def checkpoint(self, scope_key: str | None = None) -> None:
         """Make every applied change durable now (all scopes, or just ``scope_key``)."""
@@ -273,7 +291,7 @@ class Ranker:
             profile=profile,
             channels=profile.channels,
             candidates=candidates,
-            candidate_ids=sorted(c.record_id for c in candidates),
+            candidate_ids=sorted(record_ids(candidates)),
         )
 
     def channel_hits(self, scope_key: str, query: str, profile: Profile, *, candidate_cap: int = 1000) -> ChannelHits:

@@ -371,6 +371,18 @@ class SemanticIndex:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root.mkdir(parents=True, exist_ok=True)
 
+    def drop(self, scope_key: str) -> None:
+        """Delete one scope's vectors and cursor (the scope moved to other replicas);
+        a load of it in flight is not kept, a checkpoint due for it finds it gone."""
+        with self._saving, self._scopes_lock:
+            self._scopes.pop(scope_key, None)
+            self._epoch += 1
+            shutil.rmtree(self._dir(scope_key), ignore_errors=True)
+
+    def held(self, scope_key: str) -> bool:
+        """Whether the scope has vector files or a cursor on disk."""
+        return self._dir(scope_key).is_dir()
+
     def check(self, scope_key: str) -> None:
         """Raise CorruptIndex if the scope's files cannot be loaded."""
         self._scope(scope_key)

@@ -99,10 +99,11 @@ def _err(message: str) -> None:
 
 
 def _open_engine(settings: Any, *, background: bool = False, serve_replica: bool = False) -> Any:
-    """The engine the settings describe (data directory, store, keys, model); a
-    database this release cannot read exits 2 with the reason."""
+    """The engine the settings describe (data directory, store, keys, model, replica
+    group); a database this release cannot read exits 2 with the reason."""
     from engram.ranking import DeviceUnavailable
     from engram.service.engine.engine import Engine
+    from engram.service.settings import advertised_url
     from engram.service.store import SchemaTooNew
 
     try:
@@ -114,6 +115,8 @@ def _open_engine(settings: Any, *, background: bool = False, serve_replica: bool
             key_dir=settings.key_dir,
             device=settings.device,
             serve_replica=serve_replica,
+            group=settings.group,
+            advertise_url=advertised_url(settings) if serve_replica else None,
         )
     except (SchemaTooNew, DeviceUnavailable) as exc:
         _err(f"engram: {exc}")
@@ -214,6 +217,8 @@ def serve(
     ] = None,
     database_url: DatabaseUrl = None,
     key_dir: KeyDir = None,
+    group: Annotated[str | None, typer.Option(help=field_help("group"), show_default=False)] = None,
+    advertise_url: Annotated[str | None, typer.Option(help=field_help("advertise_url"), show_default=False)] = None,
 ) -> None:
     """Serve the six memory tools over MCP (streamable HTTP at /mcp, or --stdio).
 
@@ -245,8 +250,15 @@ def serve(
         log_format=log_format,
         database_url=database_url,
         key_dir=key_dir,
+        group=group,
+        advertise_url=advertise_url,
     )
     configure_logging(settings.log_level, settings.log_format)
+    from engram.service.store.base import DEFAULT_GROUP
+
+    if settings.group != DEFAULT_GROUP and not settings.database_url:
+        _err("engram: --group needs a shared store (--database-url): an embedded store is one process, no groups")
+        raise typer.Exit(2)
     data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     if stdio:
@@ -734,7 +746,7 @@ def export_kek(
     """
     from engram.service.engine.engine import export_keys
 
-    settings = _settings(data_dir=data_dir)
+    settings = _settings(data_dir=data_dir, key_dir=_store_choice.get(StoreChoice()).key_dir)
     key_dir = settings.key_dir or settings.data_dir / "keys"
     _err("engram: warning: these keys open every backup made while they were current")
     typer.echo(str(export_keys(key_dir, dest)))
@@ -798,6 +810,17 @@ def rebuild_projections(data_dir: DataDir = None, load_model: ModelOption = True
 def sweep_invalidations(data_dir: DataDir = None) -> None:
     """Finish physical purges left pending (tombstoned records still in an index file)."""
     typer.echo(f"swept {operate(data_dir, 'sweep-invalidations', {})} scope(s)")
+
+
+@admin.command("apply-shred-ledger")
+def apply_shred_ledger(data_dir: DataDir = None) -> None:
+    """Apply every entry of the key directory's shred ledger to the store: each record or
+    candidate it names is tombstoned or withdrawn again, its key destroyed and its index
+    bytes purged. Every open already re-applies what a restored database lacks of the
+    entries that carry journal positions; run this after restoring a database whose
+    ledger has entries written before entries carried them (it scans the journal of each
+    scope the ledger names)."""
+    typer.echo(f"re-applied {operate(data_dir, 'apply-shred-ledger', {})} forget(s) and withdrawal(s)")
 
 
 @admin.command("history")
@@ -928,6 +951,55 @@ def replicas(
             typer.echo(f"retired {retire}")
             return
         _print_json(engine.replicas())
+
+
+route_app = typer.Typer(
+    help="Scopes routed to replica groups (shared PostgreSQL store only).",
+    no_args_is_help=True,
+)
+admin.add_typer(route_app, name="route")
+
+
+@route_app.command("list")
+def route_list(data_dir: DataDir = None) -> None:
+    """Print every routed scope: its group, and the group taking it over while it moves."""
+    with _engine(data_dir) as engine:
+        _print_json(engine.routes())
+
+
+@route_app.command("move")
+def route_move(
+    tenant: Annotated[str, typer.Argument(help="Tenant id.")],
+    workspace: Annotated[str, typer.Argument(help="Workspace id.")],
+    group: Annotated[str, typer.Argument(help="The replica group to serve the scope from now on.")],
+    project_wait_s: Annotated[
+        float,
+        typer.Option(help="How long to wait for the group's live replicas to project the scope (rerun to resume)."),
+    ] = 300.0,
+    release_wait_s: Annotated[
+        float,
+        typer.Option(help="How long to wait for the old group's live replicas to delete the scope's index files."),
+    ] = 30.0,
+    data_dir: DataDir = None,
+) -> None:
+    """Move a scope to GROUP: GROUP's replicas project it from the journal while the old
+    group still serves, then the route flips, then the old group deletes its index files.
+    Exits 1 when GROUP has no live replica or did not finish projecting in time (the move
+    stays under way; rerun to resume)."""
+    from engram.service.engine.routing import NoLiveReplica
+
+    with _engine(data_dir) as engine:
+        try:
+            outcome = engine.move_scope(
+                (tenant, workspace), group, project_wait_s=project_wait_s, release_wait_s=release_wait_s
+            )
+        except NoLiveReplica:
+            _err(f"engram: group {group!r} has no live replica")
+            raise typer.Exit(1) from None
+        _print_json({"tenant": tenant, "workspace": workspace, **outcome.as_json()})
+        if not outcome.flipped:
+            _err(f"engram: {group!r} has not finished projecting {tenant}/{workspace}; rerun to resume")
+            raise typer.Exit(1)
 
 
 @admin.command("expire")

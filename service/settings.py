@@ -35,6 +35,7 @@ from pydantic_settings import (
 
 from engram.models.device import Device
 from engram.models.errors import ConfigFileMissing  # noqa: F401 - raised and caught here
+from engram.service.store.base import DEFAULT_GROUP
 
 ENV_PREFIX = "ENGRAM_"
 CONFIG_ENV = "ENGRAM_CONFIG"
@@ -106,6 +107,18 @@ class Settings(BaseSettings):
         description="Directory of the key-encryption key files (none: <data-dir>/keys). Every replica "
         "of one database must use the same key files.",
     )
+    group: str = Field(
+        DEFAULT_GROUP,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        description="Replica group of this replica (shared store only): it projects and serves the scopes "
+        "routed to its group and forwards other scopes' calls to a live replica of theirs.",
+    )
+    advertise_url: str | None = Field(
+        None,
+        pattern=r"^https?://[^/\s]+$",
+        description="Base URL (scheme://host:port) where peer replicas forward calls to this replica "
+        "(none: http://HOST:PORT, the machine's host name when HOST is a wildcard address).",
+    )
     log_level: LogLevel = Field(LogLevel.INFO, description="Log threshold of engram.* and the HTTP server.")
     log_format: LogFormat = Field(LogFormat.TEXT, description="Log lines as text or as one JSON object each.")
 
@@ -140,6 +153,20 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
         return Settings(**{name: value for name, value in overrides.items() if value is not None})
     finally:
         _config_file.reset(token)
+
+
+def advertised_url(settings: Settings) -> str:
+    """Where peers reach this replica: `advertise_url`, else derived from host and port."""
+    if settings.advertise_url:
+        return settings.advertise_url
+    import socket
+
+    host = settings.host
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{settings.port}"
 
 
 def _default_text(name: str) -> str:

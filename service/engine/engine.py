@@ -6,6 +6,7 @@ trusts the CallContext it is given: verifying the host is the front end's job.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
@@ -20,9 +21,10 @@ from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH,
 from engram.ranking import Device, Encoder, MiniLMEncoder, Ranker, SemanticUnavailable
 from engram.ranking.encoder import resolve_device
 from engram.service.store import open_store
-from engram.service.store.base import CommitUncertain, SharedStore, StoreUnavailable
+from engram.service.store.base import DEFAULT_GROUP, CommitUncertain, Scope, SharedStore, StoreUnavailable
 
 from . import admission, capture, export, ingestion, operator, reading, search, transitions
+from . import routing as routing_ops
 from .clock import instant, now_ms
 from .context import CallContext
 from .paging import SnapshotCache
@@ -71,6 +73,8 @@ class Engine:
         key_dir: Path | None = None,
         device: Device | str = Device.AUTO,
         serve_replica: bool = False,
+        group: str = DEFAULT_GROUP,
+        advertise_url: str | None = None,
     ) -> Engine:
         """Open (or create) the data directory, then load the model and let every
         projection catch up with the journal (in a thread when `background`).
@@ -95,18 +99,26 @@ class Engine:
             retire_grace_s=SHARED_RETIRE_GRACE_S if shared is not None else 0.0,
         )
         vault = BodyVault(ring, store)
+        # Before anything is projected or served: a forget the store predates (a database
+        # restored from a backup) is applied again from the ledger beside the KEKs.
+        transitions.reapply_shreds(store, ring.key_dir)
         if encoder is None and load_model:
             encoder = MiniLMEncoder(data_dir / MODELS_DIR, device=device)
         ranker = Ranker(data_dir / "index", encoder)
+        replica_id = replica_id_for(data_dir)
+        routing = (
+            routing_ops.Routing(shared, replica_id, group if serve_replica else None) if shared is not None else None
+        )
         parts = Parts(
             data_dir=data_dir,
             store=store,
             vault=vault,
             ranker=ranker,
-            projector=Projector(store, vault, ranker),
+            projector=Projector(store, vault, ranker, projects=routing.projects if routing is not None else None),
             policies=Policies(data_dir),
             snapshots=SnapshotCache(shared),
-            replica=Replica(shared, replica_id_for(data_dir)) if shared is not None else None,
+            replica=Replica(shared, replica_id, group, advertise_url) if shared is not None else None,
+            routing=routing,
         )
         engine = cls(parts, encoder, serve_replica=serve_replica)
         if background:
@@ -131,6 +143,8 @@ class Engine:
         if load is not None:
             load()
         self._finish_rotation()  # one interrupted, or waiting out the shared grace
+        if self.parts.routing is not None:
+            self.parts.routing.release_unheld(self.parts)  # scopes moved away while it was down
         with self.parts.projector.running("warm-up"):
             for scope in self.parts.store.scopes():
                 self.parts.projector.catch_up(scope)
@@ -138,7 +152,12 @@ class Engine:
             self.parts.ranker.settle()  # what catching up made due is saved before ready
         self.sweep_invalidations()  # a replica that was down purges what it missed, first
         if self._serve_replica and self.parts.replica is not None:
-            self.parts.replica.follow(self.parts.projector.catch_up, self.sweep_invalidations, self._finish_rotation)
+            routing = self.parts.routing
+            self.parts.replica.follow(
+                self.parts.projector.catch_up if routing is None else lambda scope: routing.follow(self.parts, scope),
+                self.sweep_invalidations,
+                self._finish_rotation,
+            )
         self._ready.set()
 
     def _finish_rotation(self) -> None:
@@ -159,11 +178,38 @@ class Engine:
             # scanned; the idempotency key is kept only as a digest.
             refuse_secrets(args.model_dump(exclude_none=True, exclude={"idempotency_key"}))
         try:
-            return OPERATIONS[tool](self.parts, ctx, args)
+            with self._serving(ctx.scope):
+                return OPERATIONS[tool](self.parts, ctx, args)
         except StoreUnavailable:
             raise ContractError(ErrorCode.STORE_UNAVAILABLE) from None
         except CommitUncertain:
             raise ContractError(ErrorCode.MUTATION_OUTCOME_UNKNOWN) from None
+
+    def _serving(self, scope: Scope) -> contextlib.AbstractContextManager[None]:
+        """A serving replica answers only the scopes routed to its group."""
+        routing = self.parts.routing
+        if routing is None or not self._serve_replica:
+            return contextlib.nullcontext()
+        return routing.serving(scope)
+
+    def route_destination(self, scope: Scope) -> list[str] | None:
+        """Where a call in the scope is answered: None here, else the URLs of the live
+        replicas of the group it is routed to (see :meth:`.routing.Routing.destination`)."""
+        routing = self.parts.routing
+        if routing is None or not self._serve_replica:
+            return None
+        return routing.destination(scope)
+
+    @property
+    def routed(self) -> bool:
+        """Whether this engine serves a replica group's scopes (calls of other groups'
+        scopes are forwarded; see :mod:`service.mcp.router`)."""
+        return self.parts.routing is not None and self._serve_replica
+
+    @property
+    def replica_id(self) -> str | None:
+        """This replica's id on a shared store (None on SQLite)."""
+        return self.parts.replica.replica_id if self.parts.replica is not None else None
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Block until warm-up is done (True), or until ``timeout`` seconds passed (False)."""
@@ -322,7 +368,7 @@ class Engine:
             known = {p.stem for p in keys.glob("kek-*.key")}
             if any(kek not in known for _, _, kek in store.all_wrapped_keys()):
                 raise ContractError(ErrorCode.BACKUP_INVALID)  # a KEK it needs is missing
-            transitions.apply_shreds(store, shred_entries(keys))
+            transitions.apply_shreds(store, shred_entries(keys), keys)
         finally:
             store.close()
         engine = cls.open(data_dir, **open_kwargs)
@@ -330,6 +376,18 @@ class Engine:
             engine.close()
             raise ContractError(ErrorCode.BACKUP_INVALID)
         return engine
+
+    def apply_shred_ledger(self) -> int:
+        """Apply every entry of the key directory's shred ledger, also those without
+        journal positions (written before entries had them), which opening a store does
+        not check: each record or candidate it names that is not yet tombstoned or
+        withdrawn is (scans the journal of each scope the ledger names; idempotent).
+        Returns how many were applied; their index purges are swept at once."""
+        key_dir = self.parts.vault.ring.key_dir
+        applied = transitions.apply_shreds(self.parts.store, shred_entries(key_dir), key_dir)
+        if applied:
+            self.sweep_invalidations()
+        return applied
 
     def verify_journal(self) -> dict[str, bool]:
         return {f"{t}/{w}": self.parts.store.verify_chain((t, w)) for t, w in self.parts.store.scopes()}
@@ -357,6 +415,23 @@ class Engine:
         if self.parts.replica is None:
             raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
         return self.parts.replica.registry()
+
+    def routes(self) -> list[dict[str, Any]]:
+        """Every routed scope and its group (operator surface; shared store only)."""
+        if self.parts.replica is None:
+            raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
+        return routing_ops.routes(self.parts.replica.store)
+
+    def move_scope(
+        self, scope: Scope, group: str, *, project_wait_s: float = 300.0, release_wait_s: float = 30.0
+    ) -> routing_ops.MoveOutcome:
+        """Move a scope to another replica group (operator surface; see
+        :func:`.routing.move`). Raises routing.NoLiveReplica when the group has none."""
+        if self.parts.replica is None:
+            raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
+        return routing_ops.move(
+            self.parts.replica.store, scope, group, project_wait_s=project_wait_s, release_wait_s=release_wait_s
+        )
 
     def retire_replica(self, replica_id: str) -> bool:
         """Remove a replica gone for good, so the purges it owed stop being pending. A

@@ -69,7 +69,7 @@ class Snapshot:
                 DigestKind.SNAPSHOT,
                 {
                     "snapshot_id": self.snapshot_id,
-                    "ordered_ids": [c.record_id for c in self.ranked.candidates],
+                    "ordered_ids": self.ranked.ordered_ids,
                     "system_as_of": str(self.system_as_of),
                     "valid_as_of": instant(self.valid_as_of_ms),
                     "profile_config_digest": self.profile_config_digest,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engram.ranking import Ranker
 from engram.service.store.base import Store
@@ -14,6 +15,9 @@ from .projector import Projector
 from .replica import Replica
 from .sealing import BodyVault
 from .sweeper import Sweeper
+
+if TYPE_CHECKING:
+    from .routing import Routing
 
 
 @dataclass
@@ -27,3 +31,4 @@ class Parts:
     snapshots: SnapshotCache
     sweeper: Sweeper = field(default_factory=Sweeper)
     replica: Replica | None = None  # set when the store is shared by several replicas
+    routing: Routing | None = None  # set with `replica`: this replica's group and the scope routes

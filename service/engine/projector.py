@@ -46,10 +46,19 @@ class ProjectionView:
 
 
 class Projector:
-    def __init__(self, store: Store, vault: BodyVault, ranker: Ranker) -> None:
+    def __init__(
+        self,
+        store: Store,
+        vault: BodyVault,
+        ranker: Ranker,
+        *,
+        projects: Callable[[tuple[str, str]], bool] | None = None,
+    ) -> None:
         self.store = store
         self.vault = vault
         self.ranker = ranker
+        # Which scopes this process keeps indexes of (replica groups: its group's); None: all.
+        self.projects = projects
         # One lock per scope: a scope's catch-up (an admission's, a search's, bulk
         # ingestion's batch) waits only for its own scope's, never another scope's.
         # Held shared under ``_all``, which a projection of everything (a backup's copy,
@@ -146,7 +155,7 @@ class Projector:
         key = scope_key(scope)
         after = min(self.ranker.projection_cursor(key).values())
         head = self.store.scope_cursor(scope)
-        if after >= head:
+        if after >= head or (self.projects is not None and not self.projects(scope)):
             return
         batch: dict[str, None] = {}
         for event in self.store.events(scope, after=after):

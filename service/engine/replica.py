@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from engram.service.store.base import Scope, SharedStore
+from engram.service.store.base import DEFAULT_GROUP, Scope, SharedStore
 
 from .clock import now_ms
 
@@ -44,9 +44,13 @@ def replica_id_for(data_dir: Path) -> str:
 class Replica:
     """Registration, heartbeat, purge acknowledgements and the journal follower."""
 
-    def __init__(self, store: SharedStore, replica_id: str) -> None:
+    def __init__(
+        self, store: SharedStore, replica_id: str, group: str = DEFAULT_GROUP, advertise_url: str | None = None
+    ) -> None:
         self.store = store
         self.replica_id = replica_id
+        self.group = group  # registered with each heartbeat, with the URL peers forward calls to
+        self.advertise_url = advertise_url
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -57,24 +61,31 @@ class Replica:
 
     def acknowledge(self, scope: Scope, record_ids: list[str], wait_s: float) -> bool:
         """Record that this replica purged `record_ids`; wait up to `wait_s` for every
-        live replica to have done the same. True when all live replicas have."""
+        live replica holding the scope (its group's) to have done the same. True when
+        all of them have."""
         self.store.ack_purges(scope, record_ids, self.replica_id)
         deadline = time.monotonic() + wait_s
         while True:
-            missing = self.store.settle_purges(scope, record_ids, self.live())
+            missing = self.store.settle_purges(
+                scope, record_ids, self.store.live_holders(scope, now_ms() - LIVE_WITHIN_MS)
+            )
             if not missing or time.monotonic() >= deadline:
                 return not missing
             time.sleep(ACK_POLL_S)
 
-    def live(self) -> list[str]:
-        return self.store.live_replicas(now_ms() - LIVE_WITHIN_MS)
-
     def registry(self) -> list[dict[str, object]]:
-        """Every registered replica: id, seconds since its heartbeat, live or not."""
+        """Every registered replica: id, group, advertised URL, seconds since its
+        heartbeat, live or not."""
         at = now_ms()
         return [
-            {"replica_id": rid, "heartbeat_age_s": round((at - beat) / 1000, 1), "live": at - beat <= LIVE_WITHIN_MS}
-            for rid, beat in self.store.replicas()
+            {
+                "replica_id": e.replica_id,
+                "group": e.group,
+                "advertise_url": e.advertise_url,
+                "heartbeat_age_s": round((at - e.heartbeat_ms) / 1000, 1),
+                "live": at - e.heartbeat_ms <= LIVE_WITHIN_MS,
+            }
+            for e in self.store.replica_entries()
         ]
 
     # -- following -------------------------------------------------------------------------
@@ -87,7 +98,7 @@ class Replica:
         """Start the background follower: heartbeat, wake on journal events, catch up,
         purge what other replicas' forgets left for this one. Registers the replica:
         an engine that never follows (an operator command) is never counted."""
-        self.store.heartbeat(self.replica_id, now_ms())
+        self._beat()
         self._thread = threading.Thread(
             target=self._run, args=(catch_up, sweep, tidy), name="engram-replica", daemon=True
         )
@@ -105,7 +116,7 @@ class Replica:
                 woken = self.store.wait_for_journal(HEARTBEAT_S / 2)
                 now = time.monotonic()
                 if now - last_beat >= HEARTBEAT_S:
-                    self.store.heartbeat(self.replica_id, now_ms())
+                    self._beat()
                     last_beat = now
                 if now - last_scan >= FULL_SCAN_S:
                     woken |= set(self.store.scopes())
@@ -118,6 +129,9 @@ class Replica:
             except Exception as exc:  # noqa: BLE001 - the next round retries; reads stay fenced
                 logger.warning("replica follower: %s", type(exc).__name__)
                 self._stopped.wait(HEARTBEAT_S)
+
+    def _beat(self) -> None:
+        self.store.heartbeat(self.replica_id, now_ms(), self.group, self.advertise_url)
 
     def stop(self) -> None:
         self._stopped.set()

@@ -34,7 +34,8 @@ NONCE_BYTES = 12
 COMPRESSED = b"\x01"
 REWRAP_BATCH = 1000
 #: The shred ledger: one JSON line per body whose key a forget or withdraw destroyed.
-#: It lives beside the KEKs, never in a backup's database, and a restore applies it.
+#: It lives beside the KEKs, never in a backup's database; a restore applies it, and
+#: every open re-applies the entries a database restored from before them lacks.
 SHRED_LEDGER = "shreds.jsonl"
 #: On a store several replicas share, how long an older KEK outlives its successor. A
 #: replica picks a newer KEK up on its next wrap (see `KeyRing.wrap`), but a transaction
@@ -184,12 +185,32 @@ def shred_digest(value: object) -> str:
     return digest(DigestKind.SHRED, value)
 
 
-def record_shred(key_dir: Path, kind: str, scope: tuple[str, str], subject: str) -> None:
-    """Append one shred entry durably (fsync) before the destroying transaction commits.
-    The entry names the scope and subject by digest only (see `shred_digest`)."""
-    line = json.dumps(
-        {"kind": kind, "scope": shred_digest(list(scope)), "subject": shred_digest(subject)}, separators=(",", ":")
-    )
+#: A journal event's place: (cursor, event digest).
+Position = tuple[int, str]
+
+
+def record_shred(
+    key_dir: Path,
+    kind: str,
+    scope: tuple[str, str],
+    subject: str,
+    *,
+    made: Position | None = None,
+    ended: Position | None = None,
+) -> None:
+    """Append one shred entry durably (fsync). It names the scope and subject by digest
+    only (see `shred_digest`). Written once before the destroying transaction commits
+    (no positions), and once after its commit returned, with the journal positions of
+    an event that exists with the subject (``made``: the capture or acceptance) and of
+    the one that ended it (``ended``): an open checks those by primary key, and a store
+    whose journal holds ``made`` but not ``ended`` was restored from before the commit
+    (`transitions.reapply_shreds`)."""
+    entry: dict[str, object] = {"kind": kind, "scope": shred_digest(list(scope)), "subject": shred_digest(subject)}
+    if made is not None:
+        entry["made"] = list(made)
+    if ended is not None:
+        entry["ended"] = list(ended)
+    line = json.dumps(entry, separators=(",", ":"))
     fd = os.open(key_dir / SHRED_LEDGER, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         os.write(fd, line.encode() + b"\n")

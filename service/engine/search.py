@@ -136,17 +136,22 @@ def search(parts: Parts, ctx: CallContext, args: SearchInput, *, valid_as_of_ms:
     ranked = snap.ranked
     ordered = ranked.candidates
 
-    # Re-check candidates from the page position on, in windows, until the page is full.
-    # Each page entry remembers the snapshot index just after it, where a next page resumes.
-    page: list[tuple[int, Any, dict[str, Any], list[str], str]] = []
+    # Re-check candidates from the page position on, in windows, until the page is full:
+    # the first window holds as many candidates as the page, so a page whose candidates
+    # are all still eligible reads (and builds the contributions of) just those; each
+    # further window is twice the last. Each page entry remembers the snapshot index
+    # just after it, where a next page resumes.
+    page: list[tuple[int, dict[str, Any], dict[str, Any], list[str], str]] = []
     checked = []
     scan = position.position
     checked_at = now_ms()
     # Rows and their data keys are read in one store snapshot, so a record forgotten
     # concurrently is either still whole or already ineligible, never half gone.
     with parts.store.reader():
+        size = args.limit
         while scan < len(ordered) and len(page) < args.limit:
-            window = ordered[scan : scan + args.limit * 2]
+            window = ordered[scan : scan + size]
+            size *= 2
             rows = parts.store.records(ctx.scope, [c.record_id for c in window])
             for contribution in window:
                 scan += 1
@@ -154,7 +159,7 @@ def search(parts: Parts, ctx: CallContext, args: SearchInput, *, valid_as_of_ms:
                 if not eligible(row, snap.valid_as_of_ms, checked_at):
                     continue
                 checked.append(row)
-                page.append((scan, contribution, *disclosed_record(parts, row)))
+                page.append((scan, contribution.as_dict(), *disclosed_record(parts, row)))
                 if len(page) == args.limit:
                     break
 
@@ -173,7 +178,7 @@ def search(parts: Parts, ctx: CallContext, args: SearchInput, *, valid_as_of_ms:
                 "record": record,
                 "redacted_fields": redacted,
                 "redaction_receipt_digest": red_digest,
-                "score": contribution.as_dict()["final_score"],
+                "score": contribution["final_score"],
                 "rank": position.returned + i + 1,
             }
             for i, (_, contribution, record, redacted, red_digest) in enumerate(chosen)
@@ -231,13 +236,14 @@ def _receipt_fixed(
     }
 
 
-def _receipt(fixed: dict[str, Any], chosen: list[Any], position: PagePosition) -> dict[str, Any]:
+def _receipt(fixed: dict[str, Any], chosen: list[dict[str, Any]], position: PagePosition) -> dict[str, Any]:
+    """The rank receipt of a page; ``chosen``: its records' contributions (``as_dict``)."""
     return seal_receipt(
         DigestKind.RANK_RECEIPT,
         {
             **fixed,
-            "ordered_ids_digest": digest(DigestKind.IDS, [c.record_id for c in chosen]),
-            "contributions": [c.as_dict() for c in chosen],
+            "ordered_ids_digest": digest(DigestKind.IDS, [c["record_id"] for c in chosen]),
+            "contributions": chosen,
             "page_offset": position.returned,
         },
     )

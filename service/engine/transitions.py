@@ -9,7 +9,10 @@ reservation replays, so it is written back once the physical outcome is known.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from engram.models.codes import ContractError, ErrorCode
@@ -25,7 +28,9 @@ from .idempotency import find_replay, intent_hash, reserve, rewrite
 from .lifecycle import require_forgettable, require_pending
 from .parts import Parts
 from .records import authorization_receipt, scope_key, transaction_receipt
-from .sealing import record_shred, shred_digest
+from .sealing import record_shred, shred_digest, shred_entries
+
+logger = logging.getLogger("engram.keys")
 
 # Above this many live records in the scope, forget answers projection_invalidation
 # "pending" and leaves the index rewrite (which grows with the scope) to the sweeper.
@@ -34,8 +39,19 @@ INLINE_PURGE_LIMIT = 50_000
 # purge its own indexes before it answers `pending` (finished as they catch up).
 PEER_PURGE_WAIT_S = 3.0
 
-# (tx, at_ms) -> (from_state, to_state, event) after applying the effect; raises on refusal
-Effect = Callable[[Transaction, int], tuple[str, str, JournalEvent]]
+
+@dataclass(frozen=True)
+class Shred:
+    """What a transition destroys, for the shred ledger: "record" or "candidate", its id,
+    and the journal cursor of the event that made it (its acceptance or capture)."""
+
+    kind: str
+    subject: str
+    made_cursor: int
+
+
+# (tx, at_ms) -> (from_state, to_state, event, shred) after applying the effect; raises on refusal
+Effect = Callable[[Transaction, int], tuple[str, str, JournalEvent, Shred | None]]
 
 
 def _transition(
@@ -61,8 +77,15 @@ def _transition(
         replay = find_replay(tx, ctx.scope, ctx.principal, key, tool, intent)
         if replay is not None:
             return replay, True
-        from_state, to_state, event = effect(tx, at)
+        from_state, to_state, event, shred = effect(tx, at)
         check_confirmation(ctx, tool, target, arguments, at, lambda ref: tx.claim_confirmation(claim_key(ctx, ref), at))
+        made: str | None = None
+        if shred is not None:
+            # Recorded once the gate passed and before commit, so a restore of any earlier
+            # backup applies it (`engram admin restore`, `apply-shred-ledger`); should the
+            # commit then fail, those forget what the confirmed call meant to forget anyway.
+            record_shred(parts.vault.ring.key_dir, shred.kind, ctx.scope, shred.subject)
+            made = parts.store.journal_digests(ctx.scope, [shred.made_cursor]).get(shred.made_cursor)
         auth = authorization_receipt(ctx, tool, at)
         receipt = {
             "event_id": event.event_id,
@@ -78,6 +101,17 @@ def _transition(
         }
         result = {"receipt": receipt, "replayed": False, **physical}
         reserve(tx, ctx.scope, ctx.principal, key, tool, intent, result)
+    if shred is not None and made is not None:  # None: no event at made_cursor (nothing to check by)
+        # Committed for certain: an open of a store that has the subject but not this
+        # event (restored from before it) re-applies it.
+        record_shred(
+            parts.vault.ring.key_dir,
+            shred.kind,
+            ctx.scope,
+            shred.subject,
+            made=(shred.made_cursor, made),
+            ended=(event.cursor, event.event_digest),
+        )
     return result, False
 
 
@@ -90,7 +124,7 @@ def _finish(parts: Parts, ctx: CallContext, key: str, result: dict[str, Any]) ->
 def withdraw(parts: Parts, ctx: CallContext, args: WithdrawInput) -> dict[str, Any]:
     arguments = args.model_dump(exclude_none=True)
 
-    def effect(tx: Transaction, at: int) -> tuple[str, str, JournalEvent]:
+    def effect(tx: Transaction, at: int) -> tuple[str, str, JournalEvent, Shred | None]:
         candidate = tx.candidate(ctx.scope, args.candidate_id)
         if candidate is None:
             raise ContractError(ErrorCode.NOT_FOUND)
@@ -102,11 +136,12 @@ def withdraw(parts: Parts, ctx: CallContext, args: WithdrawInput) -> dict[str, A
             {"reason_ref": args.reason_ref, "principal": ctx.principal},
             instant(at),
         )
+        shred = None
         if candidate.key_id is not None:
-            record_shred(parts.vault.ring.key_dir, "candidate", ctx.scope, candidate.candidate_id)
+            shred = Shred("candidate", candidate.candidate_id, candidate.created_cursor)
             tx.destroy_key(candidate.key_id)
         tx.set_candidate_state(ctx.scope, candidate.candidate_id, "withdrawn", drop_body=True)
-        return "pending", "withdrawn", event
+        return "pending", "withdrawn", event, shred
 
     result, was_replay = _transition(
         parts, ctx, WITHDRAW, "withdraw", args.candidate_id, arguments, effect, {"key_destruction": "pending"}
@@ -122,7 +157,7 @@ def withdraw(parts: Parts, ctx: CallContext, args: WithdrawInput) -> dict[str, A
 def forget(parts: Parts, ctx: CallContext, args: ForgetInput) -> dict[str, Any]:
     arguments = args.model_dump(exclude_none=True)
 
-    def effect(tx: Transaction, at: int) -> tuple[str, str, JournalEvent]:
+    def effect(tx: Transaction, at: int) -> tuple[str, str, JournalEvent, Shred | None]:
         record = tx.record(ctx.scope, args.record_id)
         if record is None:
             raise ContractError(ErrorCode.NOT_FOUND)
@@ -134,14 +169,11 @@ def forget(parts: Parts, ctx: CallContext, args: ForgetInput) -> dict[str, Any]:
             {"reason_ref": args.reason_ref, "principal": ctx.principal, "from_state": record.state},
             instant(at),
         )
-        # Recorded before commit: a restore of any earlier backup applies it. Should the
-        # commit then fail, a restore forgets a record the agent meant to forget anyway.
-        record_shred(parts.vault.ring.key_dir, "record", ctx.scope, record.record_id)
         if record.key_id is not None:
             tx.destroy_key(record.key_id)
         tx.set_record_state(ctx.scope, record.record_id, "tombstoned", drop_body=True)
         tx.add_pending_purge(ctx.scope, record.record_id)
-        return record.state, "tombstoned", event
+        return record.state, "tombstoned", event, Shred("record", record.record_id, record.accepted_cursor)
 
     result, was_replay = _transition(
         parts, ctx, FORGET, "tombstone", args.record_id, arguments, effect, {"projection_invalidation": "pending"}
@@ -205,13 +237,17 @@ def sweep_pending(parts: Parts) -> int:
 
 
 SHRED_REASON = "restore:shred-ledger"
+#: The journal events that end a record or a candidate for good, by ledger kind.
+ENDING_EVENTS = {"record": "record_tombstoned", "candidate": "candidate_withdrawn"}
 
 
-def apply_shreds(store: Store, entries: list[dict[str, Any]]) -> int:
+def apply_shreds(store: Store, entries: list[dict[str, Any]], key_dir: Path | None = None) -> int:
     """Re-apply forgets and withdrawals a restored backup predates: each entry's record is
     tombstoned (its key destroyed, its purge left pending for the warm-up's sweep), each
     candidate withdrawn, with a journal event saying why. Entries name scope and subject
-    by digest; subjects are found through the journal. Returns how many were applied."""
+    by digest; subjects are found through the journal. With `key_dir`, each subject found
+    gets a committed ledger entry naming the event that now ends it, so that later opens
+    find nothing to re-apply. Returns how many were applied."""
     wanted: dict[str, set[tuple[str, str]]] = {}
     for entry in entries:
         wanted.setdefault(entry["scope"], set()).add((entry["kind"], entry["subject"]))
@@ -221,21 +257,76 @@ def apply_shreds(store: Store, entries: list[dict[str, Any]]) -> int:
         targets = wanted.get(shred_digest(list(scope)))
         if not targets:
             continue
-        subjects = {e.subject for e in store.events(scope)}
-        found = [(kind, s) for s in subjects for kind in ("record", "candidate") if (kind, shred_digest(s)) in targets]
+        made: dict[str, tuple[int, str]] = {}
+        ended: dict[tuple[str, str], tuple[int, str]] = {}
+        for e in store.events(scope):
+            made.setdefault(e.subject, (e.cursor, e.event_digest))
+            for kind, ending in ENDING_EVENTS.items():
+                if e.kind == ending:
+                    ended[(kind, e.subject)] = (e.cursor, e.event_digest)
+        named = {s: shred_digest(s) for s in made}
+        found = [(kind, s) for s in made for kind in ENDING_EVENTS if (kind, named[s]) in targets]
         with store.transaction() as tx:
             for kind, subject in found:
-                applied += _apply_shred(tx, scope, kind, subject, at)
+                event = _apply_shred(tx, scope, kind, subject, at)
+                if event is not None:
+                    applied += 1
+                    ended[(kind, subject)] = (event.cursor, event.event_digest)
+        if key_dir is not None:
+            for kind, subject in found:
+                if (kind, subject) in ended:
+                    record_shred(key_dir, kind, scope, subject, made=made[subject], ended=ended[(kind, subject)])
     store.purge_freed_pages()
     return applied
 
 
-def _apply_shred(tx: Transaction, scope: tuple[str, str], kind: str, subject: str, at: str) -> int:
+def reapply_shreds(store: Store, key_dir: Path) -> int:
+    """Re-apply the committed ledger entries a restored database predates: those whose
+    subject's ``made`` event this journal holds while no entry of the subject has its
+    ``ended`` event here (a journal without ``made`` never had the subject, or diverged
+    before it: nothing to forget). Run at every open, before anything is projected or
+    served: a primary-key lookup per entry, and a journal scan of a scope only when it
+    has something to re-apply (once: the re-application is recorded in the ledger).
+    Entries without positions (written before a commit, or before entries had them) are
+    applied by `apply_shreds` alone (`engram admin restore`, `apply-shred-ledger`).
+    Returns how many were applied."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for entry in shred_entries(key_dir):
+        if "made" in entry and "ended" in entry:
+            groups.setdefault((entry["scope"], entry["kind"], entry["subject"]), []).append(entry)
+    if not groups:
+        return 0
+    due: list[dict[str, Any]] = []
+    for scope in store.scopes():
+        named = shred_digest(list(scope))
+        mine = [g for key, g in groups.items() if key[0] == named]
+        if not mine:
+            continue
+        held = store.journal_digests(scope, sorted({e[side][0] for g in mine for e in g for side in ("made", "ended")}))
+        due += [
+            g[0] for g in mine if any(_held(held, e["made"]) for e in g) and not any(_held(held, e["ended"]) for e in g)
+        ]
+    if not due:
+        return 0
+    applied = apply_shreds(store, due, key_dir)
+    logger.warning(
+        "re-applied %d forget(s)/withdrawal(s) the store predates (a database restored from a backup)", applied
+    )
+    return applied
+
+
+def _held(digests: dict[int, str], position: list[Any]) -> bool:
+    """Whether the journal positions read (`Store.journal_digests`) hold this event."""
+    return digests.get(int(position[0])) == position[1]
+
+
+def _apply_shred(tx: Transaction, scope: tuple[str, str], kind: str, subject: str, at: str) -> JournalEvent | None:
+    """End one subject again; the event that does, or None when it was ended already."""
     if kind == "record":
         record = tx.record(scope, subject)
         if record is None or record.state == "tombstoned":
-            return 0
-        tx.append_event(
+            return None
+        event = tx.append_event(
             scope,
             "record_tombstoned",
             record.record_id,
@@ -246,13 +337,13 @@ def _apply_shred(tx: Transaction, scope: tuple[str, str], kind: str, subject: st
             tx.destroy_key(record.key_id)
         tx.set_record_state(scope, record.record_id, "tombstoned", drop_body=True)
         tx.add_pending_purge(scope, record.record_id)
-        return 1
+        return event
     candidate = tx.candidate(scope, subject)
     if candidate is None or candidate.key_id is None:
-        return 0
-    tx.append_event(
+        return None
+    event = tx.append_event(
         scope, "candidate_withdrawn", candidate.candidate_id, {"reason_ref": SHRED_REASON, "principal": "operator"}, at
     )
     tx.destroy_key(candidate.key_id)
     tx.set_candidate_state(scope, candidate.candidate_id, "withdrawn", drop_body=True)
-    return 1
+    return event

@@ -27,6 +27,7 @@ from .elicitation import HumanApproval, caller_of
 from .host_context import HeaderBinding
 from .metrics import Metrics
 from .rate_limit import TokenBucketLimiter
+from .router import ScopeRouter
 from .server import EngineLike, ToolFrontEnd
 
 logger = logging.getLogger("engram.mcp")
@@ -86,11 +87,25 @@ def create_app(
         host=host,
         transport_security=_transport_security(host, allowed_hosts),
     )
+    # A replica of a group (shared store) forwards calls of other groups' scopes.
+    router = None
+    if getattr(engine, "routed", False):
+        router = ScopeRouter(
+            DuplicateKeyMarker(mcp_app),
+            secret=host_secret,
+            destination=engine.route_destination,  # type: ignore[attr-defined]
+            replica_id=engine.replica_id,
+            deadline_ms=settings.deadline_ms,  # type: ignore[attr-defined]
+            approval_ttl_s=settings.approval_ttl_s,
+            audit=audit,
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         async with server.session_manager.run():
             yield
+        if router is not None:
+            await router.aclose()
         audit.close()
         if close_engine and hasattr(engine, "close"):
             await anyio.to_thread.run_sync(engine.close)
@@ -133,7 +148,7 @@ def create_app(
         return Response(content=content, media_type=metrics.content_type)
 
     # Last, so the routes above (and /docs, /openapi.json) win; the sub-app serves /mcp.
-    app.mount("/", DuplicateKeyMarker(mcp_app))
+    app.mount("/", router if router is not None else DuplicateKeyMarker(mcp_app))
     # Outermost: an oversized body is refused before routing, authentication or parsing.
     app.add_middleware(BodyLimit)
     return app

@@ -8,9 +8,10 @@ A call walks: verify the host context (else -32603) -> tenant opted in (else -32
 purpose (else -32603) -> rate limit (RATE_LIMITED) -> engine in a worker thread under
 the deadline -> envelope. On the common path (granted tool, right purpose, no human to
 ask) the tenant, rate-limit and deadline checks run in the engine's own worker hop, in
-that order, so a call costs one thread hand-off; the answers are the same. The envelope
-is the `structuredContent`, an identical JSON text copy is the text content, and
-`isError == not ok`. Every envelope has a fresh `auditId`, and every call (protocol
+that order, so a call costs one thread hand-off; the answers are the same. The
+envelope is the `structuredContent`, an identical JSON text copy is the text content,
+and `isError == not ok`; the result reaches the SDK in its wire form, which the SDK
+checks and dumps once. Every envelope has a fresh `auditId`, and every call (protocol
 rejections included) leaves one audit line.
 
 Nothing unexpected leaks: an engine exception becomes a STORE_UNAVAILABLE envelope,
@@ -99,13 +100,21 @@ class Answer:
         return "ok" if self.envelope["ok"] else self.envelope["error"]["code"]
 
 
-def envelope_result(answer: Answer) -> types.CallToolResult:
-    """The MCP result for an envelope: structured copy, identical JSON text, isError."""
-    return types.CallToolResult(
-        content=[types.TextContent(text=answer.text)],
-        structured_content=answer.envelope,
-        is_error=not answer.envelope["ok"],
-    )
+def envelope_result(answer: Answer) -> dict[str, Any]:
+    """The MCP result for an envelope: structured copy, identical JSON text, isError.
+
+    In its wire form, a dict: the SDK checks and dumps a tool result against the
+    protocol's result model once on the way out, so building a `CallToolResult` model
+    here first would validate our own output a second time and dump it once more (a
+    walk of the whole envelope each). The SDK's dump of either gives the same bytes
+    (tests/mcp: both eras).
+    """
+    return {
+        "content": [{"type": "text", "text": answer.text}],
+        "structuredContent": answer.envelope,
+        "isError": not answer.envelope["ok"],
+        "resultType": "complete",
+    }
 
 
 def tool_definition(spec: ToolSpec) -> types.Tool:
@@ -227,7 +236,7 @@ class ToolFrontEnd:
 
     async def call_tool(
         self, rctx: Any, params: types.CallToolRequestParams
-    ) -> types.CallToolResult | types.InputRequiredResult:
+    ) -> dict[str, Any] | types.InputRequiredResult:
         started = time.monotonic()
         audit_id = new_audit_id()
         name = params.name

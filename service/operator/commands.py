@@ -51,6 +51,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "rebuild-projections": lambda engine, args: engine.rebuild_projections(),
     "sweep-invalidations": lambda engine, args: engine.sweep_invalidations(),
+    "apply-shred-ledger": lambda engine, args: engine.apply_shred_ledger(),
     "tenant-set": _tenant,
     "tenant-status": lambda engine, args: "enabled" if engine.tenant_enabled(args["tenant"]) else "disabled",
     "verify-journal": lambda engine, args: engine.verify_journal(),

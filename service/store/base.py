@@ -14,6 +14,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from engram.models.errors import BackupUnsupported, CommitUncertain, StoreUnavailable  # noqa: F401 - raised and caught here
 
+#: The replica group of a replica started without one (and of every scope a database
+#: held before scopes were routed): one group holding every scope, as before groups.
+DEFAULT_GROUP = "default"
+
 Scope = tuple[str, str]
 
 
@@ -68,6 +72,28 @@ class StateCounts:
     records: dict[str, int]
 
 
+@dataclass(frozen=True)
+class Route:
+    """Which replica group serves a scope (``group``) and, while the scope is being
+    moved, which group is projecting it to take over (``moving_to``). ``version`` goes
+    up at every change, so a replica's acknowledgement names the change it followed."""
+
+    group: str
+    moving_to: str | None
+    version: int
+
+
+@dataclass(frozen=True)
+class ReplicaEntry:
+    """One registered replica: its group, the URL its peers forward calls to, and its
+    last heartbeat (epoch ms)."""
+
+    replica_id: str
+    group: str
+    advertise_url: str | None
+    heartbeat_ms: int
+
+
 class Transaction(Protocol):
     """One atomic unit: every effect of a call, its journal events and its idempotency
     reservation commit together or not at all."""
@@ -107,6 +133,12 @@ class Store(Protocol):
     def reader(self) -> AbstractContextManager[Transaction]: ...
     def schema_version(self) -> int: ...
     def wrapped_key(self, key_id: str) -> tuple[bytes, str] | None: ...
+    def journal_digests(self, scope: Scope, cursors: list[int]) -> dict[int, str]:
+        """The event digest at each of `cursors` the scope's journal holds (absent
+        cursors are left out): the shred ledger's check, by primary key, that the events
+        it names are this journal's."""
+        ...
+
     def receipt(self, receipt_digest: str) -> dict[str, Any] | None:
         """The receipt kept by ``Transaction.put_receipt`` under this digest, or None."""
         ...
@@ -144,9 +176,27 @@ class SharedStore(Store, Protocol):
     journal wake-ups, and what paging needs to work on any replica (snapshots and the
     cursor MAC secret). The embedded SQLite store, one process, has none of these."""
 
-    def heartbeat(self, replica_id: str, at_ms: int) -> None: ...
-    def live_replicas(self, since_ms: int) -> list[str]: ...
-    def replicas(self) -> list[tuple[str, int]]: ...
+    def heartbeat(
+        self, replica_id: str, at_ms: int, group: str = DEFAULT_GROUP, advertise_url: str | None = None
+    ) -> None: ...
+    def replica_entries(self) -> list[ReplicaEntry]: ...
+    def live_holders(self, scope: Scope, since_ms: int) -> list[str]:
+        """Live replicas whose group serves or is taking over the scope (every live
+        replica when the scope has no route): those a forget waits for."""
+        ...
+
+    def group_members(self, group: str, since_ms: int) -> list[ReplicaEntry]: ...
+    def route(self, scope: Scope) -> Route | None: ...
+    def routes(self) -> list[tuple[Scope, Route]]: ...
+    def claim_route(self, scope: Scope, group: str) -> Route:
+        """The scope's route, routing it to `group` first when it has none (the first
+        claim wins; every later one reads the same route)."""
+        ...
+
+    def begin_move(self, scope: Scope, group: str) -> Route: ...
+    def finish_move(self, scope: Scope, group: str) -> Route: ...
+    def ack_route(self, scope: Scope, replica_id: str, version: int) -> None: ...
+    def route_acks(self, scope: Scope, version: int) -> set[str]: ...
     def retire_replica(self, replica_id: str) -> bool: ...
     def ack_purges(self, scope: Scope, record_ids: list[str], replica_id: str) -> None: ...
     def purges_awaiting(self, replica_id: str) -> dict[Scope, list[str]]: ...

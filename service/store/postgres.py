@@ -35,11 +35,14 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from .base import (
+    DEFAULT_GROUP,
     BackupUnsupported,
     CandidateRow,
     CommitUncertain,
     JournalEvent,
     RecordRow,
+    ReplicaEntry,
+    Route,
     Scope,
     StateCounts,
     StoreUnavailable,
@@ -129,6 +132,23 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE records ALTER COLUMN payload_digest TYPE BYTEA USING decode(substr(payload_digest, 8), 'hex')",
         ),
     ),
+    # Scopes routed to replica groups: each replica's group and the URL peers forward to;
+    # each scope's group (and the group taking it over during a move); replicas'
+    # acknowledgements of route changes. Every scope already here stays with the
+    # default group, the group of every replica started before groups existed.
+    Migration(
+        5,
+        "scope routes",
+        (
+            f"ALTER TABLE replicas ADD COLUMN replica_group TEXT NOT NULL DEFAULT '{DEFAULT_GROUP}'",
+            "ALTER TABLE replicas ADD COLUMN advertise_url TEXT",
+            "CREATE TABLE scope_routes (tenant TEXT NOT NULL, workspace TEXT NOT NULL, replica_group TEXT NOT NULL,"
+            " moving_to TEXT, version BIGINT NOT NULL, PRIMARY KEY (tenant, workspace))",
+            "CREATE TABLE route_acks (tenant TEXT NOT NULL, workspace TEXT NOT NULL, replica_id TEXT NOT NULL,"
+            " version BIGINT NOT NULL, PRIMARY KEY (tenant, workspace, replica_id))",
+            f"INSERT INTO scope_routes SELECT tenant, workspace, '{DEFAULT_GROUP}', NULL, 1 FROM scopes",
+        ),
+    ),
 )
 JOURNAL_CHANNEL = "engram_journal"
 
@@ -145,6 +165,14 @@ _RECORD_COLUMNS = (
     " valid_from_ms, valid_to_ms, expires_at_ms, accepted_cursor, accepted_at, candidate_id"
 )
 _JOURNAL_COLUMNS = "cursor, event_id, kind, subject, body, event_digest, prev_digest, recorded_at"
+_REPLICA_COLUMNS = "replica_id, replica_group, advertise_url, heartbeat_ms"
+# Replica `r` holds the scope of pending purge `p`: the scope has no route (every replica
+# may), or r's group serves it or is taking it over. Only holders owe a purge.
+_HOLDS_SCOPE = (
+    "(NOT EXISTS (SELECT 1 FROM scope_routes s WHERE s.tenant=p.tenant AND s.workspace=p.workspace)"
+    " OR EXISTS (SELECT 1 FROM scope_routes s WHERE s.tenant=p.tenant AND s.workspace=p.workspace"
+    " AND r.replica_group IN (s.replica_group, s.moving_to)))"
+)
 
 
 def _candidate(row: tuple[Any, ...] | None) -> CandidateRow | None:
@@ -161,6 +189,14 @@ def _record(row: tuple[Any, ...]) -> RecordRow:
 
 def _bytes(value: Any) -> bytes | None:
     return None if value is None else bytes(value)
+
+
+def _route(row: tuple[Any, ...] | None) -> Route | None:
+    return None if row is None else Route(row[0], row[1], int(row[2]))
+
+
+def _replica(row: tuple[Any, ...]) -> ReplicaEntry:
+    return ReplicaEntry(row[0], row[1], row[2], int(row[3]))
 
 
 def _scope_lock_key(scope: Scope) -> str:
@@ -512,6 +548,18 @@ class PostgresStore:
             for e in self._journal_rows(scope, after)
         )
 
+    def journal_digests(self, scope: Scope, cursors: list[int]) -> dict[int, str]:
+        if not cursors:
+            return {}
+        return {
+            int(r[0]): read_digest(r[1])
+            for r in self._read(
+                "SELECT cursor, event_digest FROM journal"
+                " WHERE tenant=%s AND workspace=%s AND cursor = ANY(%s::bigint[])",
+                (*scope, list(cursors)),
+            )
+        }
+
     def verify_chain(self, scope: Scope) -> bool:
         try:
             return chain_intact(scope, self._journal_rows(scope))
@@ -624,27 +672,136 @@ class PostgresStore:
             )
 
     # replicas (SharedStore) ------------------------------------------------------------
-    def heartbeat(self, replica_id: str, at_ms: int) -> None:
+    def heartbeat(
+        self, replica_id: str, at_ms: int, group: str = DEFAULT_GROUP, advertise_url: str | None = None
+    ) -> None:
         with self.transaction() as tx:
             tx.conn.execute(
-                "INSERT INTO replicas VALUES (%s,%s,%s) ON CONFLICT (replica_id)"
-                " DO UPDATE SET heartbeat_ms=excluded.heartbeat_ms",
-                (replica_id, at_ms, at_ms),
+                "INSERT INTO replicas (replica_id, heartbeat_ms, registered_ms, replica_group, advertise_url)"
+                " VALUES (%s,%s,%s,%s,%s) ON CONFLICT (replica_id) DO UPDATE SET heartbeat_ms=excluded.heartbeat_ms,"
+                " replica_group=excluded.replica_group, advertise_url=excluded.advertise_url",
+                (replica_id, at_ms, at_ms, group, advertise_url),
             )
 
-    def live_replicas(self, since_ms: int) -> list[str]:
+    def replica_entries(self) -> list[ReplicaEntry]:
+        """Every registered replica with its group, advertised URL and heartbeat."""
+        return [_replica(r) for r in self._read(f"SELECT {_REPLICA_COLUMNS} FROM replicas ORDER BY replica_id")]
+
+    def group_members(self, group: str, since_ms: int) -> list[ReplicaEntry]:
+        """The replicas of `group` that heartbeat since `since_ms`."""
+        return [
+            _replica(r)
+            for r in self._read(
+                f"SELECT {_REPLICA_COLUMNS} FROM replicas WHERE replica_group=%s AND heartbeat_ms >= %s"
+                " ORDER BY replica_id",
+                (group, since_ms),
+            )
+        ]
+
+    def live_holders(self, scope: Scope, since_ms: int) -> list[str]:
         return [
             r[0]
             for r in self._read(
-                "SELECT replica_id FROM replicas WHERE heartbeat_ms >= %s ORDER BY replica_id", (since_ms,)
+                "SELECT r.replica_id FROM replicas r, (SELECT %s::text AS tenant, %s::text AS workspace) p"
+                f" WHERE r.heartbeat_ms >= %s AND {_HOLDS_SCOPE} ORDER BY r.replica_id",
+                (*scope, since_ms),
             )
         ]
 
-    def replicas(self) -> list[tuple[str, int]]:
-        """Every registered replica with its last heartbeat (epoch ms)."""
+    # scope routes ------------------------------------------------------------------------
+    def route(self, scope: Scope) -> Route | None:
+        rows = self._read(
+            "SELECT replica_group, moving_to, version FROM scope_routes WHERE tenant=%s AND workspace=%s", scope
+        )
+        return _route(rows[0] if rows else None)
+
+    def routes(self) -> list[tuple[Scope, Route]]:
         return [
-            (r[0], int(r[1])) for r in self._read("SELECT replica_id, heartbeat_ms FROM replicas ORDER BY replica_id")
+            ((r[0], r[1]), Route(r[2], r[3], int(r[4])))
+            for r in self._read(
+                "SELECT tenant, workspace, replica_group, moving_to, version FROM scope_routes"
+                " ORDER BY tenant, workspace"
+            )
         ]
+
+    def claim_route(self, scope: Scope, group: str) -> Route:
+        with self.transaction() as tx:
+            if tx.conn.execute(
+                "INSERT INTO scope_routes VALUES (%s,%s,%s,NULL,1) ON CONFLICT (tenant, workspace) DO NOTHING",
+                (*scope, group),
+            ).rowcount:
+                self._notify_route(tx.conn, scope)
+            row = tx.conn.execute(
+                "SELECT replica_group, moving_to, version FROM scope_routes WHERE tenant=%s AND workspace=%s", scope
+            ).fetchone()
+        route = _route(row)
+        assert route is not None
+        return route
+
+    def begin_move(self, scope: Scope, group: str) -> Route:
+        """Start moving the scope to `group`: `group` projects it while the current one
+        still serves. A scope with no route is routed to `group` at once; a move already
+        under way to `group`, or a scope already there, is left as it is."""
+        with self.transaction() as tx:
+            row = tx.conn.execute(
+                "SELECT replica_group, moving_to, version FROM scope_routes WHERE tenant=%s AND workspace=%s"
+                " FOR UPDATE",
+                scope,
+            ).fetchone()
+            if row is None:
+                tx.conn.execute("INSERT INTO scope_routes VALUES (%s,%s,%s,NULL,1)", (*scope, group))
+                route = Route(group, None, 1)
+            elif row[0] == group or row[1] == group:
+                return Route(row[0], row[1], int(row[2]))
+            else:
+                route = Route(row[0], group, int(row[2]) + 1)
+                tx.conn.execute(
+                    "UPDATE scope_routes SET moving_to=%s, version=%s WHERE tenant=%s AND workspace=%s",
+                    (group, route.version, *scope),
+                )
+            self._notify_route(tx.conn, scope)
+        return route
+
+    def finish_move(self, scope: Scope, group: str) -> Route:
+        """Flip the route of a scope being moved to `group`: `group` serves it now."""
+        with self.transaction() as tx:
+            row = tx.conn.execute(
+                "UPDATE scope_routes SET replica_group=moving_to, moving_to=NULL, version=version+1"
+                " WHERE tenant=%s AND workspace=%s AND moving_to=%s RETURNING replica_group, moving_to, version",
+                (*scope, group),
+            ).fetchone()
+            if row is None:
+                row = tx.conn.execute(
+                    "SELECT replica_group, moving_to, version FROM scope_routes WHERE tenant=%s AND workspace=%s", scope
+                ).fetchone()
+            else:
+                self._notify_route(tx.conn, scope)
+        route = _route(row)
+        assert route is not None
+        return route
+
+    def ack_route(self, scope: Scope, replica_id: str, version: int) -> None:
+        with self.transaction() as tx:
+            tx.conn.execute(
+                "INSERT INTO route_acks VALUES (%s,%s,%s,%s) ON CONFLICT (tenant, workspace, replica_id)"
+                " DO UPDATE SET version=GREATEST(route_acks.version, excluded.version)",
+                (*scope, replica_id, version),
+            )
+
+    def route_acks(self, scope: Scope, version: int) -> set[str]:
+        """Replicas that followed the scope's route through `version` (or later)."""
+        return {
+            r[0]
+            for r in self._read(
+                "SELECT replica_id FROM route_acks WHERE tenant=%s AND workspace=%s AND version >= %s",
+                (*scope, version),
+            )
+        }
+
+    @staticmethod
+    def _notify_route(conn: psycopg.Connection[Any], scope: Scope) -> None:
+        """Wake every replica's follower for the scope, as a journal append does."""
+        conn.execute("SELECT pg_notify(%s, %s)", (JOURNAL_CHANNEL, _scope_lock_key(scope)))
 
     def retire_replica(self, replica_id: str) -> bool:
         """Forget a replica for good: its registration and acknowledgements go, and the
@@ -653,8 +810,8 @@ class PostgresStore:
             gone = tx.conn.execute("DELETE FROM replicas WHERE replica_id=%s", (replica_id,)).rowcount
             tx.conn.execute("DELETE FROM purge_acks WHERE replica_id=%s", (replica_id,))
             tx.conn.execute(
-                "DELETE FROM pending_purges p WHERE NOT EXISTS (SELECT 1 FROM replicas r WHERE NOT EXISTS ("
-                " SELECT 1 FROM purge_acks a WHERE a.tenant=p.tenant AND a.workspace=p.workspace"
+                f"DELETE FROM pending_purges p WHERE NOT EXISTS (SELECT 1 FROM replicas r WHERE {_HOLDS_SCOPE}"
+                " AND NOT EXISTS (SELECT 1 FROM purge_acks a WHERE a.tenant=p.tenant AND a.workspace=p.workspace"
                 " AND a.record_id=p.record_id AND a.replica_id=r.replica_id))"
             )
             tx.conn.execute(
@@ -672,23 +829,27 @@ class PostgresStore:
 
     def purges_awaiting(self, replica_id: str) -> dict[Scope, list[str]]:
         awaiting: dict[Scope, list[str]] = {}
+        # A registered replica owes only the purges of scopes its group holds; one not
+        # registered yet (before its first heartbeat) owes every pending purge.
         for tenant, workspace, record_id in self._read(
             "SELECT p.tenant, p.workspace, p.record_id FROM pending_purges p WHERE NOT EXISTS ("
             " SELECT 1 FROM purge_acks a WHERE a.tenant=p.tenant AND a.workspace=p.workspace"
             " AND a.record_id=p.record_id AND a.replica_id=%s)"
+            " AND (NOT EXISTS (SELECT 1 FROM replicas r WHERE r.replica_id=%s)"
+            f"  OR EXISTS (SELECT 1 FROM replicas r WHERE r.replica_id=%s AND {_HOLDS_SCOPE}))"
             " ORDER BY p.tenant, p.workspace, p.record_id",
-            (replica_id,),
+            (replica_id, replica_id, replica_id),
         ):
             awaiting.setdefault((tenant, workspace), []).append(record_id)
         return awaiting
 
     def settle_purges(self, scope: Scope, record_ids: list[str], live: list[str]) -> list[str]:
-        """Clear the pending purges every registered replica acknowledged; the ids that
-        some live replica has still to purge."""
+        """Clear the pending purges every registered replica holding the scope
+        acknowledged; the ids that some replica of `live` has still to purge."""
         with self.transaction() as tx:
             tx.conn.execute(
                 "DELETE FROM pending_purges p WHERE p.tenant=%s AND p.workspace=%s AND p.record_id = ANY(%s)"
-                " AND NOT EXISTS (SELECT 1 FROM replicas r WHERE NOT EXISTS ("
+                f" AND NOT EXISTS (SELECT 1 FROM replicas r WHERE {_HOLDS_SCOPE} AND NOT EXISTS ("
                 "  SELECT 1 FROM purge_acks a WHERE a.tenant=p.tenant AND a.workspace=p.workspace"
                 "  AND a.record_id=p.record_id AND a.replica_id=r.replica_id))",
                 (*scope, list(record_ids)),

@@ -456,6 +456,18 @@ class SqliteStore:
     def events(self, scope: Scope, after: int = 0) -> Iterator[JournalEvent]:
         return (_event(row) for row in self._journal_rows(scope, after))
 
+    def journal_digests(self, scope: Scope, cursors: list[int]) -> dict[int, str]:
+        found: dict[int, str] = {}
+        for start in range(0, len(cursors), 500):
+            chunk = list(cursors[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            for row in self._read(
+                f"SELECT cursor, event_digest FROM journal WHERE tenant=? AND workspace=? AND cursor IN ({marks})",
+                (*scope, *chunk),
+            ):
+                found[int(row["cursor"])] = read_digest(row["event_digest"])
+        return found
+
     def verify_chain(self, scope: Scope) -> bool:
         """Recompute every event digest and link of a scope's journal."""
         try:

@@ -406,3 +406,28 @@ def test_a_shared_snapshot_another_release_wrote_keeps_the_digest_it_was_ranked_
     assert again.profile_config_digest == written
     assert again.digests.snapshot_digest != snap.digests.snapshot_digest  # it names the written digest
     assert again.ranked.profile.version == body["profile"]["version"]
+
+
+def test_a_fused_list_reads_back_from_a_shared_snapshot_with_the_same_digests() -> None:
+    """A shared store keeps the whole fused list (every contribution, not only the pages
+    served), and a replica reading it back names the same ordered ids and digests."""
+    from engram.ranking import HYBRID_PROFILE, RankedList, fuse
+    from engram.ranking.lexical import LexicalHit
+    from engram.ranking.semantic import SemanticHit
+    from engram.service.engine.paging import SnapshotCache, _decode_snapshot, _encode_snapshot  # noqa: PLC2701
+
+    fused = fuse(
+        [LexicalHit("mem_a", 3.0, 0), LexicalHit("mem_b", 1.0, 5)],
+        [SemanticHit("mem_b", 0.8, 5), SemanticHit("mem_c", 0.7, 9)],
+        {"mem_a": 0.2},
+        HYBRID_PROFILE.config,
+        1_700_000_000_000,
+    )
+    ranked = RankedList(
+        profile=HYBRID_PROFILE, channels=("lexical", "semantic"), candidates=fused, candidate_ids=sorted(fused.ids)
+    )
+    snap = SnapshotCache().put("acme", ranked, 7, 1_700_000_000_000)
+    again = _decode_snapshot(snap.snapshot_id, _encode_snapshot(snap))
+    assert again.ranked.candidates == list(fused) and len(fused) == 3
+    assert list(again.ranked.ordered_ids) == list(ranked.ordered_ids) == [c.record_id for c in fused]
+    assert again.digests == snap.digests

@@ -143,3 +143,30 @@ def test_allowed_hosts_for_non_loopback(tmp_path):
     with TestClient(app, base_url="http://memory.internal:8765") as client:
         assert _post(client, "memory.internal:8765") != 421
         assert _post(client, "evil.example:8765") == 421
+
+
+@pytest.mark.parametrize("version", ["2026-07-28", "2025-11-25"])
+@pytest.mark.parametrize("ok", [True, False])
+def test_wire_result_matches_the_sdk_model_dump(version, ok):
+    """The front end hands the SDK a tool result in its wire form; the SDK's outbound
+    check and dump of it must give what a `CallToolResult` model would have given."""
+    import mcp_types as types
+    from mcp_types import methods
+
+    from engram.models.codes import ErrorCode
+    from engram.models.envelope import failure_envelope, success_envelope
+    from engram.service.mcp.server import Answer, envelope_result
+
+    value = {"records": [{"score": 0.5, "note": None, "text": "café ☕"}], "next_page_cursor": "c.1"}
+    envelope = success_envelope(value, "aud_" + "0" * 32) if ok else failure_envelope(ErrorCode.NOT_FOUND, "aud_1")
+    answer = Answer.of(envelope)
+    model = types.CallToolResult(
+        content=[types.TextContent(text=answer.text)], structured_content=envelope, is_error=not ok
+    )
+    via_model = methods.serialize_server_result(
+        "tools/call", version, model.model_dump(by_alias=True, mode="json", exclude_none=True)
+    )
+    via_wire = methods.serialize_server_result("tools/call", version, envelope_result(answer))
+    assert json.dumps(via_wire) == json.dumps(via_model)
+    assert via_wire["structuredContent"] == json.loads(via_wire["content"][0]["text"]) == envelope
+    assert via_wire["isError"] is (not ok)

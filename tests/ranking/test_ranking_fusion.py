@@ -324,3 +324,27 @@ def test_a_record_listed_twice_by_a_channel_counts_once(method: FusionMethod):
     twice = fuse(lex(("a", 5.0), ("b", 3.0), ("a", 1.0)), sem(("b", 0.7), *tail, ("b", 0.1)), {"a": 0.3}, config, 0)
     assert [c.as_dict() for c in twice] == [c.as_dict() for c in once]
     assert sorted(c.record_id for c in twice) == sorted({c.record_id for c in twice})
+
+
+def test_fused_positions_read_alone_equal_the_whole_list():
+    """A page reads a few positions of the fused list; each must be the contribution
+    the whole list holds there (ranks, scores, absent channels as None)."""
+    rng = np.random.default_rng(7)
+    lexical = lex(
+        *[(f"l{i}", float(s)) for i, s in enumerate(sorted(rng.uniform(0.5, 9, 40), reverse=True))], t=3 * DAY
+    )
+    semantic = [
+        SemanticHit(f"{'l' if i % 3 == 0 else 's'}{i}", float(s), i * DAY)
+        for i, s in enumerate(sorted(rng.uniform(0.1, 0.9, 50), reverse=True))
+    ]
+    sims = {f"l{i}": float(rng.uniform(0.0, 0.5)) for i in range(40) if i % 3}
+    out = fuse(lexical, semantic, sims, HYBRID_PROFILE.config, 40 * DAY)
+    whole = list(out)
+    assert len(out) == len(whole) > 40
+    assert list(out.ids) == [c.record_id for c in whole]
+    assert [out[i] for i in range(len(out))] == whole
+    assert out[-1] == whole[-1] and out[3:17] == whole[3:17] and out[::7] == whole[::7]
+    assert any(c.lexical_rank is None for c in whole) and any(c.semantic_rank is None for c in whole)
+    assert [c.as_dict() for c in out[:10]] == [c.as_dict() for c in whole[:10]]
+    with pytest.raises(IndexError):
+        out[len(whole)]

@@ -413,3 +413,19 @@ def test_a_hybrid_search_encodes_its_query_while_the_lexical_channel_searches(tm
     assert sorted(met) == ["encoder", "lexical"]
     assert hybrid == ids(ranker, "scopeA", "payment cache")  # the same list as an unhindered search
     ranker.close()
+
+
+def test_drop_deletes_one_scope_and_leaves_the_others(ranker: Ranker, tmp_path: Path):
+    seed(ranker)
+    ranker.checkpoint()
+    root = tmp_path / "idx"
+    assert bytes_under(root, SECRET.encode()), "control: the files hold the scope's words"
+    assert ranker.holds("scopeA") and ranker.holds("scopeB") and not ranker.holds("scopeC")
+    ranker.drop("scopeA")
+    assert bytes_under(root, SECRET.encode()) == []
+    assert not ranker.holds("scopeA")
+    assert ranker.projection_cursor("scopeA") == {"lexical": 0, "semantic": 0}
+    assert ids(ranker, "scopeA", SECRET) == []
+    assert ids(ranker, "scopeB", "payment") == ["mem_b1"]  # another scope untouched
+    ranker.apply("scopeA", [doc("scopeA", "mem_a4", "projected again from the journal")], [], 4)
+    assert ids(ranker, "scopeA", "projected") == ["mem_a4"]
