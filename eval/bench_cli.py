@@ -75,6 +75,14 @@ def bench(
             "memory after ready, after this many searches, and its peak (0: skip).",
         ),
     ] = 100,
+    fresh: Annotated[
+        bool,
+        typer.Option(
+            "--fresh/--no-fresh",
+            help="Also time each tool's first call after /readyz on fresh data directories (a new user's: an empty "
+            "scope, and a scope of 10 records) against the next ones.",
+        ),
+    ] = True,
     database_url: Annotated[
         str | None,
         typer.Option(
@@ -114,6 +122,7 @@ def bench(
             reuse=reuse,
             hnswlib_up_to=hnswlib_up_to,
             service_searches=service_searches,
+            fresh=fresh,
             say=say,
         )
         if database_url:

@@ -14,6 +14,8 @@ The same run times the first calls after ready against later ones (issue 12: no 
 after ``/readyz`` may pay a warm-up): each search is timed, then a few rounds of capture,
 request_admission and search in the size's own scope (so its directory gains that many
 records), and the first of each tool is reported beside the median of the others.
+:func:`new_data_directory` makes the directory a new user starts from (the bench's
+fresh-directory case).
 """
 
 from __future__ import annotations
@@ -68,6 +70,31 @@ def _seed_model_cache(model_cache: Path | None, data_dir: Path) -> None:
             shutil.copyfile(source, target / source.name)
 
 
+def _cli_env(**extra: str) -> dict[str, str]:
+    """The environment a service command of this checkout runs in."""
+    root = Path(__file__).resolve().parents[1]
+    return {
+        **os.environ,
+        **extra,
+        "PYTHONPATH": os.pathsep.join([str(root), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
+
+
+def new_data_directory(data_dir: Path, tenant: str) -> None:
+    """Make ``data_dir`` as a new user does before a first ``engram serve``: ``engram admin
+    tenant enable TENANT`` on a directory that does not exist yet (nothing else: no model
+    export, no scope)."""
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run(
+        [sys.executable, "-m", "engram.service.cli", "admin", "tenant", "enable", tenant, "-d", str(data_dir)],
+        cwd=root,
+        env=_cli_env(),
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
 def measure_service(
     data_dir: Path,
     scope: tuple[str, str],
@@ -97,11 +124,7 @@ def measure_service(
     secret = secrets.token_hex(32)
     port = _free_port()
     root = Path(__file__).resolve().parents[1]
-    env = {
-        **os.environ,
-        "ENGRAM_HOST_SECRET": secret,
-        "PYTHONPATH": os.pathsep.join([str(root), *filter(None, [os.environ.get("PYTHONPATH")])]),
-    }
+    env = _cli_env(ENGRAM_HOST_SECRET=secret)
     command = [
         sys.executable,
         "-m",

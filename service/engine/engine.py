@@ -148,6 +148,11 @@ class Engine:
         with self.parts.projector.running("warm-up"):
             for scope in self.parts.store.scopes():
                 self.parts.projector.catch_up(scope)
+                # What catching up replayed (the changes a crash cut off before their
+                # checkpoint) is saved before ready: killed again before a checkpoint fell
+                # due, a server would otherwise replay it at every start, a longer backlog
+                # each time, and never become ready under repeated kills.
+                self.parts.ranker.checkpoint(scope_key(scope))
                 self.parts.ranker.warm(scope_key(scope))
             self.parts.ranker.settle()  # what catching up made due is saved before ready
         self.sweep_invalidations()  # a replica that was down purges what it missed, first

@@ -1,5 +1,5 @@
 """Warm before ready: what the first calls would otherwise pay once is paid while the
-engine opens (issue 12: no call after /readyz pays a warm-up)."""
+engine opens (no call after /readyz pays a warm-up)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import shutil
 import threading
 import time
 
-from engine_support import accept, context, open_engine, search_ids
+from engine_support import HashingTestEncoder, accept, context, open_engine, search_ids
 
 from engram.ranking.semantic import SemanticIndex
+from engram.service.engine.records import scope_key
 
 
 def test_checkpoints_that_catching_up_made_due_are_saved_before_the_engine_is_ready(
@@ -36,5 +37,35 @@ def test_checkpoints_that_catching_up_made_due_are_saved_before_the_engine_is_re
         assert saved.is_set()  # Engine.open returned (ready) only after the save
         assert reopened.readiness() == {"ready": True, "reasons": []}
         assert search_ids(reopened, ctx, "ferry timetable equinox") == [rid]
+    finally:
+        reopened.close()
+
+
+def test_what_warm_up_replays_after_a_crash_is_saved_before_ready(engine, data_dir) -> None:
+    """A crash loses the semantic changes made since the last checkpoint (at most 30 s or
+    1,000 records of them); warm-up replays them from the journal. It saves them before
+    ready, so a server killed again before its next checkpoint falls due does not replay
+    them again at the next start (under repeated kills the backlog only grew, and each
+    start took longer to become ready)."""
+    ctx = context()
+    accept(engine, ctx, "The ferry timetable changes at the spring equinox.")
+    engine.ranker.checkpoint()
+    semantic = data_dir / "index" / "semantic"
+    at_checkpoint = data_dir.parent / "semantic-at-checkpoint"
+    shutil.copytree(semantic, at_checkpoint)
+    later = [accept(engine, ctx, f"Harbour crane {n} is serviced every second Tuesday.") for n in range(3)]
+    key = scope_key(ctx.scope)
+    head = engine.scope_cursor(ctx.scope)
+    engine.close()
+    # The semantic files as a kill would leave them: the three later records unsaved.
+    shutil.rmtree(semantic)
+    shutil.copytree(at_checkpoint, semantic)
+    assert SemanticIndex(semantic, HashingTestEncoder.dim).cursor(key) < head
+
+    reopened = open_engine(data_dir)
+    try:
+        # The replay is on disk: read by a fresh index over the files, as the next start would.
+        assert SemanticIndex(semantic, HashingTestEncoder.dim).cursor(key) == head
+        assert set(later) <= set(search_ids(reopened, ctx, "harbour crane serviced tuesday"))
     finally:
         reopened.close()

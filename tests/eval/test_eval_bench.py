@@ -102,6 +102,14 @@ def test_tiny_bench_run(tmp_path: Path, encoder):
     assert first["search"]["calls"] == 12 and first["request_admission"]["calls"] == 5
     assert all(0 < f["later_p50_ms"] <= f["later_max_ms"] and f["first_ms"] > 0 for f in first.values())
     assert "First calls after /readyz" in (out / "report.md").read_text()
+    # the same on fresh data directories: a scope the first capture creates, and one of 10 records
+    fresh = {row["records"]: row["service_memory"] for row in result["fresh_first_calls"]}
+    assert set(fresh) == {0, 10}
+    for served_fresh in fresh.values():
+        assert "skipped" not in served_fresh, served_fresh
+        assert served_fresh["mutations"] == {"rounds": 5, "admitted": 5}
+        assert set(served_fresh["first_calls"]) == {"capture", "request_admission", "search_after_admission"}
+    assert "First calls after /readyz on a fresh data directory" in (out / "report.md").read_text()
     assert json.loads((out / "bench.json").read_text())["sizes"][0]["size"] == 400
     assert (out / "report.md").exists() and (out / "cost_growth.png").stat().st_size > 0
 
@@ -114,6 +122,7 @@ def test_tiny_bench_run(tmp_path: Path, encoder):
         load=False,
         reuse=True,
         service_searches=4,
+        fresh=False,
         progress=False,
         encoder=encoder,
         say=lambda _m: None,
