@@ -10,7 +10,7 @@ as plain JSON-RPC POSTs to ``/mcp``, and its ``/proc/<pid>/status`` is read: res
 memory after ready and after the searches, split into anonymous and file-backed pages
 (memory-mapped index files count as file-backed), and the peak (``VmHWM``) over its life.
 
-The same run times the first calls after ready against later ones (issue 12: no call
+The same run times the first calls after ready against later ones (no call
 after ``/readyz`` may pay a warm-up): each search is timed, then a few rounds of capture,
 request_admission and search in the size's own scope (so its directory gains that many
 records), and the first of each tool is reported beside the median of the others.
