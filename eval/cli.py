@@ -80,7 +80,9 @@ def eval_command(
 ) -> None:
     """Ingest DATASET (or reuse it), run every judged query, write report.json/.md, full TREC
     run files (run.<channel>.trec, every rank returned) and plots. Each report carries a
-    paired randomisation test of hybrid against each channel and against naive RRF."""
+    paired randomisation test of hybrid against each channel and against naive RRF. Queries
+    that carry metadata.category in queries.jsonl are also reported per category (nDCG@10
+    and recall@10 per run, the same paired tests within the category)."""
     from rich.console import Console
 
     from .extra import require_eval_extra

@@ -1,7 +1,8 @@
 """Relevance metrics, computed by pytrec_eval exactly as trec_eval would.
 
 * nDCG@10: trec_eval ``ndcg_cut_10`` (linear gain = the qrels grade).
-* recall@100: trec_eval ``recall_100`` (grades > 0 count as relevant).
+* recall@100 and recall@10: trec_eval ``recall_100`` / ``recall_10`` (grades > 0 count
+  as relevant); recall@10 is kept per query for the per-category figures.
 * MRR@10: trec_eval ``recip_rank`` on the ranking cut to its top 10 (0 when the first
   relevant document is below rank 10).
 
@@ -20,8 +21,10 @@ from statistics import fmean
 import numpy as np
 import pytrec_eval
 
-NDCG10, RECALL100, MRR10 = "ndcg@10", "recall@100", "mrr@10"
+NDCG10, RECALL100, MRR10, RECALL10 = "ndcg@10", "recall@100", "mrr@10", "recall@10"
 METRICS = (NDCG10, RECALL100, MRR10)
+#: What each query category reports, per run.
+CATEGORY_METRICS = (NDCG10, RECALL10)
 
 
 def load_qrels(path: Path) -> dict[str, dict[str, int]]:
@@ -47,11 +50,11 @@ def _scored(ranking: Sequence[str], depth: int) -> dict[str, float]:
 
 
 def evaluate(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Sequence[str]]) -> dict[str, dict[str, float]]:
-    """Per judged query: ``{"ndcg@10", "recall@100", "mrr@10"}``."""
+    """Per judged query: ``{"ndcg@10", "recall@100", "mrr@10", "recall@10"}``."""
     judged = {q: dict(r) for q, r in qrels.items() if any(g > 0 for g in r.values())}
     deep = {q: _scored(run.get(q, []), 100) for q in judged}
     top10 = {q: _scored(run.get(q, []), 10) for q in judged}
-    main = pytrec_eval.RelevanceEvaluator(judged, {"ndcg_cut.10", "recall.100"}).evaluate(
+    main = pytrec_eval.RelevanceEvaluator(judged, {"ndcg_cut.10", "recall.100", "recall.10"}).evaluate(
         {q: r for q, r in deep.items() if r}
     )
     mrr = pytrec_eval.RelevanceEvaluator(judged, {"recip_rank"}).evaluate({q: r for q, r in top10.items() if r})
@@ -62,6 +65,7 @@ def evaluate(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Sequence[
             NDCG10: float(m.get("ndcg_cut_10", 0.0)),
             RECALL100: float(m.get("recall_100", 0.0)),
             MRR10: float(mrr.get(q, {}).get("recip_rank", 0.0)),
+            RECALL10: float(m.get("recall_10", 0.0)),
         }
     return out
 
@@ -88,3 +92,44 @@ def paired_randomization(
     signs = np.random.default_rng(seed).choice((-1.0, 1.0), size=(trials, diffs.size))
     reached = int((np.abs((signs * diffs).mean(axis=1)) >= observed - 1e-12).sum())
     return {"delta": round(float(diffs.mean()), 4), "p": round((reached + 1) / (trials + 1), 4)}
+
+
+def by_category(
+    per_query: Mapping[str, Mapping[str, Mapping[str, float]]],
+    categories: Mapping[str, str],
+    *,
+    paired: Sequence[str] = (),
+    reference: str = "hybrid",
+) -> dict[str, dict]:
+    """Each query category's mean nDCG@10 and recall@10 per run, and ``reference`` tested
+    against each run of ``paired`` over that category's queries (nDCG@10).
+
+    ``per_query``: run -> query -> metrics (every run over the same judged queries).
+    Queries without a category count in no category; no categories give ``{}``.
+    Categories come in name order; a run's figures round as :func:`mean_metrics`.
+    """
+    members: dict[str, list[str]] = {}
+    judged = next(iter(per_query.values()), {})
+    for qid in judged:
+        if qid in categories:
+            members.setdefault(categories[qid], []).append(qid)
+    out: dict[str, dict] = {}
+    for name in sorted(members):
+        qids = members[name]
+        entry: dict = {
+            "queries": len(qids),
+            "runs": {
+                run: {m: round(fmean(values[q][m] for q in qids), 4) for m in CATEGORY_METRICS}
+                for run, values in per_query.items()
+            },
+        }
+        if reference in per_query:
+            entry["significance"] = {
+                f"{reference}_vs_{other}": paired_randomization(
+                    [per_query[reference][q][NDCG10] for q in qids], [per_query[other][q][NDCG10] for q in qids]
+                )
+                for other in paired
+                if other in per_query and other != reference
+            }
+        out[name] = entry
+    return out

@@ -31,6 +31,10 @@ Channels, and how each is obtained:
     uses. It skips the engine's store re-check, which does not change the order of an
     all-current collection.
 
+Where ``queries.jsonl`` gives each query a category (``metadata.category``), the report
+adds ``categories``: per category, every run's nDCG@10 and recall@10 over its queries and
+hybrid's paired test against the same runs as the whole collection's.
+
 The collection is ingested into a dedicated scope (``eval`` / ``beir-<name>``) with
 :func:`index_data.ingest.ingest_corpus`; a second run reuses it (idempotent: nothing is
 embedded again), so the data directory is the embedding cache.
@@ -52,14 +56,14 @@ from engram.index_data.ingest import ingest_corpus
 from engram.index_data.readers import VectorSource, read_beir, with_context
 from engram.index_data.records import DEFAULT_PURPOSE, RefusedRecord, record_id_for
 from engram.ranking import HYBRID_PROFILE, Profile
-from engram.ranking.profiles import FieldWeights, FusionConfig, FusionMethod, SemanticConfig
+from engram.ranking.profiles import FieldWeights, FusionConfig, FusionMethod, SemanticConfig, ValidTimeConfig
 from engram.ranking.ranker import ChannelHits
 from engram.service.engine import CallContext
 from engram.service.engine.clock import now_ms
 from engram.service.engine.records import scope_key
 from engram.service.engine.search import CANDIDATE_CAP
 
-from .metrics import METRICS, NDCG10, evaluate, load_qrels, mean_metrics, paired_randomization
+from .metrics import METRICS, NDCG10, by_category, evaluate, load_qrels, mean_metrics, paired_randomization
 from .raw_engines import RUNS as RAW_RUNS
 from .raw_engines import raw_runs
 from .report import label
@@ -76,11 +80,12 @@ EVAL_TENANT = "eval"
 
 SEMANTIC_ONLY = Profile(
     name="eval_semantic_only",
-    version="2",
+    version="3",
     config=replace(
         HYBRID_PROFILE.config,
         lexical=replace(HYBRID_PROFILE.config.lexical, field_weights=FieldWeights(0.0, 0.0, 0.0, 0.0, 0.0)),
         semantic=SemanticConfig(cap=DEPTH),
+        valid_time=ValidTimeConfig(),  # the channel's own order: no valid-time window
         # the channel alone, unfloored: the floor is part of fusion, not of the channel
         fusion=FusionConfig(method=FusionMethod.RRF, semantic_only_min_similarity=None),
     ),
@@ -89,7 +94,7 @@ SEMANTIC_ONLY = Profile(
 
 NAIVE_RRF = Profile(
     name="eval_naive_rrf",
-    version="1",
+    version="2",
     config=replace(
         HYBRID_PROFILE.config, fusion=FusionConfig(method=FusionMethod.RRF, semantic_only_min_similarity=None)
     ),
@@ -103,6 +108,21 @@ def load_queries(dataset_dir: Path) -> dict[str, str]:
             if line.strip():
                 item = json.loads(line)
                 out[str(item["_id"])] = str(item["text"])
+    return out
+
+
+def load_query_categories(dataset_dir: Path) -> dict[str, str]:
+    """Each query's category, where ``queries.jsonl`` gives one (``metadata.category``, as
+    BEIR carries query metadata; LoCoMo's are single-hop, multi-hop, temporal,
+    open-domain and adversarial). Queries without one are left out; none gives ``{}``."""
+    out: dict[str, str] = {}
+    with open(Path(dataset_dir) / "queries.jsonl", encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                item = json.loads(line)
+                category = (item.get("metadata") or {}).get("category")
+                if category not in (None, ""):
+                    out[str(item["_id"])] = str(category)
     return out
 
 
@@ -337,6 +357,9 @@ def run_relevance(
         "context_turns": context_turns,
         "timings": timings,
     }
+    sections = by_category(per_query, load_query_categories(dataset_dir), paired=PAIRED)
+    if sections:  # only a collection whose queries carry categories reports them
+        report_json["categories"] = sections
     details = {
         "dataset": name,
         "scope": list(scope),

@@ -106,6 +106,7 @@ def markdown(report: dict[str, Any], details: dict[str, Any] | None = None, plot
             "",
             f"{pair.replace('_', ' ')}: delta nDCG@10 {test['delta']:+.4f}, paired randomisation p = {test['p']:.4f}",
         ]
+    lines += category_lines(report)
     ingest = report["timings"].get("ingest", {})
     if ingest:
         lines += [
@@ -116,6 +117,32 @@ def markdown(report: dict[str, Any], details: dict[str, Any] | None = None, plot
     for plot in plots or []:
         lines += ["", f"![{plot}]({plot})"]
     return "\n".join(lines) + "\n"
+
+
+def category_lines(report: dict[str, Any]) -> list[str]:
+    """The per-category table (nDCG@10 / recall@10 per run, hybrid's paired tests), or
+    nothing when the collection's queries carry no categories."""
+    sections = report.get("categories")
+    if not sections:
+        return []
+    runs = list(next(iter(sections.values()))["runs"])
+    tests = list(next(iter(sections.values())).get("significance", {}))
+    lines = [
+        "",
+        "Per query category: nDCG@10 / recall@10; hybrid minus each run, nDCG@10 (paired p).",
+        "",
+        "| category | queries | " + " | ".join(runs) + "".join(f" | {t.replace('_', ' ')}" for t in tests) + " |",
+        "|---|---|" + "---|" * (len(runs) + len(tests)),
+    ]
+    for name, entry in sections.items():
+        row = f"| {name} | {entry['queries']} | " + " | ".join(
+            f"{entry['runs'][r]['ndcg@10']:.3f} / {entry['runs'][r]['recall@10']:.3f}" for r in runs
+        )
+        row += "".join(
+            f" | {entry['significance'][t]['delta']:+.3f} ({entry['significance'][t]['p']:.3f})" for t in tests
+        )
+        lines.append(row + " |")
+    return lines
 
 
 def trec_run(run: dict[str, list[str]], tag: str) -> str:

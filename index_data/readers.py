@@ -3,7 +3,9 @@
 Two layouts are read:
 
 * BEIR (``corpus.jsonl`` with ``_id``, ``title``, ``text``): one record per document,
-  primary component = title + newline + text, cited as ``beir:<dataset>/<_id>``.
+  primary component = title + newline + text, cited as ``beir:<dataset>/<_id>``. A
+  document's ``metadata.valid_time`` (ISO 8601, e.g. a conversation session's date)
+  becomes the record's valid time; without it, the fixed default.
 * Record JSONL (``{"id", "text", "title"?, "valid_time_ms"?, "source_ref"?}`` per line).
   A line may instead carry a whole contract ``payload`` and ``evidence`` (and
   ``retention``), as ``engram admin export`` writes them: the record is then loaded as
@@ -22,6 +24,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
@@ -32,6 +35,18 @@ from .records import DEFAULT_VALID_TIME_MS, IngestRecord
 
 def beir_text(title: str | None, text: str | None) -> str:
     return "\n".join(p for p in ((title or "").strip(), (text or "").strip()) if p)
+
+
+def beir_valid_time_ms(doc: dict) -> int:
+    """A BEIR document's ``metadata.valid_time`` (ISO 8601; UTC when it names no zone)
+    in epoch milliseconds, or the fixed default when it has none."""
+    stamp = (doc.get("metadata") or {}).get("valid_time")
+    if not stamp:
+        return DEFAULT_VALID_TIME_MS
+    when = datetime.fromisoformat(str(stamp))
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp() * 1000)
 
 
 def read_beir(dataset_dir: Path, name: str | None = None) -> Iterator[IngestRecord]:
@@ -50,7 +65,7 @@ def read_beir(dataset_dir: Path, name: str | None = None) -> Iterator[IngestReco
                 source_ref=f"beir:{name}/{doc_id}",
                 locator_scheme="beir",
                 locator_value=doc_id,
-                valid_time_ms=DEFAULT_VALID_TIME_MS,
+                valid_time_ms=beir_valid_time_ms(doc),
             )
 
 

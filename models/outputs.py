@@ -63,6 +63,24 @@ class ChannelContribution(Closed):
     lexical_weight: float | None
 
 
+class ValidTimeWindow(Closed):
+    """The window of valid time a query named ("on 9 November, 2022"): ``[valid_from,
+    valid_until)``; candidates valid inside it were boosted by the profile."""
+
+    valid_from: Instant
+    valid_until: Instant
+    text: str
+    period: Literal["day", "week", "month", "year"]
+
+
+class QueryTime(Closed):
+    """What the ranking profile read of time in the query (nothing, for a profile that
+    reads none): whether it asks when, and the valid-time window it names."""
+
+    asks_when: bool
+    valid_time_window: ValidTimeWindow | None
+
+
 class RankReceipt(Closed):
     request_digest: Digest
     authorization_receipt_digest: Digest
@@ -81,6 +99,7 @@ class RankReceipt(Closed):
     revalidation_receipt_digest: Digest
     projection_receipt_digests: list[Digest]
     contributions: list[ChannelContribution]
+    query_time: QueryTime
     page_offset: Annotated[int, Field(ge=0)]
     issued_at: Instant
     receipt_digest: Digest

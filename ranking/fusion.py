@@ -48,7 +48,9 @@ score whatever order the engine returned them in (record ids are random, and an 
 order among equal scores is its insertion order). Receipts carry these ranks.
 
 Either way ``final = relevance_weight * fused / max fused + recency_weight * recency``,
-ties broken by recency (newer first) then record_id ascending.
+plus the profile's ``window_boost`` for a candidate valid inside the window of valid time
+the query names (:mod:`ranking.query_time`), ties broken by recency (newer first) then
+record_id ascending.
 
 The arithmetic runs on numpy arrays over one candidate axis (:class:`_Candidates`: the
 lexical hits, then the semantic-only ones), not per candidate in Python: a search fuses
@@ -66,6 +68,7 @@ import numpy as np
 
 from engram.ranking.lexical import LexicalHit
 from engram.ranking.profiles import FusionConfig, FusionMethod, ProfileConfig
+from engram.ranking.query_time import ValidTimeWindow
 from engram.ranking.semantic import SemanticHit
 
 
@@ -258,6 +261,7 @@ def fuse(
     similarity: Mapping[str, float],
     config: ProfileConfig,
     valid_as_of_ms: int,
+    window: ValidTimeWindow | None = None,
 ) -> Sequence[Contribution]:
     """Order the union of both hit lists; ``semantic`` None means a lexical-only profile.
 
@@ -281,6 +285,9 @@ def fuse(
     normalised = fused / top if top > 0 else np.zeros(len(c))
     fresh = recency(c.valid_time, valid_as_of_ms, float(config.recency.half_life_ms))
     final = config.recency.relevance_weight * normalised + config.recency.recency_weight * fresh
+    if window is not None and config.valid_time.window_boost > 0:
+        inside = (c.valid_time >= window.from_ms) & (c.valid_time < window.to_ms)
+        final = final + config.valid_time.window_boost * inside
     kept = np.arange(len(c))
     if fusion is not None and fusion.semantic_only_min_similarity is not None:
         # A candidate only the semantic channel proposes, with a cosine below this floor,

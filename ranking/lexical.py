@@ -55,6 +55,7 @@ import tantivy
 from engram.ranking import record_words
 from engram.ranking.documents import IndexDocument
 from engram.ranking.profiles import LexicalConfig
+from engram.ranking.query_time import WHEN_WORDS
 from engram.ranking.storage import atomic_write_json, read_json
 
 TEXT_FIELDS = ("primary", "decision", "evidence", "context", "source_refs")
@@ -136,6 +137,7 @@ class LexicalIndex:
         self._schema = _schema()
         self._analyzer = _analyzer()
         self._query_analyzer = _analyzer(drop_stopwords=True)
+        self._when_tokens = sorted({t for word in WHEN_WORDS for t in self._analyzer.analyze(word)})
         self._max_open = max(1, max_open)
         self._max_writers = max(1, max_writers)
         self._entries: OrderedDict[str, _Scope] = OrderedDict()
@@ -266,7 +268,7 @@ class LexicalIndex:
         """``text`` analyzed as documents are (stemmed, stop words kept)."""
         return self._analyzer.analyze(text)
 
-    def query_terms(self, query: str, config: LexicalConfig) -> dict[str, float]:
+    def query_terms(self, query: str, config: LexicalConfig, *, asks_when: bool = False) -> dict[str, float]:
         """Each distinct query term (stemmed as documents are) and its weight.
 
         A short query (at most ``config.long_query_tokens`` tokens) is a question or a
@@ -277,7 +279,18 @@ class LexicalIndex:
         that repetition would amplify, so they are dropped (unless nothing else is left),
         and a content word said n times weighs ``n ** long_query_count_power``, since a
         description repeats what it is about.
+
+        ``asks_when`` (the question asks when, :mod:`ranking.query_time`): the words that
+        date an event join the query at ``config.when_terms_weight``, a query's own words
+        keeping their weight.
         """
+        terms = self._own_terms(query, config)
+        if asks_when and config.when_terms_weight > 0:
+            for token in self._when_tokens:
+                terms.setdefault(token, config.when_terms_weight)
+        return terms
+
+    def _own_terms(self, query: str, config: LexicalConfig) -> dict[str, float]:
         tokens = self.tokens(query)
         if len(tokens) <= config.long_query_tokens:
             return dict.fromkeys(tokens, 1.0)
@@ -286,11 +299,13 @@ class LexicalIndex:
             return dict.fromkeys(tokens, 1.0)
         return {token: count**config.long_query_count_power for token, count in content.items()}
 
-    def search(self, scope_key: str, query: str, config: LexicalConfig, limit: int) -> list[LexicalHit]:
+    def search(
+        self, scope_key: str, query: str, config: LexicalConfig, limit: int, *, asks_when: bool = False
+    ) -> list[LexicalHit]:
         """BM25 hits of ``query`` inside ``scope_key`` only, best first (ties: record_id)."""
         if limit <= 0:
             return []
-        clauses = self._query_clauses(self.query_terms(query, config), config)
+        clauses = self._query_clauses(self.query_terms(query, config, asks_when=asks_when), config)
         if not clauses:
             return []
         entry = self._lookup(scope_key, create=False)

@@ -40,6 +40,8 @@ from engram.ranking.fusion import Contribution, fuse, record_ids
 from engram.ranking.lexical import LexicalHit, LexicalIndex
 from engram.ranking.probes import RawEngines
 from engram.ranking.profiles import LEXICAL, SEMANTIC, LexicalConfig, Profile, SemanticConfig
+from engram.ranking.query_time import NO_TIME, QueryTime, read_query_time
+from engram.ranking.query_time import warm as warm_date_parser
 from engram.ranking.semantic import (
     CHECKPOINT_RECORDS,
     CHECKPOINT_SECONDS,
@@ -69,6 +71,8 @@ class RankedList:
     channels: tuple[str, ...]
     candidates: Sequence[Contribution]
     candidate_ids: list[str]
+    #: What the profile read of time in the query (a when-question, a valid-time window).
+    query_time: QueryTime = NO_TIME
 
     @property
     def ordered_ids(self) -> Sequence[str]:
@@ -262,8 +266,11 @@ class Ranker:
         the lexical index again; without one the failure is raised."""
         config = profile.config
         started = time.perf_counter()
+        when = self.query_time(query, profile)
         lexical_cap = min(candidate_cap, config.lexical.cap)
-        lexical_job = self._lexical_job(scope_key, query, config.lexical, lexical_cap, beside=config.semantic)
+        lexical_job = self._lexical_job(
+            scope_key, query, config.lexical, lexical_cap, beside=config.semantic, asks_when=when.asks_when
+        )
         semantic = None
         similarity: dict[str, float] = {}
         if config.semantic is not None:
@@ -276,11 +283,15 @@ class Ranker:
                     raise
                 asked, profile, config = config, fallback, fallback.config
                 fallback_cap = min(candidate_cap, config.lexical.cap)
-                if fallback_cap != lexical_cap or config.lexical != asked.lexical:
-                    lexical_job = self._lexical_job(scope_key, query, config.lexical, fallback_cap, beside=None)
+                asked_when = when
+                when = self.query_time(query, profile)
+                if fallback_cap != lexical_cap or config.lexical != asked.lexical or when != asked_when:
+                    lexical_job = self._lexical_job(
+                        scope_key, query, config.lexical, fallback_cap, beside=None, asks_when=when.asks_when
+                    )
         channels_done = time.perf_counter()
         lexical, lexical_seconds = lexical_job.result()
-        candidates = fuse(lexical, semantic, similarity, config, valid_as_of_ms)
+        candidates = fuse(lexical, semantic, similarity, config, valid_as_of_ms, when.window)
         observe = self.observe_latency
         if observe is not None:
             observe(LEXICAL, lexical_seconds)
@@ -292,6 +303,17 @@ class Ranker:
             channels=profile.channels,
             candidates=candidates,
             candidate_ids=sorted(record_ids(candidates)),
+            query_time=when,
+        )
+
+    @staticmethod
+    def query_time(query: str, profile: Profile) -> QueryTime:
+        """The time signals ``profile`` uses, read from ``query`` (none parsed otherwise)."""
+        config = profile.config
+        if not config.reads_query_time:
+            return NO_TIME
+        return read_query_time(
+            query, when=config.lexical.when_terms_weight > 0, window=config.valid_time.window_boost > 0
         )
 
     def channel_hits(self, scope_key: str, query: str, profile: Profile, *, candidate_cap: int = 1000) -> ChannelHits:
@@ -301,7 +323,14 @@ class Ranker:
         channel that cannot serve."""
         config = profile.config
         lexical_cap = min(candidate_cap, config.lexical.cap)
-        lexical_job = self._lexical_job(scope_key, query, config.lexical, lexical_cap, beside=config.semantic)
+        lexical_job = self._lexical_job(
+            scope_key,
+            query,
+            config.lexical,
+            lexical_cap,
+            beside=config.semantic,
+            asks_when=self.query_time(query, profile).asks_when,
+        )
         if config.semantic is None:
             return ChannelHits(lexical_job.result()[0], None, {})
         semantic, similarity = self._semantic_candidates(scope_key, query, lexical_job, config.semantic, candidate_cap)
@@ -328,23 +357,30 @@ class Ranker:
         return self._lexical.present(scope_key)
 
     def _lexical_job(
-        self, scope_key: str, query: str, config: LexicalConfig, limit: int, *, beside: SemanticConfig | None
+        self,
+        scope_key: str,
+        query: str,
+        config: LexicalConfig,
+        limit: int,
+        *,
+        beside: SemanticConfig | None,
+        asks_when: bool = False,
     ) -> Future[tuple[list[LexicalHit], float]]:
         """The lexical channel's hits and the seconds they took. Beside a semantic channel
         the lexical search runs on the ranker's own thread while the caller encodes the
         query (both release the GIL), so a hybrid search waits for the longer of the two
         rather than their sum; alone it runs here, with no thread hand-off."""
         if beside is not None:
-            return self._lexical_pool.submit(self._timed_lexical, scope_key, query, config, limit)
+            return self._lexical_pool.submit(self._timed_lexical, scope_key, query, config, limit, asks_when)
         job: Future[tuple[list[LexicalHit], float]] = Future()
-        job.set_result(self._timed_lexical(scope_key, query, config, limit))
+        job.set_result(self._timed_lexical(scope_key, query, config, limit, asks_when))
         return job
 
     def _timed_lexical(
-        self, scope_key: str, query: str, config: LexicalConfig, limit: int
+        self, scope_key: str, query: str, config: LexicalConfig, limit: int, asks_when: bool = False
     ) -> tuple[list[LexicalHit], float]:
         started = time.perf_counter()
-        hits = self._lexical.search(scope_key, query, config, limit)
+        hits = self._lexical.search(scope_key, query, config, limit, asks_when=asks_when)
         return hits, time.perf_counter() - started
 
     def _semantic_candidates(
@@ -368,6 +404,12 @@ class Ranker:
         except CorruptIndex as exc:
             raise SemanticUnavailable(f"index corrupt: {exc}") from exc
         return semantic, similarity
+
+    @staticmethod
+    def warm_query_time() -> None:
+        """Load the date parser that reads time in queries now (about a second) rather
+        than in the first search whose query names a year."""
+        warm_date_parser()
 
     def warm(self, scope_key: str) -> None:
         """Open the scope's index readers now (the vector file is read and checked, the

@@ -142,6 +142,7 @@ class Engine:
         load = getattr(self._encoder, "load", None)
         if load is not None:
             load()
+        self.parts.ranker.warm_query_time()
         self._finish_rotation()  # one interrupted, or waiting out the shared grace
         if self.parts.routing is not None:
             self.parts.routing.release_unheld(self.parts)  # scopes moved away while it was down

@@ -29,6 +29,7 @@ from typing import Any
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.digests import DigestKind, digest
 from engram.ranking import Contribution, Profile, RankedList, config_dict_digest
+from engram.ranking.query_time import QueryTime, ValidTimeWindow
 from engram.service.store.base import SharedStore
 
 from .clock import instant, now_ms
@@ -97,6 +98,7 @@ def _encode_snapshot(snap: Snapshot) -> str:
             "system_as_of": snap.system_as_of,
             "valid_as_of_ms": snap.valid_as_of_ms,
             "tenant": snap.tenant,
+            "query_time": [ranked.query_time.asks_when, ranked.query_time.window],
         },
         separators=(",", ":"),
     )
@@ -104,11 +106,13 @@ def _encode_snapshot(snap: Snapshot) -> str:
 
 def _decode_snapshot(snapshot_id: str, body: str) -> Snapshot:
     fields = json.loads(body)
+    asks_when, window = fields.get("query_time") or (False, None)  # a snapshot from before query time
     ranked = RankedList(
         profile=Profile.from_dict(fields["profile"]),
         channels=tuple(fields["channels"]),
         candidates=[Contribution(*c) for c in fields["candidates"]],
         candidate_ids=fields["candidate_ids"],
+        query_time=QueryTime(bool(asks_when), ValidTimeWindow(*window) if window else None),
     )
     return Snapshot(
         snapshot_id,

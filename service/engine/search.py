@@ -24,6 +24,7 @@ from engram.models.inputs import SearchInput
 from engram.models.tools import SEARCH
 from engram.ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Profile, RankedList, SemanticUnavailable
 from engram.ranking.profiles import LEXICAL
+from engram.ranking.query_time import QueryTime
 
 from .clock import instant, now_ms, parse_instant
 from .context import CallContext
@@ -233,6 +234,23 @@ def _receipt_fixed(
             for ch in ranked.channels
         ],
         "issued_at": instant(at),
+        "query_time": _query_time(ranked.query_time),
+    }
+
+
+def _query_time(read: QueryTime) -> dict[str, Any]:
+    """The receipt's account of what the profile read of time in the query."""
+    window = read.window
+    return {
+        "asks_when": read.asks_when,
+        "valid_time_window": None
+        if window is None
+        else {
+            "valid_from": instant(window.from_ms),
+            "valid_until": instant(window.to_ms),
+            "text": window.text,
+            "period": window.period,
+        },
     }
 
 

@@ -431,3 +431,48 @@ def test_a_fused_list_reads_back_from_a_shared_snapshot_with_the_same_digests() 
     assert again.ranked.candidates == list(fused) and len(fused) == 3
     assert list(again.ranked.ordered_ids) == list(ranked.ordered_ids) == [c.record_id for c in fused]
     assert again.digests == snap.digests
+
+
+def test_a_dated_query_ranks_records_valid_that_day_first_and_every_page_names_the_window(engine) -> None:
+    """ "...on 9 November, 2022": the records valid that day come first, and the receipt of
+    each page (the second read from the snapshot) names the window the profile boosted."""
+    ctx = context(workspace="dated")
+    day = 1_667_952_000_000  # 2022-11-09T00:00:00Z
+    other = [
+        accept(engine, ctx, f"Nate baked a walnut cake for the party {i}.", t=day - 40 * 86_400_000 + i)
+        for i in range(4)
+    ]
+    that_day = [accept(engine, ctx, f"Nate made a cake {i}.", t=day + 3_600_000 * (i + 1)) for i in range(2)]
+    first = search(engine, ctx, "What cake did Nate bake on 9 November, 2022?", limit=2)
+    second = search(
+        engine, ctx, "What cake did Nate bake on 9 November, 2022?", limit=2, page_cursor=first["next_page_cursor"]
+    )
+    assert sorted(p["record"]["record_id"] for p in first["records"]) == sorted(that_day)
+    assert {p["record"]["record_id"] for p in second["records"]} <= set(other)
+    window = {
+        "valid_from": instant(day),
+        "valid_until": instant(day + 86_400_000),
+        "text": "on 9 November, 2022",
+        "period": "day",
+    }
+    for page in (first, second):
+        SearchOutput.model_validate(page)
+        assert page["rank_receipt"]["query_time"] == {"asks_when": False, "valid_time_window": window}
+    plain = search(engine, ctx, "When did Nate bake a cake?", limit=2)["rank_receipt"]["query_time"]
+    assert plain == {"asks_when": True, "valid_time_window": None}
+
+
+def test_a_snapshot_written_before_query_time_reads_back_without_it() -> None:
+    from engram.ranking import HYBRID_PROFILE, RankedList
+    from engram.ranking.query_time import NO_TIME, QueryTime, ValidTimeWindow
+    from engram.service.engine.paging import SnapshotCache, _decode_snapshot, _encode_snapshot  # noqa: PLC2701
+
+    window = QueryTime(False, ValidTimeWindow(1, 2, "in 2023", "year"))
+    ranked = RankedList(
+        profile=HYBRID_PROFILE, channels=("lexical", "semantic"), candidates=[], candidate_ids=[], query_time=window
+    )
+    snap = SnapshotCache().put("acme", ranked, 7, 1_700_000_000_000)
+    body = json.loads(_encode_snapshot(snap))
+    assert _decode_snapshot(snap.snapshot_id, json.dumps(body)).ranked.query_time == window
+    del body["query_time"]
+    assert _decode_snapshot(snap.snapshot_id, json.dumps(body)).ranked.query_time == NO_TIME

@@ -58,3 +58,36 @@ def test_report_shape_and_outputs(tiny_beir: Path, tmp_path: Path, encoder):
     assert again["timings"]["ingest"]["ingested"] == 0
     assert again["timings"]["ingest"]["cursor_after"] == report["timings"]["ingest"]["cursor_after"]
     assert again["channels"]["lexical"] == report["channels"]["lexical"]
+    assert "categories" not in report and "Per query category" not in (out / "report.md").read_text()
+
+
+def test_categories_per_channel(tiny_beir: Path, tmp_path: Path, encoder):
+    """Queries that carry ``metadata.category`` get a per-category section: each run's
+    figures are the means of its own per-query figures over the category's queries."""
+    from engram.eval.report import markdown
+
+    queries = [json.loads(line) for line in (tiny_beir / "queries.jsonl").read_text().splitlines()]
+    with open(tiny_beir / "queries.jsonl", "w") as f:
+        for item in queries:
+            if item["_id"] in ("q0", "q1", "q2"):
+                item["metadata"] = {"category": "temporal"}
+            elif item["_id"] == "q3":
+                item["metadata"] = {"category": "single-hop"}
+            f.write(json.dumps(item) + "\n")  # q4, q5: no category
+    report, details = run_relevance(tiny_beir, tmp_path / "data", encoder=encoder, progress=False)
+    sections = report["categories"]
+    assert list(sections) == ["single-hop", "temporal"]
+    assert sections["temporal"]["queries"] == 3 and sections["single-hop"]["queries"] == 1
+    for run in ("lexical", "semantic", "hybrid", "naive_rrf"):
+        per_query = details["per_query"][run]
+        for metric in ("ndcg@10", "recall@10"):
+            expected = round(sum(per_query[q][metric] for q in ("q0", "q1", "q2")) / 3, 4)
+            assert sections["temporal"]["runs"][run][metric] == expected
+        assert sections["single-hop"]["runs"][run]["ndcg@10"] == round(per_query["q3"]["ndcg@10"], 4)
+    assert set(sections["temporal"]["significance"]) == {
+        "hybrid_vs_lexical",
+        "hybrid_vs_semantic",
+        "hybrid_vs_naive_rrf",
+    }
+    text = markdown(report)
+    assert "Per query category" in text and "| temporal | 3 |" in text and "| single-hop | 1 |" in text

@@ -227,6 +227,49 @@ def test_readers(tiny_beir: Path, tmp_path: Path):
     assert rec.external_id == "x1" and rec.valid_time_ms == 5 and rec.source_ref == "jsonl:recs/x1"
 
 
+def test_beir_metadata_valid_time(tmp_path: Path, engine):
+    """A BEIR document's ``metadata.valid_time`` (a session's date) is the record's valid
+    time, as search returns it; a document without one keeps the fixed default."""
+    from engram.index_data.records import DEFAULT_VALID_TIME_MS
+
+    d = tmp_path / "dated"
+    d.mkdir()
+    (d / "corpus.jsonl").write_text(
+        "\n".join(
+            json.dumps(doc)
+            for doc in [
+                {"_id": "c:D1:1", "text": "Ann: I adopted a puppy", "metadata": {"valid_time": "2023-05-08T13:56:00Z"}},
+                {
+                    "_id": "c:D2:1",
+                    "text": "Ann: the puppy learned to sit",
+                    "metadata": {"valid_time": "2023-06-01T09:00:00"},
+                },
+                {"_id": "c:D3:1", "text": "Ann: no date on this puppy"},
+            ]
+        )
+        + "\n"
+    )
+    docs = list(read_beir(d))
+    assert [doc.valid_time_ms for doc in docs] == [1_683_554_160_000, 1_685_610_000_000, DEFAULT_VALID_TIME_MS]
+    ingest_corpus(engine, ("acme", "dated"), docs, progress=False, purpose_ref=PURPOSE)
+    value = engine.execute(
+        "engram_memory_search",
+        ctx(("acme", "dated")),
+        {
+            "query": "puppy",
+            "purpose_ref": PURPOSE,
+            "limit": 5,
+            "capability_policy": {"minimum_channels": "lexical", "network": "forbid"},
+        },
+    )
+    times = {p["record"]["citations"][0]["source_ref"]: p["record"]["valid_time"]["t"] for p in value["records"]}
+    assert times == {
+        "beir:dated/c:D1:1": 1_683_554_160_000,
+        "beir:dated/c:D2:1": 1_685_610_000_000,
+        "beir:dated/c:D3:1": DEFAULT_VALID_TIME_MS,
+    }
+
+
 def test_cli_ingest(tiny_beir: Path, tmp_path: Path):
     from typer.testing import CliRunner
 

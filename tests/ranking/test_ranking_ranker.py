@@ -399,11 +399,11 @@ def test_a_hybrid_search_encodes_its_query_while_the_lexical_channel_searches(tm
     seed(ranker)
     search = LexicalIndex.search
 
-    def meeting_search(self, scope_key, query, config, limit):  # noqa: ANN001, ANN202
+    def meeting_search(self, scope_key, query, config, limit, **options):  # noqa: ANN001, ANN202
         if query == "payment cache":
             searching.set()
             met.append("lexical" if encoding.wait(10) else "lexical alone")
-        return search(self, scope_key, query, config, limit)
+        return search(self, scope_key, query, config, limit, **options)
 
     try:
         LexicalIndex.search = meeting_search  # type: ignore[method-assign]
