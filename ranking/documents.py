@@ -15,12 +15,16 @@ cap bounds the index at a few vectors per record even for very long text.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 PASSAGE_WORDS = 180
 PASSAGE_STRIDE = 150
 MAX_PASSAGES = 4
 MIN_TAIL_WORDS = 40
+#: Names the windowing above: vectors computed under other windows are not these.
+WINDOWING = f"words{PASSAGE_WORDS}-stride{PASSAGE_STRIDE}-max{MAX_PASSAGES}-tail{MIN_TAIL_WORDS}"
 
 
 @dataclass(frozen=True)
@@ -60,3 +64,14 @@ def passages(text: str) -> list[str]:
             break
         start += PASSAGE_STRIDE
     return out
+
+
+def passages_digest(windows: Sequence[str]) -> bytes:
+    """SHA-256 of a record's passage texts (each length-prefixed, so no two lists of
+    windows share a digest): vectors kept under this digest are those texts' vectors."""
+    digest = hashlib.sha256()
+    for window in windows:
+        data = window.encode("utf-8")
+        digest.update(len(data).to_bytes(8, "big"))
+        digest.update(data)
+    return digest.digest()

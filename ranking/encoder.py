@@ -43,13 +43,26 @@ ONNX_BULK_SLICE = 8
 logger = logging.getLogger("engram.encoder")
 
 
+#: The service model's identity, as vectors it computed are labelled (seed files).
+MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
+
+
 @runtime_checkable
 class Encoder(Protocol):
-    """Maps texts to float32 L2-normalised rows (one row per text)."""
+    """Maps texts to float32 L2-normalised rows (one row per text).
+
+    An encoder may also name its model in ``model_id`` (see :func:`encoder_id`): vectors
+    computed elsewhere are taken in place of its own only under the same name."""
 
     dim: int
 
     def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def encoder_id(encoder: Encoder | None) -> str | None:
+    """The model an encoder names itself after (None: unnamed, or no encoder)."""
+    value = getattr(encoder, "model_id", None)
+    return value if isinstance(value, str) and value else None
 
 
 # Passages per torch call: a GPU wants large batches, a CPU gains nothing past ~32.
@@ -91,6 +104,7 @@ class TorchMiniLM:
     instance already uses every core (or the whole GPU)."""
 
     dim = MINILM_DIM
+    model_id = MINILM_ID
 
     def __init__(self, device: Device | str = Device.AUTO, batch_size: int | None = None) -> None:
         self.requested = Device(device)
@@ -144,6 +158,7 @@ class MiniLMEncoder:
     """
 
     dim = MINILM_DIM
+    model_id = MINILM_ID
 
     def __init__(
         self,

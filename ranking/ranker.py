@@ -34,8 +34,8 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from engram.ranking.batching import NaturalBatcher
-from engram.ranking.documents import IndexDocument, passages
-from engram.ranking.encoder import SMALL_BATCH, Encoder
+from engram.ranking.documents import WINDOWING, IndexDocument, passages
+from engram.ranking.encoder import SMALL_BATCH, Encoder, encoder_id
 from engram.ranking.fusion import Contribution, fuse, record_ids
 from engram.ranking.lexical import LexicalHit, LexicalIndex
 from engram.ranking.probes import RawEngines
@@ -78,6 +78,25 @@ class RankedList:
     def ordered_ids(self) -> Sequence[str]:
         """The candidates' record ids in rank order, without making their contributions."""
         return record_ids(self.candidates)
+
+
+@dataclass(frozen=True)
+class VectorSpace:
+    """What this ranker's passage vectors are: the model that computes them (None: an
+    unnamed encoder, or none), the passage windowing and the dimension. Vectors made
+    elsewhere stand in for this ranker's own only from an equal space."""
+
+    encoder: str | None
+    windowing: str
+    dim: int
+
+
+class Applied(NamedTuple):
+    """What one ``apply`` did in the semantic channel: documents whose vectors were
+    supplied, and documents the encoder embedded (both 0 when the channel skipped it)."""
+
+    supplied: int
+    embedded: int
 
 
 class ChannelHits(NamedTuple):
@@ -137,6 +156,10 @@ class Ranker:
 
     # -- projection -------------------------------------------------------------------
 
+    @property
+    def vector_space(self) -> VectorSpace:
+        return VectorSpace(encoder_id(self._encoder), WINDOWING, self._dim)
+
     def projection_cursor(self, scope_key: str) -> dict[str, int]:
         return {LEXICAL: self._lexical.cursor(scope_key), SEMANTIC: self._semantic.cursor(scope_key)}
 
@@ -147,13 +170,14 @@ class Ranker:
         removals: Sequence[str],
         through_cursor: int,
         *,
-        vectors: Sequence[np.ndarray] | None = None,
+        vectors: Sequence[np.ndarray | None] | None = None,
         after_cursor: int | None = None,
-    ) -> None:
+    ) -> Applied:
         """Project one journal batch into both channels (idempotent, cursors never go back).
 
         ``vectors``: precomputed passage vectors, one array per upsert with one row per
-        :func:`ranking.documents.passages` window of its semantic text (bulk ingestion).
+        :func:`ranking.documents.passages` window of its semantic text (bulk ingestion,
+        a seeded warm-up); an upsert whose entry is None is embedded here.
         ``after_cursor``: the cursor this batch continues from; a channel that is behind
         it skips the batch rather than record a gap as applied, and a channel already at
         or past ``through_cursor`` skips it as done.
@@ -172,17 +196,22 @@ class Ranker:
         if due(LEXICAL):
             self._lexical.apply(scope_key, upserts, removals, through_cursor)
         if not due(SEMANTIC):
-            return
+            return Applied(0, 0)
+        given: list[np.ndarray | None] = list(vectors) if vectors is not None else [None] * len(upserts)
+        missing = [i for i, v in enumerate(given) if v is None]
         try:
-            embedded = self.embed(upserts) if vectors is None else list(vectors)
+            computed = self.embed([upserts[i] for i in missing]) if missing else []
         except SemanticUnavailable:
-            return
+            return Applied(0, 0)
+        for i, v in zip(missing, computed):
+            given[i] = v
         self._semantic.apply(
             scope_key,
             removals,
-            [(d.record_id, d.valid_time_ms, v) for d, v in zip(upserts, embedded)],
+            [(d.record_id, d.valid_time_ms, v) for d, v in zip(upserts, given) if v is not None],
             through_cursor,
         )
+        return Applied(len(upserts) - len(missing), len(missing))
 
     def purge(self, scope_key: str, record_ids: Sequence[str]) -> bool:
         """Physically remove already-removed records from both channels' files (a scope

@@ -98,7 +98,9 @@ def _err(message: str) -> None:
     typer.echo(message, err=True)
 
 
-def _open_engine(settings: Any, *, background: bool = False, serve_replica: bool = False) -> Any:
+def _open_engine(
+    settings: Any, *, background: bool = False, serve_replica: bool = False, seed_vectors: Path | None = None
+) -> Any:
     """The engine the settings describe (data directory, store, keys, model, replica
     group); a database this release cannot read exits 2 with the reason."""
     from engram.ranking import DeviceUnavailable
@@ -117,6 +119,7 @@ def _open_engine(settings: Any, *, background: bool = False, serve_replica: bool
             serve_replica=serve_replica,
             group=settings.group,
             advertise_url=advertised_url(settings) if serve_replica else None,
+            seed_vectors=seed_vectors,
         )
     except (SchemaTooNew, DeviceUnavailable) as exc:
         _err(f"engram: {exc}")
@@ -219,6 +222,7 @@ def serve(
     key_dir: KeyDir = None,
     group: Annotated[str | None, typer.Option(help=field_help("group"), show_default=False)] = None,
     advertise_url: Annotated[str | None, typer.Option(help=field_help("advertise_url"), show_default=False)] = None,
+    seed_vectors: Annotated[Path | None, typer.Option(help=field_help("seed_vectors"), show_default=False)] = None,
 ) -> None:
     """Serve the six memory tools over MCP (streamable HTTP at /mcp, or --stdio).
 
@@ -226,6 +230,7 @@ def serve(
     service/mcp/host_context.py). /healthz, /readyz and /metrics serve probes; /docs documents them. Every
     option also comes from ENGRAM_<OPTION> or the --config file.
     """
+    from engram.service.engine.seed import HEADER as SEED_HEADER
     from engram.service.logs import configure_logging
     from engram.service.mcp.host_context import (
         ContextUnavailable,
@@ -252,12 +257,16 @@ def serve(
         key_dir=key_dir,
         group=group,
         advertise_url=advertise_url,
+        seed_vectors=seed_vectors,
     )
     configure_logging(settings.log_level, settings.log_format)
     from engram.service.store.base import DEFAULT_GROUP
 
     if settings.group != DEFAULT_GROUP and not settings.database_url:
         _err("engram: --group needs a shared store (--database-url): an embedded store is one process, no groups")
+        raise typer.Exit(2)
+    if settings.seed_vectors is not None and not (settings.seed_vectors / SEED_HEADER).is_file():
+        _err(f"engram: {settings.seed_vectors} is not a seed written by `engram admin export-vectors`")
         raise typer.Exit(2)
     data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -274,7 +283,7 @@ def serve(
         from engram.service.mcp.stdio import serve_stdio
 
         with _own(data_dir):
-            engine = _open_engine(settings)
+            engine = _open_engine(settings, seed_vectors=settings.seed_vectors)
             _collect_less_once_ready(engine)
             _warn_tenants_not_opted_in(engine)
             try:
@@ -303,7 +312,7 @@ def serve(
 
     with _own(data_dir):
         # Warm up in the background: /readyz answers 503 until projections caught up.
-        engine = _open_engine(settings, background=True, serve_replica=True)
+        engine = _open_engine(settings, background=True, serve_replica=True, seed_vectors=settings.seed_vectors)
         _collect_less_once_ready(engine)
         _warn_tenants_not_opted_in(engine)
         application = create_app(engine, settings, host_secret=secret, close_engine=True)
@@ -804,6 +813,21 @@ def rebuild_projections(data_dir: DataDir = None, load_model: ModelOption = True
     PROJECTION_STALE, not an empty list, until each scope has caught up)."""
     operate(data_dir, "rebuild-projections", {}, load_model=load_model)
     typer.echo("rebuilt")
+
+
+@admin.command("export-vectors")
+def export_vectors(
+    out: Annotated[Path, typer.Argument(help="New directory to write the vectors into (must not exist).")],
+    data_dir: DataDir = None,
+) -> None:
+    """Write this replica's passage vectors of every scope's current records to OUT, for
+    `engram serve --seed-vectors OUT` on a new replica of the same database: it embeds
+    only what was admitted after the export. OUT holds derived content (mode 0700): keep
+    it like a backup, and delete it once the new replicas are ready."""
+    if out.exists():
+        _err(f"engram: {out} exists; name a new directory")
+        raise typer.Exit(2)
+    _print_json(operate(data_dir, "export-vectors", {"out": str(out.resolve())}, load_model=True))
 
 
 @admin.command("sweep-invalidations")

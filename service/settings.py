@@ -119,6 +119,11 @@ class Settings(BaseSettings):
         description="Base URL (scheme://host:port) where peer replicas forward calls to this replica "
         "(none: http://HOST:PORT, the machine's host name when HOST is a wildcard address).",
     )
+    seed_vectors: Path | None = Field(
+        None,
+        description="Directory written by `engram admin export-vectors` on a live replica: a new replica "
+        "takes each current record's vectors from it when its passage texts match, and embeds only the rest.",
+    )
     log_level: LogLevel = Field(LogLevel.INFO, description="Log threshold of engram.* and the HTTP server.")
     log_format: LogFormat = Field(LogFormat.TEXT, description="Log lines as text or as one JSON object each.")
 

@@ -7,6 +7,7 @@ trusts the CallContext it is given: verifying the host is the front end's job.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import threading
@@ -35,6 +36,7 @@ from .records import scope_key
 from .replica import Replica, replica_id_for
 from .sealing import SHARED_RETIRE_GRACE_S, BodyVault, KeyRing, copy_key_dir, shred_entries
 from .secret_scan import refuse_secrets
+from .seed import SeedTally, SeedVectors, write_seed
 from .stats import ScopeStats, scope_stats
 
 Operation = Callable[[Parts, CallContext, Any], dict[str, Any]]
@@ -53,13 +55,19 @@ DB_FILE = "engram.db"
 LOCK_NAME = "engram.lock"  # service.operator.ownership's lock file: a restore target may hold it
 MODELS_DIR = "models"  # derived model files (the ONNX export); never backed up
 
+logger = logging.getLogger("engram.engine")
+
 
 class Engine:
-    def __init__(self, parts: Parts, encoder: Encoder | None, *, serve_replica: bool = False) -> None:
+    def __init__(
+        self, parts: Parts, encoder: Encoder | None, *, serve_replica: bool = False, seed_vectors: Path | None = None
+    ) -> None:
         self.parts = parts
         self._encoder = encoder
         self._ready = threading.Event()
         self._serve_replica = serve_replica and parts.replica is not None
+        self._seed_vectors = seed_vectors
+        self._warm_up_tally = SeedTally()
 
     @classmethod
     def open(
@@ -75,6 +83,7 @@ class Engine:
         serve_replica: bool = False,
         group: str = DEFAULT_GROUP,
         advertise_url: str | None = None,
+        seed_vectors: Path | None = None,
     ) -> Engine:
         """Open (or create) the data directory, then load the model and let every
         projection catch up with the journal (in a thread when `background`).
@@ -86,7 +95,10 @@ class Engine:
         backend runs (queries go through ONNX Runtime on the CPU, exported into
         ``data_dir/models`` on first start). ``serve_replica`` (`engram serve` on a
         shared store): register this data directory as a replica that heartbeats,
-        follows the journal and acknowledges purges; operator commands do not."""
+        follows the journal and acknowledges purges; operator commands do not.
+        ``seed_vectors``: a directory `engram admin export-vectors` wrote on a peer; the
+        warm-up takes the vectors of records that match it instead of embedding them
+        (see :mod:`.seed`)."""
         if encoder is None and load_model and Device(device) not in (Device.AUTO, Device.CPU):
             resolve_device(device)  # a named device this machine lacks fails here, before anything opens
         data_dir = Path(data_dir)
@@ -120,7 +132,7 @@ class Engine:
             replica=Replica(shared, replica_id, group, advertise_url) if shared is not None else None,
             routing=routing,
         )
-        engine = cls(parts, encoder, serve_replica=serve_replica)
+        engine = cls(parts, encoder, serve_replica=serve_replica, seed_vectors=seed_vectors)
         if background:
             threading.Thread(target=engine._warm_up, name="engram-warm-up", daemon=True).start()
         else:
@@ -131,6 +143,11 @@ class Engine:
     def encoder(self) -> Encoder | None:
         """The embedding model in use (None when opened lexical-only)."""
         return self._encoder
+
+    @property
+    def warm_up_tally(self) -> SeedTally:
+        """How many records the warm-up took vectors for from the seed, and embedded."""
+        return self._warm_up_tally
 
     @property
     def ranker(self) -> Ranker:
@@ -146,9 +163,13 @@ class Engine:
         self._finish_rotation()  # one interrupted, or waiting out the shared grace
         if self.parts.routing is not None:
             self.parts.routing.release_unheld(self.parts)  # scopes moved away while it was down
-        with self.parts.projector.running("warm-up"):
+        projector = self.parts.projector
+        seed = (
+            None if self._seed_vectors is None else SeedVectors.open(self._seed_vectors, self.parts.ranker.vector_space)
+        )
+        with projector.running("warm-up"), projector.seeding(seed) as tally:
             for scope in self.parts.store.scopes():
-                self.parts.projector.catch_up(scope)
+                projector.catch_up(scope)
                 # What catching up replayed (the changes a crash cut off before their
                 # checkpoint) is saved before ready: killed again before a checkpoint fell
                 # due, a server would otherwise replay it at every start, a longer backlog
@@ -156,6 +177,9 @@ class Engine:
                 self.parts.ranker.checkpoint(scope_key(scope))
                 self.parts.ranker.warm(scope_key(scope))
             self.parts.ranker.settle()  # what catching up made due is saved before ready
+        self._warm_up_tally = tally
+        if self._seed_vectors is not None:
+            logger.info("warm-up: %d records' vectors taken from the seed, %d embedded", tally.seeded, tally.embedded)
         self.sweep_invalidations()  # a replica that was down purges what it missed, first
         if self._serve_replica and self.parts.replica is not None:
             routing = self.parts.routing
@@ -299,6 +323,17 @@ class Engine:
         """The scope's current records (payload, evidence, retention; with ``vectors``
         their indexed passage vectors too), in record_id order (see :mod:`.export`)."""
         return export.export_records(self.parts, scope, vectors=vectors)
+
+    def export_vectors(self, out: Path) -> dict[str, Any]:
+        """Write every scope's current records' passage vectors, with their passage-text
+        digests and this engine's vector space, to the new directory ``out``: the seed a
+        new replica warms up from (``seed_vectors``) without embedding them again. A
+        CAPABILITY_UNAVAILABLE without a named encoder (the vectors' model is unknown)."""
+        space = self.parts.ranker.vector_space
+        if space.encoder is None:
+            raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
+        scopes = self.parts.store.scopes()
+        return write_seed(Path(out), space, ((scope_key(s), self.export_records(s, vectors=True)) for s in scopes))
 
     def store_footprint(self) -> dict[str, int]:
         """Bytes each store table holds on disk, indexes included (capacity reports)."""
@@ -451,6 +486,7 @@ class Engine:
         if self.parts.replica is not None:
             self.parts.replica.stop()
         self.parts.sweeper.stop()
+        self.parts.snapshots.close()
         self.parts.ranker.close()
         self.parts.store.close()
 

@@ -60,7 +60,9 @@ def _open(parts: Parts, scope: tuple[str, str], key: str, rows: list[Any], vecto
     found = parts.ranker.passage_vectors(key, [r.record_id for r in rows]) if vectors else [None] * len(rows)
     for row, passage_vectors in zip(rows, found):
         try:
-            body = parts.vault.open_json(row.key_id, row.sealed, record_aad(scope, row.record_id))
+            body = parts.vault.open_json(
+                row.key_id, row.sealed, record_aad(scope, row.record_id), wrapped=row.wrapped_key
+            )
         except SealBroken:
             raise ContractError(ErrorCode.BLOB_MISSING) from None
         if vectors and passage_vectors is None:

@@ -9,7 +9,13 @@ time: a cursor whose snapshot is gone (expired, evicted, server restarted), that
 tampered with, or that is replayed with another query, parameters or scope is STALE_PAGE.
 
 With replicas sharing a store, snapshots and the cursor MAC secret live in the store
-instead, so a cursor issued by one replica pages on any other without repeats or gaps.
+too, so a cursor issued by one replica pages on any other without repeats or gaps. The
+first page does not wait for that write: a writer thread stores the snapshot while the
+page is re-checked and answered, and the replica keeps its own copy in memory, so its own
+next pages read no row. Another replica that is asked for a snapshot too young to be
+stored yet (its id carries its creation time) waits for it up to ``PENDING_WAIT_S``; one
+that never arrives (the store failed, the replica was killed) is STALE_PAGE, as for a
+snapshot gone any other way.
 """
 
 from __future__ import annotations
@@ -18,10 +24,12 @@ import base64
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -34,7 +42,17 @@ from engram.service.store.base import SharedStore
 
 from .clock import instant, now_ms
 
+logger = logging.getLogger("engram.paging")
+
 SNAPSHOT_TTL_S = 900.0
+SNAPSHOT_PREFIX = "snap_"
+#: How long a replica waits for a snapshot another replica created this long ago or less
+#: and is still storing (a store write takes milliseconds; this covers a slow one).
+PENDING_WAIT_S = 2.0
+PENDING_POLL_S = 0.02
+#: Snapshots queued for the writer at most: past it a first page waits for a slot, so a
+#: store slower than the searches holds searches back rather than filling memory.
+MAX_PENDING_WRITES = 64
 MAX_SNAPSHOTS = 512
 #: One tenant's share of the cache: a tenant paging hard evicts its own oldest
 #: snapshots, never every other tenant's (which would turn their cursors STALE_PAGE).
@@ -87,6 +105,18 @@ class PagePosition:
     returned: int  # records disclosed on earlier pages (ranks continue from here)
 
 
+def _created_ms(snapshot_id: str) -> int | None:
+    """When the snapshot was created, from its id: ``snap_``, 12 hex digits of the
+    creation time in ms, 24 of randomness (None: an id of an earlier release)."""
+    stamp = snapshot_id[len(SNAPSHOT_PREFIX) : len(SNAPSHOT_PREFIX) + 12]
+    if not snapshot_id.startswith(SNAPSHOT_PREFIX) or len(snapshot_id) != len(SNAPSHOT_PREFIX) + 36:
+        return None
+    try:
+        return int(stamp, 16)
+    except ValueError:
+        return None
+
+
 def _encode_snapshot(snap: Snapshot) -> str:
     ranked = snap.ranked
     return json.dumps(
@@ -133,10 +163,13 @@ class SnapshotCache:
         self._secret = shared.shared_secret("paging-cursor-mac") if shared is not None else secrets.token_bytes(32)
         self._items: OrderedDict[str, Snapshot] = OrderedDict()
         self._lock = threading.Lock()
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="engram-snapshots") if shared is not None else None
+        self._pending = threading.BoundedSemaphore(MAX_PENDING_WRITES)
 
     def put(self, tenant: str, ranked: RankedList, system_as_of: int, valid_as_of_ms: int) -> Snapshot:
+        created_ms = now_ms()
         snap = Snapshot(
-            "snap_" + secrets.token_hex(12),
+            f"{SNAPSHOT_PREFIX}{created_ms:012x}{secrets.token_hex(12)}",
             tenant,
             ranked,
             system_as_of,
@@ -144,10 +177,6 @@ class SnapshotCache:
             time.monotonic(),
             ranked.profile.config_digest(),
         )
-        if self._shared is not None:
-            at = now_ms()
-            self._shared.put_snapshot(snap.snapshot_id, _encode_snapshot(snap), at, at - int(SNAPSHOT_TTL_S * 1000))
-            return snap
         with self._lock:
             own = [key for key, item in self._items.items() if item.tenant == tenant]
             for key in own[: max(0, len(own) - MAX_SNAPSHOTS_PER_TENANT + 1)]:
@@ -155,20 +184,50 @@ class SnapshotCache:
             self._items[snap.snapshot_id] = snap
             while len(self._items) > MAX_SNAPSHOTS:
                 self._items.popitem(last=False)
+        if self._writer is not None:
+            self._pending.acquire()
+            self._writer.submit(self._store, snap, created_ms)
         return snap
 
+    def _store(self, snap: Snapshot, created_ms: int) -> None:
+        """Write ``snap`` to the shared store (on the writer thread)."""
+        assert self._shared is not None
+        try:
+            self._shared.put_snapshot(
+                snap.snapshot_id, _encode_snapshot(snap), created_ms, now_ms() - int(SNAPSHOT_TTL_S * 1000)
+            )
+        except Exception as exc:  # noqa: BLE001 - its cursor then reads STALE_PAGE elsewhere
+            logger.warning(
+                "paging snapshot not stored (%s): its cursor is STALE_PAGE on other replicas", type(exc).__name__
+            )
+        finally:
+            self._pending.release()
+
     def get(self, snapshot_id: str) -> Snapshot:
-        if self._shared is not None:
-            found = self._shared.snapshot(snapshot_id)
-            if found is None or now_ms() - found[1] > SNAPSHOT_TTL_S * 1000:
-                raise ContractError(ErrorCode.STALE_PAGE)
-            return _decode_snapshot(snapshot_id, found[0])
         with self._lock:
             snap = self._items.get(snapshot_id)
-            if snap is None or time.monotonic() - snap.created > SNAPSHOT_TTL_S:
-                self._items.pop(snapshot_id, None)
-                raise ContractError(ErrorCode.STALE_PAGE)
+            if snap is not None and time.monotonic() - snap.created > SNAPSHOT_TTL_S:
+                del self._items[snapshot_id]
+                snap = None
+        if snap is not None:
             return snap
+        if self._shared is None:
+            raise ContractError(ErrorCode.STALE_PAGE)
+        created_ms = _created_ms(snapshot_id)
+        while True:
+            found = self._shared.snapshot(snapshot_id)
+            if found is not None:
+                if now_ms() - found[1] > SNAPSHOT_TTL_S * 1000:
+                    raise ContractError(ErrorCode.STALE_PAGE)
+                return _decode_snapshot(snapshot_id, found[0])
+            if created_ms is None or now_ms() - created_ms > PENDING_WAIT_S * 1000:
+                raise ContractError(ErrorCode.STALE_PAGE)
+            time.sleep(PENDING_POLL_S)  # another replica is still storing it
+
+    def close(self) -> None:
+        """Store the snapshots still being written (their cursors stay good elsewhere)."""
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
 
     def _mac(self, body: bytes) -> str:
         return hmac.new(self._secret, body, hashlib.sha256).hexdigest()[:32]

@@ -49,7 +49,9 @@ def revalidation_receipt(rows: list[RecordRow], as_of_ms: int, cursor: int) -> d
 def disclosed_record(parts: Parts, row: RecordRow) -> tuple[dict[str, Any], list[str], str]:
     """Open the record's body and redact it; BLOB_MISSING if the body cannot be opened."""
     try:
-        body = parts.vault.open_json(row.key_id, row.sealed, record_aad(row.scope, row.record_id))
+        body = parts.vault.open_json(
+            row.key_id, row.sealed, record_aad(row.scope, row.record_id), wrapped=row.wrapped_key
+        )
     except SealBroken:
         raise ContractError(ErrorCode.BLOB_MISSING) from None
     return disclose(

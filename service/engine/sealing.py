@@ -295,10 +295,14 @@ class BodyVault:
         tx.put_key(key_id, wrapped, kek_id)  # type: ignore[attr-defined]
         return key_id, seal(data_key, compact.pack(body), aad)
 
-    def open_json(self, key_id: str | None, sealed: bytes | None, aad: str) -> dict:
+    def open_json(
+        self, key_id: str | None, sealed: bytes | None, aad: str, *, wrapped: tuple[bytes, str] | None = None
+    ) -> dict:
+        """Open a sealed body. ``wrapped``: its data key as read with the row (wrapped bytes,
+        KEK id), saving a read of the store; without it the key is read here."""
         if key_id is None or sealed is None:
             raise SealBroken()
-        found = self.store.wrapped_key(key_id)
+        found = wrapped if wrapped is not None else self.store.wrapped_key(key_id)
         if found is None:
             raise SealBroken()
         data_key = self.ring.unwrap(found[0], found[1], key_id)

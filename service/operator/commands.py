@@ -50,6 +50,7 @@ COMMANDS: dict[str, Command] = {
         _scope(args), args["candidate_id"], args["decision"], args["reason_ref"]
     ),
     "rebuild-projections": lambda engine, args: engine.rebuild_projections(),
+    "export-vectors": lambda engine, args: engine.export_vectors(Path(args["out"])),
     "sweep-invalidations": lambda engine, args: engine.sweep_invalidations(),
     "apply-shred-ledger": lambda engine, args: engine.apply_shred_ledger(),
     "tenant-set": _tenant,

@@ -164,6 +164,11 @@ _RECORD_COLUMNS = (
     "tenant, workspace, record_id, state, record_digest, payload_digest, key_id, sealed,"
     " valid_from_ms, valid_to_ms, expires_at_ms, accepted_cursor, accepted_at, candidate_id"
 )
+#: The record columns, then its wrapped data key (absent once destroyed).
+_RECORD_WITH_KEY = (
+    ", ".join("r." + c.strip() for c in _RECORD_COLUMNS.split(","))
+    + ", k.wrapped, k.kek_id FROM records r LEFT JOIN keys k ON k.key_id = r.key_id"
+)
 _JOURNAL_COLUMNS = "cursor, event_id, kind, subject, body, event_digest, prev_digest, recorded_at"
 _REPLICA_COLUMNS = "replica_id, replica_group, advertise_url, heartbeat_ms"
 # Replica `r` holds the scope of pending purge `p`: the scope has no route (every replica
@@ -183,7 +188,22 @@ def _candidate(row: tuple[Any, ...] | None) -> CandidateRow | None:
 
 def _record(row: tuple[Any, ...]) -> RecordRow:
     return RecordRow(
-        (row[0], row[1]), row[2], row[3], read_digest(row[4]), read_digest(row[5]), row[6], _bytes(row[7]), *row[8:]
+        (row[0], row[1]), row[2], row[3], read_digest(row[4]), read_digest(row[5]), row[6], _bytes(row[7]), *row[8:14]
+    )
+
+
+def _record_with_key(row: tuple[Any, ...]) -> RecordRow:
+    wrapped = None if row[14] is None else (bytes(row[14]), row[15])
+    return RecordRow(
+        (row[0], row[1]),
+        row[2],
+        row[3],
+        read_digest(row[4]),
+        read_digest(row[5]),
+        row[6],
+        _bytes(row[7]),
+        *row[8:14],
+        wrapped_key=wrapped,
     )
 
 
@@ -592,9 +612,9 @@ class PostgresStore:
         if not record_ids:
             return {}
         return {
-            row[2]: _record(row)
+            row[2]: _record_with_key(row)
             for row in self._read(
-                f"SELECT {_RECORD_COLUMNS} FROM records WHERE tenant=%s AND workspace=%s AND record_id = ANY(%s)",
+                f"SELECT {_RECORD_WITH_KEY} WHERE r.tenant=%s AND r.workspace=%s AND r.record_id = ANY(%s)",
                 (*scope, list(record_ids)),
             )
         }
@@ -651,11 +671,11 @@ class PostgresStore:
     def live_records(self, scope: Scope) -> Iterator[RecordRow]:
         last = ""
         while rows := self._read(
-            f"SELECT {_RECORD_COLUMNS} FROM records WHERE tenant=%s AND workspace=%s"
-            " AND state='accepted_current' AND record_id>%s ORDER BY record_id LIMIT 2000",
+            f"SELECT {_RECORD_WITH_KEY} WHERE r.tenant=%s AND r.workspace=%s"
+            " AND r.state='accepted_current' AND r.record_id>%s ORDER BY r.record_id LIMIT 2000",
             (*scope, last),
         ):
-            yield from (_record(r) for r in rows)
+            yield from (_record_with_key(r) for r in rows)
             last = rows[-1][2]
 
     # tenants ----------------------------------------------------------------------------

@@ -138,10 +138,31 @@ def _candidate(row: sqlite3.Row | None) -> CandidateRow | None:
     return CandidateRow((row[0], row[1]), *tuple(row)[2:])
 
 
+#: The record columns, then its wrapped data key (absent once destroyed).
+_RECORD_WITH_KEY = (
+    ", ".join("r." + c.strip() for c in _RECORD_COLUMNS.split(","))
+    + ", k.wrapped, k.kek_id FROM records r LEFT JOIN keys k ON k.key_id = r.key_id"
+)
+
+
 def _record(row: sqlite3.Row) -> RecordRow:
     values = tuple(row)
     return RecordRow(
-        (values[0], values[1]), values[2], values[3], read_digest(values[4]), read_digest(values[5]), *values[6:]
+        (values[0], values[1]), values[2], values[3], read_digest(values[4]), read_digest(values[5]), *values[6:14]
+    )
+
+
+def _record_with_key(row: sqlite3.Row) -> RecordRow:
+    values = tuple(row)
+    wrapped = None if values[14] is None else (values[14], values[15])
+    return RecordRow(
+        (values[0], values[1]),
+        values[2],
+        values[3],
+        read_digest(values[4]),
+        read_digest(values[5]),
+        *values[6:14],
+        wrapped_key=wrapped,
     )
 
 
@@ -510,10 +531,10 @@ class SqliteStore:
             chunk = record_ids[start : start + 500]
             marks = ",".join("?" * len(chunk))
             for row in self._read(
-                f"SELECT {_RECORD_COLUMNS} FROM records WHERE tenant=? AND workspace=? AND record_id IN ({marks})",
+                f"SELECT {_RECORD_WITH_KEY} WHERE r.tenant=? AND r.workspace=? AND r.record_id IN ({marks})",
                 (*scope, *chunk),
             ):
-                found[row[2]] = _record(row)
+                found[row[2]] = _record_with_key(row)
         return found
 
     def records_in_state(self, state: str, scope: Scope) -> list[RecordRow]:
@@ -564,11 +585,11 @@ class SqliteStore:
     def live_records(self, scope: Scope) -> Iterator[RecordRow]:
         last = ""
         while rows := self._read(
-            f"SELECT {_RECORD_COLUMNS} FROM records WHERE tenant=? AND workspace=?"
-            " AND state='accepted_current' AND record_id>? ORDER BY record_id LIMIT 2000",
+            f"SELECT {_RECORD_WITH_KEY} WHERE r.tenant=? AND r.workspace=?"
+            " AND r.state='accepted_current' AND r.record_id>? ORDER BY r.record_id LIMIT 2000",
             (*scope, last),
         ):
-            yield from (_record(r) for r in rows)
+            yield from (_record_with_key(r) for r in rows)
             last = rows[-1][2]
 
     # tenants ----------------------------------------------------------------------------

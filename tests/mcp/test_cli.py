@@ -52,6 +52,25 @@ def test_serve_refuses_a_host_secret_others_can_read(tmp_path, monkeypatch):
     assert result.exit_code == 2
 
 
+def test_serve_refuses_a_seed_that_is_not_one(tmp_path, monkeypatch):
+    monkeypatch.delenv("ENGRAM_HOST_SECRET", raising=False)
+    (tmp_path / "not-a-seed").mkdir()
+    for seed in (tmp_path / "missing", tmp_path / "not-a-seed"):
+        result = runner.invoke(
+            app, ["serve", "--data-dir", str(tmp_path / "data"), "--no-model", "--seed-vectors", str(seed)]
+        )
+        assert result.exit_code == 2
+        assert "is not a seed written by `engram admin export-vectors`" in result.output
+    monkeypatch.setenv("ENGRAM_SEED_VECTORS", str(tmp_path / "missing"))
+    assert runner.invoke(app, ["serve", "--data-dir", str(tmp_path / "data"), "--no-model"]).exit_code == 2
+
+
+def test_admin_export_vectors_refuses_an_existing_directory(tmp_path):
+    (tmp_path / "out").mkdir()
+    result = runner.invoke(app, ["admin", "export-vectors", str(tmp_path / "out"), "-d", str(tmp_path)])
+    assert result.exit_code == 2 and "exists" in result.output
+
+
 def test_tenant_enable_disable(tmp_path):
     pytest.importorskip("engram.service.engine.engine")
     data = str(tmp_path)

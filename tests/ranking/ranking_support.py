@@ -24,6 +24,7 @@ class HashingTestEncoder:
     """
 
     dim = 64
+    model_id = "test/hashing-64"
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)

@@ -15,7 +15,9 @@ import pytest
 from engine_support import (  # noqa: E402
     CAPTURE,
     FORGET,
+    PURPOSE,
     REQUEST_ADMISSION,
+    SEARCH,
     ContractError,
     ErrorCode,
     accept,
@@ -238,3 +240,70 @@ def test_journal_of_an_older_release_migrates(database_url: str) -> None:
             "SELECT octet_length(event_id), octet_length(event_digest), prev_digest FROM journal"
         ).fetchall()
     assert lengths == [(16, 32, None)] * (len(rows) + 1)
+
+
+def _walk(first: Any, rest: Any, ctx: Any, query: str) -> list[str]:
+    """Every record id of a search paged 2 at a time: page one on ``first``, the rest on ``rest``."""
+    args = {"query": query, "purpose_ref": PURPOSE, "limit": 2}
+    out = first.execute(SEARCH, ctx, args)
+    ids = [r["record"]["record_id"] for r in out["records"]]
+    while "next_page_cursor" in out:
+        out = rest.execute(SEARCH, ctx, {**args, "page_cursor": out["next_page_cursor"]})
+        ids += [r["record"]["record_id"] for r in out["records"]]
+    return ids
+
+
+def test_a_page_cursor_works_on_the_other_replica_while_its_snapshot_is_still_being_stored(
+    replicas, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = replicas
+    ctx = context()
+    wanted = sorted(accept(a, ctx, f"Paging note {i} about the walrus ledger.") for i in range(7))
+    store = a.parts.store
+    real = store.put_snapshot
+    release, stored = threading.Event(), threading.Event()
+
+    def held_put(*args: Any) -> None:  # the real write, once the test lets it through
+        release.wait(10)
+        real(*args)
+        stored.set()
+
+    monkeypatch.setattr(store, "put_snapshot", held_put)
+    first = a.execute(SEARCH, ctx, {"query": "walrus ledger", "purpose_ref": PURPOSE, "limit": 2})
+    assert not stored.is_set()  # answered while its snapshot was not stored yet
+    threading.Timer(0.2, release.set).start()  # ... and stored while the other replica waits for it
+    ids = [r["record"]["record_id"] for r in first["records"]]
+    out = first
+    while "next_page_cursor" in out:  # the other replica waits for the snapshot, then pages
+        out = b.execute(
+            SEARCH,
+            ctx,
+            {"query": "walrus ledger", "purpose_ref": PURPOSE, "limit": 2, "page_cursor": out["next_page_cursor"]},
+        )
+        ids += [r["record"]["record_id"] for r in out["records"]]
+    assert sorted(ids) == wanted and len(ids) == 7  # no repeat, no gap
+    # The replica that ranked pages from its own copy, even while the store is unreachable.
+    monkeypatch.setattr(store, "snapshot", lambda snapshot_id: pytest.fail("read its own snapshot back"))
+    assert sorted(_walk(a, a, ctx, "walrus ledger")) == wanted
+
+
+def test_a_snapshot_the_store_never_got_is_stale_on_the_other_replica(
+    replicas, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = replicas
+    ctx = context()
+    for i in range(5):
+        accept(a, ctx, f"Lost snapshot note {i} about the narwhal queue.")
+
+    def failing_put(*args: Any) -> None:
+        raise psycopg.OperationalError("the store is down")
+
+    monkeypatch.setattr(a.parts.store, "put_snapshot", failing_put)
+    first = a.execute(SEARCH, ctx, {"query": "narwhal queue", "purpose_ref": PURPOSE, "limit": 2})
+    with pytest.raises(ContractError) as info:
+        b.execute(
+            SEARCH,
+            ctx,
+            {"query": "narwhal queue", "purpose_ref": PURPOSE, "limit": 2, "page_cursor": first["next_page_cursor"]},
+        )
+    assert info.value.code is ErrorCode.STALE_PAGE
