@@ -38,7 +38,7 @@ from engram.ranking.documents import WINDOWING, IndexDocument, passages
 from engram.ranking.encoder import SMALL_BATCH, Encoder, encoder_id
 from engram.ranking.fusion import Contribution, fuse, record_ids
 from engram.ranking.lexical import LexicalHit, LexicalIndex
-from engram.ranking.probes import RawEngines
+from engram.ranking.probes import RawBulkIndexing, RawEngines
 from engram.ranking.profiles import LEXICAL, SEMANTIC, LexicalConfig, Profile, SemanticConfig
 from engram.ranking.query_time import NO_TIME, QueryTime, read_query_time
 from engram.ranking.query_time import warm as warm_date_parser
@@ -143,6 +143,8 @@ class Ranker:
         )
         # A hybrid search's lexical channel runs here while its caller encodes the query.
         self._lexical_pool = ThreadPoolExecutor(LEXICAL_THREADS, thread_name_prefix="engram-lexical")
+        # An apply's lexical channel runs here beside its semantic channel.
+        self._apply_pool = ThreadPoolExecutor(1, thread_name_prefix="engram-apply")
         self._lifecycle = threading.Lock()
         #: Called with (stage, seconds) after each search stage: lexical, semantic
         #: (query encoding included), fusion. Set by the engine's owner (metrics).
@@ -193,24 +195,35 @@ class Ranker:
             at = cursors[channel]
             return at < through_cursor and (after_cursor is None or at >= after_cursor)
 
-        if due(LEXICAL):
-            self._lexical.apply(scope_key, upserts, removals, through_cursor)
-        if not due(SEMANTIC):
-            return Applied(0, 0)
         given: list[np.ndarray | None] = list(vectors) if vectors is not None else [None] * len(upserts)
         missing = [i for i, v in enumerate(given) if v is None]
-        try:
-            computed = self.embed([upserts[i] for i in missing]) if missing else []
-        except SemanticUnavailable:
+        lexical: Future[None] | None = None
+        if due(LEXICAL):
+            if not missing and due(SEMANTIC):
+                # Nothing to embed: Tantivy indexes on the apply thread while this one adds
+                # the vectors to the graph (both release the GIL). A batch to embed is
+                # indexed lexically first, so lexical search covers it during the embedding.
+                lexical = self._apply_pool.submit(self._lexical.apply, scope_key, upserts, removals, through_cursor)
+            else:
+                self._lexical.apply(scope_key, upserts, removals, through_cursor)
+        if not due(SEMANTIC):
             return Applied(0, 0)
-        for i, v in zip(missing, computed):
-            given[i] = v
-        self._semantic.apply(
-            scope_key,
-            removals,
-            [(d.record_id, d.valid_time_ms, v) for d, v in zip(upserts, given) if v is not None],
-            through_cursor,
-        )
+        try:
+            try:
+                computed = self.embed([upserts[i] for i in missing]) if missing else []
+            except SemanticUnavailable:
+                return Applied(0, 0)
+            for i, v in zip(missing, computed):
+                given[i] = v
+            self._semantic.apply(
+                scope_key,
+                removals,
+                [(d.record_id, d.valid_time_ms, v) for d, v in zip(upserts, given) if v is not None],
+                through_cursor,
+            )
+        finally:
+            if lexical is not None:
+                lexical.result()  # its failure is the apply's, as when it ran first
         return Applied(len(upserts) - len(missing), len(missing))
 
     def purge(self, scope_key: str, record_ids: Sequence[str]) -> bool:
@@ -256,6 +269,7 @@ class Ranker:
         """Checkpoint the semantic channel and close the lexical writers."""
         with self._lifecycle:
             self._lexical_pool.shutdown(wait=True)
+            self._apply_pool.shutdown(wait=True)
             try:
                 self._semantic.close()
             finally:
@@ -379,6 +393,13 @@ class Ranker:
             lexical_channel=lambda query, k: lexical.search(scope_key, query, weights, k),
             knn=lambda queries, k, ef: semantic.raw_knn(scope_key, queries, k, ef),
             label_record=lambda label: semantic.label_record(scope_key, label),
+        )
+
+    def raw_bulk_indexing(self, directory: Path) -> RawBulkIndexing:
+        """Fresh indexes (Tantivy's in ``directory``, usearch's in memory) with each
+        channel's schema, writer and graph, fed by the engines alone (benchmarks)."""
+        return RawBulkIndexing(
+            tantivy=self._lexical.raw_bulk_probe(Path(directory)), usearch=self._semantic.raw_bulk_probe(self._dim)
         )
 
     def lexical_present(self, scope_key: str) -> bool:

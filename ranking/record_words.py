@@ -17,6 +17,7 @@ import base64
 import re
 import struct
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 
@@ -25,16 +26,33 @@ WORDS = 4
 _CANONICAL = re.compile(r"mem_[a-z2-7]{52}\Z")
 _LAYOUT = struct.Struct(">4Q")
 _ALPHABET = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz234567", dtype=np.uint8)
+_SYMBOL_VALUES = np.zeros(256, dtype=np.uint8)
+_SYMBOL_VALUES[_ALPHABET] = np.arange(32, dtype=np.uint8)
+_SHIFTS = np.array([4, 3, 2, 1, 0], dtype=np.uint8)
 
 
 def pack(record_id: str) -> tuple[int, int, int, int] | None:
     """The id's 32 digest bytes as four big-endian u64 words, or None if not canonical."""
-    if not _CANONICAL.match(record_id):
-        return None
-    words = _LAYOUT.unpack(base64.b32decode(record_id[len(PREFIX) :].upper() + "===="))
-    if unpack(words) != record_id:
-        return None  # trailing bits set: not the unique encoding of these bytes
-    return words
+    return pack_many([record_id])[0]
+
+
+def pack_many(record_ids: Sequence[str]) -> list[tuple[int, int, int, int] | None]:
+    """:func:`pack` of each id, in numpy (a batch of documents packs its ids at once):
+    an id is canonical when it matches the form and its last symbol's four padding bits
+    are zero (only then is it the unique encoding of its bytes)."""
+    out: list[tuple[int, int, int, int] | None] = [None] * len(record_ids)
+    canonical = [i for i, rid in enumerate(record_ids) if _CANONICAL.match(rid)]
+    if not canonical:
+        return out
+    text = "".join(record_ids[i][len(PREFIX) :] for i in canonical).encode("ascii")
+    symbols = _SYMBOL_VALUES[np.frombuffer(text, dtype=np.uint8)].reshape(len(canonical), 52)
+    bits = ((symbols[:, :, None] >> _SHIFTS) & 1).astype(np.uint8).reshape(len(canonical), 260)
+    unique = cast(list[bool], (~bits[:, 256:].any(axis=1)).tolist())
+    words = np.packbits(bits[:, :256], axis=1).view(">u8").reshape(len(canonical), WORDS).tolist()
+    for i, ok, row in zip(canonical, unique, words):
+        if ok:
+            out[i] = (row[0], row[1], row[2], row[3])
+    return out
 
 
 def unpack(words: tuple[int, ...] | list[int]) -> str:

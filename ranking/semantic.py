@@ -458,6 +458,20 @@ class SemanticIndex:
             matches = state.index.search(rows, k, exact=ef is None)
         return np.atleast_2d(matches.keys)
 
+    def raw_bulk_probe(self, dim: int) -> Callable[[np.ndarray], None]:
+        """usearch alone indexing in bulk, for benchmarks: a fresh in-memory index with
+        this channel's graph parameters, and ``add(rows)`` that adds the rows (float32, one
+        passage vector each) under the next labels in one call, as ``apply`` adds a batch."""
+        index = _new_index(dim, self._graph)
+        added = 0
+
+        def add(rows: np.ndarray) -> None:
+            nonlocal added
+            index.add(_keys(range(added, added + len(rows))), rows)
+            added += len(rows)
+
+        return add
+
     def passage_vectors(self, scope_key: str, record_id: str) -> np.ndarray | None:
         """The record's passage vectors as indexed (one row per passage, in passage
         order), or None when the record is not in the index."""

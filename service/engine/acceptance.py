@@ -12,10 +12,11 @@ however many records one decision accepts.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
-from engram.service.store.base import JournalEvent, RecordRow, Transaction
+from engram.service.store.base import JournalEvent, NewEvent, RecordRow, Transaction
 
 from .clock import instant, parse_instant
 from .records import Trust, record_aad, record_id
@@ -42,7 +43,7 @@ class Acceptance:
     recorded_at: str
     authorization_receipt_digest: str
 
-    @property
+    @functools.cached_property
     def record_id(self) -> str:
         return record_id(self.record_digest)
 
@@ -88,7 +89,8 @@ def accept_records(
     authorization_receipts: list[dict[str, Any]],
     at_ms: int,
 ) -> list[JournalEvent]:
-    """Write ``accepted`` as records in ``tx``, one journal event each, in order.
+    """Write ``accepted`` as records in ``tx``, one journal event each, in order (each
+    kind of row written for the whole list at once).
 
     The caller has decided (``decision_receipt``) and checked what its path requires
     (no record with that id yet, no tombstone with that payload); ``authorization_receipts``
@@ -97,10 +99,8 @@ def accept_records(
         tx.put_receipt(receipt)
     decision_digest = decision_receipt["receipt_digest"]
     accepted_at = instant(at_ms)
-    events: list[JournalEvent] = []
-    for item in accepted:
-        rid = item.record_id
-        body = {
+    bodies = [
+        {
             "payload": item.payload,
             "evidence": item.evidence,
             "retention": item.retention,
@@ -111,35 +111,44 @@ def accept_records(
             "authorization_receipt_digest": item.authorization_receipt_digest,
             "decision_receipt_digest": decision_digest,
         }
-        key_id, sealed = vault.seal_json(tx, body, record_aad(scope, rid))
-        event = tx.append_event(
-            scope,
-            RECORD_ACCEPTED,
-            rid,
-            {
-                "candidate_id": item.candidate_id,
-                "record_digest": item.record_digest,
-                "payload_digest": item.payload_digest,
-                "evidence_digest": item.evidence_digest,
-                "authorization_receipt_digest": item.authorization_receipt_digest,
-                "decision_receipt_digest": decision_digest,
-                "trust": item.trust.value,
-            },
-            accepted_at,
-        )
-        tx.insert_record(
+        for item in accepted
+    ]
+    sealed = vault.seal_many(tx, [(body, record_aad(scope, item.record_id)) for item, body in zip(accepted, bodies)])
+    events = tx.append_events(
+        scope,
+        [
+            NewEvent(
+                RECORD_ACCEPTED,
+                item.record_id,
+                {
+                    "candidate_id": item.candidate_id,
+                    "record_digest": item.record_digest,
+                    "payload_digest": item.payload_digest,
+                    "evidence_digest": item.evidence_digest,
+                    "authorization_receipt_digest": item.authorization_receipt_digest,
+                    "decision_receipt_digest": decision_digest,
+                    "trust": item.trust.value,
+                },
+                accepted_at,
+            )
+            for item in accepted
+        ],
+    )
+    tx.insert_records(
+        [
             record_row(
                 scope,
-                rid,
+                item.record_id,
                 body,
                 r_digest=item.record_digest,
                 p_digest=item.payload_digest,
                 key_id=key_id,
-                sealed=sealed,
+                sealed=sealed_bytes,
                 cursor=event.cursor,
                 accepted_at=accepted_at,
                 candidate_id=item.candidate_id,
             )
-        )
-        events.append(event)
+            for item, body, (key_id, sealed_bytes), event in zip(accepted, bodies, sealed, events)
+        ]
+    )
     return events

@@ -12,12 +12,19 @@ so a loaded record differs from an admitted one only in what it states: trust cl
 Two steps, so a caller can overlap them with embedding (see ``index_data.ingest``):
 :func:`prepare` (no write: secret scan, digests, which records exist already) and
 :func:`admit` (one store transaction, then both indexes, holding the projector's lock so
-a concurrent catch-up cannot interleave). The record id is bound to the submission's
-``candidate_id``, so a caller that derives it deterministically (bulk ingest: from the
-source document's id) gets idempotent, resumable loads: a record already present in any
-state is skipped (a forgotten record is never revived), and content whose payload was
-forgotten is refused. A crash between a batch's commit and its index apply leaves the
-indexes behind the journal; the projector heals it on the next catch-up.
+a concurrent catch-up cannot interleave). Both work per batch, not per record: the secret
+scan scans each distinct string of the batch once, the transaction checks the batch's
+ids and payloads in two statements and writes its keys, journal events and records in
+one statement each, and the indexes take the batch in one Tantivy commit and one usearch
+add (side by side when the vectors are precomputed).
+
+The record id is bound to the submission's ``candidate_id``, so a caller that derives it
+deterministically (bulk ingest: from the source document's id) gets idempotent,
+resumable loads: a record already present in any state is skipped (a forgotten record
+is never revived), content whose payload was forgotten is refused, and content already a
+current record (in the scope, or earlier in the same batch) is skipped. A crash between a
+batch's commit and its index apply leaves the indexes behind the journal; the projector
+heals it on the next catch-up.
 """
 
 from __future__ import annotations
@@ -31,7 +38,6 @@ from typing import Any
 
 import numpy as np
 
-from engram.models.codes import ContractError
 from engram.models.digests import DigestKind, digest, seal_receipt
 from engram.ranking import IndexDocument
 
@@ -49,7 +55,7 @@ from .records import (
     record_id,
     scope_key,
 )
-from .secret_scan import refuse_secrets
+from .secret_scan import find_secret_each
 
 INGEST_TOOL = "engram_operator_ingest"
 INGEST_POLICY = "engram.operator-ingest"
@@ -123,24 +129,24 @@ def identify(scope: tuple[str, str], submission: Submission) -> tuple[str, str, 
     return p_digest, e_digest, r_digest, record_id(r_digest)
 
 
-def _holds_secret(sub: Submission) -> bool:
-    """The agent path's rule (every kept string, keys included), as a verdict."""
-    try:
-        refuse_secrets({"payload": sub.payload, "evidence": sub.evidence, "retention": sub.retention})
-    except ContractError:
-        return True
-    return False
-
-
 def prepare(
     parts: Parts, scope: tuple[str, str], submissions: Sequence[Submission], *, scan_secrets: bool = True
 ) -> PreparedBatch:
-    """Scan, digest and de-duplicate a batch; writes nothing."""
+    """Scan, digest and de-duplicate a batch; writes nothing. The secret scan is the
+    agent path's rule (every kept string, keys included), each distinct string of the
+    batch scanned once."""
     key = scope_key(scope)
     batch = PreparedBatch(scope, [])
     candidates: dict[str, PreparedRecord] = {}
-    for position, sub in enumerate(submissions):
-        if scan_secrets and _holds_secret(sub):
+    verdicts = (
+        find_secret_each(
+            {"payload": sub.payload, "evidence": sub.evidence, "retention": sub.retention} for sub in submissions
+        )
+        if scan_secrets
+        else [None] * len(submissions)
+    )
+    for position, (sub, secret) in enumerate(zip(submissions, verdicts)):
+        if secret is not None:
             batch.refused[Refusal.SECRET.value] += 1
             continue
         p_digest, e_digest, r_digest, rid = identify(scope, sub)
@@ -150,7 +156,8 @@ def prepare(
         candidates[rid] = PreparedRecord(
             position, sub, p_digest, e_digest, r_digest, rid, index_document(key, rid, sub.payload)
         )
-    existing = parts.store.records(scope, list(candidates))
+    with parts.store.reader() as snapshot:
+        existing = snapshot.present_records(scope, list(candidates))
     batch.skipped += len(existing)
     batch.records = [r for rid, r in candidates.items() if rid not in existing]
     return batch
@@ -186,18 +193,24 @@ def admit(
         with parts.store.transaction() as tx:
             at = now_ms()
             auth = authorization_receipt(operator, INGEST_TOOL, at)
+            recorded_at = instant(at)
             accepted: list[Acceptance] = []
+            present = tx.present_records(scope, [r.record_id for r in batch.records])
+            states = tx.payload_states(scope, [r.payload_digest for r in batch.records])
+            payloads: set[str] = set()
             for i, prepared in enumerate(batch.records):
                 sub = prepared.submission
-                if tx.record(scope, prepared.record_id) is not None:
+                found = states.get(prepared.payload_digest, ())
+                if prepared.record_id in present:
                     outcome.skipped += 1  # a concurrent load got there first
                     continue
-                if tx.tombstoned_payload(scope, prepared.payload_digest):
+                if "tombstoned" in found:
                     outcome.refused[Refusal.FORGOTTEN.value] += 1  # forgotten stays forgotten
                     continue
-                if tx.accepted_with_payload(scope, prepared.payload_digest) is not None:
+                if "accepted_current" in found or prepared.payload_digest in payloads:
                     outcome.skipped += 1  # the same content is already a current record
                     continue
+                payloads.add(prepared.payload_digest)
                 accepted.append(
                     Acceptance(
                         candidate_id=sub.candidate_id,
@@ -209,7 +222,7 @@ def admit(
                         retention=sub.retention,
                         trust=Trust.OPERATOR_INGESTED,
                         actor=actor,
-                        recorded_at=instant(at),
+                        recorded_at=recorded_at,
                         authorization_receipt_digest=auth["receipt_digest"],
                     )
                 )

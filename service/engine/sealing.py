@@ -19,6 +19,7 @@ import secrets
 import threading
 import time
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -98,9 +99,15 @@ class KeyRing:
                 del self._keks[kek_id]
 
     def wrap(self, data_key: bytes, key_id: str) -> tuple[bytes, str]:
+        wrapped, kek_id = self.wrap_many([(data_key, key_id)])
+        return wrapped[0], kek_id
+
+    def wrap_many(self, keys: Sequence[tuple[bytes, str]]) -> tuple[list[bytes], str]:
+        """Wrap each (data key, key id) under the active KEK, the key directory synced
+        once for them all (a batch of records seals under one KEK)."""
         self._sync()
         kek_id = self.active_id
-        return self._wrap_under(kek_id, data_key, key_id), kek_id
+        return [self._wrap_under(kek_id, data_key, key_id) for data_key, key_id in keys], kek_id
 
     def _wrap_under(self, kek_id: str, data_key: bytes, key_id: str) -> bytes:
         nonce = secrets.token_bytes(NONCE_BYTES)
@@ -290,10 +297,17 @@ class BodyVault:
 
     def seal_json(self, tx: object, body: dict, aad: str) -> tuple[str, bytes]:
         """Seal `body` under a fresh data key whose wrapped form joins transaction `tx`."""
-        key_id, data_key = new_data_key()
-        wrapped, kek_id = self.ring.wrap(data_key, key_id)
-        tx.put_key(key_id, wrapped, kek_id)  # type: ignore[attr-defined]
-        return key_id, seal(data_key, compact.pack(body), aad)
+        return self.seal_many(tx, [(body, aad)])[0]
+
+    def seal_many(self, tx: object, bodies: Sequence[tuple[dict, str]]) -> list[tuple[str, bytes]]:
+        """``seal_json`` of each (body, aad): each body under its own fresh data key, the
+        wrapped keys joining `tx` together. Returns (key id, sealed bytes) in order."""
+        keys = [new_data_key() for _ in bodies]
+        wrapped, kek_id = self.ring.wrap_many([(data_key, key_id) for key_id, data_key in keys])
+        tx.put_keys([(key_id, w, kek_id) for (key_id, _), w in zip(keys, wrapped)])  # type: ignore[attr-defined]
+        return [
+            (key_id, seal(data_key, compact.pack(body), aad)) for (key_id, data_key), (body, aad) in zip(keys, bodies)
+        ]
 
     def open_json(
         self, key_id: str | None, sealed: bytes | None, aad: str, *, wrapped: tuple[bytes, str] | None = None

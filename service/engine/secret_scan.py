@@ -1074,15 +1074,39 @@ for _i, (_triggers, _) in enumerate(_STEPS):
         _TRIGGER_STEPS[_t] = (*_TRIGGER_STEPS.get(_t, ()), _i)
 _TRIGGERS: tuple[tuple[str, tuple[int, ...]], ...] = tuple(_TRIGGER_STEPS.items())
 del _i, _triggers, _t
+#: Characters that most text lacks: a literal holding one of them cannot occur in a text
+#: without it, so the literals are grouped under the first of these they hold (their
+#: guard), and a text tests a group's literals only when the guard occurs in it. Prose
+#: holds few of them, and most literals hold one: the trigger pass then tests about half
+#: as many literals, and finds exactly the ones a test of every literal finds.
+_GUARDS = "_-.:/=~0123456789"
+
+
+def _trigger_groups() -> tuple[tuple[str, tuple[tuple[str, tuple[int, ...]], ...]], ...]:
+    groups: dict[str, list[tuple[str, tuple[int, ...]]]] = {}
+    for literal, steps in _TRIGGERS:
+        guard = next((c for c in _GUARDS if c in literal), "")  # "": in every text
+        groups.setdefault(guard, []).append((literal, steps))
+    return tuple((guard, tuple(members)) for guard, members in groups.items())
+
+
+_TRIGGER_GROUPS = _trigger_groups()
+
+
+def _enabled_steps(low: str) -> set[int]:
+    """The steps whose literals occur in ``low`` (the lowered text)."""
+    enabled: set[int] = set()
+    for guard, members in _TRIGGER_GROUPS:
+        if guard in low:
+            for literal, steps in members:
+                if literal in low:
+                    enabled.update(steps)
+    return enabled
 
 
 def _scan(text: str) -> str | None:
     scan = _Scan(text)
-    low = scan.low
-    enabled: set[int] = set()
-    for literal, steps in _TRIGGERS:
-        if literal in low:
-            enabled.update(steps)
+    enabled = _enabled_steps(scan.low)
     for i in sorted(enabled):
         hit = _STEPS[i][1](scan)
         if hit is not None:
@@ -1113,6 +1137,30 @@ def find_secret_in(texts: Iterable[str]) -> str | None:
             if hit is not None:
                 return hit
     return None
+
+
+def find_secret_each(values: Iterable[Any]) -> list[str | None]:
+    """For each of `values`, what `refuse_secrets` would find in it: the first rule name
+    matched by any of its strings (keys and values, however deeply nested), or None.
+
+    Why: the records of one batch repeat most of their strings (every key, fixed values
+    such as a purpose or a retention rule), so each distinct string is scanned once and
+    its verdict reused; a verdict depends on the string alone, so the answers are the
+    ones a scan of each value by itself gives."""
+    verdicts: dict[str, str | None] = {}
+    out: list[str | None] = []
+    for value in values:
+        hit = None
+        for text in _strings(value):
+            if text in verdicts:
+                verdict = verdicts[text]
+            else:
+                verdict = verdicts[text] = find_secret(text)
+            if verdict is not None:
+                hit = verdict
+                break
+        out.append(hit)
+    return out
 
 
 def _strings(value: Any) -> Iterable[str]:

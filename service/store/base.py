@@ -7,10 +7,10 @@ naming its scope, and a row of another scope is simply absent.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from engram.models.errors import BackupUnsupported, CommitUncertain, StoreUnavailable  # noqa: F401 - raised and caught here
 
@@ -30,6 +30,15 @@ class JournalEvent:
     subject: str
     body: dict[str, Any]
     event_digest: str
+    recorded_at: str
+
+
+class NewEvent(NamedTuple):
+    """A journal event to append: the store gives it its cursor, id and chained digest."""
+
+    kind: str
+    subject: str
+    body: dict[str, Any]
     recorded_at: str
 
 
@@ -104,7 +113,16 @@ class Transaction(Protocol):
     def append_event(
         self, scope: Scope, kind: str, subject: str, body: dict[str, Any], recorded_at: str
     ) -> JournalEvent: ...
+    def append_events(self, scope: Scope, events: Sequence[NewEvent]) -> list[JournalEvent]:
+        """Append ``events`` in order, chained as that many ``append_event`` calls chain
+        them, written together (a batch of records: one statement, not one per event)."""
+        ...
+
     def put_key(self, key_id: str, wrapped: bytes, kek_id: str) -> None: ...
+    def put_keys(self, rows: Sequence[tuple[str, bytes, str]]) -> None:
+        """``put_key`` of each (key_id, wrapped, kek_id), written together."""
+        ...
+
     def put_receipt(self, receipt: dict[str, Any]) -> str:
         """Keep a sealed receipt (authorisation, decision) once, keyed by its
         ``receipt_digest`` (a second put of the same digest is a no-op); returns the digest.
@@ -115,6 +133,10 @@ class Transaction(Protocol):
     def insert_candidate(self, row: CandidateRow) -> None: ...
     def set_candidate_state(self, scope: Scope, candidate_id: str, state: str, *, drop_body: bool) -> None: ...
     def insert_record(self, row: RecordRow) -> None: ...
+    def insert_records(self, rows: Sequence[RecordRow]) -> None:
+        """``insert_record`` of each row, written together."""
+        ...
+
     def set_record_state(self, scope: Scope, record_id: str, state: str, *, drop_body: bool) -> None: ...
     def add_pending_purge(self, scope: Scope, record_id: str) -> None: ...
     def reserve(self, scope: Scope, principal: str, key: str, tool: str, intent: str, response: str) -> None: ...
@@ -123,6 +145,16 @@ class Transaction(Protocol):
     def record(self, scope: Scope, record_id: str) -> RecordRow | None: ...
     def reservation(self, scope: Scope, principal: str, key: str) -> tuple[str, str, str] | None: ...
     def tombstoned_payload(self, scope: Scope, payload_digest: str) -> bool: ...
+    def present_records(self, scope: Scope, record_ids: Sequence[str]) -> set[str]:
+        """Which of ``record_ids`` the scope has a record of, in any state."""
+        ...
+
+    def payload_states(self, scope: Scope, payload_digests: Sequence[str]) -> dict[str, set[str]]:
+        """For each of ``payload_digests`` the scope has a tombstoned or a current record
+        of, which of the two states it has (the checks of ``tombstoned_payload`` and
+        ``accepted_with_payload`` for a whole batch at once)."""
+        ...
+
     def accepted_with_payload(self, scope: Scope, payload_digest: str) -> str | None: ...
     def update_reservation(self, scope: Scope, principal: str, key: str, response: str) -> None: ...
 

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from engram.models.digests import DigestKind, digest
 
 from . import compact
-from .base import Scope
+from .base import JournalEvent, NewEvent, Scope
 
 DIGEST_PREFIX = "sha256:"
 EVENT_ID_PREFIX = "evt_"
@@ -53,6 +53,34 @@ def event_digest(
             "prev_digest": prev_digest,
             "recorded_at": recorded_at,
         },
+    )
+
+
+def chained(scope: Scope, head: tuple[int, str | None], events: Sequence[NewEvent]) -> list[JournalEvent]:
+    """``events`` as the journal appends them after ``head`` (the scope's cursor and head
+    digest): consecutive cursors, fresh ids, each digest chained to the one before."""
+    cursor, prev = head
+    out: list[JournalEvent] = []
+    for kind, subject, body, recorded_at in events:
+        cursor += 1
+        event_id = new_event_id()
+        prev = event_digest(scope, cursor, event_id, kind, subject, body, prev, recorded_at)
+        out.append(JournalEvent(scope, cursor, event_id, kind, subject, body, prev, recorded_at))
+    return out
+
+
+def stored_row(event: JournalEvent) -> tuple[Any, ...]:
+    """A journal row's values after its scope: cursor, event id, kind, subject, body,
+    event digest, stored link (None: see the module docstring) and recorded_at."""
+    return (
+        event.cursor,
+        stored_event_id(event.event_id),
+        event.kind,
+        event.subject,
+        stored_body(event.body),
+        stored_digest(event.event_digest),
+        None,
+        event.recorded_at,
     )
 
 

@@ -26,7 +26,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -40,6 +40,7 @@ from .base import (
     CandidateRow,
     CommitUncertain,
     JournalEvent,
+    NewEvent,
     RecordRow,
     ReplicaEntry,
     Route,
@@ -50,14 +51,12 @@ from .base import (
 from .journal import (
     StoredEvent,
     chain_intact,
-    event_digest,
-    new_event_id,
+    chained,
     read_body,
     read_digest,
     read_event_id,
-    stored_body,
     stored_digest,
-    stored_event_id,
+    stored_row,
 )
 from .migrations import VERSION_TABLE, Migration, pending
 
@@ -249,37 +248,35 @@ class _PgTx:
     def append_event(
         self, scope: Scope, kind: str, subject: str, body: dict[str, Any], recorded_at: str
     ) -> JournalEvent:
+        return self.append_events(scope, [NewEvent(kind, subject, body, recorded_at)])[0]
+
+    def append_events(self, scope: Scope, events: Sequence[NewEvent]) -> list[JournalEvent]:
+        if not events:
+            return []
         self._scope(scope)
         row = self._one("SELECT cursor, head_digest FROM scopes WHERE tenant=%s AND workspace=%s", scope)
-        previous, prev_digest = (row[0], row[1]) if row else (0, None)
-        cursor = previous + 1
-        event_id = new_event_id()
-        digest_ = event_digest(scope, cursor, event_id, kind, subject, body, prev_digest, recorded_at)
-        self.conn.execute(
-            f"INSERT INTO journal (tenant, workspace, {_JOURNAL_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-            (
-                *scope,
-                cursor,
-                stored_event_id(event_id),
-                kind,
-                subject,
-                stored_body(body),
-                stored_digest(digest_),
-                None,
-                recorded_at,
-            ),
-        )
+        appended = chained(scope, (row[0], row[1]) if row else (0, None), events)
+        with self.conn.cursor() as cur:
+            cur.executemany(
+                f"INSERT INTO journal (tenant, workspace, {_JOURNAL_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                [(*scope, *stored_row(e)) for e in appended],
+            )
+        last = appended[-1]
         self.conn.execute(
             "INSERT INTO scopes VALUES (%s,%s,%s,%s) ON CONFLICT (tenant, workspace)"
             " DO UPDATE SET cursor=excluded.cursor, head_digest=excluded.head_digest",
-            (*scope, cursor, digest_),
+            (*scope, last.cursor, last.event_digest),
         )
         self.conn.execute("SELECT pg_notify(%s, %s)", (JOURNAL_CHANNEL, _scope_lock_key(scope)))
-        return JournalEvent(scope, cursor, event_id, kind, subject, body, digest_, recorded_at)
+        return appended
 
     # keys ----------------------------------------------------------------------
     def put_key(self, key_id: str, wrapped: bytes, kek_id: str) -> None:
-        self.conn.execute("INSERT INTO keys VALUES (%s,%s,%s)", (key_id, wrapped, kek_id))
+        self.put_keys([(key_id, wrapped, kek_id)])
+
+    def put_keys(self, rows: Sequence[tuple[str, bytes, str]]) -> None:
+        with self.conn.cursor() as cur:
+            cur.executemany("INSERT INTO keys VALUES (%s,%s,%s)", rows)
 
     def destroy_key(self, key_id: str) -> None:
         self.conn.execute("DELETE FROM keys WHERE key_id=%s", (key_id,))
@@ -320,25 +317,33 @@ class _PgTx:
         )
 
     def insert_record(self, row: RecordRow) -> None:
-        self._scope(row.scope)
-        self.conn.execute(
-            f"INSERT INTO records ({_RECORD_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-            (
-                *row.scope,
-                row.record_id,
-                row.state,
-                stored_digest(row.record_digest),
-                stored_digest(row.payload_digest),
-                row.key_id,
-                row.sealed,
-                row.valid_from_ms,
-                row.valid_to_ms,
-                row.expires_at_ms,
-                row.accepted_cursor,
-                row.accepted_at,
-                row.candidate_id,
-            ),
-        )
+        self.insert_records([row])
+
+    def insert_records(self, rows: Sequence[RecordRow]) -> None:
+        for scope in {row.scope for row in rows}:
+            self._scope(scope)
+        with self.conn.cursor() as cur:
+            cur.executemany(
+                f"INSERT INTO records ({_RECORD_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                [
+                    (
+                        *row.scope,
+                        row.record_id,
+                        row.state,
+                        stored_digest(row.record_digest),
+                        stored_digest(row.payload_digest),
+                        row.key_id,
+                        row.sealed,
+                        row.valid_from_ms,
+                        row.valid_to_ms,
+                        row.expires_at_ms,
+                        row.accepted_cursor,
+                        row.accepted_at,
+                        row.candidate_id,
+                    )
+                    for row in rows
+                ],
+            )
 
     def set_record_state(self, scope: Scope, record_id: str, state: str, *, drop_body: bool) -> None:
         self._scope(scope)
@@ -388,6 +393,26 @@ class _PgTx:
             )
             is not None
         )
+
+    def present_records(self, scope: Scope, record_ids: Sequence[str]) -> set[str]:
+        self._scope(scope)
+        rows = self.conn.execute(
+            "SELECT record_id FROM records WHERE tenant=%s AND workspace=%s AND record_id = ANY(%s)",
+            (*scope, list(record_ids)),
+        ).fetchall()
+        return {r[0] for r in rows}
+
+    def payload_states(self, scope: Scope, payload_digests: Sequence[str]) -> dict[str, set[str]]:
+        self._scope(scope)
+        rows = self.conn.execute(
+            "SELECT DISTINCT payload_digest, state FROM records WHERE tenant=%s AND workspace=%s"
+            " AND payload_digest = ANY(%s) AND state IN ('tombstoned', 'accepted_current')",
+            (*scope, [stored_digest(d) for d in payload_digests]),
+        ).fetchall()
+        states: dict[str, set[str]] = {}
+        for stored, state in rows:
+            states.setdefault(read_digest(stored), set()).add(state)
+        return states
 
     # idempotency and confirmations ---------------------------------------------------
     def reservation(self, scope: Scope, principal: str, key: str) -> tuple[str, str, str] | None:

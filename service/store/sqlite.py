@@ -12,25 +12,25 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from engram.models.digests import DigestKind, digest
 
-from .base import CandidateRow, CommitUncertain, JournalEvent, RecordRow, Scope, StateCounts, StoreUnavailable
+from .base import CandidateRow, CommitUncertain, JournalEvent, NewEvent, RecordRow, Scope, StateCounts, StoreUnavailable
 from .journal import (
     StoredEvent,
     chain_intact,
-    event_digest,
-    new_event_id,
+    chained,
     read_body,
     read_digest,
     read_event_id,
     stored_body,
     stored_digest,
     stored_event_id,
+    stored_row,
 )
 from .migrations import VERSION_TABLE, Migration, pending
 
@@ -179,6 +179,14 @@ def _event(row: sqlite3.Row) -> JournalEvent:
     )
 
 
+_IN_CHUNK = 500  # values bound in one IN (...) list
+
+
+def _chunks(values: list[Any]) -> Iterator[list[Any]]:
+    for start in range(0, len(values), _IN_CHUNK):
+        yield values[start : start + _IN_CHUNK]
+
+
 class _Tx:
     """Statements of one transaction on one connection."""
 
@@ -189,37 +197,32 @@ class _Tx:
     def append_event(
         self, scope: Scope, kind: str, subject: str, body: dict[str, Any], recorded_at: str
     ) -> JournalEvent:
+        return self.append_events(scope, [NewEvent(kind, subject, body, recorded_at)])[0]
+
+    def append_events(self, scope: Scope, events: Sequence[NewEvent]) -> list[JournalEvent]:
+        if not events:
+            return []
         row = self.conn.execute(
             "SELECT cursor, head_digest FROM scopes WHERE tenant=? AND workspace=?", scope
         ).fetchone()
-        previous, prev_digest = (row[0], row[1]) if row else (0, None)
-        cursor = previous + 1
-        event_id = new_event_id()
-        digest_ = event_digest(scope, cursor, event_id, kind, subject, body, prev_digest, recorded_at)
-        self.conn.execute(
-            "INSERT INTO journal VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (
-                *scope,
-                cursor,
-                stored_event_id(event_id),
-                kind,
-                subject,
-                stored_body(body),
-                stored_digest(digest_),
-                None,
-                recorded_at,
-            ),
+        appended = chained(scope, (row[0], row[1]) if row else (0, None), events)
+        self.conn.executemany(
+            "INSERT INTO journal VALUES (?,?,?,?,?,?,?,?,?,?)", [(*scope, *stored_row(e)) for e in appended]
         )
+        last = appended[-1]
         self.conn.execute(
             "INSERT INTO scopes VALUES (?,?,?,?) ON CONFLICT(tenant, workspace)"
             " DO UPDATE SET cursor=excluded.cursor, head_digest=excluded.head_digest",
-            (*scope, cursor, digest_),
+            (*scope, last.cursor, last.event_digest),
         )
-        return JournalEvent(scope, cursor, event_id, kind, subject, body, digest_, recorded_at)
+        return appended
 
     # keys ----------------------------------------------------------------------
     def put_key(self, key_id: str, wrapped: bytes, kek_id: str) -> None:
-        self.conn.execute("INSERT INTO keys VALUES (?,?,?)", (key_id, wrapped, kek_id))
+        self.put_keys([(key_id, wrapped, kek_id)])
+
+    def put_keys(self, rows: Sequence[tuple[str, bytes, str]]) -> None:
+        self.conn.executemany("INSERT INTO keys VALUES (?,?,?)", rows)
 
     def destroy_key(self, key_id: str) -> None:
         self.conn.execute("DELETE FROM keys WHERE key_id=?", (key_id,))
@@ -258,23 +261,29 @@ class _Tx:
         )
 
     def insert_record(self, row: RecordRow) -> None:
-        self.conn.execute(
+        self.insert_records([row])
+
+    def insert_records(self, rows: Sequence[RecordRow]) -> None:
+        self.conn.executemany(
             f"INSERT INTO records ({_RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                *row.scope,
-                row.record_id,
-                row.state,
-                stored_digest(row.record_digest),
-                stored_digest(row.payload_digest),
-                row.key_id,
-                row.sealed,
-                row.valid_from_ms,
-                row.valid_to_ms,
-                row.expires_at_ms,
-                row.accepted_cursor,
-                row.accepted_at,
-                row.candidate_id,
-            ),
+            [
+                (
+                    *row.scope,
+                    row.record_id,
+                    row.state,
+                    stored_digest(row.record_digest),
+                    stored_digest(row.payload_digest),
+                    row.key_id,
+                    row.sealed,
+                    row.valid_from_ms,
+                    row.valid_to_ms,
+                    row.expires_at_ms,
+                    row.accepted_cursor,
+                    row.accepted_at,
+                    row.candidate_id,
+                )
+                for row in rows
+            ],
         )
 
     def set_record_state(self, scope: Scope, record_id: str, state: str, *, drop_body: bool) -> None:
@@ -325,6 +334,31 @@ class _Tx:
             ).fetchone()
             is not None
         )
+
+    def present_records(self, scope: Scope, record_ids: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        for chunk in _chunks(list(record_ids)):
+            found.update(
+                r[0]
+                for r in self.conn.execute(
+                    f"SELECT record_id FROM records WHERE tenant=? AND workspace=?"
+                    f" AND record_id IN ({','.join('?' * len(chunk))})",
+                    (*scope, *chunk),
+                )
+            )
+        return found
+
+    def payload_states(self, scope: Scope, payload_digests: Sequence[str]) -> dict[str, set[str]]:
+        states: dict[str, set[str]] = {}
+        for chunk in _chunks([stored_digest(d) for d in payload_digests]):
+            for stored, state in self.conn.execute(
+                f"SELECT DISTINCT payload_digest, state FROM records WHERE tenant=? AND workspace=?"
+                f" AND payload_digest IN ({','.join('?' * len(chunk))})"
+                " AND state IN ('tombstoned', 'accepted_current')",
+                (*scope, *chunk),
+            ):
+                states.setdefault(read_digest(stored), set()).add(state)
+        return states
 
     # idempotency and confirmations ---------------------------------------------------
     def reservation(self, scope: Scope, principal: str, key: str) -> tuple[str, str, str] | None:
@@ -527,8 +561,7 @@ class SqliteStore:
     # records ---------------------------------------------------------------------------
     def records(self, scope: Scope, record_ids: list[str]) -> dict[str, RecordRow]:
         found: dict[str, RecordRow] = {}
-        for start in range(0, len(record_ids), 500):
-            chunk = record_ids[start : start + 500]
+        for chunk in _chunks(record_ids):
             marks = ",".join("?" * len(chunk))
             for row in self._read(
                 f"SELECT {_RECORD_WITH_KEY} WHERE r.tenant=? AND r.workspace=? AND r.record_id IN ({marks})",

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engram.service.engine import secret_scan as secrets_module
 from engram.service.engine.secret_scan import RULE_NAMES, find_secret, find_secret_in
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "secrets"
@@ -301,3 +302,25 @@ def test_never_raises_on_secretish_soup(parts: list[str]) -> None:
 def test_never_raises_on_long_text(unit: str, times: int) -> None:
     result = find_secret(unit * times)
     assert result is None or result in RULE_NAMES
+
+
+_LITERALS = st.sampled_from([literal for literal, _ in secrets_module._TRIGGERS])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_LITERALS, st.text(alphabet="abcdefgkosy_-.:/=~0123456789 ", max_size=6)), max_size=10))
+def test_guarded_trigger_pass_finds_every_literal_present(parts: list[str]) -> None:
+    """The trigger pass skips a group of literals when its guard character is absent:
+    it enables exactly the steps a test of every literal enables."""
+    low = "".join(parts)
+    every = {i for literal, steps in secrets_module._TRIGGERS if literal in low for i in steps}
+    assert secrets_module._enabled_steps(low) == every
+
+
+def test_find_secret_each_answers_as_each_value_alone() -> None:
+    clean = {"payload": {"text": "a plain note about ledgers", "ref": "doc:1"}, "tags": ["x", "y"]}
+    leaky = {"payload": {"text": "plain", "key": "AKIAIOSFODNN7EXAMPLE"}, "tags": ["a plain note about ledgers"]}
+    values = [clean, leaky, clean, {"nested": [leaky]}]
+    alone = [find_secret_in(secrets_module._strings(v)) for v in values]
+    assert secrets_module.find_secret_each(values) == alone
+    assert alone[0] is None and alone[1] is not None and alone[3] == alone[1]

@@ -43,6 +43,12 @@ def test_tiny_bench_run(tmp_path: Path, encoder):
     )
     entry = result["sizes"][0]
     assert entry["ingest"]["ingested"] == 400
+    raw = entry["raw_bulk_index"]  # the raw engines alone on the same documents and vectors, same batches
+    assert raw["records"] == 400 and raw["batch"] == 1000 and raw["records_per_s"] > 0
+    assert raw["tantivy_seconds"] > 0 and raw["usearch_seconds"] > 0 and raw["cpu_seconds"] > 0
+    ratio = entry["ingest"]["ingested_per_s"] / raw["records_per_s"]
+    assert ratio > 0 and abs(entry["ingest_over_raw_bulk_index"] - ratio) < 0.01
+    assert entry["ingest"]["cpu_seconds"] > 0
     assert entry["hnsw_recall"]["aligned_labels"] is True
     assert entry["hnsw_recall"]["ef128"]["recall@10"] > 0.9
     beside = entry["hnswlib_beside"]  # the engine before usearch, on the same vectors

@@ -202,6 +202,18 @@ def test_refused_records_are_counted_not_stored(engine):
     assert report.refused.get("empty") == 1 and report.refused.get("secret") == 1
 
 
+@pytest.mark.parametrize("batch_size", [1, 8])
+def test_the_same_content_twice_is_one_record_in_one_batch_or_two(engine, batch_size):
+    """Two source documents with the same payload (same text, source and locator under
+    different ids) make one current record, whether they share a batch or not."""
+    twins = [IngestRecord(f"twin{i}", "ledger note kept twice", "kb:twin", locator_value="twin") for i in range(2)]
+    report = ingest_corpus(
+        engine, SCOPE, [*twins, *corpus(3)], batch_size=batch_size, progress=False, purpose_ref=PURPOSE
+    )
+    assert (report.ingested, report.skipped_existing) == (4, 1)
+    assert live_count(engine) == 4
+
+
 def test_precomputed_vectors_one_row_and_passage_offsets(engine, encoder):
     records = corpus(12)
     vectors = encoder.encode([r.text for r in records])

@@ -429,3 +429,45 @@ def test_drop_deletes_one_scope_and_leaves_the_others(ranker: Ranker, tmp_path: 
     assert ids(ranker, "scopeB", "payment") == ["mem_b1"]  # another scope untouched
     ranker.apply("scopeA", [doc("scopeA", "mem_a4", "projected again from the journal")], [], 4)
     assert ids(ranker, "scopeA", "projected") == ["mem_a4"]
+
+
+def test_precomputed_vectors_apply_both_channels_at_once(ranker: Ranker, monkeypatch):
+    """With the vectors given, Tantivy indexes while the graph takes the vectors: the
+    lexical apply here waits for the semantic one to start, which a sequential apply
+    (lexical first) would never let happen."""
+    import threading
+
+    import numpy as np
+
+    semantic_started = threading.Event()
+    real_lexical, real_semantic = ranker._lexical.apply, ranker._semantic.apply
+
+    def lexical(*args, **kwargs):
+        assert semantic_started.wait(10), "the semantic channel did not run beside the lexical one"
+        return real_lexical(*args, **kwargs)
+
+    def semantic(*args, **kwargs):
+        semantic_started.set()
+        return real_semantic(*args, **kwargs)
+
+    monkeypatch.setattr(ranker._lexical, "apply", lexical)
+    monkeypatch.setattr(ranker._semantic, "apply", semantic)
+    docs = [doc("bulk", f"mem_v{i}", f"vector note {i}") for i in range(4)]
+    vectors = [np.eye(1, 384, i, dtype=np.float32) for i in range(4)]
+    ranker.apply("bulk", docs, [], 4, vectors=vectors)
+    assert ranker.projection_cursor("bulk") == {"lexical": 4, "semantic": 4}
+    assert ids(ranker, "bulk", "vector note 2", LEXICAL_PROFILE)[0] == "mem_v2"
+
+
+def test_a_lexical_failure_beside_precomputed_vectors_fails_the_apply(ranker: Ranker, monkeypatch):
+    import numpy as np
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("tantivy failed")
+
+    monkeypatch.setattr(ranker._lexical, "apply", broken)
+    with pytest.raises(RuntimeError, match="tantivy failed"):
+        ranker.apply(
+            "bulk", [doc("bulk", "mem_v0", "vector note")], [], 1, vectors=[np.eye(1, 384, 0, dtype=np.float32)]
+        )
+    assert ranker.projection_cursor("bulk")["lexical"] == 0
