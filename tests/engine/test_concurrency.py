@@ -91,14 +91,14 @@ def test_a_held_mutation_does_not_block_another_scopes_searches(engine, monkeypa
         assert release.wait(120)
 
     if hold == "transaction":
-        vault, seal = engine.parts.vault, engine.parts.vault.seal_json
+        vault, seal = engine.parts.vault, engine.parts.vault.seal_many
 
-        def held_seal(tx, body, aad):  # the accepted record's body, sealed inside the transaction
-            if aad.startswith(f"record\0{a.tenant}\0{a.workspace}\0"):
+        def held_seal(tx, bodies):  # the accepted record's body, sealed inside the transaction
+            if any(aad.startswith(f"record\0{a.tenant}\0{a.workspace}\0") for _, aad in bodies):
                 hold_here()
-            return seal(tx, body, aad)
+            return seal(tx, bodies)
 
-        monkeypatch.setattr(vault, "seal_json", held_seal)
+        monkeypatch.setattr(vault, "seal_many", held_seal)
     else:
         ranker, apply = engine.parts.ranker, engine.parts.ranker.apply
 

@@ -110,7 +110,7 @@ def export_through_socket(engine, data_dir: Path, out: Path) -> dict:
     finally:
         channel.close()
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+    return json.loads(result.stdout)
 
 
 def f16_rows(vectors: np.ndarray) -> list[bytes]:
