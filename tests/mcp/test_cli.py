@@ -204,7 +204,7 @@ def test_the_server_freezes_what_warm_up_loaded_out_of_the_collectors_reach_once
     import threading
     import time
 
-    from engram.service.cli import _collect_less_once_ready
+    from engram.service.cli.serve import _collect_less_once_ready
 
     class Warming:
         def __init__(self) -> None:

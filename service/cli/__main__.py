@@ -1,0 +1,5 @@
+"""`python -m engram.service.cli`: the `engram` command."""
+
+from . import main
+
+main()

@@ -1,0 +1,383 @@
+"""`engram admin ...`: the operators' surface (host secret, tenants, keys, backups,
+restore, projections, history, disputes, replicas, routes), never reachable through MCP."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .apps import admin, tenant_app
+from .common import DataDir, ModelOption, StoreChoice, _engine, _err, _print_json, _settings, _store_choice, operate
+
+
+@admin.command("host-secret")
+def host_secret(
+    data_dir: DataDir = None,
+    show: Annotated[bool, typer.Option("--show", help="Also print the secret itself (handle with care).")] = False,
+) -> None:
+    """Create the host secret (mode 0600) if missing, and print its path.
+
+    The host signs every call's context (HS256) with it. ENGRAM_HOST_SECRET, when set, takes precedence over the
+    file at serve time.
+    """
+    from engram.service.mcp.host_context import create_host_secret, load_host_secret
+
+    data_dir = _settings(data_dir=data_dir).data_dir
+    path, created = create_host_secret(data_dir)
+    typer.echo(str(path.resolve()))
+    _err("created" if created else "exists (unchanged)")
+    if show:
+        typer.echo(load_host_secret(data_dir, environ={}).decode())
+
+
+@tenant_app.command("enable")
+def tenant_enable(
+    tenant: Annotated[str, typer.Argument(help="Tenant id, as the host binds it in the context.")],
+    data_dir: DataDir = None,
+) -> None:
+    """Opt TENANT in: its calls are served (tools still need per-tool grants)."""
+    _set_tenant(data_dir, tenant, True)
+
+
+@tenant_app.command("disable")
+def tenant_disable(
+    tenant: Annotated[str, typer.Argument(help="Tenant id.")],
+    data_dir: DataDir = None,
+) -> None:
+    """Opt TENANT out: every call in its scope becomes -32603 (its data is kept)."""
+    _set_tenant(data_dir, tenant, False)
+
+
+@tenant_app.command("status")
+def tenant_status(
+    tenant: Annotated[str, typer.Argument(help="Tenant id.")],
+    data_dir: DataDir = None,
+) -> None:
+    """Print whether TENANT is opted in."""
+    typer.echo(operate(data_dir, "tenant-status", {"tenant": tenant}))
+
+
+def _set_tenant(data_dir: Path | None, tenant: str, enabled: bool) -> None:
+    typer.echo(f"{tenant}: {operate(data_dir, 'tenant-set', {'tenant': tenant, 'enabled': enabled})}")
+
+
+@admin.command("rotate-kek")
+def rotate_kek(data_dir: DataDir = None) -> None:
+    """Rotate the key-encryption key online: a fresh KEK is active at once, every data key
+    is rewrapped under it, and older KEK files go only when no key needs them; print its id."""
+    typer.echo(operate(data_dir, "rotate-kek", {}))
+
+
+@admin.command("backup")
+def backup(
+    dest: Annotated[Path, typer.Argument(help="New directory to write the backup into (must not exist).")],
+    data_dir: DataDir = None,
+    include_keys: Annotated[
+        bool,
+        typer.Option(
+            "--include-keys",
+            help="Also copy the key-encryption keys into the backup. Anyone holding such a "
+            "backup can read every record in it, including records forgotten later: keep it offline.",
+        ),
+    ] = False,
+) -> None:
+    """Online, consistent backup of the store, policies and vectors; by default WITHOUT the
+    key-encryption keys (export them on purpose with `engram admin export-kek`)."""
+    if include_keys:
+        _err(
+            "engram: warning: this backup holds the key-encryption keys; forgotten records in it stay "
+            "readable to whoever holds it"
+        )
+    typer.echo(operate(data_dir, "backup", {"dest": str(dest.resolve()), "include_keys": include_keys}))
+
+
+@admin.command("export-kek")
+def export_kek(
+    dest: Annotated[Path, typer.Argument(help="New directory to write the keys into (must not exist).")],
+    data_dir: DataDir = None,
+) -> None:
+    """Copy the key-encryption keys and the shred ledger to DEST (mode 0700), for a restore.
+
+    Whoever holds them can open every data key still wrapped in any backup: store them apart
+    from the backups, and delete copies you no longer need.
+    """
+    from engram.service.engine.engine import export_keys
+
+    settings = _settings(data_dir=data_dir, key_dir=_store_choice.get(StoreChoice()).key_dir)
+    key_dir = settings.key_dir or settings.data_dir / "keys"
+    _err("engram: warning: these keys open every backup made while they were current")
+    typer.echo(str(export_keys(key_dir, dest)))
+
+
+@admin.command("restore")
+def restore(
+    source: Annotated[Path, typer.Argument(help="A directory written by `engram admin backup`.")],
+    data_dir: Annotated[Path, typer.Option("--data-dir", "-d", help="New, empty data directory to restore into.")],
+    keys: Annotated[
+        Path | None,
+        typer.Option(
+            "--keys",
+            help="Key directory to restore with: the live data directory's keys/ or an `engram admin "
+            "export-kek` copy. Its shred ledger is applied, so records forgotten after the backup stay forgotten. "
+            "Needed unless the backup was made with --include-keys.",
+        ),
+    ] = None,
+    load_model: ModelOption = True,
+) -> None:
+    """Restore a backup into a new data directory: apply the shred ledger, verify every
+    journal chain, rebuild the lexical index (vectors come from the backup)."""
+    from engram.models.codes import ContractError
+    from engram.service.engine.engine import Engine
+    from engram.service.operator.ownership import DataDirLock, DirectoryHeld
+
+    if keys is None and not (source / "keys").is_dir():
+        _err("engram: the backup holds no key-encryption keys; pass --keys <data-dir>/keys or an export-kek copy")
+        raise typer.Exit(2)
+    try:
+        with DataDirLock(data_dir):
+            engine = Engine.restore(source, data_dir, key_source=keys, load_model=load_model)
+            engine.close()
+    except DirectoryHeld:
+        _err(f"engram: another engram process holds {data_dir}")
+        raise typer.Exit(1) from None
+    except ContractError as exc:
+        _err(f"engram: {exc.code.value}: {exc.message}")
+        raise typer.Exit(1) from None
+    typer.echo(str(data_dir))
+
+
+@admin.command("verify-journal")
+def verify_journal(data_dir: DataDir = None) -> None:
+    """Verify the hash chain of every scope's journal; exit 1 if any is broken."""
+    result = operate(data_dir, "verify-journal", {})
+    _print_json(result)
+    if not all(result.values()):
+        raise typer.Exit(1)
+
+
+@admin.command("rebuild-projections")
+def rebuild_projections(data_dir: DataDir = None, load_model: ModelOption = True) -> None:
+    """Replay the journal into fresh lexical and vector indexes (searches answer
+    PROJECTION_STALE, not an empty list, until each scope has caught up)."""
+    operate(data_dir, "rebuild-projections", {}, load_model=load_model)
+    typer.echo("rebuilt")
+
+
+@admin.command("export-vectors")
+def export_vectors(
+    out: Annotated[Path, typer.Argument(help="New directory to write the vectors into (must not exist).")],
+    data_dir: DataDir = None,
+) -> None:
+    """Write this replica's passage vectors of every scope's current records to OUT, for
+    `engram serve --seed-vectors OUT` on a new replica of the same database: it embeds
+    only what was admitted after the export. OUT holds derived content (mode 0700): keep
+    it like a backup, and delete it once the new replicas are ready."""
+    if out.exists():
+        _err(f"engram: {out} exists; name a new directory")
+        raise typer.Exit(2)
+    _print_json(operate(data_dir, "export-vectors", {"out": str(out.resolve())}, load_model=True))
+
+
+@admin.command("sweep-invalidations")
+def sweep_invalidations(data_dir: DataDir = None) -> None:
+    """Finish physical purges left pending (tombstoned records still in an index file)."""
+    typer.echo(f"swept {operate(data_dir, 'sweep-invalidations', {})} scope(s)")
+
+
+@admin.command("apply-shred-ledger")
+def apply_shred_ledger(data_dir: DataDir = None) -> None:
+    """Apply every entry of the key directory's shred ledger to the store: each record or
+    candidate it names is tombstoned or withdrawn again, its key destroyed and its index
+    bytes purged. Every open already re-applies what a restored database lacks of the
+    entries that carry journal positions; run this after restoring a database whose
+    ledger has entries written before entries carried them (it scans the journal of each
+    scope the ledger names)."""
+    typer.echo(f"re-applied {operate(data_dir, 'apply-shred-ledger', {})} forget(s) and withdrawal(s)")
+
+
+@admin.command("history")
+def history(
+    tenant: Annotated[str, typer.Argument(help="Tenant id.")],
+    workspace: Annotated[str, typer.Argument(help="Workspace id.")],
+    subject: Annotated[str, typer.Argument(help="A record_id or candidate_id.")],
+    data_dir: DataDir = None,
+) -> None:
+    """Print every journal event about one record or candidate (digests, never content)."""
+    _print_json(operate(data_dir, "history", {"tenant": tenant, "workspace": workspace, "subject": subject}))
+
+
+@admin.command("transition")
+def transition(
+    operation: Annotated[str, typer.Argument(help="dispute | resolve | supersede | expire | invalidate-trust")],
+    tenant: Annotated[str, typer.Argument(help="Tenant id.")],
+    workspace: Annotated[str, typer.Argument(help="Workspace id.")],
+    record_id: Annotated[str, typer.Argument(help="The record to move.")],
+    reason_ref: Annotated[
+        str,
+        typer.Option(
+            help="Opaque reason reference for the journal (scanned for secrets: the journal is never erased)."
+        ),
+    ] = "operator",
+    data_dir: DataDir = None,
+) -> None:
+    """Move a record between non-terminal states; only accepted_current is ever disclosed."""
+    from engram.service.engine.lifecycle import OPERATOR_TRANSITIONS
+
+    if operation not in OPERATOR_TRANSITIONS:
+        _err(f"engram: unknown operation {operation!r}; one of {', '.join(OPERATOR_TRANSITIONS)}")
+        raise typer.Exit(2)
+    typer.echo(
+        operate(
+            data_dir,
+            "transition",
+            {
+                "operation": operation,
+                "tenant": tenant,
+                "workspace": workspace,
+                "record_id": record_id,
+                "reason_ref": reason_ref,
+            },
+        )
+    )
+
+
+@admin.command("adjudicate")
+def adjudicate(
+    decision: Annotated[str, typer.Argument(help="accept | reject")],
+    tenant: Annotated[str, typer.Argument(help="Tenant id.")],
+    workspace: Annotated[str, typer.Argument(help="Workspace id.")],
+    candidate_id: Annotated[str, typer.Argument(help="A candidate held as pending_adjudication.")],
+    reason_ref: Annotated[
+        str, typer.Option(help="Opaque reason reference for the journal (scanned for secrets).")
+    ] = "operator",
+    data_dir: DataDir = None,
+) -> None:
+    """Decide a candidate the admission policy held for a human (e.g. content equal to a
+    forgotten record). Its body key is destroyed either way."""
+    if decision not in ("accept", "reject"):
+        _err("engram: decision must be accept or reject")
+        raise typer.Exit(2)
+    _print_json(
+        operate(
+            data_dir,
+            "adjudicate",
+            {
+                "decision": decision,
+                "tenant": tenant,
+                "workspace": workspace,
+                "candidate_id": candidate_id,
+                "reason_ref": reason_ref,
+            },
+        )
+    )
+
+
+@admin.command("replay-search")
+def replay_search(
+    tenant: Annotated[str, typer.Argument(help="Tenant id of the search.")],
+    workspace: Annotated[str, typer.Argument(help="Workspace id of the search.")],
+    arguments: Annotated[Path, typer.Argument(help="JSON file: the search's arguments (without page_cursor).")],
+    receipt: Annotated[Path, typer.Argument(help="JSON file: the rank_receipt it returned.")],
+    data_dir: DataDir = None,
+    load_model: ModelOption = True,
+) -> None:
+    """Re-run a search pinned to its rank receipt and compare ordered_ids_digest.
+
+    Exits 0 when the order matches, 1 otherwise; the output says whether the profile and
+    the scope's journal were unchanged since the receipt (the conditions for a match).
+    """
+    outcome = operate(
+        data_dir,
+        "replay-search",
+        {
+            "tenant": tenant,
+            "workspace": workspace,
+            "arguments": json.loads(arguments.read_text()),
+            "receipt": json.loads(receipt.read_text()),
+        },
+        load_model=load_model,
+    )
+    _print_json(outcome)
+    if not outcome["match"]:
+        raise typer.Exit(1)
+
+
+@admin.command("replicas")
+def replicas(
+    retire: Annotated[
+        str | None,
+        typer.Option(
+            help="Remove this replica id for good (a replica that will not come back), so the purges it "
+            "still owed stop being pending."
+        ),
+    ] = None,
+    data_dir: DataDir = None,
+) -> None:
+    """List the replicas registered on the shared (PostgreSQL) store: id, seconds since
+    the last heartbeat, live. On SQLite (no replicas) it exits 1, CAPABILITY_UNAVAILABLE."""
+    with _engine(data_dir) as engine:
+        if retire is not None:
+            if not engine.retire_replica(retire):
+                _err(f"engram: no replica {retire!r}")
+                raise typer.Exit(1)
+            typer.echo(f"retired {retire}")
+            return
+        _print_json(engine.replicas())
+
+
+route_app = typer.Typer(
+    help="Scopes routed to replica groups (shared PostgreSQL store only).",
+    no_args_is_help=True,
+)
+admin.add_typer(route_app, name="route")
+
+
+@route_app.command("list")
+def route_list(data_dir: DataDir = None) -> None:
+    """Print every routed scope: its group, and the group taking it over while it moves."""
+    with _engine(data_dir) as engine:
+        _print_json(engine.routes())
+
+
+@route_app.command("move")
+def route_move(
+    tenant: Annotated[str, typer.Argument(help="Tenant id.")],
+    workspace: Annotated[str, typer.Argument(help="Workspace id.")],
+    group: Annotated[str, typer.Argument(help="The replica group to serve the scope from now on.")],
+    project_wait_s: Annotated[
+        float,
+        typer.Option(help="How long to wait for the group's live replicas to project the scope (rerun to resume)."),
+    ] = 300.0,
+    release_wait_s: Annotated[
+        float,
+        typer.Option(help="How long to wait for the old group's live replicas to delete the scope's index files."),
+    ] = 30.0,
+    data_dir: DataDir = None,
+) -> None:
+    """Move a scope to GROUP: GROUP's replicas project it from the journal while the old
+    group still serves, then the route flips, then the old group deletes its index files.
+    Exits 1 when GROUP has no live replica or did not finish projecting in time (the move
+    stays under way; rerun to resume)."""
+    from engram.service.engine.routing import NoLiveReplica
+
+    with _engine(data_dir) as engine:
+        try:
+            outcome = engine.move_scope(
+                (tenant, workspace), group, project_wait_s=project_wait_s, release_wait_s=release_wait_s
+            )
+        except NoLiveReplica:
+            _err(f"engram: group {group!r} has no live replica")
+            raise typer.Exit(1) from None
+        _print_json({"tenant": tenant, "workspace": workspace, **outcome.as_json()})
+        if not outcome.flipped:
+            _err(f"engram: {group!r} has not finished projecting {tenant}/{workspace}; rerun to resume")
+            raise typer.Exit(1)
+
+
+@admin.command("expire")
+def expire(data_dir: DataDir = None) -> None:
+    """Expire every record whose retention expires_at has passed."""
+    typer.echo(f"expired {operate(data_dir, 'expire', {})} record(s)")

@@ -1,0 +1,168 @@
+"""What every `engram` command shares: the store options, the settings a command runs
+with, and the engine it opens (directly, or through a live server's operator socket)."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from engram.service.settings import field_help
+
+from .apps import admin
+
+DataDir = Annotated[
+    Path | None,
+    typer.Option("--data-dir", "-d", help=field_help("data_dir"), show_default=False),
+]
+DatabaseUrl = Annotated[str | None, typer.Option("--database-url", help=field_help("database_url"), show_default=False)]
+KeyDir = Annotated[Path | None, typer.Option("--key-dir", help=field_help("key_dir"), show_default=False)]
+
+
+@dataclass(frozen=True)
+class StoreChoice:
+    """The admin group's --database-url/--key-dir flags (None: not given, so the
+    environment, the config file or the default decides)."""
+
+    database_url: str | None = None
+    key_dir: Path | None = None
+
+
+#: The admin group's --database-url/--key-dir for the command being run (set by its
+#: callback before the command; one command per process).
+_store_choice: contextvars.ContextVar[StoreChoice] = contextvars.ContextVar("engram_store_choice")
+
+
+@admin.callback()
+def _admin_store(database_url: DatabaseUrl = None, key_dir: KeyDir = None) -> None:
+    """Operator commands (never reachable from the agent path)."""
+    _store_choice.set(StoreChoice(database_url, key_dir))
+
+
+def _err(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+def _open_engine(
+    settings: Any, *, background: bool = False, serve_replica: bool = False, seed_vectors: Path | None = None
+) -> Any:
+    """The engine the settings describe (data directory, store, keys, model, replica
+    group); a database this release cannot read exits 2 with the reason."""
+    from engram.ranking import DeviceUnavailable
+    from engram.service.engine.engine import Engine
+    from engram.service.settings import advertised_url
+    from engram.service.store import SchemaTooNew
+
+    try:
+        return Engine.open(
+            settings.data_dir,
+            load_model=settings.load_model,
+            background=background,
+            database_url=settings.database_url,
+            key_dir=settings.key_dir,
+            device=settings.device,
+            serve_replica=serve_replica,
+            group=settings.group,
+            advertise_url=advertised_url(settings) if serve_replica else None,
+            seed_vectors=seed_vectors,
+        )
+    except (SchemaTooNew, DeviceUnavailable) as exc:
+        _err(f"engram: {exc}")
+        raise typer.Exit(2) from None
+
+
+@contextlib.contextmanager
+def _engine(data_dir: Path | None, *, load_model: bool = False) -> Iterator[Any]:
+    """An engine for one operator command, closed afterwards; contract errors exit 1."""
+    from engram.models.codes import ContractError
+
+    engine = None
+    try:
+        choice = _store_choice.get(StoreChoice())
+        engine = _open_engine(
+            _settings(
+                data_dir=data_dir, load_model=load_model, database_url=choice.database_url, key_dir=choice.key_dir
+            )
+        )
+        yield engine
+    except ContractError as exc:
+        _err(f"engram: {exc.code.value}: {exc.message}")
+        raise typer.Exit(1) from None
+    finally:
+        if engine is not None:
+            engine.close()
+
+
+def _print_json(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def _settings(config: Path | None = None, **flags: Any) -> Any:
+    """The `Settings` for this command: flags over ENGRAM_* over the config file; bad
+    values exit 2 with pydantic's explanation."""
+    from pydantic import ValidationError
+
+    from engram.service.settings import ConfigFileMissing, load_settings
+
+    try:
+        return load_settings(config, **flags)
+    except ConfigFileMissing as exc:
+        _err(f"engram: config file {exc} not found")
+        raise typer.Exit(2) from None
+    except ValidationError as exc:
+        _err(f"engram: bad configuration: {exc}")
+        raise typer.Exit(2) from None
+
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        envvar="ENGRAM_CONFIG",
+        help="TOML file of settings (keys: the option names "
+        "with underscores, e.g. data_dir, rate, log_format); flags and ENGRAM_* override it.",
+    ),
+]
+
+
+ModelOption = Annotated[
+    bool,
+    typer.Option(
+        "--model/--no-model",
+        help="Load the embedding model (needed to rebuild the vector "
+        "index; ignored when a live server runs the command with its own model).",
+    ),
+]
+
+
+def operate(data_dir: Path | None, command: str, args: dict[str, Any], *, load_model: bool = False) -> Any:
+    """Run an operator command where it is safe: through the live server that owns the
+    data directory (its operator socket), or, when no server runs, on an engine opened
+    here while holding the directory's lock. Never as a second engine beside a server."""
+    from engram.service.operator.channel import ChannelAbsent, OperatorFailure, call
+    from engram.service.operator.commands import run
+    from engram.service.operator.ownership import DataDirLock, DirectoryHeld
+
+    directory = _settings(data_dir=data_dir).data_dir
+    try:
+        return call(directory, command, args)
+    except ChannelAbsent:
+        pass
+    except OperatorFailure as exc:
+        _err(f"engram: {exc.code}: {exc.message}")
+        raise typer.Exit(1) from None
+    try:
+        with DataDirLock(directory), _engine(directory, load_model=load_model) as engine:
+            return run(engine, command, args)
+    except DirectoryHeld:
+        _err(
+            f"engram: another engram process holds {directory} and its operator channel does not answer "
+            "(a server still starting, or another admin command); retry shortly, or stop it first"
+        )
+        raise typer.Exit(1) from None

@@ -1,0 +1,218 @@
+"""`engram serve`: the MCP endpoint over streamable HTTP or stdio, with the data
+directory's lock and operator socket held for as long as it runs."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from engram.models.device import Device
+from engram.service.settings import LogFormat, LogLevel, field_help
+
+from .apps import app
+from .common import ConfigOption, DatabaseUrl, KeyDir, _err, _open_engine, _settings
+
+
+@app.command()
+def serve(
+    config: ConfigOption = None,
+    host: Annotated[str | None, typer.Option(help=field_help("host"), show_default=False)] = None,
+    port: Annotated[int | None, typer.Option(help=field_help("port"), show_default=False)] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", "-d", help=field_help("data_dir"), show_default=False)
+    ] = None,
+    stdio: Annotated[
+        bool,
+        typer.Option(
+            "--stdio",
+            help="Serve MCP over stdin/stdout for one scope bound at launch by ENGRAM_CONTEXT "
+            "(a JWT signed with the host secret) or ENGRAM_CONTEXT_FILE (a JSON claims file).",
+        ),
+    ] = False,
+    load_model: Annotated[
+        bool | None, typer.Option("--model/--no-model", help=field_help("load_model"), show_default=False)
+    ] = None,
+    device: Annotated[
+        Device | None, typer.Option(help=field_help("device"), show_default=False, case_sensitive=False)
+    ] = None,
+    rate: Annotated[float | None, typer.Option(help=field_help("rate"), show_default=False)] = None,
+    burst: Annotated[int | None, typer.Option(help=field_help("burst"), show_default=False)] = None,
+    deadline_ms: Annotated[int | None, typer.Option(help=field_help("deadline_ms"), show_default=False)] = None,
+    approval_ttl_s: Annotated[int | None, typer.Option(help=field_help("approval_ttl_s"), show_default=False)] = None,
+    allowed_host: Annotated[
+        list[str] | None, typer.Option(help=field_help("allowed_hosts") + " Repeatable.", show_default=False)
+    ] = None,
+    log_level: Annotated[
+        LogLevel | None, typer.Option(help=field_help("log_level"), show_default=False, case_sensitive=False)
+    ] = None,
+    log_format: Annotated[
+        LogFormat | None, typer.Option(help=field_help("log_format"), show_default=False, case_sensitive=False)
+    ] = None,
+    database_url: DatabaseUrl = None,
+    key_dir: KeyDir = None,
+    group: Annotated[str | None, typer.Option(help=field_help("group"), show_default=False)] = None,
+    advertise_url: Annotated[str | None, typer.Option(help=field_help("advertise_url"), show_default=False)] = None,
+    seed_vectors: Annotated[Path | None, typer.Option(help=field_help("seed_vectors"), show_default=False)] = None,
+) -> None:
+    """Serve the six memory tools over MCP (streamable HTTP at /mcp, or --stdio).
+
+    Every HTTP call must carry the host's signed context in the X-Engram-Context header (see
+    service/mcp/host_context.py). /healthz, /readyz and /metrics serve probes; /docs documents them. Every
+    option also comes from ENGRAM_<OPTION> or the --config file.
+    """
+    from engram.service.engine.seed import HEADER as SEED_HEADER
+    from engram.service.logs import configure_logging
+    from engram.service.mcp.host_context import (
+        ContextUnavailable,
+        binding_from_env,
+        create_host_secret,
+        load_host_secret,
+    )
+
+    settings = _settings(
+        config,
+        host=host,
+        port=port,
+        data_dir=data_dir,
+        load_model=load_model,
+        device=device,
+        rate=rate,
+        burst=burst,
+        deadline_ms=deadline_ms,
+        approval_ttl_s=approval_ttl_s,
+        allowed_hosts=allowed_host or None,
+        log_level=log_level,
+        log_format=log_format,
+        database_url=database_url,
+        key_dir=key_dir,
+        group=group,
+        advertise_url=advertise_url,
+        seed_vectors=seed_vectors,
+    )
+    configure_logging(settings.log_level, settings.log_format)
+    from engram.service.store.base import DEFAULT_GROUP
+
+    if settings.group != DEFAULT_GROUP and not settings.database_url:
+        _err("engram: --group needs a shared store (--database-url): an embedded store is one process, no groups")
+        raise typer.Exit(2)
+    if settings.seed_vectors is not None and not (settings.seed_vectors / SEED_HEADER).is_file():
+        _err(f"engram: {settings.seed_vectors} is not a seed written by `engram admin export-vectors`")
+        raise typer.Exit(2)
+    data_dir = settings.data_dir
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if stdio:
+        try:
+            secret: bytes | None = load_host_secret(data_dir)
+        except RuntimeError:
+            secret = None
+        try:
+            binding = binding_from_env(os.environ, secret)
+        except ContextUnavailable as exc:
+            _err(f"engram: no trusted context for stdio ({exc.reason})")
+            raise typer.Exit(2) from None
+        from engram.service.mcp.stdio import serve_stdio
+
+        with _own(data_dir):
+            engine = _open_engine(settings, seed_vectors=settings.seed_vectors)
+            _collect_less_once_ready(engine)
+            _warn_tenants_not_opted_in(engine)
+            try:
+                with _operator_channel(engine, data_dir):
+                    serve_stdio(engine, binding, settings)
+            finally:
+                engine.close()
+        return
+
+    if "ENGRAM_HOST_SECRET" not in os.environ:
+        # First start on a fresh data dir: create the host secret, like the KEK.
+        path, created = create_host_secret(data_dir)
+        if created:
+            _err(f"engram: created host secret {path} (mode 0600); hosts sign contexts with it")
+    try:
+        secret = load_host_secret(data_dir)
+    except RuntimeError as exc:
+        _err(f"engram: {exc}")
+        raise typer.Exit(2) from None
+    if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.allowed_hosts:
+        _err("engram: warning: non-loopback host without --allowed-host: DNS-rebinding protection is off")
+
+    import uvicorn
+
+    from engram.service.mcp.app import create_app
+
+    with _own(data_dir):
+        # Warm up in the background: /readyz answers 503 until projections caught up.
+        engine = _open_engine(settings, background=True, serve_replica=True, seed_vectors=settings.seed_vectors)
+        _collect_less_once_ready(engine)
+        _warn_tenants_not_opted_in(engine)
+        application = create_app(engine, settings, host_secret=secret, close_engine=True)
+        with _operator_channel(engine, data_dir):
+            # log_config=None: uvicorn's loggers propagate to the handler configured above.
+            uvicorn.run(
+                application, host=settings.host, port=settings.port, log_config=None, log_level=settings.log_level.value
+            )
+
+
+def _collect_less_once_ready(engine: Any) -> None:
+    """Once the engine is warm, put what is loaded by then (modules, the model, the
+    index maps: the process's long-lived objects) out of the cyclic collector's reach: a
+    full collection then walks only what calls made since. Walking everything paused
+    every thread of the server for 50 to 100 ms at a time (eval/RESULTS.md)."""
+
+    def freeze() -> None:
+        if engine.wait_ready():
+            gc.freeze()
+
+    threading.Thread(target=freeze, name="engram-gc-freeze", daemon=True).start()
+
+
+def _warn_tenants_not_opted_in(engine: Any) -> None:
+    """Name, at start, each tenant whose memory is there but whose calls will be refused
+    (bulk ingest and `engram bench` write scopes; opting in is a separate operator step)."""
+    for tenant in engine.tenants_not_opted_in():
+        _err(
+            f"engram: warning: tenant {tenant!r} holds memory but is not opted in: its calls are refused "
+            f"(-32603, logged as 'tenant not enabled') until `engram admin tenant enable {tenant}`"
+        )
+
+
+@contextlib.contextmanager
+def _own(data_dir: Path) -> Iterator[None]:
+    """Hold the data directory for the life of a server; exit 2 if another process does."""
+    from engram.service.operator.ownership import DataDirLock, DirectoryHeld
+
+    try:
+        lock = DataDirLock(data_dir).acquire()
+    except DirectoryHeld:
+        _err(f"engram: another engram process holds {data_dir}; one server per data directory")
+        raise typer.Exit(2) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+@contextlib.contextmanager
+def _operator_channel(engine: Any, data_dir: Path) -> Iterator[None]:
+    """The live server's operator socket (<data_dir>/operator.sock, owner-only). A data
+    directory whose path is too long for a Unix socket serves without one (admin
+    commands are then refused while the server runs), with a warning."""
+    from engram.service.operator.channel import OperatorChannel
+
+    try:
+        channel = OperatorChannel(engine, data_dir).start()
+    except ValueError as exc:
+        _err(f"engram: warning: no operator channel ({exc}); stop the server to run admin commands")
+        yield
+        return
+    try:
+        yield
+    finally:
+        channel.close()
