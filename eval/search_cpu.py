@@ -18,14 +18,15 @@ script measures, at the capacity bench's 10k corpus:
   call by call between them; the server's CPU per call is read from
   ``/proc/<pid>/stat`` around each call.
 
-It runs as a file (``python eval/search_cpu.py ...``) with ``PYTHONPATH`` naming the
-tree to measure, so an older tree without this file is measured by the same code.
-Before and after a change, from this tree's root::
+It runs as a file (``python eval/search_cpu.py ...``); each tree's processes import
+that tree's rooms as ``engram.*`` (a folder of symbolic links put first on their
+``PYTHONPATH``), so an older tree without this file is measured by the same code. Before
+and after a change, from this tree's root::
 
     git archive BASE | (mkdir -p /tmp/engram-base && tar -x -C /tmp/engram-base)
-    PYTHONPATH=$PWD python eval/search_cpu.py prepare
-    PYTHONPATH=$PWD python eval/search_cpu.py engine --trees /tmp/engram-base $PWD --queries 150 --rounds 2
-    PYTHONPATH=$PWD python eval/search_cpu.py mcp --trees /tmp/engram-base $PWD --queries 150 --rounds 3
+    python eval/search_cpu.py prepare
+    python eval/search_cpu.py engine --trees /tmp/engram-base $PWD --queries 150 --rounds 2
+    python eval/search_cpu.py mcp --trees /tmp/engram-base $PWD --queries 150 --rounds 3
 """
 
 from __future__ import annotations
@@ -48,6 +49,20 @@ SIZE = 10_000
 SCOPE = ("bench", "synthetic")
 PROTOCOL = "2026-07-28"
 TICK = os.sysconf("SC_CLK_TCK")
+
+
+ROOMS = ("models", "ranking", "service", "index_data", "eval")
+
+
+def _import_path(tree: Path, work: Path, name: str) -> str:
+    """A PYTHONPATH under which ``tree``'s rooms import as ``engram.*``."""
+    root = work / "import-roots" / name
+    (root / "engram").mkdir(parents=True, exist_ok=True)
+    for room in ROOMS:
+        link = root / "engram" / room
+        if not link.is_symlink():
+            link.symlink_to(Path(tree).resolve() / room, target_is_directory=True)
+    return str(root)
 
 
 def _median(values: list[float]) -> float:
@@ -147,7 +162,7 @@ def engine_probe(work: Path, trees: list[Path], queries: int, rounds: int) -> di
     children = []
     try:
         for n, tree in enumerate(trees):
-            env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1"}
+            env = {**os.environ, "PYTHONPATH": _import_path(tree, work, f"engine{n}"), "HF_HUB_OFFLINE": "1"}
             command = [
                 sys.executable,
                 str(Path(__file__).resolve()),
@@ -235,7 +250,12 @@ def mcp_probe(work: Path, trees: list[Path], queries: int, rounds: int) -> dict[
             data = _copy(work, f"mcp{n}")
             secret = secrets.token_hex(32)
             port = _free_port()
-            env = {**os.environ, "ENGRAM_HOST_SECRET": secret, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1"}
+            env = {
+                **os.environ,
+                "ENGRAM_HOST_SECRET": secret,
+                "PYTHONPATH": _import_path(tree, work, f"mcp{n}"),
+                "HF_HUB_OFFLINE": "1",
+            }
             command = [
                 sys.executable,
                 "-m",
