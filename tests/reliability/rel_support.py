@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -114,6 +115,41 @@ KNOWN_CODES = {c.value for c in ErrorCode}
 
 #: Figures printed at the end of the run (see conftest.pytest_terminal_summary).
 FIGURES: Counter[str] = Counter()
+
+
+class ReplicaProcess(ServerProcess):
+    """One `engram serve --database-url` replica (test encoder, no rate limit), its data
+    directory its own; ``extra`` options follow (e.g. ``--group NAME``)."""
+
+    def __init__(self, name: str, root: Path, database_url: str, key_dir: Path, *extra: str) -> None:
+        self.data_dir, self.database_url = root / name, database_url
+        super().__init__(
+            lambda port: [
+                sys.executable,
+                "-m",
+                "engram.service.cli",
+                "serve",
+                "--no-model",
+                "--rate",
+                "0",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(self.data_dir),
+                "--database-url",
+                database_url,
+                "--key-dir",
+                str(key_dir),
+                "--log-level",
+                "warning",
+                *extra,
+            ],
+            root / f"{name}.log",
+            cwd=ROOT,
+            name=name,
+            ready_timeout_s=120.0,
+            env={**os.environ, "ENGRAM_HOST_SECRET": SECRET.decode(), "PYTHONPATH": str(ROOT)},
+        )
 
 
 def env_int(name: str, default: int) -> int:

@@ -34,7 +34,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from rel_support import (  # noqa: E402
     PURPOSE,
     SECRET,
-    ServerProcess,
+    ReplicaProcess,
     call,
     capture_args,
     check_envelope,
@@ -56,39 +56,12 @@ MODE = "auto"
 GROUPS = {"a1": "alpha", "a2": "alpha", "b1": "beta", "b2": "beta"}
 
 
-class GroupReplica(ServerProcess):
+class GroupReplica(ReplicaProcess):
     """One `engram serve --database-url --group` process, its data directory its own."""
 
     def __init__(self, name: str, root: Path, database_url: str, key_dir: Path) -> None:
-        self.data_dir, self.database_url, self.group = root / name, database_url, GROUPS[name]
-        super().__init__(
-            lambda port: [
-                sys.executable,
-                "-m",
-                "engram.service.cli",
-                "serve",
-                "--no-model",
-                "--rate",
-                "0",
-                "--port",
-                str(port),
-                "--data-dir",
-                str(self.data_dir),
-                "--group",
-                self.group,
-                "--database-url",
-                database_url,
-                "--key-dir",
-                str(key_dir),
-                "--log-level",
-                "warning",
-            ],
-            root / f"{name}.log",
-            cwd=ROOT,
-            name=name,
-            ready_timeout_s=120.0,
-            env={**os.environ, "ENGRAM_HOST_SECRET": SECRET.decode(), "PYTHONPATH": str(ROOT)},
-        )
+        self.group = GROUPS[name]
+        super().__init__(name, root, database_url, key_dir, "--group", self.group)
 
 
 def _admin(root: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -26,7 +26,7 @@ import pytest
 from rel_support import (  # noqa: E402
     PURPOSE,
     SECRET,
-    ServerProcess,
+    ReplicaProcess,
     call,
     capture_args,
     claims,
@@ -44,39 +44,6 @@ from engram.service.mcp.host_context import mint_token  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MODE = "auto"
-
-
-class Replica(ServerProcess):
-    """One `engram serve --database-url` process, its data directory its own."""
-
-    def __init__(self, name: str, root: Path, database_url: str, key_dir: Path) -> None:
-        self.data_dir, self.database_url = root / name, database_url
-        super().__init__(
-            lambda port: [
-                sys.executable,
-                "-m",
-                "engram.service.cli",
-                "serve",
-                "--no-model",
-                "--rate",
-                "0",
-                "--port",
-                str(port),
-                "--data-dir",
-                str(self.data_dir),
-                "--database-url",
-                database_url,
-                "--key-dir",
-                str(key_dir),
-                "--log-level",
-                "warning",
-            ],
-            root / f"{name}.log",
-            cwd=ROOT,
-            name=name,
-            ready_timeout_s=120.0,
-            env={**os.environ, "ENGRAM_HOST_SECRET": SECRET.decode(), "PYTHONPATH": str(ROOT)},
-        )
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +75,7 @@ def cluster(postgres_cluster, tmp_path_factory: pytest.TempPathFactory):
         env=env,
         timeout=120,
     )
-    replicas = [Replica(name, root, url, keys).launch() for name in ("a", "b", "c")]
+    replicas = [ReplicaProcess(name, root, url, keys).launch() for name in ("a", "b", "c")]
     try:
         for r in replicas:
             r.wait_ready()
@@ -118,7 +85,7 @@ def cluster(postgres_cluster, tmp_path_factory: pytest.TempPathFactory):
             r.stop()
 
 
-def run(replica: Replica, tool: str, args: dict[str, Any], token: str | None = None) -> dict[str, Any]:
+def run(replica: ReplicaProcess, tool: str, args: dict[str, Any], token: str | None = None) -> dict[str, Any]:
     return asyncio.run(call(replica.url, token or ctx_token(), MODE, tool, args))
 
 
@@ -140,14 +107,14 @@ def confirmed(tool: str, args: dict[str, Any], target: str, ref: str) -> str:
     )
 
 
-def accept_on(replica: Replica, text: str) -> str:
+def accept_on(replica: ReplicaProcess, text: str) -> str:
     cap = value(run(replica, CAPTURE, capture_args(text)))
     out = value(run(replica, REQUEST_ADMISSION, {"candidate_id": cap["candidate_id"], "idempotency_key": key("adm")}))
     assert out["outcome"]["status"] == "accepted", out
     return out["outcome"]["record_id"]
 
 
-def search_ids(replica: Replica, query: str, **extra: Any) -> tuple[list[str], str | None]:
+def search_ids(replica: ReplicaProcess, query: str, **extra: Any) -> tuple[list[str], str | None]:
     out = value(run(replica, SEARCH, {"query": query, "purpose_ref": PURPOSE, **extra}))
     return [r["record"]["record_id"] for r in out["records"]], out.get("next_page_cursor")
 
@@ -251,7 +218,7 @@ def test_kill_9_of_a_replica_mid_storm_loses_no_acknowledged_mutation(cluster) -
     lock = threading.Lock()
     stop = threading.Event()
 
-    def storm(replica: Replica, n: int) -> None:
+    def storm(replica: ReplicaProcess, n: int) -> None:
         for i in range(n):
             if stop.is_set():
                 return
