@@ -49,6 +49,7 @@ from .base import (
     StoreUnavailable,
 )
 from .journal import (
+    RECORD_COLUMNS,
     StoredEvent,
     chain_intact,
     chained,
@@ -56,6 +57,7 @@ from .journal import (
     read_digest,
     read_event_id,
     stored_digest,
+    stored_record,
     stored_row,
 )
 from .migrations import VERSION_TABLE, Migration, pending
@@ -159,13 +161,9 @@ POOL_TIMEOUT_S = 10.0
 _CANDIDATE_COLUMNS = (
     "tenant, workspace, candidate_id, state, key_id, sealed, record_digest, payload_digest, principal, created_cursor"
 )
-_RECORD_COLUMNS = (
-    "tenant, workspace, record_id, state, record_digest, payload_digest, key_id, sealed,"
-    " valid_from_ms, valid_to_ms, expires_at_ms, accepted_cursor, accepted_at, candidate_id"
-)
 #: The record columns, then its wrapped data key (absent once destroyed).
 _RECORD_WITH_KEY = (
-    ", ".join("r." + c.strip() for c in _RECORD_COLUMNS.split(","))
+    ", ".join("r." + c.strip() for c in RECORD_COLUMNS.split(","))
     + ", k.wrapped, k.kek_id FROM records r LEFT JOIN keys k ON k.key_id = r.key_id"
 )
 _JOURNAL_COLUMNS = "cursor, event_id, kind, subject, body, event_digest, prev_digest, recorded_at"
@@ -324,25 +322,8 @@ class _PgTx:
             self._scope(scope)
         with self.conn.cursor() as cur:
             cur.executemany(
-                f"INSERT INTO records ({_RECORD_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-                [
-                    (
-                        *row.scope,
-                        row.record_id,
-                        row.state,
-                        stored_digest(row.record_digest),
-                        stored_digest(row.payload_digest),
-                        row.key_id,
-                        row.sealed,
-                        row.valid_from_ms,
-                        row.valid_to_ms,
-                        row.expires_at_ms,
-                        row.accepted_cursor,
-                        row.accepted_at,
-                        row.candidate_id,
-                    )
-                    for row in rows
-                ],
+                f"INSERT INTO records ({RECORD_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                [stored_record(row) for row in rows],
             )
 
     def set_record_state(self, scope: Scope, record_id: str, state: str, *, drop_body: bool) -> None:
@@ -369,7 +350,7 @@ class _PgTx:
     def record(self, scope: Scope, record_id: str) -> RecordRow | None:
         self._scope(scope)
         row = self._one(
-            f"SELECT {_RECORD_COLUMNS} FROM records WHERE tenant=%s AND workspace=%s AND record_id=%s",
+            f"SELECT {RECORD_COLUMNS} FROM records WHERE tenant=%s AND workspace=%s AND record_id=%s",
             (*scope, record_id),
         )
         return _record(row) if row else None
@@ -648,7 +629,7 @@ class PostgresStore:
         return [
             _record(r)
             for r in self._read(
-                f"SELECT {_RECORD_COLUMNS} FROM records WHERE state=%s AND tenant=%s AND workspace=%s"
+                f"SELECT {RECORD_COLUMNS} FROM records WHERE state=%s AND tenant=%s AND workspace=%s"
                 " ORDER BY record_id",
                 (state, *scope),
             )
@@ -687,7 +668,7 @@ class PostgresStore:
         return [
             _record(r)
             for r in self._read(
-                f"SELECT {_RECORD_COLUMNS} FROM records WHERE state='accepted_current'"
+                f"SELECT {RECORD_COLUMNS} FROM records WHERE state='accepted_current'"
                 " AND expires_at_ms IS NOT NULL AND expires_at_ms<=%s ORDER BY tenant, workspace, record_id",
                 (at_ms,),
             )

@@ -21,6 +21,7 @@ from engram.models.digests import DigestKind, digest
 
 from .base import CandidateRow, CommitUncertain, JournalEvent, NewEvent, RecordRow, Scope, StateCounts, StoreUnavailable
 from .journal import (
+    RECORD_COLUMNS,
     StoredEvent,
     chain_intact,
     chained,
@@ -30,6 +31,7 @@ from .journal import (
     stored_body,
     stored_digest,
     stored_event_id,
+    stored_record,
     stored_row,
 )
 from .migrations import VERSION_TABLE, Migration, pending
@@ -126,10 +128,6 @@ def _event_id_bytes(stored: str | bytes) -> str | bytes:
 _CANDIDATE_COLUMNS = (
     "tenant, workspace, candidate_id, state, key_id, sealed, record_digest, payload_digest, principal, created_cursor"
 )
-_RECORD_COLUMNS = (
-    "tenant, workspace, record_id, state, record_digest, payload_digest, key_id, sealed,"
-    " valid_from_ms, valid_to_ms, expires_at_ms, accepted_cursor, accepted_at, candidate_id"
-)
 
 
 def _candidate(row: sqlite3.Row | None) -> CandidateRow | None:
@@ -140,7 +138,7 @@ def _candidate(row: sqlite3.Row | None) -> CandidateRow | None:
 
 #: The record columns, then its wrapped data key (absent once destroyed).
 _RECORD_WITH_KEY = (
-    ", ".join("r." + c.strip() for c in _RECORD_COLUMNS.split(","))
+    ", ".join("r." + c.strip() for c in RECORD_COLUMNS.split(","))
     + ", k.wrapped, k.kek_id FROM records r LEFT JOIN keys k ON k.key_id = r.key_id"
 )
 
@@ -265,25 +263,8 @@ class _Tx:
 
     def insert_records(self, rows: Sequence[RecordRow]) -> None:
         self.conn.executemany(
-            f"INSERT INTO records ({_RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            [
-                (
-                    *row.scope,
-                    row.record_id,
-                    row.state,
-                    stored_digest(row.record_digest),
-                    stored_digest(row.payload_digest),
-                    row.key_id,
-                    row.sealed,
-                    row.valid_from_ms,
-                    row.valid_to_ms,
-                    row.expires_at_ms,
-                    row.accepted_cursor,
-                    row.accepted_at,
-                    row.candidate_id,
-                )
-                for row in rows
-            ],
+            f"INSERT INTO records ({RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            [stored_record(row) for row in rows],
         )
 
     def set_record_state(self, scope: Scope, record_id: str, state: str, *, drop_body: bool) -> None:
@@ -306,7 +287,7 @@ class _Tx:
 
     def record(self, scope: Scope, record_id: str) -> RecordRow | None:
         row = self.conn.execute(
-            f"SELECT {_RECORD_COLUMNS} FROM records WHERE tenant=? AND workspace=? AND record_id=?",
+            f"SELECT {RECORD_COLUMNS} FROM records WHERE tenant=? AND workspace=? AND record_id=?",
             (*scope, record_id),
         ).fetchone()
         return _record(row) if row else None
@@ -574,7 +555,7 @@ class SqliteStore:
         return [
             _record(r)
             for r in self._read(
-                f"SELECT {_RECORD_COLUMNS} FROM records WHERE state=? AND tenant=? AND workspace=?", (state, *scope)
+                f"SELECT {RECORD_COLUMNS} FROM records WHERE state=? AND tenant=? AND workspace=?", (state, *scope)
             )
         ]
 
@@ -609,7 +590,7 @@ class SqliteStore:
         return [
             _record(r)
             for r in self._read(
-                f"SELECT {_RECORD_COLUMNS} FROM records WHERE state='accepted_current'"
+                f"SELECT {RECORD_COLUMNS} FROM records WHERE state='accepted_current'"
                 " AND expires_at_ms IS NOT NULL AND expires_at_ms<=?",
                 (at_ms,),
             )
