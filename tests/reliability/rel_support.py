@@ -259,8 +259,9 @@ def capture_args(text: str, *, idem: str | None = None, extra_text: str | None =
 
 
 def unique_token() -> str:
-    """A word no tokenizer splits and no other record contains (letters only)."""
-    return "zq" + "".join(chr(ord("a") + (b % 26)) for b in uuid.uuid4().bytes[:12])
+    """A word no tokenizer splits and no other record contains (letters only), long
+    enough that :func:`scan_dir` finds it by its middle alone."""
+    return "zq" + "".join(chr(ord("a") + (b % 26)) for b in os.urandom(20))
 
 
 # --------------------------------------------------------------------------- checks
@@ -480,10 +481,20 @@ def check_raw_answer(tool: str, response: httpx.Response, *canaries: str) -> tup
 # --------------------------------------------------------------------------- disk scan
 
 
+# Tantivy's doc store compresses blocks with LZ4, which stores a run that repeats earlier
+# text as a back-reference and extends it both ways: a word that follows (or precedes)
+# text seen before in its block loses its first (or last) few letters to the match. A
+# long needle is therefore looked for by its middle, which a random word never shares.
+MIDDLE_FROM = 20
+MIDDLE_TRIM = 5
+
+
 def scan_dir(root: Path, needles: Iterable[str]) -> dict[str, list[str]]:
-    """Which files under `root` hold which needle (raw UTF-8 bytes and UTF-16 forms)."""
+    """Which files under `root` hold which needle (raw UTF-8 bytes and UTF-16 forms); a
+    needle of ``MIDDLE_FROM`` characters or more is looked for by its middle."""
     found: dict[str, list[str]] = {}
-    forms = {n: [n.encode("utf-8"), n.encode("utf-16-le")] for n in needles}
+    cores = {n: n[MIDDLE_TRIM:-MIDDLE_TRIM] if len(n) >= MIDDLE_FROM else n for n in needles}
+    forms = {n: [core.encode("utf-8"), core.encode("utf-16-le")] for n, core in cores.items()}
     for path in sorted(p for p in Path(root).rglob("*") if p.is_file()):
         data = path.read_bytes()
         for needle, encodings in forms.items():

@@ -272,6 +272,8 @@ def test_moving_a_scope_loses_nothing(groups) -> None:
         accept_on(r, "ws-move", f"Move note {word} {secret_words[1]} via {name}.") for name, r in replicas.items()
     ]
     assert route_of(url, "ws-move") == ("alpha", None)
+    for r in replicas.values():  # each alpha replica has applied every admission (read your writes)
+        assert set(acknowledged) <= set(search_ids(r, "ws-move", word))
     assert holders(replicas, secret_words) == {"a1", "a2"}
     lock, stop = threading.Lock(), threading.Event()
 
