@@ -266,11 +266,10 @@ def test_a_killed_replica_group_keeps_serving(groups) -> None:
 def test_moving_a_scope_loses_nothing(groups) -> None:
     root, url, replicas = groups
     word = unique_token()
-    secret_words = [unique_token() for _ in range(2)]
-    acknowledged = [accept_on(replicas["a2"], "ws-move", f"Move note {word} {secret_words[0]} first.")]
-    acknowledged += [
-        accept_on(r, "ws-move", f"Move note {word} {secret_words[1]} via {name}.") for name, r in replicas.items()
-    ]
+    secret_words = [unique_token() for _ in range(4)]
+    first, then = " and ".join(secret_words[:2]), " and ".join(secret_words[2:])
+    acknowledged = [accept_on(replicas["a2"], "ws-move", f"Move note {word} {first} first.")]
+    acknowledged += [accept_on(r, "ws-move", f"Move note {word} {then} via {name}.") for name, r in replicas.items()]
     assert route_of(url, "ws-move") == ("alpha", None)
     for r in replicas.values():  # each alpha replica has applied every admission (read your writes)
         assert set(acknowledged) <= set(search_ids(r, "ws-move", word))
