@@ -24,7 +24,7 @@ from engram.ranking.encoder import resolve_device
 from engram.service.store import open_store
 from engram.service.store.base import DEFAULT_GROUP, CommitUncertain, Scope, SharedStore, StoreUnavailable
 
-from . import admission, capture, export, ingestion, operator, reading, search, transitions
+from . import admission, capture, export, ingestion, operator, reading, search, secret_scan, transitions
 from . import routing as routing_ops
 from .clock import instant, now_ms
 from .context import CallContext
@@ -35,7 +35,6 @@ from .projector import Projector
 from .records import scope_key
 from .replica import Replica, replica_id_for
 from .sealing import SHARED_RETIRE_GRACE_S, BodyVault, KeyRing, copy_key_dir, shred_entries
-from .secret_scan import refuse_secrets
 from .seed import SeedTally, SeedVectors, write_seed
 from .stats import ScopeStats, scope_stats
 
@@ -159,6 +158,7 @@ class Engine:
         load = getattr(self._encoder, "load", None)
         if load is not None:
             load()
+        secret_scan.detector()  # detect-secrets' plugins, which the first capture would import
         self.parts.ranker.warm_query_time()
         self._finish_rotation()  # one interrupted, or waiting out the shared grace
         if self.parts.routing is not None:
@@ -206,7 +206,7 @@ class Engine:
         if tool in KEPT_ARGUMENTS:
             # Every string a mutation keeps (payload, evidence, locators, reason refs) is
             # scanned; the idempotency key is kept only as a digest.
-            refuse_secrets(args.model_dump(exclude_none=True, exclude={"idempotency_key"}))
+            secret_scan.refuse_secrets(args.model_dump(exclude_none=True, exclude={"idempotency_key"}))
         try:
             with self._serving(ctx.scope):
                 return OPERATIONS[tool](self.parts, ctx, args)

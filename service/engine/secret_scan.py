@@ -23,7 +23,12 @@ Layers, cheapest and most specific first:
    this service's ``mem_`` record ids and camelCase/snake_case identifiers are not
    flagged.
 
-Speed: everything is compiled at import; every pattern starts with a literal (so the
+Loading: the patterns are compiled at import; detect-secrets' plugins are imported and
+started once per process, by :func:`detector` (a :class:`SecretDetector`), which the
+engine's warm-up calls so that no call after ``/readyz`` pays them. A plugin that
+cannot start leaves the detector unable to judge: it then refuses every text.
+
+Speed: every pattern starts with a literal (so the
 regex engine's fast prefix scan does the work) and is run on the text or on an
 ASCII-lowered copy of the same length instead of using IGNORECASE; left word
 boundaries are checked in Python on the (rare) candidate matches rather than with
@@ -35,16 +40,27 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import math
 import re
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from engram.models.codes import ContractError, ErrorCode
 
-__all__ = ["find_secret", "find_secret_in", "refuse_secrets", "RULE_NAMES", "DETECTOR_FAILED", "DETECTOR_UNAVAILABLE"]
+__all__ = [
+    "DETECTOR_FAILED",
+    "DETECTOR_UNAVAILABLE",
+    "SecretDetector",
+    "detector",
+    "find_secret",
+    "find_secret_each",
+    "find_secret_in",
+    "refuse_secrets",
+    "rule_names",
+]
 
 
 # --------------------------------------------------------------------------------------
@@ -904,11 +920,22 @@ _ALWAYS: Gate = lambda s: True  # noqa: E731
 #: Rule names for a detector that cannot judge: the text is refused, never passed as clean.
 DETECTOR_UNAVAILABLE = "detector-unavailable"
 DETECTOR_FAILED = "detector-failed"
-_DETECTOR_FAULT: str | None = None
 
 
-def _load_detect_secrets() -> list[tuple[str, Any, tuple[str, ...] | None, Gate]]:
-    global _DETECTOR_FAULT
+@dataclass(frozen=True)
+class _Plugin:
+    """One detect-secrets plugin, with the lower-case literals one of which must occur
+    for it to match (None: no literal) and the cheap gate it runs behind."""
+
+    name: str
+    plugin: Any
+    triggers: tuple[str, ...] | None
+    gate: Gate
+
+
+def _load_plugins() -> tuple[tuple[_Plugin, ...], str | None]:
+    """detect-secrets' plugins, and the fault that leaves the detector unable to judge
+    (None when every plugin started)."""
     try:
         from detect_secrets.plugins.artifactory import ArtifactoryDetector
         from detect_secrets.plugins.aws import AWSKeyDetector
@@ -933,14 +960,12 @@ def _load_detect_secrets() -> list[tuple[str, Any, tuple[str, ...] | None, Gate]
         from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
         from detect_secrets.plugins.twilio import TwilioKeyDetector
     except Exception:  # detect-secrets is a declared dependency: without it, fail closed
-        _DETECTOR_FAULT = DETECTOR_UNAVAILABLE
-        return []
+        return (), DETECTOR_UNAVAILABLE
     # Each plugin runs only when its gate (a literal-led regex or a long-run test) says
     # it could match. This keeps the assignment-style plugins (whose patterns start with
     # a look-behind and are tried at every position) off ordinary text entirely.
     # NpmDetector is not used: its `//.+/:_authToken=` is quadratic on long URL-heavy
     # lines, and the npm-token / npm-auth-token rules above cover what it finds.
-    # (plugin, lower-case literals one of which must occur or None, gate)
     spec: list[tuple[Any, tuple[str, ...] | None, Gate]] = [
         (PrivateKeyDetector, ("begin", "putty"), _any_gate(_rx_gate(r"BEGIN"), _rx_gate(r"PuTTY"))),
         (
@@ -980,18 +1005,17 @@ def _load_detect_secrets() -> list[tuple[str, Any, tuple[str, ...] | None, Gate]
         (IbmCosHmacDetector, ("secret",), _run_gate(48, _rx_gate(r"secret[_\-]?(?:access)?[_\-]?key", lower=True))),
         (SoftlayerDetector, ("sl",), _run_gate(64)),
     ]
-    out: list[tuple[str, Any, tuple[str, ...] | None, Gate]] = []
+    plugins: list[_Plugin] = []
+    fault: str | None = None
     for cls, triggers, gate in spec:
         try:
             plugin = cls()
         except Exception:  # a plugin that cannot start leaves a hole: fail closed
-            _DETECTOR_FAULT = DETECTOR_UNAVAILABLE
+            fault = DETECTOR_UNAVAILABLE
             continue
-        out.append(("ds-" + _slug(cls.secret_type), plugin, triggers, gate))
-    return out
+        plugins.append(_Plugin("ds-" + _slug(cls.secret_type), plugin, triggers, gate))
+    return tuple(plugins), fault
 
-
-_DS_PLUGINS = _load_detect_secrets()
 
 # Extra sanity checks on what a plugin yields: Artifactory's "AP[0-9A-F]..." password
 # form also fires on upper-case words ("APPLICATIONS"), Twilio's on lower-case prose.
@@ -1004,18 +1028,10 @@ _DS_EXTRA_CHECK: dict[str, Callable[[str], bool]] = {
 
 
 # --------------------------------------------------------------------------------------
-# the public API
+# the detector
 
-RULE_NAMES: tuple[str, ...] = tuple(
-    dict.fromkeys(
-        [r.name for r in _PREFIX_RULES]
-        + [r.name for r in _CONTEXT_RULES]
-        + [r.name for r in _PROSE_RULES]
-        + ["connection-string", "url-credentials", "secret-assignment", "env-secret"]
-        + [name for name, _, _, _ in _DS_PLUGINS]
-        + ["high-entropy-token", "high-entropy-hex", DETECTOR_UNAVAILABLE, DETECTOR_FAILED]
-    )
-)
+#: One rule (or plugin) run on a text: the rule name it matched, or None.
+Step = Callable[[_Scan], "str | None"]
 
 
 def _rule_hits(rule: _Rule, scan: _Scan) -> bool:
@@ -1031,7 +1047,7 @@ def _rule_hits(rule: _Rule, scan: _Scan) -> bool:
     return False
 
 
-def _rule_step(rule: _Rule) -> Callable[[_Scan], str | None]:
+def _rule_step(rule: _Rule) -> Step:
     return lambda scan: rule.name if _rule_hits(rule, scan) else None
 
 
@@ -1039,16 +1055,16 @@ def _url_step(scan: _Scan) -> str | None:
     return _url_credentials(scan.text)
 
 
-def _plugin_step(name: str, plugin: Any, gate: Gate) -> Callable[[_Scan], str | None]:
-    extra = _DS_EXTRA_CHECK.get(name)
+def _plugin_step(p: _Plugin) -> Step:
+    extra = _DS_EXTRA_CHECK.get(p.name)
 
     def step(scan: _Scan) -> str | None:
-        if not gate(scan):
+        if not p.gate(scan):
             return None
         try:
-            for found in plugin.analyze_string(scan.text):
+            for found in p.plugin.analyze_string(scan.text):
                 if extra is None or extra(found):
-                    return name
+                    return p.name
         except Exception:  # a plugin bug must not leak the text, nor pass it as clean
             return DETECTOR_FAILED
         return None
@@ -1056,77 +1072,130 @@ def _plugin_step(name: str, plugin: Any, gate: Gate) -> Callable[[_Scan], str | 
     return step
 
 
-# Every step in priority order with the literals that must occur for it to match. A
-# call checks each distinct literal once (`in` on the lowered text) and runs only the
-# steps it enables, in order; the high-entropy scan always runs last.
-_STEPS: list[tuple[tuple[str, ...], Callable[[_Scan], str | None]]] = (
-    [(r.triggers, _rule_step(r)) for r in _PREFIX_RULES]
-    + [(r.triggers, _rule_step(r)) for r in _CONTEXT_RULES]
-    + [(("://",), _url_step)]
-    + [(r.triggers, _rule_step(r)) for r in _ASSIGN_RULES]
-    + [(r.triggers, _rule_step(r)) for r in _PROSE_RULES]
-    + [(_ENV_RULE.triggers, _rule_step(_ENV_RULE))]
-    + [(triggers or ("",), _plugin_step(name, plugin, gate)) for name, plugin, triggers, gate in _DS_PLUGINS]
-)
-_TRIGGER_STEPS: dict[str, tuple[int, ...]] = {}
-for _i, (_triggers, _) in enumerate(_STEPS):
-    for _t in _triggers:
-        _TRIGGER_STEPS[_t] = (*_TRIGGER_STEPS.get(_t, ()), _i)
-_TRIGGERS: tuple[tuple[str, tuple[int, ...]], ...] = tuple(_TRIGGER_STEPS.items())
-del _i, _triggers, _t
 #: Characters that most text lacks: a literal holding one of them cannot occur in a text
 #: without it, so the literals are grouped under the first of these they hold (their
 #: guard), and a text tests a group's literals only when the guard occurs in it. Prose
 #: holds few of them, and most literals hold one: the trigger pass then tests about half
 #: as many literals, and finds exactly the ones a test of every literal finds.
 _GUARDS = "_-.:/=~0123456789"
+TriggerGroups = tuple[tuple[str, tuple[tuple[str, tuple[int, ...]], ...]], ...]
 
 
-def _trigger_groups() -> tuple[tuple[str, tuple[tuple[str, tuple[int, ...]], ...]], ...]:
+def _trigger_groups(steps: Sequence[tuple[tuple[str, ...], Step]]) -> TriggerGroups:
+    """Each literal with the steps it enables, grouped under its guard."""
+    by_literal: dict[str, tuple[int, ...]] = {}
+    for i, (triggers, _) in enumerate(steps):
+        for literal in triggers:
+            by_literal[literal] = (*by_literal.get(literal, ()), i)
     groups: dict[str, list[tuple[str, tuple[int, ...]]]] = {}
-    for literal, steps in _TRIGGERS:
+    for literal, enabled in by_literal.items():
         guard = next((c for c in _GUARDS if c in literal), "")  # "": in every text
-        groups.setdefault(guard, []).append((literal, steps))
+        groups.setdefault(guard, []).append((literal, enabled))
     return tuple((guard, tuple(members)) for guard, members in groups.items())
 
 
-_TRIGGER_GROUPS = _trigger_groups()
+@dataclass(frozen=True)
+class SecretDetector:
+    """Every layer's rules in priority order, ready to scan one text at a time.
+
+    Every step comes with the literals that must occur for it to match: a scan checks
+    each distinct literal once (``in`` on the lowered text) and runs only the steps it
+    enables, in order; the high-entropy scan always runs last. ``fault`` is the rule name
+    every text is refused with when the detector cannot judge (a plugin that did not
+    start). Built once per process by :func:`detector`.
+    """
+
+    plugins: tuple[_Plugin, ...]
+    fault: str | None
+    steps: tuple[tuple[tuple[str, ...], Step], ...] = field(init=False)
+    trigger_groups: TriggerGroups = field(init=False)
+
+    def __post_init__(self) -> None:
+        steps = (
+            [(r.triggers, _rule_step(r)) for r in _PREFIX_RULES]
+            + [(r.triggers, _rule_step(r)) for r in _CONTEXT_RULES]
+            + [(("://",), _url_step)]
+            + [(r.triggers, _rule_step(r)) for r in _ASSIGN_RULES]
+            + [(r.triggers, _rule_step(r)) for r in _PROSE_RULES]
+            + [(_ENV_RULE.triggers, _rule_step(_ENV_RULE))]
+            + [(p.triggers or ("",), _plugin_step(p)) for p in self.plugins]
+        )
+        object.__setattr__(self, "steps", tuple(steps))
+        object.__setattr__(self, "trigger_groups", _trigger_groups(steps))
+
+    @classmethod
+    def load(cls) -> SecretDetector:
+        """The rules with detect-secrets' plugins (about 0.1 s of imports)."""
+        plugins, fault = _load_plugins()
+        return cls(plugins, fault)
+
+    @property
+    def rule_names(self) -> tuple[str, ...]:
+        """Every name :meth:`find` can answer."""
+        return tuple(
+            dict.fromkeys(
+                [r.name for r in _PREFIX_RULES]
+                + [r.name for r in _CONTEXT_RULES]
+                + [r.name for r in _PROSE_RULES]
+                + ["connection-string", "url-credentials", "secret-assignment", "env-secret"]
+                + [p.name for p in self.plugins]
+                + ["high-entropy-token", "high-entropy-hex", DETECTOR_UNAVAILABLE, DETECTOR_FAILED]
+            )
+        )
+
+    def find(self, text: str) -> str | None:
+        """The name of the first rule that matches (e.g. "aws-access-key",
+        "pem-private-key"), or None. Never returns or logs the secret itself."""
+        if not isinstance(text, str):
+            raise TypeError("find_secret expects str")
+        if self.fault is not None and text:
+            return self.fault
+        if len(text) < 8:
+            return None
+        try:
+            return self._scan(text)
+        except Exception:  # a rule bug fails closed: the text is refused, not passed
+            return DETECTOR_FAILED
+
+    def _scan(self, text: str) -> str | None:
+        scan = _Scan(text)
+        for i in sorted(self._enabled_steps(scan.low)):
+            hit = self.steps[i][1](scan)
+            if hit is not None:
+                return hit
+        return _high_entropy(text, scan.runs)
+
+    def _enabled_steps(self, low: str) -> set[int]:
+        """The steps whose literals occur in ``low`` (the lowered text)."""
+        enabled: set[int] = set()
+        for guard, members in self.trigger_groups:
+            if guard in low:
+                for literal, steps in members:
+                    if literal in low:
+                        enabled.update(steps)
+        return enabled
 
 
-def _enabled_steps(low: str) -> set[int]:
-    """The steps whose literals occur in ``low`` (the lowered text)."""
-    enabled: set[int] = set()
-    for guard, members in _TRIGGER_GROUPS:
-        if guard in low:
-            for literal, steps in members:
-                if literal in low:
-                    enabled.update(steps)
-    return enabled
+@functools.cache
+def detector() -> SecretDetector:
+    """The process's detector, loaded on first use; the engine's warm-up asks for it, so
+    no call after ``/readyz`` pays the plugins' imports."""
+    return SecretDetector.load()
 
 
-def _scan(text: str) -> str | None:
-    scan = _Scan(text)
-    enabled = _enabled_steps(scan.low)
-    for i in sorted(enabled):
-        hit = _STEPS[i][1](scan)
-        if hit is not None:
-            return hit
-    return _high_entropy(text, scan.runs)
+# --------------------------------------------------------------------------------------
+# the public API
+
+
+def rule_names() -> tuple[str, ...]:
+    """Every rule name :func:`find_secret` can answer."""
+    return detector().rule_names
 
 
 def find_secret(text: str) -> str | None:
     """Return the name of the first rule that matches (e.g. "aws-access-key",
     "pem-private-key"), or None. Never returns or logs the secret itself."""
-    if not isinstance(text, str):
-        raise TypeError("find_secret expects str")
-    if _DETECTOR_FAULT is not None and text:
-        return _DETECTOR_FAULT
-    if len(text) < 8:
-        return None
-    try:
-        return _scan(text)
-    except Exception:  # a rule bug fails closed: the text is refused, not passed
-        return DETECTOR_FAILED
+    return detector().find(text)
 
 
 def find_secret_in(texts: Iterable[str]) -> str | None:

@@ -7,6 +7,7 @@ so a value that reached the journal, a reservation or the confirmation ledger fa
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -148,7 +149,7 @@ def test_confirmation_refs_are_per_tenant(engine) -> None:
 
 
 def test_a_raising_plugin_fails_closed(monkeypatch: pytest.MonkeyPatch) -> None:
-    name, plugin, _, _ = next(p for p in secret_rules._DS_PLUGINS if p[0] == "ds-basic-auth-credentials")
+    plugin = next(p.plugin for p in secret_rules.detector().plugins if p.name == "ds-basic-auth-credentials")
 
     def boom(_text: str):
         raise RuntimeError("plugin bug")
@@ -171,7 +172,8 @@ def test_missing_detect_secrets_fails_closed(tmp_path: Path) -> None:
 
 
 def test_engine_refuses_while_detector_is_down(engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(secret_rules, "_DETECTOR_FAULT", secret_rules.DETECTOR_UNAVAILABLE)
+    down = dataclasses.replace(secret_rules.detector(), fault=secret_rules.DETECTOR_UNAVAILABLE)
+    monkeypatch.setattr(secret_rules, "detector", lambda: down)
     ctx = context()
     err = error_of(engine.execute, CAPTURE, ctx, capture_args("A perfectly ordinary decision."))
     assert err.code is ErrorCode.SECRET_DETECTED

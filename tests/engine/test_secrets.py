@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engram.service.engine import secret_scan as secrets_module
-from engram.service.engine.secret_scan import RULE_NAMES, find_secret, find_secret_in
+from engram.service.engine.secret_scan import find_secret, find_secret_in, rule_names
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "secrets"
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -58,7 +58,7 @@ def test_positive_detected(case_id: str, text: str) -> None:
     rule = find_secret(text)
     assert rule is not None, f"{case_id} not detected"
     # The answer is a fixed rule name: it never carries the material itself.
-    assert rule in RULE_NAMES
+    assert rule in rule_names()
 
 
 @pytest.mark.parametrize(("case_id", "text"), POSITIVES, ids=[c for c, _ in POSITIVES])
@@ -236,7 +236,7 @@ def test_adversarial_inputs_are_answered(text: str) -> None:
     """Pathological shapes (a quadratic pattern would hang here, not pass) get an answer
     from the fixed rule set; their speed is `engram bench`'s business."""
     result = find_secret(text)
-    assert result is None or result in RULE_NAMES
+    assert result is None or result in rule_names()
 
 
 # ------------------------------------------------------------------ properties
@@ -246,7 +246,7 @@ def test_adversarial_inputs_are_answered(text: str) -> None:
 @given(st.text())
 def test_never_raises_on_arbitrary_text(text: str) -> None:
     result = find_secret(text)
-    assert result is None or result in RULE_NAMES
+    assert result is None or result in rule_names()
 
 
 _FRAGMENTS = st.sampled_from(
@@ -294,17 +294,19 @@ _FRAGMENTS = st.sampled_from(
 @given(st.lists(st.one_of(_FRAGMENTS, st.text(max_size=20)), max_size=400))
 def test_never_raises_on_secretish_soup(parts: list[str]) -> None:
     result = find_secret("".join(parts))
-    assert result is None or result in RULE_NAMES
+    assert result is None or result in rule_names()
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.text(min_size=1, max_size=64), st.integers(min_value=1_000, max_value=4_000))
 def test_never_raises_on_long_text(unit: str, times: int) -> None:
     result = find_secret(unit * times)
-    assert result is None or result in RULE_NAMES
+    assert result is None or result in rule_names()
 
 
-_LITERALS = st.sampled_from([literal for literal, _ in secrets_module._TRIGGERS])
+_DETECTOR = secrets_module.detector()
+_LITERAL_STEPS = [(literal, i) for i, (triggers, _) in enumerate(_DETECTOR.steps) for literal in triggers]
+_LITERALS = st.sampled_from(sorted({literal for literal, _ in _LITERAL_STEPS}))
 
 
 @settings(max_examples=300, deadline=None)
@@ -313,8 +315,8 @@ def test_guarded_trigger_pass_finds_every_literal_present(parts: list[str]) -> N
     """The trigger pass skips a group of literals when its guard character is absent:
     it enables exactly the steps a test of every literal enables."""
     low = "".join(parts)
-    every = {i for literal, steps in secrets_module._TRIGGERS if literal in low for i in steps}
-    assert secrets_module._enabled_steps(low) == every
+    every = {i for literal, i in _LITERAL_STEPS if literal in low}
+    assert _DETECTOR._enabled_steps(low) == every
 
 
 def test_find_secret_each_answers_as_each_value_alone() -> None:

@@ -10,6 +10,7 @@ import time
 from engine_support import HashingTestEncoder, accept, context, open_engine, search_ids
 
 from engram.ranking.semantic import SemanticIndex
+from engram.service.engine import secret_scan
 from engram.service.engine.records import scope_key
 
 
@@ -69,3 +70,15 @@ def test_what_warm_up_replays_after_a_crash_is_saved_before_ready(engine, data_d
         assert set(later) <= set(search_ids(reopened, ctx, "harbour crane serviced tuesday"))
     finally:
         reopened.close()
+
+
+def test_the_secret_detector_is_loaded_before_ready(data_dir) -> None:
+    """detect-secrets' plugins are imported and started by warm-up, not by the first
+    capture after ready."""
+    secret_scan.detector.cache_clear()
+    opened = open_engine(data_dir)
+    try:
+        assert secret_scan.detector.cache_info().currsize == 1
+        assert secret_scan.detector.cache_info().misses == 1
+    finally:
+        opened.close()
