@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import Any, Protocol
 
 import anyio
@@ -150,25 +151,65 @@ class _NoLeakMiddleware:
             raise MCPError(code=INTERNAL_ERROR, message=INTERNAL_ERROR_MESSAGE) from None
 
 
+class WorkerOutcome(Enum):
+    """What a call's worker hands back instead of an answer."""
+
+    ABANDONED = "abandoned"  # the deadline answered first: the worker ran nothing, or dropped its answer
+    TENANT_OFF = "tenant_off"  # the worker found the call's tenant not enabled
+
+
+@dataclass(frozen=True)
+class TenantCheckFault:
+    """The worker's tenant check raised: re-raised on the event loop, as if checked there."""
+
+    error: Exception
+
+
 @dataclass
-class _Run:
-    """Coordinates a worker with a deadline: a worker that has not started never will."""
+class DeadlineRace:
+    """A call's worker racing its deadline: a worker that has not started when the
+    deadline answers never starts, and an answer that comes after it is dropped (the
+    deadline's answer is the one audited)."""
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     started: bool = False
     abandoned: bool = False
     answer: Answer | None = None  # set by the worker, which then audits it itself
 
+    def start(self) -> bool:
+        """The worker may run the engine (False once the deadline has answered)."""
+        with self.lock:
+            if not self.abandoned:
+                self.started = True
+            return self.started
 
-_SKIPPED = object()
-_TENANT_OFF = object()  # the worker found the call's tenant not enabled
+    def finish(self, answer: Answer) -> bool:
+        """Hand the worker's answer over (False when the deadline answered first)."""
+        with self.lock:
+            if self.abandoned:
+                return False
+            self.answer = answer
+            return True
+
+    def abandon(self) -> Answer | None:
+        """At the deadline: the answer that made it just in time, else none ever will."""
+        with self.lock:
+            if self.answer is None:
+                self.abandoned = True
+            return self.answer
 
 
 @dataclass(frozen=True)
-class _TenantFault:
-    """The worker's tenant check failed: re-raised on the event loop."""
+class WorkerCall:
+    """One tool call as its worker runs it."""
 
-    error: Exception
+    name: str
+    ctx: CallContext
+    arguments: Any
+    audit_id: str
+    started: float
+    deadline: float  # time.monotonic() by which the answer is due
+    tenant_checked: bool
 
 
 class ToolFrontEnd:
@@ -334,71 +375,73 @@ class ToolFrontEnd:
             except ContextUnavailable:
                 return None
             return Answer.of(failure_envelope(ErrorCode.DEADLINE_EXCEEDED, audit_id))
-        run = _Run()
-
-        def work() -> Any:
-            if not tenant_checked:
-                try:
-                    enabled = self.engine.tenant_enabled(ctx.tenant)
-                except Exception as exc:  # noqa: BLE001 - a protocol fault, raised on the loop
-                    return _TenantFault(exc)
-                if enabled is not True:
-                    return _TENANT_OFF
-                early = self._admitted(ctx, deadline, audit_id)
-                if early is not None:
-                    return early
-            with run.lock:
-                if run.abandoned:
-                    return _SKIPPED
-                run.started = True
-            try:
-                value = self.engine.execute(name, ctx, arguments)
-            except ContractError as exc:
-                answer = Answer.of(failure_envelope(exc.code, audit_id))
-            else:
-                if not isinstance(value, dict):
-                    raise TypeError("engine returned no value")
-                # Serialised once, here in the worker rather than on the event loop: a
-                # value that cannot be is an internal fault.
-                answer = Answer.of(success_envelope(value, audit_id))
-            with run.lock:
-                if run.abandoned:  # the deadline answered first, and audits that answer
-                    return _SKIPPED
-                run.answer = answer
-            # The audit line is written in this same worker hop, before the answer leaves.
-            self._audit_line(audit_id, name, answer.code, started, ctx, arguments, answer)
-            return replace(answer, audited=True)
-
+        race = DeadlineRace()
+        call = WorkerCall(name, ctx, arguments, audit_id, started, deadline, tenant_checked)
         try:
             with anyio.move_on_after(deadline - time.monotonic()) as scope:
-                value = await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+                value = await anyio.to_thread.run_sync(self._work, race, call, abandon_on_cancel=True)
             if scope.cancelled_caught:
-                with run.lock:
-                    if run.answer is not None:  # finished as the deadline hit: that answer stands
-                        return replace(run.answer, audited=True)
-                    run.abandoned = True
-                    began = run.started
-                if not began and not tenant_checked:
-                    await self._require_tenant(ctx)  # a disabled tenant is refused, not timed out
-                code = (
-                    ErrorCode.MUTATION_OUTCOME_UNKNOWN if began and name in MUTATIONS else ErrorCode.DEADLINE_EXCEEDED
-                )
-                return Answer.of(failure_envelope(code, audit_id))
-            if value is _TENANT_OFF:
+                return await self._answer_at_deadline(race, call)
+            if value is WorkerOutcome.TENANT_OFF:
                 return None
-            if not isinstance(value, (Answer, _TenantFault)):
+            if not isinstance(value, (Answer, TenantCheckFault)):
                 raise TypeError("engine returned no value")
         except ContextUnavailable:
             return None
         except Exception as exc:  # noqa: BLE001 - never leak internals
             logger.error("engine failure in %s: %s", name, type(exc).__name__)
-            if name in MUTATIONS and run.started:
+            if name in MUTATIONS and race.started:
                 # It may have committed before failing: tell the caller to retry with the same key.
                 return Answer.of(failure_envelope(ErrorCode.MUTATION_OUTCOME_UNKNOWN, audit_id))
             return Answer.of(failure_envelope(ErrorCode.STORE_UNAVAILABLE, audit_id))
-        if isinstance(value, _TenantFault):  # as if checked on the loop: a constant -32603
+        if isinstance(value, TenantCheckFault):  # as if checked on the loop: a constant -32603
             raise value.error
         return value
+
+    def _work(self, race: DeadlineRace, call: WorkerCall) -> Answer | WorkerOutcome | TenantCheckFault:
+        """In the worker thread: the tenant, rate-limit and deadline checks the loop left
+        to it, then the engine, then the audit line, in this one hop."""
+        ctx = call.ctx
+        if not call.tenant_checked:
+            try:
+                enabled = self.engine.tenant_enabled(ctx.tenant)
+            except Exception as exc:  # noqa: BLE001 - a protocol fault, raised on the loop
+                return TenantCheckFault(exc)
+            if enabled is not True:
+                return WorkerOutcome.TENANT_OFF
+            early = self._admitted(ctx, call.deadline, call.audit_id)
+            if early is not None:
+                return early
+        if not race.start():
+            return WorkerOutcome.ABANDONED
+        try:
+            value = self.engine.execute(call.name, ctx, call.arguments)
+        except ContractError as exc:
+            answer = Answer.of(failure_envelope(exc.code, call.audit_id))
+        else:
+            if not isinstance(value, dict):
+                raise TypeError("engine returned no value")
+            # Serialised once, here in the worker rather than on the event loop: a value
+            # that cannot be is an internal fault.
+            answer = Answer.of(success_envelope(value, call.audit_id))
+        if not race.finish(answer):  # the deadline answered first, and audits that answer
+            return WorkerOutcome.ABANDONED
+        # The audit line is written in this same worker hop, before the answer leaves.
+        self._audit_line(call.audit_id, call.name, answer.code, call.started, ctx, call.arguments, answer)
+        return replace(answer, audited=True)
+
+    async def _answer_at_deadline(self, race: DeadlineRace, call: WorkerCall) -> Answer:
+        """The deadline passed: the worker's answer if it made it just in time, else
+        DEADLINE_EXCEEDED, or MUTATION_OUTCOME_UNKNOWN for a mutation already begun (a
+        disabled tenant the worker never checked is refused instead)."""
+        in_time = race.abandon()
+        if in_time is not None:
+            return replace(in_time, audited=True)
+        if not race.started and not call.tenant_checked:
+            await self._require_tenant(call.ctx)
+        began_mutation = race.started and call.name in MUTATIONS
+        code = ErrorCode.MUTATION_OUTCOME_UNKNOWN if began_mutation else ErrorCode.DEADLINE_EXCEEDED
+        return Answer.of(failure_envelope(code, call.audit_id))
 
     async def _record(self, *line: Any) -> None:
         """Metrics, then the audit line off the event loop (``line`` as for :meth:`_audit_line`)."""
