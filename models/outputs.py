@@ -6,7 +6,7 @@ and the tests validate them against these models, so drift shows up as a failure
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field
 
@@ -52,6 +52,11 @@ class Packet(Closed):
 
 
 class ChannelContribution(Closed):
+    """How one returned record was scored: each channel's rank and score, the fused
+    score, its recency factor and the final score (and the query's lexical weight in
+    adaptive fusion). The ranking subsystem keeps the same fields, by name, on its own
+    fast form of a candidate; :func:`contribution_wire` reads them from it."""
+
     record_id: RecordId
     lexical_rank: int | None
     lexical_score: float | None
@@ -61,6 +66,23 @@ class ChannelContribution(Closed):
     recency: float
     final_score: float
     lexical_weight: float | None
+
+
+_ROUNDED = tuple(
+    (name, float in (field.annotation, *get_args(field.annotation)))
+    for name, field in ChannelContribution.model_fields.items()
+)
+
+
+def contribution_wire(scores: Any, decimals: int) -> dict[str, Any]:
+    """A candidate's :class:`ChannelContribution` as it goes on the wire, read by name
+    from ``scores`` (the ranking subsystem's form of a candidate): scores rounded to
+    ``decimals`` places, so a replayed receipt is byte-identical."""
+    out: dict[str, Any] = {}
+    for name, rounded in _ROUNDED:
+        value = getattr(scores, name)
+        out[name] = round(float(value), decimals) + 0.0 if rounded and value is not None else value
+    return out
 
 
 class ValidTimeWindow(Closed):

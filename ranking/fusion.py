@@ -73,7 +73,9 @@ from engram.ranking.semantic import SemanticHit
 
 
 class Contribution(NamedTuple):
-    """How one candidate was scored: each channel's rank and score, then the blend.
+    """How one candidate was scored: each channel's rank and score, then the blend. The
+    contract's receipt publishes these fields by name (``ChannelContribution`` in
+    :mod:`engram.models.outputs`), rounded to ``decimals`` places.
 
     A named tuple rather than a frozen dataclass: a search builds one per candidate
     (hundreds), and a frozen dataclass costs twice as much to construct.
@@ -91,24 +93,6 @@ class Contribution(NamedTuple):
     # The query's lexical weight in adaptive fusion (None for lexical-only and RRF). Last,
     # so a snapshot encoded before it existed still decodes positionally.
     lexical_weight: float | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-safe and rounded, so a replayed receipt is byte-identical."""
-
-        def r(value: float | None) -> float | None:
-            return None if value is None else round(float(value), self.decimals) + 0.0
-
-        return {
-            "record_id": self.record_id,
-            "lexical_rank": self.lexical_rank,
-            "lexical_score": r(self.lexical_score),
-            "semantic_rank": self.semantic_rank,
-            "semantic_similarity": r(self.semantic_similarity),
-            "fused_score": r(self.fused_score),
-            "recency": r(self.recency),
-            "final_score": r(self.final_score),
-            "lexical_weight": r(self.lexical_weight),
-        }
 
 
 def recency(valid_time_ms: Any, valid_as_of_ms: int, half_life_ms: float) -> Any:

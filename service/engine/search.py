@@ -15,12 +15,13 @@ part (receipt, digests, cursor) cannot fit even with no record is RESULT_TOO_LAR
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.digests import DigestKind, digest, seal_receipt
 from engram.models.envelope import success_size
 from engram.models.inputs import SearchInput
+from engram.models.outputs import contribution_wire
 from engram.models.tools import SEARCH
 from engram.ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Profile, RankedList, SemanticUnavailable
 from engram.ranking.profiles import LEXICAL
@@ -33,6 +34,17 @@ from .parts import Parts
 from .projector import ProjectionView
 from .reading import disclosed_record, eligible, revalidation_receipt
 from .records import authorization_receipt, scope_key
+
+
+class PageEntry(NamedTuple):
+    """A record the page may return, as the budget pass needs it."""
+
+    resume_at: int  # the snapshot index just after it, where a next page resumes
+    contribution: dict[str, Any]  # its ChannelContribution, wire form
+    record: dict[str, Any]  # disclosed (redacted)
+    redacted_fields: list[str]
+    redaction_receipt_digest: str
+
 
 CANDIDATE_CAP = 1000
 SEMANTIC_LAG_BOUND = 1000
@@ -142,7 +154,7 @@ def search(parts: Parts, ctx: CallContext, args: SearchInput, *, valid_as_of_ms:
     # are all still eligible reads (and builds the contributions of) just those; each
     # further window is twice the last. Each page entry remembers the snapshot index
     # just after it, where a next page resumes.
-    page: list[tuple[int, dict[str, Any], dict[str, Any], list[str], str]] = []
+    page: list[PageEntry] = []
     checked = []
     scan = position.position
     checked_at = now_ms()
@@ -160,7 +172,9 @@ def search(parts: Parts, ctx: CallContext, args: SearchInput, *, valid_as_of_ms:
                 if not eligible(row, snap.valid_as_of_ms, checked_at):
                     continue
                 checked.append(row)
-                page.append((scan, contribution.as_dict(), *disclosed_record(parts, row)))
+                record, redacted, redaction_digest = disclosed_record(parts, row)
+                wire = contribution_wire(contribution, contribution.decimals)
+                page.append(PageEntry(scan, wire, record, redacted, redaction_digest))
                 if len(page) == args.limit:
                     break
 
@@ -171,20 +185,20 @@ def search(parts: Parts, ctx: CallContext, args: SearchInput, *, valid_as_of_ms:
 
     def build(count: int) -> dict[str, Any]:
         chosen = page[:count]
-        resume = chosen[-1][0] if chosen else position.position
+        resume = chosen[-1].resume_at if chosen else position.position
         if count == len(page) < args.limit:
             resume = len(ordered)  # the scan ran out: nothing eligible is left
         records = [
             {
-                "record": record,
-                "redacted_fields": redacted,
-                "redaction_receipt_digest": red_digest,
-                "score": contribution["final_score"],
+                "record": entry.record,
+                "redacted_fields": entry.redacted_fields,
+                "redaction_receipt_digest": entry.redaction_receipt_digest,
+                "score": entry.contribution["final_score"],
                 "rank": position.returned + i + 1,
             }
-            for i, (_, contribution, record, redacted, red_digest) in enumerate(chosen)
+            for i, entry in enumerate(chosen)
         ]
-        receipt = _receipt(fixed, [c for _, c, *_ in chosen], position)
+        receipt = _receipt(fixed, [entry.contribution for entry in chosen], position)
         value: dict[str, Any] = {"records": records, "rank_receipt": receipt}
         if resume < len(ordered):
             value["next_page_cursor"] = parts.snapshots.encode(
@@ -255,7 +269,7 @@ def _query_time(read: QueryTime) -> dict[str, Any]:
 
 
 def _receipt(fixed: dict[str, Any], chosen: list[dict[str, Any]], position: PagePosition) -> dict[str, Any]:
-    """The rank receipt of a page; ``chosen``: its records' contributions (``as_dict``)."""
+    """The rank receipt of a page; ``chosen``: its records' contributions (wire form)."""
     return seal_receipt(
         DigestKind.RANK_RECEIPT,
         {

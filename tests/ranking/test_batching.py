@@ -9,13 +9,20 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from ranking_support import HashingTestEncoder, doc
 
+from engram.models.outputs import contribution_wire
 from engram.ranking import HYBRID_PROFILE, Ranker
 from engram.ranking.batching import NaturalBatcher
+
+
+def wire(c: Any) -> dict[str, Any]:
+    """The receipt's wire form of a contribution."""
+    return contribution_wire(c, c.decimals)
 
 
 class GatedEncoder:
@@ -144,7 +151,7 @@ def test_concurrent_hybrid_searches_rank_as_lone_ones(tmp_path: Path) -> None:
 
         def ranked(query: str) -> list[tuple[str, float]]:
             out = ranker.search("s", query, HYBRID_PROFILE, valid_as_of_ms=0)
-            return [(c.record_id, c.as_dict()["final_score"]) for c in out.candidates]
+            return [(c.record_id, wire(c)["final_score"]) for c in out.candidates]
 
         alone = {q: ranked(q) for q in queries}
         encoder.batches.clear()
@@ -247,7 +254,7 @@ def test_concurrent_searches_of_one_scope_share_one_graph_search(tmp_path: Path,
 
     def ranked(ranker: Ranker, query: str) -> list[tuple[str, float]]:
         out = ranker.search("s", query, HYBRID_PROFILE, valid_as_of_ms=0)
-        return [(c.record_id, c.as_dict()["final_score"]) for c in out.candidates]
+        return [(c.record_id, wire(c)["final_score"]) for c in out.candidates]
 
     alone = {q: ranked(writer, q) for q in queries}
     writer.close()

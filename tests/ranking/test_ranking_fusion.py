@@ -8,17 +8,24 @@ import json
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from ranking_support import doc
 
+from engram.models.outputs import ChannelContribution, contribution_wire
 from engram.ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Profile, Ranker, fuse, recency
 from engram.ranking.lexical import LexicalHit
 from engram.ranking.profiles import FieldWeights, FusionMethod, ProfileConfig, RecencyBlend
 from engram.ranking.semantic import SemanticHit
 
 DAY = 24 * 3600 * 1000
+
+
+def wire(c: Any) -> dict[str, Any]:
+    """The receipt's wire form of a contribution."""
+    return contribution_wire(c, c.decimals)
 
 
 def lex(*pairs: tuple[str, float], t: int = 0) -> list[LexicalHit]:
@@ -79,7 +86,7 @@ def test_equal_channel_scores_get_equal_fused_scores_in_any_order(method: Fusion
         by_id = {c.record_id: c for c in out}
         assert by_id["x"].fused_score == by_id["y"].fused_score
         assert by_id["x"].lexical_rank == by_id["y"].lexical_rank == 2 and by_id["z"].lexical_rank == 4
-    assert [c.as_dict() for c in first] == [c.as_dict() for c in swapped]
+    assert [wire(c) for c in first] == [wire(c) for c in swapped]
 
 
 def test_identifier_spike_outranks_flat_semantic():
@@ -116,17 +123,20 @@ def test_receipt_lexical_weight_recomputes_the_fused_score():
     # "b": half the best BM25, lexical rank 2, cosine at the floor (semantic norm 0)
     expected = (1 - blend) * (w * 0.5**power) + blend * w * (k + 1) / (k + 2)
     assert out["b"].fused_score == pytest.approx(expected)
-    assert out["b"].as_dict()["lexical_weight"] == round(w, 6)
+    assert wire(out["b"])["lexical_weight"] == round(w, 6)
     assert all(c.lexical_weight is None for c in fuse(lexical, None, {}, LEXICAL_PROFILE.config, 0))
 
 
 def test_contribution_as_dict_is_json_stable():
     out = fuse(lex(("a", 1.23456789)), sem(("a", 0.5), ("b", 0.4)), {"a": 0.5}, HYBRID_PROFILE.config, 0)
-    first = json.dumps([c.as_dict() for c in out], sort_keys=True)
+    first = json.dumps([wire(c) for c in out], sort_keys=True)
     again = fuse(lex(("a", 1.23456789)), sem(("a", 0.5), ("b", 0.4)), {"a": 0.5}, HYBRID_PROFILE.config, 0)
-    assert json.dumps([c.as_dict() for c in again], sort_keys=True) == first
-    assert out[0].as_dict()["lexical_score"] == 1.234568
-    assert all(not isinstance(v, float) or math.isfinite(v) for c in out for v in c.as_dict().values())
+    assert json.dumps([wire(c) for c in again], sort_keys=True) == first
+    assert wire(out[0])["lexical_score"] == 1.234568
+    assert all(not isinstance(v, float) or math.isfinite(v) for c in out for v in wire(c).values())
+    for c in out:  # the wire form is the contract's ChannelContribution, field for field
+        as_record = {**wire(c), "record_id": "mem_" + c.record_id}  # ids here are short labels
+        assert ChannelContribution.model_validate(as_record).model_dump() == as_record
 
 
 def test_empty_inputs():
@@ -322,7 +332,7 @@ def test_a_record_listed_twice_by_a_channel_counts_once(method: FusionMethod):
     tail = [(f"s{i}", 0.5 - i * 0.01) for i in range(20)]
     once = fuse(lex(("a", 5.0), ("b", 3.0)), sem(("b", 0.7), *tail), {"a": 0.3}, config, 0)
     twice = fuse(lex(("a", 5.0), ("b", 3.0), ("a", 1.0)), sem(("b", 0.7), *tail, ("b", 0.1)), {"a": 0.3}, config, 0)
-    assert [c.as_dict() for c in twice] == [c.as_dict() for c in once]
+    assert [wire(c) for c in twice] == [wire(c) for c in once]
     assert sorted(c.record_id for c in twice) == sorted({c.record_id for c in twice})
 
 
@@ -345,6 +355,6 @@ def test_fused_positions_read_alone_equal_the_whole_list():
     assert [out[i] for i in range(len(out))] == whole
     assert out[-1] == whole[-1] and out[3:17] == whole[3:17] and out[::7] == whole[::7]
     assert any(c.lexical_rank is None for c in whole) and any(c.semantic_rank is None for c in whole)
-    assert [c.as_dict() for c in out[:10]] == [c.as_dict() for c in whole[:10]]
+    assert [wire(c) for c in out[:10]] == [wire(c) for c in whole[:10]]
     with pytest.raises(IndexError):
         out[len(whole)]
