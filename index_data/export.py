@@ -138,14 +138,14 @@ def export(
     """Write TENANT/WORKSPACE's current records to OUT as record JSONL (the store is the
     one `engram admin --database-url/--key-dir` name, as for every admin command). With a
     server running on the data directory, the server writes the files."""
-    from engram.service.cli.common import operate
+    from engram.service.cli.common import run_operator_command
     from engram.service.settings import load_settings
 
     directory = load_settings(data_dir=data_dir).data_dir
     if not directory.is_dir():
         typer.echo(f"engram admin export: {directory} is not a data directory", err=True)
         raise typer.Exit(2)
-    summary = operate(
+    summary = run_operator_command(
         data_dir, "export", {"tenant": tenant, "workspace": workspace, "out": str(out.resolve()), "vectors": vectors}
     )
     typer.echo(json.dumps(summary, indent=2))

@@ -26,7 +26,7 @@ from . import admin  # noqa: F401
 # isort: on
 from .apps import ADMIN_PLUGINS, PLUGINS, app
 from .apps import admin as admin_group
-from .common import _err
+from .common import echo_error
 
 __all__ = ["app", "main"]
 
@@ -39,7 +39,7 @@ def _register_plugins(parent: typer.Typer, plugins: dict[str, tuple[str, str]]) 
             if not exc.name or exc.name.split(".")[0] == "engram":
                 raise  # the project's own module: a broken install or rename, never skipped
             # a dependency of an optional extra (`eval`) that is not installed
-            _err(f"engram: sub-command {name!r} unavailable ({exc.name} missing)")
+            echo_error(f"engram: sub-command {name!r} unavailable ({exc.name} missing)")
             continue
         sub = getattr(module, "app", None)
         if not isinstance(sub, typer.Typer):

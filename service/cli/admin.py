@@ -10,7 +10,16 @@ from typing import Annotated
 import typer
 
 from .apps import admin, tenant_app
-from .common import DataDir, ModelOption, StoreChoice, _engine, _err, _print_json, _settings, _store_choice, operate
+from .common import (
+    DataDir,
+    ModelOption,
+    command_settings,
+    echo_error,
+    operator_engine,
+    print_json,
+    run_operator_command,
+    store_choice,
+)
 
 
 @admin.command("host-secret")
@@ -25,10 +34,10 @@ def host_secret(
     """
     from engram.service.mcp.host_context import create_host_secret, load_host_secret
 
-    data_dir = _settings(data_dir=data_dir).data_dir
+    data_dir = command_settings(data_dir=data_dir).data_dir
     path, created = create_host_secret(data_dir)
     typer.echo(str(path.resolve()))
-    _err("created" if created else "exists (unchanged)")
+    echo_error("created" if created else "exists (unchanged)")
     if show:
         typer.echo(load_host_secret(data_dir, environ={}).decode())
 
@@ -57,18 +66,18 @@ def tenant_status(
     data_dir: DataDir = None,
 ) -> None:
     """Print whether TENANT is opted in."""
-    typer.echo(operate(data_dir, "tenant-status", {"tenant": tenant}))
+    typer.echo(run_operator_command(data_dir, "tenant-status", {"tenant": tenant}))
 
 
 def _set_tenant(data_dir: Path | None, tenant: str, enabled: bool) -> None:
-    typer.echo(f"{tenant}: {operate(data_dir, 'tenant-set', {'tenant': tenant, 'enabled': enabled})}")
+    typer.echo(f"{tenant}: {run_operator_command(data_dir, 'tenant-set', {'tenant': tenant, 'enabled': enabled})}")
 
 
 @admin.command("rotate-kek")
 def rotate_kek(data_dir: DataDir = None) -> None:
     """Rotate the key-encryption key online: a fresh KEK is active at once, every data key
     is rewrapped under it, and older KEK files go only when no key needs them; print its id."""
-    typer.echo(operate(data_dir, "rotate-kek", {}))
+    typer.echo(run_operator_command(data_dir, "rotate-kek", {}))
 
 
 @admin.command("backup")
@@ -87,11 +96,11 @@ def backup(
     """Online, consistent backup of the store, policies and vectors; by default WITHOUT the
     key-encryption keys (export them on purpose with `engram admin export-kek`)."""
     if include_keys:
-        _err(
+        echo_error(
             "engram: warning: this backup holds the key-encryption keys; forgotten records in it stay "
             "readable to whoever holds it"
         )
-    typer.echo(operate(data_dir, "backup", {"dest": str(dest.resolve()), "include_keys": include_keys}))
+    typer.echo(run_operator_command(data_dir, "backup", {"dest": str(dest.resolve()), "include_keys": include_keys}))
 
 
 @admin.command("export-kek")
@@ -106,9 +115,9 @@ def export_kek(
     """
     from engram.service.engine.engine import export_keys
 
-    settings = _settings(data_dir=data_dir, key_dir=_store_choice.get(StoreChoice()).key_dir)
+    settings = command_settings(data_dir=data_dir, key_dir=store_choice().key_dir)
     key_dir = settings.key_dir or settings.data_dir / "keys"
-    _err("engram: warning: these keys open every backup made while they were current")
+    echo_error("engram: warning: these keys open every backup made while they were current")
     typer.echo(str(export_keys(key_dir, dest)))
 
 
@@ -134,17 +143,17 @@ def restore(
     from engram.service.operator.ownership import DataDirLock, DirectoryHeld
 
     if keys is None and not (source / "keys").is_dir():
-        _err("engram: the backup holds no key-encryption keys; pass --keys <data-dir>/keys or an export-kek copy")
+        echo_error("engram: the backup holds no key-encryption keys; pass --keys <data-dir>/keys or an export-kek copy")
         raise typer.Exit(2)
     try:
         with DataDirLock(data_dir):
             engine = Engine.restore(source, data_dir, key_source=keys, load_model=load_model)
             engine.close()
     except DirectoryHeld:
-        _err(f"engram: another engram process holds {data_dir}")
+        echo_error(f"engram: another engram process holds {data_dir}")
         raise typer.Exit(1) from None
     except ContractError as exc:
-        _err(f"engram: {exc.code.value}: {exc.message}")
+        echo_error(f"engram: {exc.code.value}: {exc.message}")
         raise typer.Exit(1) from None
     typer.echo(str(data_dir))
 
@@ -152,8 +161,8 @@ def restore(
 @admin.command("verify-journal")
 def verify_journal(data_dir: DataDir = None) -> None:
     """Verify the hash chain of every scope's journal; exit 1 if any is broken."""
-    result = operate(data_dir, "verify-journal", {})
-    _print_json(result)
+    result = run_operator_command(data_dir, "verify-journal", {})
+    print_json(result)
     if not all(result.values()):
         raise typer.Exit(1)
 
@@ -162,7 +171,7 @@ def verify_journal(data_dir: DataDir = None) -> None:
 def rebuild_projections(data_dir: DataDir = None, load_model: ModelOption = True) -> None:
     """Replay the journal into fresh lexical and vector indexes (searches answer
     PROJECTION_STALE, not an empty list, until each scope has caught up)."""
-    operate(data_dir, "rebuild-projections", {}, load_model=load_model)
+    run_operator_command(data_dir, "rebuild-projections", {}, load_model=load_model)
     typer.echo("rebuilt")
 
 
@@ -176,15 +185,15 @@ def export_vectors(
     only what was admitted after the export. OUT holds derived content (mode 0700): keep
     it like a backup, and delete it once the new replicas are ready."""
     if out.exists():
-        _err(f"engram: {out} exists; name a new directory")
+        echo_error(f"engram: {out} exists; name a new directory")
         raise typer.Exit(2)
-    _print_json(operate(data_dir, "export-vectors", {"out": str(out.resolve())}, load_model=True))
+    print_json(run_operator_command(data_dir, "export-vectors", {"out": str(out.resolve())}, load_model=True))
 
 
 @admin.command("sweep-invalidations")
 def sweep_invalidations(data_dir: DataDir = None) -> None:
     """Finish physical purges left pending (tombstoned records still in an index file)."""
-    typer.echo(f"swept {operate(data_dir, 'sweep-invalidations', {})} scope(s)")
+    typer.echo(f"swept {run_operator_command(data_dir, 'sweep-invalidations', {})} scope(s)")
 
 
 @admin.command("apply-shred-ledger")
@@ -195,7 +204,7 @@ def apply_shred_ledger(data_dir: DataDir = None) -> None:
     entries that carry journal positions; run this after restoring a database whose
     ledger has entries written before entries carried them (it scans the journal of each
     scope the ledger names)."""
-    typer.echo(f"re-applied {operate(data_dir, 'apply-shred-ledger', {})} forget(s) and withdrawal(s)")
+    typer.echo(f"re-applied {run_operator_command(data_dir, 'apply-shred-ledger', {})} forget(s) and withdrawal(s)")
 
 
 @admin.command("history")
@@ -206,7 +215,9 @@ def history(
     data_dir: DataDir = None,
 ) -> None:
     """Print every journal event about one record or candidate (digests, never content)."""
-    _print_json(operate(data_dir, "history", {"tenant": tenant, "workspace": workspace, "subject": subject}))
+    print_json(
+        run_operator_command(data_dir, "history", {"tenant": tenant, "workspace": workspace, "subject": subject})
+    )
 
 
 @admin.command("transition")
@@ -227,10 +238,10 @@ def transition(
     from engram.service.engine.lifecycle import OPERATOR_TRANSITIONS
 
     if operation not in OPERATOR_TRANSITIONS:
-        _err(f"engram: unknown operation {operation!r}; one of {', '.join(OPERATOR_TRANSITIONS)}")
+        echo_error(f"engram: unknown operation {operation!r}; one of {', '.join(OPERATOR_TRANSITIONS)}")
         raise typer.Exit(2)
     typer.echo(
-        operate(
+        run_operator_command(
             data_dir,
             "transition",
             {
@@ -258,10 +269,10 @@ def adjudicate(
     """Decide a candidate the admission policy held for a human (e.g. content equal to a
     forgotten record). Its body key is destroyed either way."""
     if decision not in ("accept", "reject"):
-        _err("engram: decision must be accept or reject")
+        echo_error("engram: decision must be accept or reject")
         raise typer.Exit(2)
-    _print_json(
-        operate(
+    print_json(
+        run_operator_command(
             data_dir,
             "adjudicate",
             {
@@ -289,7 +300,7 @@ def replay_search(
     Exits 0 when the order matches, 1 otherwise; the output says whether the profile and
     the scope's journal were unchanged since the receipt (the conditions for a match).
     """
-    outcome = operate(
+    outcome = run_operator_command(
         data_dir,
         "replay-search",
         {
@@ -300,7 +311,7 @@ def replay_search(
         },
         load_model=load_model,
     )
-    _print_json(outcome)
+    print_json(outcome)
     if not outcome["match"]:
         raise typer.Exit(1)
 
@@ -318,14 +329,14 @@ def replicas(
 ) -> None:
     """List the replicas registered on the shared (PostgreSQL) store: id, seconds since
     the last heartbeat, live. On SQLite (no replicas) it exits 1, CAPABILITY_UNAVAILABLE."""
-    with _engine(data_dir) as engine:
+    with operator_engine(data_dir) as engine:
         if retire is not None:
             if not engine.retire_replica(retire):
-                _err(f"engram: no replica {retire!r}")
+                echo_error(f"engram: no replica {retire!r}")
                 raise typer.Exit(1)
             typer.echo(f"retired {retire}")
             return
-        _print_json(engine.replicas())
+        print_json(engine.replicas())
 
 
 route_app = typer.Typer(
@@ -338,8 +349,8 @@ admin.add_typer(route_app, name="route")
 @route_app.command("list")
 def route_list(data_dir: DataDir = None) -> None:
     """Print every routed scope: its group, and the group taking it over while it moves."""
-    with _engine(data_dir) as engine:
-        _print_json(engine.routes())
+    with operator_engine(data_dir) as engine:
+        print_json(engine.routes())
 
 
 @route_app.command("move")
@@ -363,21 +374,21 @@ def route_move(
     stays under way; rerun to resume)."""
     from engram.service.engine.routing import NoLiveReplica
 
-    with _engine(data_dir) as engine:
+    with operator_engine(data_dir) as engine:
         try:
             outcome = engine.move_scope(
                 (tenant, workspace), group, project_wait_s=project_wait_s, release_wait_s=release_wait_s
             )
         except NoLiveReplica:
-            _err(f"engram: group {group!r} has no live replica")
+            echo_error(f"engram: group {group!r} has no live replica")
             raise typer.Exit(1) from None
-        _print_json({"tenant": tenant, "workspace": workspace, **outcome.as_json()})
+        print_json({"tenant": tenant, "workspace": workspace, **outcome.as_json()})
         if not outcome.flipped:
-            _err(f"engram: {group!r} has not finished projecting {tenant}/{workspace}; rerun to resume")
+            echo_error(f"engram: {group!r} has not finished projecting {tenant}/{workspace}; rerun to resume")
             raise typer.Exit(1)
 
 
 @admin.command("expire")
 def expire(data_dir: DataDir = None) -> None:
     """Expire every record whose retention expires_at has passed."""
-    typer.echo(f"expired {operate(data_dir, 'expire', {})} record(s)")
+    typer.echo(f"expired {run_operator_command(data_dir, 'expire', {})} record(s)")

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from .apps import admin, app
-from .common import DataDir, _err, _settings, operate
+from .common import DataDir, command_settings, echo_error, run_operator_command
 
 context_app = typer.Typer(
     help="Contexts for MCP clients: the local stdio binding, and signed contexts for HTTP.",
@@ -26,7 +26,7 @@ def _tool_list(values: list[str] | None, default: list[str]) -> list[str]:
     chosen = default if not values else [v.strip() for item in values for v in item.split(",") if v.strip()]
     unknown = sorted(set(chosen) - set(TOOLS))
     if unknown:
-        _err(f"engram: unknown tool(s) {', '.join(unknown)}; one of {', '.join(sorted(TOOLS))}")
+        echo_error(f"engram: unknown tool(s) {', '.join(unknown)}; one of {', '.join(sorted(TOOLS))}")
         raise typer.Exit(2)
     return chosen
 
@@ -68,7 +68,7 @@ def context_init(
     from engram.service.mcp.host_context import ContextUnavailable
     from engram.service.mcp.local_context import context_path, local_claims, write_context_file
 
-    settings = _settings(data_dir=data_dir)
+    settings = command_settings(data_dir=data_dir)
     try:
         claims = local_claims(
             tenant=tenant,
@@ -80,15 +80,15 @@ def context_init(
             confirm=_tool_list(confirm, []),
         )
     except ContextUnavailable as exc:
-        _err(f"engram: invalid context ({exc.reason})")
+        echo_error(f"engram: invalid context ({exc.reason})")
         raise typer.Exit(2) from None
     path = context_path(settings.data_dir)
     if path.exists() and not force:
-        _err(f"engram: {path} exists (unchanged; --force replaces it)")
+        echo_error(f"engram: {path} exists (unchanged; --force replaces it)")
     else:
         write_context_file(path, claims)
-        _err(f"wrote {path} (mode 0600)")
-    operate(settings.data_dir, "tenant-set", {"tenant": tenant, "enabled": True})
+        echo_error(f"wrote {path} (mode 0600)")
+    run_operator_command(settings.data_dir, "tenant-set", {"tenant": tenant, "enabled": True})
     typer.echo(str(path.resolve()))
 
 
@@ -131,29 +131,29 @@ def context_mint(
         read_context_file,
     )
 
-    settings = _settings(data_dir=data_dir)
+    settings = command_settings(data_dir=data_dir)
     path = context_path(settings.data_dir)
     base: dict[str, Any] = read_context_file(path) if path.exists() else {}
     if "tenant" not in base and tenant is None:
-        _err(f"engram: no {path}: run `engram admin context init` or give --tenant")
+        echo_error(f"engram: no {path}: run `engram admin context init` or give --tenant")
         raise typer.Exit(2)
     try:
         secret = load_host_secret(settings.data_dir)
     except RuntimeError as exc:
-        _err(f"engram: {exc}")
+        echo_error(f"engram: {exc}")
         raise typer.Exit(2) from None
     confirmation = None
     if confirm_tool is not None:
         if arguments is None:
-            _err("engram: --confirm-tool needs --arguments")
+            echo_error("engram: --confirm-tool needs --arguments")
             raise typer.Exit(2)
         try:
             confirmation = confirmation_claim(confirm_tool, json.loads(arguments.read_text()))
         except KeyError:
-            _err(f"engram: {confirm_tool} takes no confirmation")
+            echo_error(f"engram: {confirm_tool} takes no confirmation")
             raise typer.Exit(2) from None
         except ValueError as exc:
-            _err(f"engram: {exc}")
+            echo_error(f"engram: {exc}")
             raise typer.Exit(2) from None
     try:
         claims = local_claims(
@@ -168,7 +168,7 @@ def context_mint(
         )
         typer.echo(mint_context(claims, secret, ttl_s=ttl, confirmation=confirmation, deadline_ms=deadline_ms))
     except ContextUnavailable as exc:
-        _err(f"engram: invalid context ({exc.reason})")
+        echo_error(f"engram: invalid context ({exc.reason})")
         raise typer.Exit(2) from None
 
 
@@ -208,12 +208,12 @@ def connect(
     try:
         chosen = McpClient(client)
     except ValueError:
-        _err(f"engram: unknown client {client!r}; one of {', '.join(c.value for c in McpClient)}")
+        echo_error(f"engram: unknown client {client!r}; one of {', '.join(c.value for c in McpClient)}")
         raise typer.Exit(2) from None
-    settings = _settings(data_dir=data_dir)
+    settings = command_settings(data_dir=data_dir)
     context_file = context_path(settings.data_dir)
     if not context_file.exists():
-        _err(f"engram: no {context_file}: run `engram admin context init` first")
+        echo_error(f"engram: no {context_file}: run `engram admin context init` first")
         raise typer.Exit(2)
     launch = stdio_launch(_engram_command(), settings.data_dir, context_file)
     fmt = client_format(chosen)
@@ -225,12 +225,12 @@ def connect(
             import shlex
 
             typer.echo("# or directly: " + shlex.join(inspector_command(launch)))
-        _err(f"(merge into {target}, or rerun with --write)")
+        echo_error(f"(merge into {target}, or rerun with --write)")
         return
     try:
         replaced = merge_entry(target, fmt, name, entry)
     except ConfigFileInvalid:
-        _err(f"engram: {target} is not a JSON object with a {fmt.servers_key!r} object; left unchanged")
+        echo_error(f"engram: {target} is not a JSON object with a {fmt.servers_key!r} object; left unchanged")
         raise typer.Exit(1) from None
     typer.echo(f"{'updated' if replaced else 'added'} {name!r} in {target}")
 

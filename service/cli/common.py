@@ -1,5 +1,8 @@
 """What every `engram` command shares: the store options, the settings a command runs
-with, and the engine it opens (directly, or through a live server's operator socket)."""
+with, and the engine it opens (directly, or through a live server's operator socket).
+
+The names without a leading underscore are the command modules' shared surface: the
+commands here and the plugins of other rooms (`index_data`, `eval`) use them."""
 
 from __future__ import annotations
 
@@ -45,11 +48,16 @@ def _admin_store(database_url: DatabaseUrl = None, key_dir: KeyDir = None) -> No
     _store_choice.set(StoreChoice(database_url, key_dir))
 
 
-def _err(message: str) -> None:
+def store_choice() -> StoreChoice:
+    """The admin group's --database-url/--key-dir for the command being run."""
+    return _store_choice.get(StoreChoice())
+
+
+def echo_error(message: str) -> None:
     typer.echo(message, err=True)
 
 
-def _open_engine(
+def open_engine(
     settings: Any, *, background: bool = False, serve_replica: bool = False, seed_vectors: Path | None = None
 ) -> Any:
     """The engine the settings describe (data directory, store, keys, model, replica
@@ -73,37 +81,37 @@ def _open_engine(
             seed_vectors=seed_vectors,
         )
     except (SchemaTooNew, DeviceUnavailable) as exc:
-        _err(f"engram: {exc}")
+        echo_error(f"engram: {exc}")
         raise typer.Exit(2) from None
 
 
 @contextlib.contextmanager
-def _engine(data_dir: Path | None, *, load_model: bool = False) -> Iterator[Any]:
+def operator_engine(data_dir: Path | None, *, load_model: bool = False) -> Iterator[Any]:
     """An engine for one operator command, closed afterwards; contract errors exit 1."""
     from engram.models.codes import ContractError
 
     engine = None
     try:
-        choice = _store_choice.get(StoreChoice())
-        engine = _open_engine(
-            _settings(
+        choice = store_choice()
+        engine = open_engine(
+            command_settings(
                 data_dir=data_dir, load_model=load_model, database_url=choice.database_url, key_dir=choice.key_dir
             )
         )
         yield engine
     except ContractError as exc:
-        _err(f"engram: {exc.code.value}: {exc.message}")
+        echo_error(f"engram: {exc.code.value}: {exc.message}")
         raise typer.Exit(1) from None
     finally:
         if engine is not None:
             engine.close()
 
 
-def _print_json(value: Any) -> None:
+def print_json(value: Any) -> None:
     typer.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
-def _settings(config: Path | None = None, **flags: Any) -> Any:
+def command_settings(config: Path | None = None, **flags: Any) -> Any:
     """The `Settings` for this command: flags over ENGRAM_* over the config file; bad
     values exit 2 with pydantic's explanation."""
     from pydantic import ValidationError
@@ -113,10 +121,10 @@ def _settings(config: Path | None = None, **flags: Any) -> Any:
     try:
         return load_settings(config, **flags)
     except ConfigFileMissing as exc:
-        _err(f"engram: config file {exc} not found")
+        echo_error(f"engram: config file {exc} not found")
         raise typer.Exit(2) from None
     except ValidationError as exc:
-        _err(f"engram: bad configuration: {exc}")
+        echo_error(f"engram: bad configuration: {exc}")
         raise typer.Exit(2) from None
 
 
@@ -141,7 +149,7 @@ ModelOption = Annotated[
 ]
 
 
-def operate(data_dir: Path | None, command: str, args: dict[str, Any], *, load_model: bool = False) -> Any:
+def run_operator_command(data_dir: Path | None, command: str, args: dict[str, Any], *, load_model: bool = False) -> Any:
     """Run an operator command where it is safe: through the live server that owns the
     data directory (its operator socket), or, when no server runs, on an engine opened
     here while holding the directory's lock. Never as a second engine beside a server."""
@@ -149,19 +157,19 @@ def operate(data_dir: Path | None, command: str, args: dict[str, Any], *, load_m
     from engram.service.operator.commands import run
     from engram.service.operator.ownership import DataDirLock, DirectoryHeld
 
-    directory = _settings(data_dir=data_dir).data_dir
+    directory = command_settings(data_dir=data_dir).data_dir
     try:
         return call(directory, command, args)
     except ChannelAbsent:
         pass
     except OperatorFailure as exc:
-        _err(f"engram: {exc.code}: {exc.message}")
+        echo_error(f"engram: {exc.code}: {exc.message}")
         raise typer.Exit(1) from None
     try:
-        with DataDirLock(directory), _engine(directory, load_model=load_model) as engine:
+        with DataDirLock(directory), operator_engine(directory, load_model=load_model) as engine:
             return run(engine, command, args)
     except DirectoryHeld:
-        _err(
+        echo_error(
             f"engram: another engram process holds {directory} and its operator channel does not answer "
             "(a server still starting, or another admin command); retry shortly, or stop it first"
         )

@@ -17,7 +17,7 @@ from engram.models.device import Device
 from engram.service.settings import LogFormat, LogLevel, field_help
 
 from .apps import app
-from .common import ConfigOption, DatabaseUrl, KeyDir, _err, _open_engine, _settings
+from .common import ConfigOption, DatabaseUrl, KeyDir, command_settings, echo_error, open_engine
 
 
 @app.command()
@@ -67,16 +67,7 @@ def serve(
     service/mcp/host_context.py). /healthz, /readyz and /metrics serve probes; /docs documents them. Every
     option also comes from ENGRAM_<OPTION> or the --config file.
     """
-    from engram.service.engine.seed import HEADER as SEED_HEADER
-    from engram.service.logs import configure_logging
-    from engram.service.mcp.host_context import (
-        ContextUnavailable,
-        binding_from_env,
-        create_host_secret,
-        load_host_secret,
-    )
-
-    settings = _settings(
+    settings = command_settings(
         config,
         host=host,
         port=port,
@@ -96,68 +87,94 @@ def serve(
         advertise_url=advertise_url,
         seed_vectors=seed_vectors,
     )
+    from engram.service.logs import configure_logging
+
     configure_logging(settings.log_level, settings.log_format)
+    _refuse_unservable(settings)
+    settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if stdio:
+        _serve_stdio(settings)
+    else:
+        _serve_http(settings)
+
+
+def _refuse_unservable(settings: Any) -> None:
+    """Exit 2 on settings no server can run with: replica groups without a shared
+    store, or a seed directory `engram admin export-vectors` did not write."""
+    from engram.service.engine.seed import HEADER as SEED_HEADER
     from engram.service.store.base import DEFAULT_GROUP
 
     if settings.group != DEFAULT_GROUP and not settings.database_url:
-        _err("engram: --group needs a shared store (--database-url): an embedded store is one process, no groups")
+        echo_error("engram: --group needs a shared store (--database-url): an embedded store is one process, no groups")
         raise typer.Exit(2)
     if settings.seed_vectors is not None and not (settings.seed_vectors / SEED_HEADER).is_file():
-        _err(f"engram: {settings.seed_vectors} is not a seed written by `engram admin export-vectors`")
+        echo_error(f"engram: {settings.seed_vectors} is not a seed written by `engram admin export-vectors`")
         raise typer.Exit(2)
+
+
+def _serve_stdio(settings: Any) -> None:
+    """One scope, bound at launch from the environment, over stdin/stdout; the engine
+    warms up before the first message is read."""
+    from engram.service.mcp.host_context import ContextUnavailable, binding_from_env, load_host_secret
+    from engram.service.mcp.stdio import serve_stdio
+
     data_dir = settings.data_dir
-    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if stdio:
-        try:
-            secret: bytes | None = load_host_secret(data_dir)
-        except RuntimeError:
-            secret = None
-        try:
-            binding = binding_from_env(os.environ, secret)
-        except ContextUnavailable as exc:
-            _err(f"engram: no trusted context for stdio ({exc.reason})")
-            raise typer.Exit(2) from None
-        from engram.service.mcp.stdio import serve_stdio
-
-        with _own(data_dir):
-            engine = _open_engine(settings, seed_vectors=settings.seed_vectors)
-            _collect_less_once_ready(engine)
-            _warn_tenants_not_opted_in(engine)
-            try:
-                with _operator_channel(engine, data_dir):
-                    serve_stdio(engine, binding, settings)
-            finally:
-                engine.close()
-        return
-
-    if "ENGRAM_HOST_SECRET" not in os.environ:
-        # First start on a fresh data dir: create the host secret, like the KEK.
-        path, created = create_host_secret(data_dir)
-        if created:
-            _err(f"engram: created host secret {path} (mode 0600); hosts sign contexts with it")
     try:
-        secret = load_host_secret(data_dir)
-    except RuntimeError as exc:
-        _err(f"engram: {exc}")
+        secret: bytes | None = load_host_secret(data_dir)
+    except RuntimeError:
+        secret = None
+    try:
+        binding = binding_from_env(os.environ, secret)
+    except ContextUnavailable as exc:
+        echo_error(f"engram: no trusted context for stdio ({exc.reason})")
         raise typer.Exit(2) from None
-    if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.allowed_hosts:
-        _err("engram: warning: non-loopback host without --allowed-host: DNS-rebinding protection is off")
+    with _holding_data_dir(data_dir):
+        engine = open_engine(settings, seed_vectors=settings.seed_vectors)
+        _collect_less_once_ready(engine)
+        _warn_tenants_not_opted_in(engine)
+        try:
+            with _operator_channel(engine, data_dir):
+                serve_stdio(engine, binding, settings)
+        finally:
+            engine.close()
 
+
+def _serve_http(settings: Any) -> None:
+    """Streamable HTTP under uvicorn; the engine warms up in the background, and
+    /readyz answers 503 until it is ready."""
     import uvicorn
 
     from engram.service.mcp.app import create_app
 
-    with _own(data_dir):
-        # Warm up in the background: /readyz answers 503 until projections caught up.
-        engine = _open_engine(settings, background=True, serve_replica=True, seed_vectors=settings.seed_vectors)
+    secret = _host_secret(settings.data_dir)
+    if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.allowed_hosts:
+        echo_error("engram: warning: non-loopback host without --allowed-host: DNS-rebinding protection is off")
+    with _holding_data_dir(settings.data_dir):
+        engine = open_engine(settings, background=True, serve_replica=True, seed_vectors=settings.seed_vectors)
         _collect_less_once_ready(engine)
         _warn_tenants_not_opted_in(engine)
         application = create_app(engine, settings, host_secret=secret, close_engine=True)
-        with _operator_channel(engine, data_dir):
+        with _operator_channel(engine, settings.data_dir):
             # log_config=None: uvicorn's loggers propagate to the handler configured above.
             uvicorn.run(
                 application, host=settings.host, port=settings.port, log_config=None, log_level=settings.log_level.value
             )
+
+
+def _host_secret(data_dir: Path) -> bytes:
+    """The secret hosts sign contexts with: ENGRAM_HOST_SECRET, or the data directory's
+    file, created on a fresh directory's first start (like the KEK)."""
+    from engram.service.mcp.host_context import create_host_secret, load_host_secret
+
+    if "ENGRAM_HOST_SECRET" not in os.environ:
+        path, created = create_host_secret(data_dir)
+        if created:
+            echo_error(f"engram: created host secret {path} (mode 0600); hosts sign contexts with it")
+    try:
+        return load_host_secret(data_dir)
+    except RuntimeError as exc:
+        echo_error(f"engram: {exc}")
+        raise typer.Exit(2) from None
 
 
 def _collect_less_once_ready(engine: Any) -> None:
@@ -177,21 +194,21 @@ def _warn_tenants_not_opted_in(engine: Any) -> None:
     """Name, at start, each tenant whose memory is there but whose calls will be refused
     (bulk ingest and `engram bench` write scopes; opting in is a separate operator step)."""
     for tenant in engine.tenants_not_opted_in():
-        _err(
+        echo_error(
             f"engram: warning: tenant {tenant!r} holds memory but is not opted in: its calls are refused "
             f"(-32603, logged as 'tenant not enabled') until `engram admin tenant enable {tenant}`"
         )
 
 
 @contextlib.contextmanager
-def _own(data_dir: Path) -> Iterator[None]:
+def _holding_data_dir(data_dir: Path) -> Iterator[None]:
     """Hold the data directory for the life of a server; exit 2 if another process does."""
     from engram.service.operator.ownership import DataDirLock, DirectoryHeld
 
     try:
         lock = DataDirLock(data_dir).acquire()
     except DirectoryHeld:
-        _err(f"engram: another engram process holds {data_dir}; one server per data directory")
+        echo_error(f"engram: another engram process holds {data_dir}; one server per data directory")
         raise typer.Exit(2) from None
     try:
         yield
@@ -209,7 +226,7 @@ def _operator_channel(engine: Any, data_dir: Path) -> Iterator[None]:
     try:
         channel = OperatorChannel(engine, data_dir).start()
     except ValueError as exc:
-        _err(f"engram: warning: no operator channel ({exc}); stop the server to run admin commands")
+        echo_error(f"engram: warning: no operator channel ({exc}); stop the server to run admin commands")
         yield
         return
     try:
