@@ -158,25 +158,25 @@ def search(parts: Parts, ctx: CallContext, args: SearchInput, *, valid_as_of_ms:
     checked = []
     scan = position.position
     checked_at = now_ms()
-    # Rows and their data keys are read in one store snapshot, so a record forgotten
-    # concurrently is either still whole or already ineligible, never half gone.
-    with parts.store.reader():
-        size = args.limit
-        while scan < len(ordered) and len(page) < args.limit:
-            window = ordered[scan : scan + size]
-            size *= 2
-            rows = parts.store.records(ctx.scope, [c.record_id for c in window])
-            for contribution in window:
-                scan += 1
-                row = rows.get(contribution.record_id)
-                if not eligible(row, snap.valid_as_of_ms, checked_at):
-                    continue
-                checked.append(row)
-                record, redacted, redaction_digest = disclosed_record(parts, row)
-                wire = contribution_wire(contribution, contribution.decimals)
-                page.append(PageEntry(scan, wire, record, redacted, redaction_digest))
-                if len(page) == args.limit:
-                    break
+    # Each window's rows are read with their data keys by one statement (a join), so a
+    # record forgotten concurrently is either still whole or already ineligible, never
+    # half gone; no transaction spans the windows (on PostgreSQL, two round trips fewer).
+    size = args.limit
+    while scan < len(ordered) and len(page) < args.limit:
+        window = ordered[scan : scan + size]
+        size *= 2
+        rows = parts.store.records(ctx.scope, [c.record_id for c in window])
+        for contribution in window:
+            scan += 1
+            row = rows.get(contribution.record_id)
+            if not eligible(row, snap.valid_as_of_ms, checked_at):
+                continue
+            checked.append(row)
+            record, redacted, redaction_digest = disclosed_record(parts, row)
+            wire = contribution_wire(contribution, contribution.decimals)
+            page.append(PageEntry(scan, wire, record, redacted, redaction_digest))
+            if len(page) == args.limit:
+                break
 
     # Everything in the receipt that does not depend on how many records fit is
     # computed once per call (the snapshot's own digests once per snapshot), so a

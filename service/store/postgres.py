@@ -923,9 +923,16 @@ class PostgresStore:
 
     # paging snapshots ------------------------------------------------------------------
     def put_snapshot(self, snapshot_id: str, body: str, created_ms: int, expire_before_ms: int) -> None:
-        with self.transaction() as tx:
-            tx.conn.execute("INSERT INTO snapshots VALUES (%s,%s,%s)", (snapshot_id, body, created_ms))
-            tx.conn.execute("DELETE FROM snapshots WHERE created_ms < %s", (expire_before_ms,))
+        """One statement, so one round trip: the expired snapshots go as this one is stored."""
+        try:
+            with self._pool.connection() as conn:
+                conn.execute(
+                    "WITH expired AS (DELETE FROM snapshots WHERE created_ms < %s) "
+                    "INSERT INTO snapshots VALUES (%s,%s,%s)",
+                    (expire_before_ms, snapshot_id, body, created_ms),
+                )
+        except psycopg.Error as exc:
+            raise StoreUnavailable() from exc
 
     def snapshot(self, snapshot_id: str) -> tuple[str, int] | None:
         rows = self._read("SELECT body, created_ms FROM snapshots WHERE snapshot_id=%s", (snapshot_id,))

@@ -19,3 +19,4 @@ def test_store_bench_on_a_tiny_corpus(tmp_path: Path, database_url: str, encoder
         out["postgres"]["hybrid_two_replicas_alternating"],
     ):
         assert lat["n"] == 12 and lat["p99_ms"] >= lat["p50_ms"] > 0
+    assert out["postgres_over_sqlite_p50"] > 0
