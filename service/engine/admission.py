@@ -19,10 +19,10 @@ from engram.service.store.base import CandidateRow, JournalEvent, Transaction
 from .acceptance import Acceptance, accept_records
 from .clock import instant, now_ms
 from .context import CallContext
+from .dependencies import Dependencies
 from .gates import check_confirmation, claim_key, needs_confirmation
 from .idempotency import find_replay, intent_hash, reserve
 from .lifecycle import require_pending
-from .parts import Parts
 from .policy import Decision, check_fresh
 from .records import Trust, candidate_aad, evidence_digest, transaction_receipt
 from .sealing import SealBroken
@@ -30,7 +30,7 @@ from .secret_scan import refuse_secrets
 
 
 def settle(
-    parts: Parts,
+    deps: Dependencies,
     tx: Transaction,
     candidate: CandidateRow,
     body: dict[str, Any],
@@ -82,27 +82,27 @@ def settle(
             authorization_receipt_digest=auth["receipt_digest"],
         )
         rid = acceptance.record_id
-        events += accept_records(parts.vault, tx, scope, [acceptance], receipt, [auth], at)
+        events += accept_records(deps.vault, tx, scope, [acceptance], receipt, [auth], at)
     if not keep_body and candidate.key_id is not None:
         tx.destroy_key(candidate.key_id)
     tx.set_candidate_state(scope, candidate.candidate_id, new_state, drop_body=not keep_body)
     return status, rid, events
 
 
-def open_candidate(parts: Parts, candidate: CandidateRow) -> dict[str, Any]:
+def open_candidate(deps: Dependencies, candidate: CandidateRow) -> dict[str, Any]:
     try:
-        return parts.vault.open_json(
+        return deps.vault.open_json(
             candidate.key_id, candidate.sealed, candidate_aad(candidate.scope, candidate.candidate_id)
         )
     except SealBroken:
         raise ContractError(ErrorCode.BLOB_MISSING) from None
 
 
-def request_admission(parts: Parts, ctx: CallContext, args: AdmissionInput) -> dict[str, Any]:
+def request_admission(deps: Dependencies, ctx: CallContext, args: AdmissionInput) -> dict[str, Any]:
     arguments = args.model_dump(exclude_none=True)
     intent = intent_hash(REQUEST_ADMISSION, arguments)
     scope = ctx.scope
-    with parts.store.transaction() as tx:
+    with deps.store.transaction() as tx:
         at = now_ms()
         replay = find_replay(tx, scope, ctx.principal, args.idempotency_key, REQUEST_ADMISSION, intent)
         if replay is not None:
@@ -120,14 +120,14 @@ def request_admission(parts: Parts, ctx: CallContext, args: AdmissionInput) -> d
                 lambda ref: tx.claim_confirmation(claim_key(ctx, ref), at),
             )
         require_pending(candidate.state)
-        body = open_candidate(parts, candidate)
-        policy = parts.policies.admission()
+        body = open_candidate(deps, candidate)
+        policy = deps.policies.admission()
         decision = policy.decide(body["payload"], body["evidence"])
         receipt = policy.decision_receipt(candidate.record_digest, decision, at)
 
         if decision == "accept" and tx.tombstoned_payload(scope, candidate.payload_digest):
             decision = "adjudication_required"
-        status, rid, events = settle(parts, tx, candidate, body, decision, receipt, ctx.principal, at)
+        status, rid, events = settle(deps, tx, candidate, body, decision, receipt, ctx.principal, at)
         last = events[-1]
         outcome = {
             "status": status,
@@ -144,29 +144,29 @@ def request_admission(parts: Parts, ctx: CallContext, args: AdmissionInput) -> d
         reserve(tx, scope, ctx.principal, args.idempotency_key, REQUEST_ADMISSION, intent, result)
         # Last before commit: the policy is read again, so a decision taken under a
         # policy replaced meanwhile (or older than the bound) commits nothing.
-        check_fresh(policy, receipt, at, now_ms(), parts.policies.admission)
+        check_fresh(policy, receipt, at, now_ms(), deps.policies.admission)
     if status == "accepted":
-        parts.projector.catch_up(scope)
-    parts.store.purge_freed_pages()
+        deps.projector.catch_up(scope)
+    deps.store.purge_freed_pages()
     return result
 
 
 def adjudicate(
-    parts: Parts, scope: tuple[str, str], candidate_id: str, decision: Decision, reason_ref: str
+    deps: Dependencies, scope: tuple[str, str], candidate_id: str, decision: Decision, reason_ref: str
 ) -> dict[str, Any]:
     """The operator's decision on a candidate held for adjudication (never on the agent
     path): accept or reject, with a decision receipt naming the operator."""
     if decision == "adjudication_required":
         raise ContractError(ErrorCode.ILLEGAL_TRANSITION)
     refuse_secrets(reason_ref)  # kept in the decision receipt
-    with parts.store.transaction() as tx:
+    with deps.store.transaction() as tx:
         at = now_ms()
         candidate = tx.candidate(scope, candidate_id)
         if candidate is None:
             raise ContractError(ErrorCode.NOT_FOUND)
         if candidate.state != "pending_adjudication":
             raise ContractError(ErrorCode.ILLEGAL_TRANSITION)
-        body = open_candidate(parts, candidate)
+        body = open_candidate(deps, candidate)
         receipt = seal_receipt(
             DigestKind.DECISION_RECEIPT,
             {
@@ -178,8 +178,8 @@ def adjudicate(
                 "issued_at": instant(at),
             },
         )
-        status, rid, _ = settle(parts, tx, candidate, body, decision, receipt, "operator", at)
+        status, rid, _ = settle(deps, tx, candidate, body, decision, receipt, "operator", at)
     if status == "accepted":
-        parts.projector.catch_up(scope)
-    parts.store.purge_freed_pages()
+        deps.projector.catch_up(scope)
+    deps.store.purge_freed_pages()
     return {"status": status, "candidate_id": candidate_id, "record_id": rid}

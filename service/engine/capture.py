@@ -18,9 +18,9 @@ from engram.service.store.base import CandidateRow
 from .acceptance import DEFAULT_RETENTION
 from .clock import instant, now_ms, parse_instant
 from .context import CallContext
+from .dependencies import Dependencies
 from .gates import check_confirmation, claim_key, needs_confirmation
 from .idempotency import find_replay, intent_hash, reserve
-from .parts import Parts
 from .policy import HostPolicy
 from .records import (
     Trust,
@@ -49,16 +49,16 @@ def resolve_retention(payload: dict[str, Any], policy: HostPolicy, at_ms: int) -
     return retention
 
 
-def capture(parts: Parts, ctx: CallContext, args: CaptureInput) -> dict[str, Any]:
+def capture(deps: Dependencies, ctx: CallContext, args: CaptureInput) -> dict[str, Any]:
     arguments = args.model_dump(exclude_none=True)
     at = now_ms()
     intent = intent_hash(CAPTURE, arguments)
     scope = ctx.scope
-    with parts.store.transaction() as tx:
+    with deps.store.transaction() as tx:
         replay = find_replay(tx, scope, ctx.principal, args.idempotency_key, CAPTURE, intent)
         if replay is not None:
             return replay
-        retention = resolve_retention(arguments["payload"], parts.policies.host(), at)
+        retention = resolve_retention(arguments["payload"], deps.policies.host(), at)
         if needs_confirmation(CAPTURE, ctx):
             check_confirmation(
                 ctx,
@@ -82,7 +82,7 @@ def capture(parts: Parts, ctx: CallContext, args: CaptureInput) -> dict[str, Any
             "actor": {"principal": ctx.principal, "agent_id": ctx.agent_id, "session": ctx.session},
             "recorded_at": instant(at),
         }
-        key_id, sealed = parts.vault.seal_json(tx, body, candidate_aad(scope, candidate_id))
+        key_id, sealed = deps.vault.seal_json(tx, body, candidate_aad(scope, candidate_id))
         event = tx.append_event(
             scope,
             "candidate_captured",

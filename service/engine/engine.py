@@ -28,8 +28,8 @@ from . import admission, capture, export, ingestion, operator, reading, search, 
 from . import routing as routing_ops
 from .clock import instant, now_ms
 from .context import CallContext
+from .dependencies import Dependencies
 from .paging import SnapshotCache
-from .parts import Parts
 from .policy import ADMISSION_POLICY_FILE, HOST_POLICY_FILE, Policies
 from .projector import Projector
 from .records import scope_key
@@ -38,7 +38,7 @@ from .sealing import SHARED_RETIRE_GRACE_S, BodyVault, KeyRing, copy_key_dir, sh
 from .seed import SeedTally, SeedVectors, write_seed
 from .stats import ScopeStats, scope_stats
 
-Operation = Callable[[Parts, CallContext, Any], dict[str, Any]]
+Operation = Callable[[Dependencies, CallContext, Any], dict[str, Any]]
 
 OPERATIONS: dict[str, Operation] = {
     SEARCH: search.search,
@@ -59,12 +59,17 @@ logger = logging.getLogger("engram.engine")
 
 class Engine:
     def __init__(
-        self, parts: Parts, encoder: Encoder | None, *, serve_replica: bool = False, seed_vectors: Path | None = None
+        self,
+        deps: Dependencies,
+        encoder: Encoder | None,
+        *,
+        serve_replica: bool = False,
+        seed_vectors: Path | None = None,
     ) -> None:
-        self.parts = parts
+        self.deps = deps
         self._encoder = encoder
         self._ready = threading.Event()
-        self._serve_replica = serve_replica and parts.replica is not None
+        self._serve_replica = serve_replica and deps.replica is not None
         self._seed_vectors = seed_vectors
         self._warm_up_tally = SeedTally()
 
@@ -120,7 +125,7 @@ class Engine:
         routing = (
             routing_ops.Routing(shared, replica_id, group if serve_replica else None) if shared is not None else None
         )
-        parts = Parts(
+        deps = Dependencies(
             data_dir=data_dir,
             store=store,
             vault=vault,
@@ -131,7 +136,7 @@ class Engine:
             replica=Replica(shared, replica_id, group, advertise_url) if shared is not None else None,
             routing=routing,
         )
-        engine = cls(parts, encoder, serve_replica=serve_replica, seed_vectors=seed_vectors)
+        engine = cls(deps, encoder, serve_replica=serve_replica, seed_vectors=seed_vectors)
         if background:
             threading.Thread(target=engine._warm_up, name="engram-warm-up", daemon=True).start()
         else:
@@ -152,39 +157,39 @@ class Engine:
     def ranker(self) -> Ranker:
         """The ranking subsystem over this engine's projections (evaluation and benchmarks
         query it directly, below the contract's re-checks)."""
-        return self.parts.ranker
+        return self.deps.ranker
 
     def _warm_up(self) -> None:
         load = getattr(self._encoder, "load", None)
         if load is not None:
             load()
         secret_scan.detector()  # detect-secrets' plugins, which the first capture would import
-        self.parts.ranker.warm_query_time()
+        self.deps.ranker.warm_query_time()
         self._finish_rotation()  # one interrupted, or waiting out the shared grace
-        if self.parts.routing is not None:
-            self.parts.routing.release_unheld(self.parts)  # scopes moved away while it was down
-        projector = self.parts.projector
+        if self.deps.routing is not None:
+            self.deps.routing.release_unheld(self.deps)  # scopes moved away while it was down
+        projector = self.deps.projector
         seed = (
-            None if self._seed_vectors is None else SeedVectors.open(self._seed_vectors, self.parts.ranker.vector_space)
+            None if self._seed_vectors is None else SeedVectors.open(self._seed_vectors, self.deps.ranker.vector_space)
         )
         with projector.running("warm-up"), projector.seeding(seed) as tally:
-            for scope in self.parts.store.scopes():
+            for scope in self.deps.store.scopes():
                 projector.catch_up(scope)
                 # What catching up replayed (the changes a crash cut off before their
                 # checkpoint) is saved before ready: killed again before a checkpoint fell
                 # due, a server would otherwise replay it at every start, a longer backlog
                 # each time, and never become ready under repeated kills.
-                self.parts.ranker.checkpoint(scope_key(scope))
-                self.parts.ranker.warm(scope_key(scope))
-            self.parts.ranker.settle()  # what catching up made due is saved before ready
+                self.deps.ranker.checkpoint(scope_key(scope))
+                self.deps.ranker.warm(scope_key(scope))
+            self.deps.ranker.settle()  # what catching up made due is saved before ready
         self._warm_up_tally = tally
         if self._seed_vectors is not None:
             logger.info("warm-up: %d records' vectors taken from the seed, %d embedded", tally.seeded, tally.embedded)
         self.sweep_invalidations()  # a replica that was down purges what it missed, first
-        if self._serve_replica and self.parts.replica is not None:
-            routing = self.parts.routing
-            self.parts.replica.follow(
-                self.parts.projector.catch_up if routing is None else lambda scope: routing.follow(self.parts, scope),
+        if self._serve_replica and self.deps.replica is not None:
+            routing = self.deps.routing
+            self.deps.replica.follow(
+                self.deps.projector.catch_up if routing is None else lambda scope: routing.follow(self.deps, scope),
                 self.sweep_invalidations,
                 self._finish_rotation,
             )
@@ -193,9 +198,9 @@ class Engine:
     def _finish_rotation(self) -> None:
         """Finish a rotation left pending (interrupted, or an older KEK waiting out the
         shared store's grace): rewrap what still uses an older KEK, then retire it."""
-        ring = self.parts.vault.ring
+        ring = self.deps.vault.ring
         if ring.pending_rotation() and ring.retire_due():
-            ring.finish_rotation(self.parts.store)
+            ring.finish_rotation(self.deps.store)
 
     # -- the agent path -------------------------------------------------------------------
     def execute(self, tool: str, ctx: CallContext, arguments: Any) -> dict[str, Any]:
@@ -209,7 +214,7 @@ class Engine:
             secret_scan.refuse_secrets(args.model_dump(exclude_none=True, exclude={"idempotency_key"}))
         try:
             with self._serving(ctx.scope):
-                return OPERATIONS[tool](self.parts, ctx, args)
+                return OPERATIONS[tool](self.deps, ctx, args)
         except StoreUnavailable:
             raise ContractError(ErrorCode.STORE_UNAVAILABLE) from None
         except CommitUncertain:
@@ -217,7 +222,7 @@ class Engine:
 
     def _serving(self, scope: Scope) -> contextlib.AbstractContextManager[None]:
         """A serving replica answers only the scopes routed to its group."""
-        routing = self.parts.routing
+        routing = self.deps.routing
         if routing is None or not self._serve_replica:
             return contextlib.nullcontext()
         return routing.serving(scope)
@@ -225,7 +230,7 @@ class Engine:
     def route_destination(self, scope: Scope) -> list[str] | None:
         """Where a call in the scope is answered: None here, else the URLs of the live
         replicas of the group it is routed to (see :meth:`.routing.Routing.destination`)."""
-        routing = self.parts.routing
+        routing = self.deps.routing
         if routing is None or not self._serve_replica:
             return None
         return routing.destination(scope)
@@ -234,29 +239,29 @@ class Engine:
     def routed(self) -> bool:
         """Whether this engine serves a replica group's scopes (calls of other groups'
         scopes are forwarded; see :mod:`service.mcp.router`)."""
-        return self.parts.routing is not None and self._serve_replica
+        return self.deps.routing is not None and self._serve_replica
 
     @property
     def replica_id(self) -> str | None:
         """This replica's id on a shared store (None on SQLite)."""
-        return self.parts.replica.replica_id if self.parts.replica is not None else None
+        return self.deps.replica.replica_id if self.deps.replica is not None else None
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Block until warm-up is done (True), or until ``timeout`` seconds passed (False)."""
         return self._ready.wait(timeout)
 
     def tenant_enabled(self, tenant: str) -> bool:
-        return self.parts.store.tenant_enabled(tenant)
+        return self.deps.store.tenant_enabled(tenant)
 
     def set_tenant_enabled(self, tenant: str, enabled: bool) -> None:
-        self.parts.store.set_tenant_enabled(tenant, enabled, instant(now_ms()))
+        self.deps.store.set_tenant_enabled(tenant, enabled, instant(now_ms()))
 
     def tenants_not_opted_in(self) -> list[str]:
         """Tenants that hold scopes in this store but are not opted in: every agent call
         in their scopes is refused (-32603) until an operator runs `engram admin tenant
         enable TENANT`. Bulk ingest writes a scope without opting its tenant in (opt-in is
         the operator's separate decision), so `engram ingest` and `engram serve` name them."""
-        store = self.parts.store
+        store = self.deps.store
         return [
             tenant for tenant in sorted({tenant for tenant, _ in store.scopes()}) if not store.tenant_enabled(tenant)
         ]
@@ -266,7 +271,7 @@ class Engine:
         lexical-only by the operator's choice, which is ready; a configured model that
         failed is not."""
         reasons = []
-        projector = self.parts.projector
+        projector = self.deps.projector
         if not self._ready.is_set() or projector.long_projection is not None:
             behind = projector.behind()
             what = projector.long_projection or "model loading"
@@ -275,17 +280,17 @@ class Engine:
                 reasons.append(f"projections catching up ({what}): {scopes}")
             else:
                 reasons.append(f"{what} in progress")
-        elif self._encoder is not None and self.parts.ranker.semantic_health() is not None:
+        elif self._encoder is not None and self.deps.ranker.semantic_health() is not None:
             reasons.append("semantic channel unavailable")
         return {"ready": not reasons, "reasons": reasons}
 
     def scope_stats(self) -> list[ScopeStats]:
         """Per scope: candidates and records by state, projection lag by channel."""
-        return scope_stats(self.parts)
+        return scope_stats(self.deps)
 
     def set_channel_latency_observer(self, observe: Callable[[str, float], None] | None) -> None:
         """`observe(channel, seconds)` after each ranking stage (lexical, semantic, fusion)."""
-        self.parts.ranker.observe_latency = observe
+        self.deps.ranker.observe_latency = observe
 
     # -- the operator surface (never reachable through MCP) ----------------------------------
     def prepare_batch(
@@ -293,14 +298,14 @@ class Engine:
     ) -> ingestion.PreparedBatch:
         """Batch admission, step one (writes nothing): refuse secrets, compute digests and
         set aside records the scope already has (see :mod:`service.engine.ingestion`)."""
-        return ingestion.prepare(self.parts, scope, submissions, scan_secrets=scan_secrets)
+        return ingestion.prepare(self.deps, scope, submissions, scan_secrets=scan_secrets)
 
     def embed_batch(self, batch: ingestion.PreparedBatch) -> list[np.ndarray] | None:
         """Passage vectors for a prepared batch, as its admission would compute them;
         None when the semantic channel cannot embed (the batch is then projected
         lexically and the semantic channel reports itself behind)."""
         try:
-            return self.parts.ranker.embed(batch.documents)
+            return self.deps.ranker.embed(batch.documents)
         except SemanticUnavailable:
             return None
 
@@ -309,63 +314,63 @@ class Engine:
     ) -> ingestion.BatchOutcome:
         """Batch admission, step two: accept the prepared records in one transaction
         through the agent path's record writer, then project them into both indexes."""
-        return ingestion.admit(self.parts, batch, operator, vectors=vectors)
+        return ingestion.admit(self.deps, batch, operator, vectors=vectors)
 
     def catch_up(self, scope: tuple[str, str]) -> None:
         """Bring the scope's indexes up to its journal (heals an interrupted load)."""
-        self.parts.projector.catch_up(scope)
+        self.deps.projector.catch_up(scope)
 
     def scope_cursor(self, scope: tuple[str, str]) -> int:
         """The scope's journal head."""
-        return self.parts.store.scope_cursor(scope)
+        return self.deps.store.scope_cursor(scope)
 
     def export_records(self, scope: tuple[str, str], *, vectors: bool = False) -> Iterator[export.ExportedRecord]:
         """The scope's current records (payload, evidence, retention; with ``vectors``
         their indexed passage vectors too), in record_id order (see :mod:`.export`)."""
-        return export.export_records(self.parts, scope, vectors=vectors)
+        return export.export_records(self.deps, scope, vectors=vectors)
 
     def export_vectors(self, out: Path) -> dict[str, Any]:
         """Write every scope's current records' passage vectors, with their passage-text
         digests and this engine's vector space, to the new directory ``out``: the seed a
         new replica warms up from (``seed_vectors``) without embedding them again. A
         CAPABILITY_UNAVAILABLE without a named encoder (the vectors' model is unknown)."""
-        space = self.parts.ranker.vector_space
+        space = self.deps.ranker.vector_space
         if space.encoder is None:
             raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
-        scopes = self.parts.store.scopes()
+        scopes = self.deps.store.scopes()
         return write_seed(Path(out), space, ((scope_key(s), self.export_records(s, vectors=True)) for s in scopes))
 
     def store_footprint(self) -> dict[str, int]:
         """Bytes each store table holds on disk, indexes included (capacity reports)."""
-        return self.parts.store.footprint()
+        return self.deps.store.footprint()
 
     def receipt(self, receipt_digest: str) -> dict[str, Any] | None:
         """A receipt a record body references by digest (authorisation, decision)."""
-        return self.parts.store.receipt(receipt_digest)
+        return self.deps.store.receipt(receipt_digest)
 
     def sweep_invalidations(self) -> int:
         """Complete physical purges left pending (a forgotten record's bytes still in an
         index file, key bytes still in the WAL). Returns how many scopes were swept."""
-        return transitions.sweep_pending(self.parts)
+        return transitions.sweep_pending(self.deps)
 
     def transition(self, scope: tuple[str, str], record_id: str, operation: str, reason_ref: str) -> str:
         """dispute | resolve | supersede | expire | invalidate-trust one record."""
-        return operator.transition(self.parts, scope, record_id, operation, reason_ref)
+        return operator.transition(self.deps, scope, record_id, operation, reason_ref)
 
     def adjudicate(self, scope: tuple[str, str], candidate_id: str, decision: str, reason_ref: str) -> dict[str, Any]:
         """Accept or reject a candidate held as pending_adjudication."""
-        return admission.adjudicate(self.parts, scope, candidate_id, decision, reason_ref)  # type: ignore[arg-type]
+        return admission.adjudicate(self.deps, scope, candidate_id, decision, reason_ref)  # type: ignore[arg-type]
 
     def expire_due(self) -> list[tuple[tuple[str, str], str]]:
-        return operator.expire_due(self.parts)
+        return operator.expire_due(self.deps)
 
     def replay_search(self, ctx: CallContext, arguments: dict[str, Any], receipt: dict[str, Any]) -> dict[str, Any]:
         """Re-run a search pinned to a rank receipt (operator surface; see search.replay)."""
         args = parse_arguments(SEARCH, arguments)
-        return search.replay(self.parts, ctx, args, receipt)  # type: ignore[arg-type]
+        return search.replay(self.deps, ctx, args, receipt)  # type: ignore[arg-type]
 
     def rotate_kek(self) -> str:
-        return self.parts.vault.ring.rotate(self.parts.store)
+        return self.deps.vault.ring.rotate(self.deps.store)
 
     def backup(self, dest: Path, *, include_keys: bool = False) -> Path:
         """A consistent online backup: the database, the policies and the vectors (so a
@@ -374,19 +379,19 @@ class Engine:
         The lexical index is rebuilt on restore (it holds text, and is cheap to rebuild)."""
         dest = Path(dest)
         dest.mkdir(parents=True, exist_ok=False, mode=0o700)
-        ring = self.parts.vault.ring
-        semantic = self.parts.data_dir / "index" / "semantic"
-        with self.parts.projector.exclusive():
+        ring = self.deps.vault.ring
+        semantic = self.deps.data_dir / "index" / "semantic"
+        with self.deps.projector.exclusive():
             # Vectors first, at or behind the database's journal: a restore catches up.
-            self.parts.ranker.checkpoint()
+            self.deps.ranker.checkpoint()
             if semantic.is_dir():
                 shutil.copytree(semantic, dest / "index" / "semantic")
-            self.parts.store.backup(str(dest / DB_FILE))
+            self.deps.store.backup(str(dest / DB_FILE))
         if include_keys:
             copy_key_dir(ring.key_dir, dest / "keys")
         for name in (HOST_POLICY_FILE, ADMISSION_POLICY_FILE):
-            if (self.parts.data_dir / name).exists():
-                shutil.copy2(self.parts.data_dir / name, dest / name)
+            if (self.deps.data_dir / name).exists():
+                shutil.copy2(self.deps.data_dir / name, dest / name)
         return dest
 
     @classmethod
@@ -413,7 +418,7 @@ class Engine:
         finally:
             store.close()
         engine = cls.open(data_dir, **open_kwargs)
-        if not all(engine.parts.store.verify_chain(s) for s in engine.parts.store.scopes()):
+        if not all(engine.deps.store.verify_chain(s) for s in engine.deps.store.scopes()):
             engine.close()
             raise ContractError(ErrorCode.BACKUP_INVALID)
         return engine
@@ -424,17 +429,17 @@ class Engine:
         not check: each record or candidate it names that is not yet tombstoned or
         withdrawn is (scans the journal of each scope the ledger names; idempotent).
         Returns how many were applied; their index purges are swept at once."""
-        key_dir = self.parts.vault.ring.key_dir
-        applied = transitions.apply_shreds(self.parts.store, shred_entries(key_dir), key_dir)
+        key_dir = self.deps.vault.ring.key_dir
+        applied = transitions.apply_shreds(self.deps.store, shred_entries(key_dir), key_dir)
         if applied:
             self.sweep_invalidations()
         return applied
 
     def verify_journal(self) -> dict[str, bool]:
-        return {f"{t}/{w}": self.parts.store.verify_chain((t, w)) for t, w in self.parts.store.scopes()}
+        return {f"{t}/{w}": self.deps.store.verify_chain((t, w)) for t, w in self.deps.store.scopes()}
 
     def rebuild_projections(self, progress: Callable[[int], None] | None = None) -> None:
-        self.parts.projector.rebuild(progress)
+        self.deps.projector.rebuild(progress)
 
     def history(self, scope: tuple[str, str], subject: str) -> list[dict[str, Any]]:
         """Every journal event about one record or candidate (digests only, no content)."""
@@ -447,48 +452,48 @@ class Engine:
                 "event_digest": e.event_digest,
                 "body": e.body,
             }
-            for e in self.parts.store.events(scope)
+            for e in self.deps.store.events(scope)
             if e.subject == subject or e.body.get("candidate_id") == subject
         ]
 
     def replicas(self) -> list[dict[str, Any]]:
         """The replicas registered on a shared store (operator surface)."""
-        if self.parts.replica is None:
+        if self.deps.replica is None:
             raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
-        return self.parts.replica.registry()
+        return self.deps.replica.registry()
 
     def routes(self) -> list[dict[str, Any]]:
         """Every routed scope and its group (operator surface; shared store only)."""
-        if self.parts.replica is None:
+        if self.deps.replica is None:
             raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
-        return routing_ops.routes(self.parts.replica.store)
+        return routing_ops.routes(self.deps.replica.store)
 
     def move_scope(
         self, scope: Scope, group: str, *, project_wait_s: float = 300.0, release_wait_s: float = 30.0
     ) -> routing_ops.MoveOutcome:
         """Move a scope to another replica group (operator surface; see
         :func:`.routing.move`). Raises routing.NoLiveReplica when the group has none."""
-        if self.parts.replica is None:
+        if self.deps.replica is None:
             raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
         return routing_ops.move(
-            self.parts.replica.store, scope, group, project_wait_s=project_wait_s, release_wait_s=release_wait_s
+            self.deps.replica.store, scope, group, project_wait_s=project_wait_s, release_wait_s=release_wait_s
         )
 
     def retire_replica(self, replica_id: str) -> bool:
         """Remove a replica gone for good, so the purges it owed stop being pending. A
         replica retired by mistake re-registers when it next starts; its indexes may
         then hold purged records: rebuild its projections before it serves."""
-        if self.parts.replica is None:
+        if self.deps.replica is None:
             raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
-        return self.parts.replica.store.retire_replica(replica_id)
+        return self.deps.replica.store.retire_replica(replica_id)
 
     def close(self) -> None:
-        if self.parts.replica is not None:
-            self.parts.replica.stop()
-        self.parts.sweeper.stop()
-        self.parts.snapshots.close()
-        self.parts.ranker.close()
-        self.parts.store.close()
+        if self.deps.replica is not None:
+            self.deps.replica.stop()
+        self.deps.sweeper.stop()
+        self.deps.snapshots.close()
+        self.deps.ranker.close()
+        self.deps.store.close()
 
 
 def export_keys(key_dir: Path, dest: Path) -> Path:

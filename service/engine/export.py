@@ -19,7 +19,7 @@ import numpy as np
 
 from engram.models.codes import ContractError, ErrorCode
 
-from .parts import Parts
+from .dependencies import Dependencies
 from .records import record_aad, scope_key
 from .sealing import SealBroken
 
@@ -38,29 +38,31 @@ class ExportedRecord:
     vectors: np.ndarray | None = None
 
 
-def export_records(parts: Parts, scope: tuple[str, str], *, vectors: bool = False) -> Iterator[ExportedRecord]:
+def export_records(deps: Dependencies, scope: tuple[str, str], *, vectors: bool = False) -> Iterator[ExportedRecord]:
     """Every current record of ``scope`` (with its passage vectors when ``vectors``).
 
     A body that cannot be opened is BLOB_MISSING and a record the semantic index does not
     hold (when vectors are asked for) is PROJECTION_STALE: an export never leaves a
     current record out silently."""
     if vectors:
-        parts.projector.catch_up(scope)
+        deps.projector.catch_up(scope)
     key = scope_key(scope)
     chunk = []
-    for row in parts.store.live_records(scope):
+    for row in deps.store.live_records(scope):
         chunk.append(row)
         if len(chunk) >= CHUNK:
-            yield from _open(parts, scope, key, chunk, vectors)
+            yield from _open(deps, scope, key, chunk, vectors)
             chunk = []
-    yield from _open(parts, scope, key, chunk, vectors)
+    yield from _open(deps, scope, key, chunk, vectors)
 
 
-def _open(parts: Parts, scope: tuple[str, str], key: str, rows: list[Any], vectors: bool) -> Iterator[ExportedRecord]:
-    found = parts.ranker.passage_vectors(key, [r.record_id for r in rows]) if vectors else [None] * len(rows)
+def _open(
+    deps: Dependencies, scope: tuple[str, str], key: str, rows: list[Any], vectors: bool
+) -> Iterator[ExportedRecord]:
+    found = deps.ranker.passage_vectors(key, [r.record_id for r in rows]) if vectors else [None] * len(rows)
     for row, passage_vectors in zip(rows, found):
         try:
-            body = parts.vault.open_json(
+            body = deps.vault.open_json(
                 row.key_id, row.sealed, record_aad(scope, row.record_id), wrapped=row.wrapped_key
             )
         except SealBroken:

@@ -44,7 +44,7 @@ from engram.ranking import IndexDocument
 from .acceptance import DEFAULT_RETENTION, Acceptance, accept_records
 from .clock import instant, now_ms
 from .context import CallContext
-from .parts import Parts
+from .dependencies import Dependencies
 from .records import (
     Trust,
     authorization_receipt,
@@ -130,7 +130,7 @@ def identify(scope: tuple[str, str], submission: Submission) -> tuple[str, str, 
 
 
 def prepare(
-    parts: Parts, scope: tuple[str, str], submissions: Sequence[Submission], *, scan_secrets: bool = True
+    deps: Dependencies, scope: tuple[str, str], submissions: Sequence[Submission], *, scan_secrets: bool = True
 ) -> PreparedBatch:
     """Scan, digest and de-duplicate a batch; writes nothing. The secret scan is the
     agent path's rule (every kept string, keys included), each distinct string of the
@@ -156,7 +156,7 @@ def prepare(
         candidates[rid] = PreparedRecord(
             position, sub, p_digest, e_digest, r_digest, rid, index_document(key, rid, sub.payload)
         )
-    with parts.store.reader() as snapshot:
+    with deps.store.reader() as snapshot:
         existing = snapshot.present_records(scope, list(candidates))
     batch.skipped += len(existing)
     batch.records = [r for rid, r in candidates.items() if rid not in existing]
@@ -176,7 +176,7 @@ def operator_context(scope: tuple[str, str], principal: str, session: str, purpo
 
 
 def admit(
-    parts: Parts, batch: PreparedBatch, operator: CallContext, *, vectors: Sequence[np.ndarray] | None = None
+    deps: Dependencies, batch: PreparedBatch, operator: CallContext, *, vectors: Sequence[np.ndarray] | None = None
 ) -> BatchOutcome:
     """Accept a prepared batch: one transaction, then both indexes (``vectors``: one array
     of passage vectors per prepared record; without them the ranker embeds)."""
@@ -187,10 +187,10 @@ def admit(
     if not batch.records:
         return outcome
     actor = {"principal": operator.principal, "agent_id": operator.agent_id, "session": operator.session}
-    with parts.projector.exclusive(scope):
+    with deps.projector.exclusive(scope):
         t0 = time.perf_counter()
         written: list[int] = []
-        with parts.store.transaction() as tx:
+        with deps.store.transaction() as tx:
             at = now_ms()
             auth = authorization_receipt(operator, INGEST_TOOL, at)
             recorded_at = instant(at)
@@ -238,13 +238,13 @@ def admit(
                         "issued_at": instant(at),
                     },
                 )
-                events = accept_records(parts.vault, tx, scope, accepted, decision, [auth], at)
+                events = accept_records(deps.vault, tx, scope, accepted, decision, [auth], at)
                 outcome.accepted = [a.record_id for a in accepted]
                 outcome.first_cursor, outcome.last_cursor = events[0].cursor, events[-1].cursor
         t1 = time.perf_counter()
         outcome.store_seconds = t1 - t0
         if written:
-            parts.ranker.apply(
+            deps.ranker.apply(
                 scope_key(scope),
                 [batch.records[i].document for i in written],
                 [],

@@ -11,15 +11,15 @@ from __future__ import annotations
 from engram.models.codes import ContractError, ErrorCode
 
 from .clock import instant, now_ms
+from .dependencies import Dependencies
 from .lifecycle import operator_target
-from .parts import Parts
 from .secret_scan import refuse_secrets
 
 
-def transition(parts: Parts, scope: tuple[str, str], record_id: str, operation: str, reason_ref: str) -> str:
+def transition(deps: Dependencies, scope: tuple[str, str], record_id: str, operation: str, reason_ref: str) -> str:
     """Apply one operator transition; returns the new state."""
     refuse_secrets(reason_ref)  # the journal can never be erased
-    with parts.store.transaction() as tx:
+    with deps.store.transaction() as tx:
         record = tx.record(scope, record_id)
         if record is None:
             raise ContractError(ErrorCode.NOT_FOUND)
@@ -38,15 +38,15 @@ def transition(parts: Parts, scope: tuple[str, str], record_id: str, operation: 
             instant(now_ms()),
         )
         tx.set_record_state(scope, record_id, target, drop_body=False)
-    parts.projector.catch_up(scope)
+    deps.projector.catch_up(scope)
     return target
 
 
-def expire_due(parts: Parts, at_ms: int | None = None) -> list[tuple[tuple[str, str], str]]:
+def expire_due(deps: Dependencies, at_ms: int | None = None) -> list[tuple[tuple[str, str], str]]:
     """Expire every record whose retention `expires_at` has passed."""
     at = now_ms() if at_ms is None else at_ms
     expired = []
-    for row in parts.store.due_for_expiry(at):
-        transition(parts, row.scope, row.record_id, "expire", "retention:expires_at")
+    for row in deps.store.due_for_expiry(at):
+        transition(deps, row.scope, row.record_id, "expire", "retention:expires_at")
         expired.append((row.scope, row.record_id))
     return expired

@@ -18,7 +18,7 @@ from engram.service.store.base import RecordRow
 
 from .clock import instant, now_ms
 from .context import CallContext
-from .parts import Parts
+from .dependencies import Dependencies
 from .records import authorization_receipt, disclose, record_aad
 from .sealing import SealBroken
 
@@ -46,10 +46,10 @@ def revalidation_receipt(rows: list[RecordRow], as_of_ms: int, cursor: int) -> d
     )
 
 
-def disclosed_record(parts: Parts, row: RecordRow) -> tuple[dict[str, Any], list[str], str]:
+def disclosed_record(deps: Dependencies, row: RecordRow) -> tuple[dict[str, Any], list[str], str]:
     """Open the record's body and redact it; BLOB_MISSING if the body cannot be opened."""
     try:
-        body = parts.vault.open_json(
+        body = deps.vault.open_json(
             row.key_id, row.sealed, record_aad(row.scope, row.record_id), wrapped=row.wrapped_key
         )
     except SealBroken:
@@ -64,17 +64,17 @@ def disclosed_record(parts: Parts, row: RecordRow) -> tuple[dict[str, Any], list
     )
 
 
-def get(parts: Parts, ctx: CallContext, args: GetInput) -> dict[str, Any]:
+def get(deps: Dependencies, ctx: CallContext, args: GetInput) -> dict[str, Any]:
     at = now_ms()
     # The row and its data key are read in one snapshot: a forget committing in between
     # would otherwise leave an eligible-looking row whose key is already gone.
-    with parts.store.reader() as tx:
+    with deps.store.reader() as tx:
         row = tx.record(ctx.scope, args.record_id)
-        cursor = parts.store.scope_cursor(ctx.scope)
+        cursor = deps.store.scope_cursor(ctx.scope)
         if not eligible(row, at):
             raise ContractError(ErrorCode.NOT_FOUND)
         assert row is not None
-        record, redacted, redaction_digest = disclosed_record(parts, row)
+        record, redacted, redaction_digest = disclosed_record(deps, row)
     read_receipt = seal_receipt(
         DigestKind.READ_RECEIPT,
         {

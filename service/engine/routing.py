@@ -43,7 +43,7 @@ from engram.ranking.read_write_lock import ReadWriteLock
 from engram.service.store.base import Route, Scope, SharedStore
 
 from .clock import now_ms
-from .parts import Parts
+from .dependencies import Dependencies
 from .records import scope_key
 from .replica import LIVE_WITHIN_MS
 
@@ -118,7 +118,7 @@ class Routing:
             return self._locks.setdefault(scope, ReadWriteLock())
 
     # -- following ------------------------------------------------------------------------
-    def follow(self, parts: Parts, scope: Scope) -> None:
+    def follow(self, deps: Dependencies, scope: Scope) -> None:
         """The follower's step for a woken scope: catch it up when this replica projects
         it, else delete whatever of it this replica still keeps; acknowledge the route
         version followed (what a move waits for)."""
@@ -126,25 +126,25 @@ class Routing:
         if route is None:
             return
         if self.group in (route.group, route.moving_to):
-            parts.projector.catch_up(scope)
+            deps.projector.catch_up(scope)
             self._acknowledge(scope, route)
-        elif self.release(parts, scope) or route.version > 1:
+        elif self.release(deps, scope) or route.version > 1:
             self._acknowledge(scope, route)
 
-    def release(self, parts: Parts, scope: Scope) -> bool:
+    def release(self, deps: Dependencies, scope: Scope) -> bool:
         """Delete the scope's index files here once no call holds it; True when there
         was something to delete."""
         key = scope_key(scope)
-        if not parts.ranker.holds(key):
+        if not deps.ranker.holds(key):
             return False
-        with self._lock(scope).write(), parts.projector.exclusive(scope):
+        with self._lock(scope).write(), deps.projector.exclusive(scope):
             if self.projects(scope):  # routed back meanwhile
                 return False
-            parts.ranker.drop(key)
+            deps.ranker.drop(key)
         logger.info("released scope %s/%s (now routed to another group)", *scope)
         return True
 
-    def release_unheld(self, parts: Parts) -> int:
+    def release_unheld(self, deps: Dependencies) -> int:
         """At start: delete the scopes kept here that this replica's group no longer
         projects (moved away while it was down). Returns how many."""
         if self.group is None:
@@ -153,7 +153,7 @@ class Routing:
         released = 0
         for scope in self.store.scopes():
             route = routes.get(scope)
-            if (route is None or self.group not in (route.group, route.moving_to)) and self.release(parts, scope):
+            if (route is None or self.group not in (route.group, route.moving_to)) and self.release(deps, scope):
                 released += 1
                 if route is not None:
                     self._acknowledge(scope, route)

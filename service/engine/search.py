@@ -29,8 +29,8 @@ from engram.ranking.query_time import QueryTime
 
 from .clock import instant, now_ms, parse_instant
 from .context import CallContext
+from .dependencies import Dependencies
 from .paging import PagePosition, Snapshot
-from .parts import Parts
 from .projector import ProjectionView
 from .reading import disclosed_record, eligible, revalidation_receipt
 from .records import authorization_receipt, scope_key
@@ -57,9 +57,9 @@ LEXICAL_LAG_BOUND = 1000
 CATCH_UP_WAIT_S = 0.25
 
 
-def semantic_problem(parts: Parts, scope: tuple[str, str], view: ProjectionView) -> str | None:
+def semantic_problem(deps: Dependencies, scope: tuple[str, str], view: ProjectionView) -> str | None:
     """Why the semantic channel cannot serve this scope now, or None when it can."""
-    reason = parts.ranker.semantic_health(scope_key(scope))
+    reason = deps.ranker.semantic_health(scope_key(scope))
     if reason is not None:
         return reason
     if view.lags.get("semantic", 0) > SEMANTIC_LAG_BOUND:
@@ -67,12 +67,12 @@ def semantic_problem(parts: Parts, scope: tuple[str, str], view: ProjectionView)
     return None
 
 
-def require_current_projection(parts: Parts, scope: tuple[str, str]) -> ProjectionView:
+def require_current_projection(deps: Dependencies, scope: tuple[str, str]) -> ProjectionView:
     """Catch the scope's projections up, or refuse: PROJECTION_STALE (retriable) while
     the lexical channel trails the journal and cannot be caught up now (warm-up,
     rebuild, a dropped legacy layout being re-projected). Returns the view the search
     then works from (one reading of the journal head and the channel cursors)."""
-    projector = parts.projector
+    projector = deps.projector
     caught_up, view = projector.try_catch_up(scope, CATCH_UP_WAIT_S)
     if caught_up:
         return view
@@ -82,18 +82,18 @@ def require_current_projection(parts: Parts, scope: tuple[str, str]) -> Projecti
     return view
 
 
-def require_index_present(parts: Parts, scope: tuple[str, str]) -> None:
+def require_index_present(deps: Dependencies, scope: tuple[str, str]) -> None:
     """A scope that holds current records but has no lexical index on disk has lost its
     index: RANKING_UNAVAILABLE (retriable; `engram admin rebuild-projections`), never
     an empty list that reads as "no match"."""
-    if parts.ranker.lexical_present(scope_key(scope)):
+    if deps.ranker.lexical_present(scope_key(scope)):
         return
-    if parts.store.live_count(scope) > 0:
+    if deps.store.live_count(scope) > 0:
         raise ContractError(ErrorCode.RANKING_UNAVAILABLE)
 
 
-def choose_profile(parts: Parts, scope: tuple[str, str], minimum: str, view: ProjectionView) -> Profile:
-    healthy = semantic_problem(parts, scope, view) is None
+def choose_profile(deps: Dependencies, scope: tuple[str, str], minimum: str, view: ProjectionView) -> Profile:
+    healthy = semantic_problem(deps, scope, view) is None
     if minimum == "lexical_and_semantic" and not healthy:
         raise ContractError(ErrorCode.RANKING_UNAVAILABLE)
     return HYBRID_PROFILE if healthy else LEXICAL_PROFILE
@@ -104,14 +104,16 @@ def request_fields(args: SearchInput) -> dict[str, Any]:
     return args.model_dump(exclude_none=True, exclude={"page_cursor"})
 
 
-def _rank(parts: Parts, ctx: CallContext, args: SearchInput, valid_as_of: int, view: ProjectionView) -> RankedList:
+def _rank(
+    deps: Dependencies, ctx: CallContext, args: SearchInput, valid_as_of: int, view: ProjectionView
+) -> RankedList:
     """Rank with the chosen profile; a semantic fault mid-search falls back to the
     lexical profile over the lexical hits already found, unless the caller requires
     both channels (then RANKING_UNAVAILABLE)."""
-    profile = choose_profile(parts, ctx.scope, args.capability_policy.minimum_channels, view)
+    profile = choose_profile(deps, ctx.scope, args.capability_policy.minimum_channels, view)
     both = args.capability_policy.minimum_channels == "lexical_and_semantic"
     try:
-        return parts.ranker.search(
+        return deps.ranker.search(
             scope_key(ctx.scope),
             args.query,
             profile,
@@ -124,28 +126,30 @@ def _rank(parts: Parts, ctx: CallContext, args: SearchInput, valid_as_of: int, v
 
 
 def _snapshot_for(
-    parts: Parts, ctx: CallContext, args: SearchInput, binding: str, pinned_valid_as_of: int | None
+    deps: Dependencies, ctx: CallContext, args: SearchInput, binding: str, pinned_valid_as_of: int | None
 ) -> tuple[Snapshot, PagePosition, dict[str, int]]:
     """The snapshot to page through, where this page starts, and the channel cursors
     the receipt names (for a first page, those the ranking ran at)."""
     if args.page_cursor is None:
-        view = require_current_projection(parts, ctx.scope)
-        require_index_present(parts, ctx.scope)
+        view = require_current_projection(deps, ctx.scope)
+        require_index_present(deps, ctx.scope)
         valid_as_of = now_ms() if pinned_valid_as_of is None else pinned_valid_as_of
-        ranked = _rank(parts, ctx, args, valid_as_of, view)
-        snap = parts.snapshots.put(ctx.tenant, ranked, view.head, valid_as_of)
+        ranked = _rank(deps, ctx, args, valid_as_of, view)
+        snap = deps.snapshots.put(ctx.tenant, ranked, view.head, valid_as_of)
         return snap, PagePosition(snap.snapshot_id, 0, 0), view.cursors
-    position = parts.snapshots.decode(args.page_cursor, binding)
-    snap = parts.snapshots.get(position.snapshot_id)
-    return snap, position, parts.ranker.projection_cursor(scope_key(ctx.scope))
+    position = deps.snapshots.decode(args.page_cursor, binding)
+    snap = deps.snapshots.get(position.snapshot_id)
+    return snap, position, deps.ranker.projection_cursor(scope_key(ctx.scope))
 
 
-def search(parts: Parts, ctx: CallContext, args: SearchInput, *, valid_as_of_ms: int | None = None) -> dict[str, Any]:
+def search(
+    deps: Dependencies, ctx: CallContext, args: SearchInput, *, valid_as_of_ms: int | None = None
+) -> dict[str, Any]:
     """`valid_as_of_ms` pins the first page's valid time (receipt replay); callers on
     the agent path leave it to the clock."""
     request = request_fields(args)
     binding = digest(DigestKind.QUERY, {"scope": scope_key(ctx.scope), "request": request, "purpose": ctx.purpose})
-    snap, position, cursors = _snapshot_for(parts, ctx, args, binding, valid_as_of_ms)
+    snap, position, cursors = _snapshot_for(deps, ctx, args, binding, valid_as_of_ms)
     ranked = snap.ranked
     ordered = ranked.candidates
 
@@ -165,14 +169,14 @@ def search(parts: Parts, ctx: CallContext, args: SearchInput, *, valid_as_of_ms:
     while scan < len(ordered) and len(page) < args.limit:
         window = ordered[scan : scan + size]
         size *= 2
-        rows = parts.store.records(ctx.scope, [c.record_id for c in window])
+        rows = deps.store.records(ctx.scope, [c.record_id for c in window])
         for contribution in window:
             scan += 1
             row = rows.get(contribution.record_id)
             if not eligible(row, snap.valid_as_of_ms, checked_at):
                 continue
             checked.append(row)
-            record, redacted, redaction_digest = disclosed_record(parts, row)
+            record, redacted, redaction_digest = disclosed_record(deps, row)
             wire = contribution_wire(contribution, contribution.decimals)
             page.append(PageEntry(scan, wire, record, redacted, redaction_digest))
             if len(page) == args.limit:
@@ -201,7 +205,7 @@ def search(parts: Parts, ctx: CallContext, args: SearchInput, *, valid_as_of_ms:
         receipt = _receipt(fixed, [entry.contribution for entry in chosen], position)
         value: dict[str, Any] = {"records": records, "rank_receipt": receipt}
         if resume < len(ordered):
-            value["next_page_cursor"] = parts.snapshots.encode(
+            value["next_page_cursor"] = deps.snapshots.encode(
                 PagePosition(snap.snapshot_id, resume, position.returned + count), binding
             )
         value["response_digest"] = digest(DigestKind.RESPONSE, value)
@@ -281,7 +285,7 @@ def _receipt(fixed: dict[str, Any], chosen: list[dict[str, Any]], position: Page
     )
 
 
-def replay(parts: Parts, ctx: CallContext, args: SearchInput, receipt: dict[str, Any]) -> dict[str, Any]:
+def replay(deps: Dependencies, ctx: CallContext, args: SearchInput, receipt: dict[str, Any]) -> dict[str, Any]:
     """Re-run the first page a rank receipt describes, pinned to its valid_as_of, and
     compare. The order can only match while the scope's projection is unchanged since
     the receipt's system_as_of and the profile configuration is the same; the answer
@@ -290,7 +294,7 @@ def replay(parts: Parts, ctx: CallContext, args: SearchInput, receipt: dict[str,
         raise ContractError(ErrorCode.INVALID_SCHEMA)
     if digest(DigestKind.REQUEST, args.model_dump(exclude_none=True)) != receipt["request_digest"]:
         raise ContractError(ErrorCode.DIGEST_CONFLICT)
-    again = search(parts, ctx, args, valid_as_of_ms=parse_instant(receipt["valid_as_of"]))["rank_receipt"]
+    again = search(deps, ctx, args, valid_as_of_ms=parse_instant(receipt["valid_as_of"]))["rank_receipt"]
     return {
         "match": again["ordered_ids_digest"] == receipt["ordered_ids_digest"],
         "ordered_ids_digest": again["ordered_ids_digest"],

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from engram.service.store.base import Scope, StateCounts
 
-from .parts import Parts
+from .dependencies import Dependencies
 
 
 @dataclass(frozen=True)
@@ -22,8 +22,8 @@ class ScopeStats:
     projection_lag: dict[str, int]
 
 
-def scope_stats(parts: Parts) -> list[ScopeStats]:
+def scope_stats(deps: Dependencies) -> list[ScopeStats]:
     """One entry per scope the store knows."""
     return [
-        ScopeStats(scope, parts.store.state_counts(scope), parts.projector.lag(scope)) for scope in parts.store.scopes()
+        ScopeStats(scope, deps.store.state_counts(scope), deps.projector.lag(scope)) for scope in deps.store.scopes()
     ]

@@ -23,10 +23,10 @@ from engram.service.store.base import JournalEvent, Store, Transaction
 
 from .clock import instant, now_ms
 from .context import CallContext
+from .dependencies import Dependencies
 from .gates import check_confirmation, claim_key
 from .idempotency import find_replay, intent_hash, reserve, rewrite
 from .lifecycle import require_forgettable, require_pending
-from .parts import Parts
 from .records import authorization_receipt, scope_key, transaction_receipt
 from .sealing import record_shred, shred_digest, shred_entries
 
@@ -55,7 +55,7 @@ Effect = Callable[[Transaction, int], tuple[str, str, JournalEvent, Shred | None
 
 
 def _transition(
-    parts: Parts,
+    deps: Dependencies,
     ctx: CallContext,
     tool: str,
     operation: str,
@@ -72,7 +72,7 @@ def _transition(
     projection_invalidation."""
     intent = intent_hash(tool, arguments)
     key = arguments["idempotency_key"]
-    with parts.store.transaction() as tx:
+    with deps.store.transaction() as tx:
         at = now_ms()
         replay = find_replay(tx, ctx.scope, ctx.principal, key, tool, intent)
         if replay is not None:
@@ -84,8 +84,8 @@ def _transition(
             # Recorded once the gate passed and before commit, so a restore of any earlier
             # backup applies it (`engram admin restore`, `apply-shred-ledger`); should the
             # commit then fail, those forget what the confirmed call meant to forget anyway.
-            record_shred(parts.vault.ring.key_dir, shred.kind, ctx.scope, shred.subject)
-            made = parts.store.journal_digests(ctx.scope, [shred.made_cursor]).get(shred.made_cursor)
+            record_shred(deps.vault.ring.key_dir, shred.kind, ctx.scope, shred.subject)
+            made = deps.store.journal_digests(ctx.scope, [shred.made_cursor]).get(shred.made_cursor)
         auth = authorization_receipt(ctx, tool, at)
         receipt = {
             "event_id": event.event_id,
@@ -105,7 +105,7 @@ def _transition(
         # Committed for certain: an open of a store that has the subject but not this
         # event (restored from before it) re-applies it.
         record_shred(
-            parts.vault.ring.key_dir,
+            deps.vault.ring.key_dir,
             shred.kind,
             ctx.scope,
             shred.subject,
@@ -115,13 +115,13 @@ def _transition(
     return result, False
 
 
-def _finish(parts: Parts, ctx: CallContext, key: str, result: dict[str, Any]) -> dict[str, Any]:
-    with parts.store.transaction() as tx:
+def _finish(deps: Dependencies, ctx: CallContext, key: str, result: dict[str, Any]) -> dict[str, Any]:
+    with deps.store.transaction() as tx:
         rewrite(tx, ctx.scope, ctx.principal, key, result)
     return result
 
 
-def withdraw(parts: Parts, ctx: CallContext, args: WithdrawInput) -> dict[str, Any]:
+def withdraw(deps: Dependencies, ctx: CallContext, args: WithdrawInput) -> dict[str, Any]:
     arguments = args.model_dump(exclude_none=True)
 
     def effect(tx: Transaction, at: int) -> tuple[str, str, JournalEvent, Shred | None]:
@@ -144,17 +144,17 @@ def withdraw(parts: Parts, ctx: CallContext, args: WithdrawInput) -> dict[str, A
         return "pending", "withdrawn", event, shred
 
     result, was_replay = _transition(
-        parts, ctx, WITHDRAW, "withdraw", args.candidate_id, arguments, effect, {"key_destruction": "pending"}
+        deps, ctx, WITHDRAW, "withdraw", args.candidate_id, arguments, effect, {"key_destruction": "pending"}
     )
     if was_replay:
         return result
-    destroyed = parts.store.purge_freed_pages()
+    destroyed = deps.store.purge_freed_pages()
     return _finish(
-        parts, ctx, args.idempotency_key, {**result, "key_destruction": "complete" if destroyed else "pending"}
+        deps, ctx, args.idempotency_key, {**result, "key_destruction": "complete" if destroyed else "pending"}
     )
 
 
-def forget(parts: Parts, ctx: CallContext, args: ForgetInput) -> dict[str, Any]:
+def forget(deps: Dependencies, ctx: CallContext, args: ForgetInput) -> dict[str, Any]:
     arguments = args.model_dump(exclude_none=True)
 
     def effect(tx: Transaction, at: int) -> tuple[str, str, JournalEvent, Shred | None]:
@@ -176,19 +176,19 @@ def forget(parts: Parts, ctx: CallContext, args: ForgetInput) -> dict[str, Any]:
         return record.state, "tombstoned", event, Shred("record", record.record_id, record.accepted_cursor)
 
     result, was_replay = _transition(
-        parts, ctx, FORGET, "tombstone", args.record_id, arguments, effect, {"projection_invalidation": "pending"}
+        deps, ctx, FORGET, "tombstone", args.record_id, arguments, effect, {"projection_invalidation": "pending"}
     )
     if was_replay:
         return result
-    if parts.store.live_count(ctx.scope) > INLINE_PURGE_LIMIT:
+    if deps.store.live_count(ctx.scope) > INLINE_PURGE_LIMIT:
         # Logically gone at once (search re-checks the store, the projector drops it);
         # the physical rewrite of a large scope's index runs in the background sweeper.
-        parts.projector.catch_up(ctx.scope)
-        parts.sweeper.schedule(lambda: sweep_pending(parts))
-        return _finish(parts, ctx, args.idempotency_key, result)
-    coverage = invalidate(parts, ctx.scope, [args.record_id], peers_wait_s=PEER_PURGE_WAIT_S)
+        deps.projector.catch_up(ctx.scope)
+        deps.sweeper.schedule(lambda: sweep_pending(deps))
+        return _finish(deps, ctx, args.idempotency_key, result)
+    coverage = invalidate(deps, ctx.scope, [args.record_id], peers_wait_s=PEER_PURGE_WAIT_S)
     return _finish(
-        parts,
+        deps,
         ctx,
         args.idempotency_key,
         {
@@ -200,20 +200,20 @@ def forget(parts: Parts, ctx: CallContext, args: ForgetInput) -> dict[str, Any]:
 
 
 def invalidate(
-    parts: Parts, scope: tuple[str, str], record_ids: list[str], *, peers_wait_s: float = 0.0
+    deps: Dependencies, scope: tuple[str, str], record_ids: list[str], *, peers_wait_s: float = 0.0
 ) -> dict[str, Any]:
     """Remove records from every projection and purge their bytes; a coverage receipt
     says what was reached. With replicas, this one's purge is acknowledged in the store
     and `complete` also needs every live replica's (waiting up to `peers_wait_s`)."""
-    parts.projector.catch_up(scope)
-    indexes = parts.ranker.purge(scope_key(scope), record_ids)
-    store = parts.store.purge_freed_pages()
+    deps.projector.catch_up(scope)
+    indexes = deps.ranker.purge(scope_key(scope), record_ids)
+    store = deps.store.purge_freed_pages()
     replicas = True
     if indexes and store:
-        if parts.replica is None:
-            parts.store.clear_pending_purges(scope, record_ids)
+        if deps.replica is None:
+            deps.store.clear_pending_purges(scope, record_ids)
         else:
-            replicas = parts.replica.acknowledge(scope, record_ids, peers_wait_s)
+            replicas = deps.replica.acknowledge(scope, record_ids, peers_wait_s)
     return seal_receipt(
         DigestKind.COVERAGE_RECEIPT,
         {
@@ -226,13 +226,13 @@ def invalidate(
     )
 
 
-def sweep_pending(parts: Parts) -> int:
+def sweep_pending(deps: Dependencies) -> int:
     """Purge every record a forget left pending (with replicas: pending here, on this
     replica's indexes); returns how many scopes were swept."""
-    pending = parts.store.pending_purges() if parts.replica is None else parts.replica.awaiting()
+    pending = deps.store.pending_purges() if deps.replica is None else deps.replica.awaiting()
     for scope, record_ids in pending.items():
-        invalidate(parts, scope, record_ids)
-    parts.store.purge_freed_pages()
+        invalidate(deps, scope, record_ids)
+    deps.store.purge_freed_pages()
     return len(pending)
 
 

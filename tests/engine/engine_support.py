@@ -72,7 +72,7 @@ def tamper(eng: Engine, statement: str) -> None:
     """Run one raw SQL statement behind the engine's back (tampering tests), on
     whichever store it opened."""
     if Backend.database_url is None:
-        eng.parts.store._writer.execute(statement)  # noqa: SLF001
+        eng.deps.store._writer.execute(statement)  # noqa: SLF001
         return
     import psycopg
 

@@ -29,7 +29,7 @@ def test_operator_accepts_a_held_candidate_under_a_new_record_id(engine) -> None
     outcome = engine.adjudicate(ctx.scope, candidate, "accept", "reason:reviewed")
     assert outcome["status"] == "accepted" and outcome["record_id"].startswith("mem_")
     assert outcome["record_id"] in search_ids(engine, ctx, "gantry crane inspection")
-    row = engine.parts.store.records(ctx.scope, [outcome["record_id"]])[outcome["record_id"]]
+    row = engine.deps.store.records(ctx.scope, [outcome["record_id"]])[outcome["record_id"]]
     assert row.state == "accepted_current"
     with pytest.raises(ContractError) as again:
         engine.adjudicate(ctx.scope, candidate, "reject", "reason:second-thoughts")
@@ -39,11 +39,11 @@ def test_operator_accepts_a_held_candidate_under_a_new_record_id(engine) -> None
 def test_operator_rejects_and_the_body_key_is_destroyed(engine) -> None:
     ctx = context()
     candidate = _held(engine, ctx, "the harbour pilot roster is kept in the blue binder")
-    with engine.parts.store.reader() as tx:
+    with engine.deps.store.reader() as tx:
         key_id = tx.candidate(ctx.scope, candidate).key_id
-    assert engine.parts.store.wrapped_key(key_id) is not None
+    assert engine.deps.store.wrapped_key(key_id) is not None
     assert engine.adjudicate(ctx.scope, candidate, "reject", "reason:stale")["status"] == "rejected"
-    assert engine.parts.store.wrapped_key(key_id) is None
+    assert engine.deps.store.wrapped_key(key_id) is None
     assert search_ids(engine, ctx, "harbour pilot roster") == []
 
 

@@ -16,19 +16,19 @@ def test_large_scope_forget_is_pending_then_swept(engine, monkeypatch) -> None:
     ctx = context()
     keep = accept(engine, ctx, "the lighthouse keeper logs tide tables nightly")
     gone = accept(engine, ctx, "the quorvexan ledger migrates on thursdays")
-    data_dir = engine.parts.data_dir
+    data_dir = engine.deps.data_dir
     assert _files_hold(data_dir, b"quorvexan")  # positive control
 
     monkeypatch.setattr(transitions, "INLINE_PURGE_LIMIT", 0)  # 1 live record left
-    monkeypatch.setattr(engine.parts.sweeper, "schedule", lambda sweep: None)  # hold it back
+    monkeypatch.setattr(engine.deps.sweeper, "schedule", lambda sweep: None)  # hold it back
     result = forget(engine, ctx, gone)
     assert result["projection_invalidation"] == "pending"
     assert "coverage_receipt_digest" not in result
     assert gone not in search_ids(engine, ctx, "quorvexan ledger")  # logically gone at once
-    assert engine.parts.store.pending_purges() == {ctx.scope: [gone]}
+    assert engine.deps.store.pending_purges() == {ctx.scope: [gone]}
 
     assert engine.sweep_invalidations() == 1
-    assert engine.parts.store.pending_purges() == {}
+    assert engine.deps.store.pending_purges() == {}
     assert not _files_hold(data_dir, b"quorvexan")
     assert keep in search_ids(engine, ctx, "lighthouse keeper")
     assert engine.sweep_invalidations() == 0  # nothing left: no needless rewrite
@@ -39,6 +39,6 @@ def test_scheduled_sweep_runs_in_the_background(engine, monkeypatch) -> None:
     gone = accept(engine, ctx, "the zentrabique archive closes at dusk")
     monkeypatch.setattr(transitions, "INLINE_PURGE_LIMIT", -1)
     assert forget(engine, ctx, gone)["projection_invalidation"] == "pending"
-    assert engine.parts.sweeper.wait_idle(timeout=30)
-    assert engine.parts.store.pending_purges() == {}
-    assert not _files_hold(engine.parts.data_dir, b"zentrabique")
+    assert engine.deps.sweeper.wait_idle(timeout=30)
+    assert engine.deps.store.pending_purges() == {}
+    assert not _files_hold(engine.deps.data_dir, b"zentrabique")

@@ -62,17 +62,17 @@ def test_forgotten_after_the_backup_stays_forgotten(engine, tmp_path, include_ke
     forget(engine, ctx, doomed)
     withdraw(engine, ctx, cap["candidate_id"])
     # the live keys (with the shred ledger written since the backup) travel to the restore
-    keys = export_keys(engine.parts.vault.ring.key_dir, tmp_path / "exported")
+    keys = export_keys(engine.deps.vault.ring.key_dir, tmp_path / "exported")
     restored = _restore(backup, tmp_path / "restored", keys)
     try:
         assert get(restored, ctx, kept)["record"]["record_id"] == kept
         assert error_of(get, restored, ctx, doomed).code is ErrorCode.NOT_FOUND
         assert doomed not in search_ids(restored, ctx, "harbour pilots forgotten")
-        with restored.parts.store.reader() as tx:
+        with restored.deps.store.reader() as tx:
             assert tx.candidate(ctx.scope, cap["candidate_id"]).state == "withdrawn"
-        restored.parts.store.purge_freed_pages()
+        restored.deps.store.purge_freed_pages()
         assert files_containing(tmp_path / "restored", marker.encode()) == []
-        events = [e.kind for e in restored.parts.store.events(ctx.scope) if e.subject == doomed]
+        events = [e.kind for e in restored.deps.store.events(ctx.scope) if e.subject == doomed]
         assert events[-1] == "record_tombstoned"
     finally:
         restored.close()
@@ -82,10 +82,10 @@ def test_a_restore_with_a_kek_missing_is_refused(engine, tmp_path) -> None:
     ctx = context()
     accept(engine, ctx, "A record wrapped by the first KEK.")
     backup = engine.backup(tmp_path / "backup")
-    old = export_keys(engine.parts.vault.ring.key_dir, tmp_path / "old-keys")
+    old = export_keys(engine.deps.vault.ring.key_dir, tmp_path / "old-keys")
     engine.rotate_kek()  # the live keys no longer hold the KEK the backup's keys need
     with pytest.raises(Exception) as err:
-        _restore(backup, tmp_path / "restored", engine.parts.vault.ring.key_dir)
+        _restore(backup, tmp_path / "restored", engine.deps.vault.ring.key_dir)
     assert getattr(err.value, "code", None) is ErrorCode.BACKUP_INVALID
     restored = _restore(backup, tmp_path / "restored-2", old)  # the export made then works
     restored.close()
@@ -97,7 +97,7 @@ def test_restore_does_not_re_embed_carried_vectors(engine, tmp_path) -> None:
     backup = engine.backup(tmp_path / "backup")
     assert (backup / "index" / "semantic").is_dir()
     encoder = CountingEncoder()
-    restored = _restore(backup, tmp_path / "restored", engine.parts.vault.ring.key_dir, encoder)
+    restored = _restore(backup, tmp_path / "restored", engine.deps.vault.ring.key_dir, encoder)
     try:
         assert encoder.texts == 0  # warm-up caught the lexical channel up only
         assert set(search_ids(restored, ctx, "lighthouse lamp trimmed", limit=10)) == set(rids)

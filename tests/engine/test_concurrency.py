@@ -91,7 +91,7 @@ def test_a_held_mutation_does_not_block_another_scopes_searches(engine, monkeypa
         assert release.wait(120)
 
     if hold == "transaction":
-        vault, seal = engine.parts.vault, engine.parts.vault.seal_many
+        vault, seal = engine.deps.vault, engine.deps.vault.seal_many
 
         def held_seal(tx, bodies):  # the accepted record's body, sealed inside the transaction
             if any(aad.startswith(f"record\0{a.tenant}\0{a.workspace}\0") for _, aad in bodies):
@@ -100,7 +100,7 @@ def test_a_held_mutation_does_not_block_another_scopes_searches(engine, monkeypa
 
         monkeypatch.setattr(vault, "seal_many", held_seal)
     else:
-        ranker, apply = engine.parts.ranker, engine.parts.ranker.apply
+        ranker, apply = engine.deps.ranker, engine.deps.ranker.apply
 
         def held_apply(key, *args, **kwargs):
             if key == scope_key(a.scope):

@@ -44,7 +44,7 @@ def target_for(engine, ctx, tool: str) -> tuple[str, dict]:
 
 
 def state_of(engine, ctx, tool: str, target: str) -> str:
-    with engine.parts.store.reader() as tx:
+    with engine.deps.store.reader() as tx:
         row = tx.candidate(ctx.scope, target) if tool == WITHDRAW else tx.record(ctx.scope, target)
     return row.state
 
@@ -100,11 +100,11 @@ def test_unusable_confirmation_is_gate_failed(engine, tool: str, case: str) -> N
     ctx = context()
     target, args = target_for(engine, ctx, tool)
     before = state_of(engine, ctx, tool, target)
-    cursor = engine.parts.store.scope_cursor(ctx.scope)
+    cursor = engine.deps.store.scope_cursor(ctx.scope)
     err = error_of(engine.execute, tool, BAD[case](ctx, tool, target, args), args)
     assert err.code is GATE and not err.retriable
     assert state_of(engine, ctx, tool, target) == before
-    assert engine.parts.store.scope_cursor(ctx.scope) == cursor
+    assert engine.deps.store.scope_cursor(ctx.scope) == cursor
     # the key was not consumed: the same call with a good confirmation goes through
     out = engine.execute(tool, good(ctx, tool, target, args), args)
     assert out["replayed"] is False
@@ -173,7 +173,7 @@ def test_capture_marked_confirmation_required(engine) -> None:
     other_content = capture_args("Other content.", idempotency_key=args["idempotency_key"])
     mismatched = good(ctx, CAPTURE, args["idempotency_key"], other_content)
     assert error_of(engine.execute, CAPTURE, mismatched, args).code is GATE
-    assert engine.parts.store.scope_cursor(ctx.scope) == 0
+    assert engine.deps.store.scope_cursor(ctx.scope) == 0
     out = engine.execute(CAPTURE, confirmed(ctx, CAPTURE, args["idempotency_key"], args), args)
     assert out["status"] == "committed_pending"
     # marking capture does not mark admission
@@ -187,7 +187,7 @@ def test_admission_marked_confirmation_required(engine) -> None:
     assert error_of(engine.execute, REQUEST_ADMISSION, ctx, args).code is GATE
     wrong = good(ctx, REQUEST_ADMISSION, cap["candidate_id"], args, capability=CAPTURE)
     assert error_of(engine.execute, REQUEST_ADMISSION, wrong, args).code is GATE
-    with engine.parts.store.reader() as tx:
+    with engine.deps.store.reader() as tx:
         assert tx.candidate(ctx.scope, cap["candidate_id"]).state == "pending"
     out = engine.execute(REQUEST_ADMISSION, good(ctx, REQUEST_ADMISSION, cap["candidate_id"], args), args)
     assert out["outcome"]["status"] == "accepted"

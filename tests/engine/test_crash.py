@@ -113,7 +113,7 @@ def check_state(engine, acks: list[dict], in_flight: list[dict], seed: int, data
     for ack in acks:
         if ack["tool"] == CAPTURE:
             texts[ack["result"]["candidate_id"]] = ack["args"]["payload"]["components"][0]["text"].split()[1]
-    with engine.parts.store.reader() as tx:
+    with engine.deps.store.reader() as tx:
         for ack in acks:
             tool, args, result = ack["tool"], ack["args"], ack["result"]
             if tool == CAPTURE:
@@ -139,8 +139,8 @@ def check_state(engine, acks: list[dict], in_flight: list[dict], seed: int, data
 
     # projections agree with the store: live records are found by their token, forgotten
     # ones are gone from the indexes and from every file
-    live = {row.record_id: row for row in engine.parts.store.live_records(scope)}
-    gone = engine.parts.store.records_in_state("tombstoned", scope)
+    live = {row.record_id: row for row in engine.deps.store.live_records(scope)}
+    gone = engine.deps.store.records_in_state("tombstoned", scope)
     token_of = {}
     for row in [*live.values(), *gone]:
         token_of[row.record_id] = texts.get(row.candidate_id)

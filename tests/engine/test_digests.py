@@ -293,7 +293,7 @@ def test_receipt_digest_excludes_itself() -> None:
 
 
 def events_by_cursor(engine, scope) -> dict[int, object]:
-    return {e.cursor: e for e in engine.parts.store.events(scope)}
+    return {e.cursor: e for e in engine.deps.store.events(scope)}
 
 
 def auth_receipt_digest(ctx, tool: str, issued_at: str) -> str:
@@ -330,7 +330,7 @@ def test_journal_event_digests_chain(engine) -> None:
     rid = accept(engine, ctx, "The ledger uses strict serialisable transactions.")
     forget(engine, ctx, rid)
     previous = None
-    events = list(engine.parts.store.events(ctx.scope))
+    events = list(engine.deps.store.events(ctx.scope))
     assert [e.cursor for e in events] == list(range(1, len(events) + 1))
     for e in events:
         expected = digest(
@@ -408,7 +408,7 @@ def test_get_digests(engine) -> None:
     read = out["read_receipt"]
     assert receipt_digest(DigestKind.READ_RECEIPT, read) == read["receipt_digest"]
     assert read["record_id"] == rid and read["record_digest"] == cap["record_digest"]
-    assert read["system_as_of"] == str(engine.parts.store.scope_cursor(ctx.scope))
+    assert read["system_as_of"] == str(engine.deps.store.scope_cursor(ctx.scope))
     assert read["authorization_receipt_digest"] == auth_receipt_digest(ctx, GET, read["valid_as_of"])
     assert out["packet_digest"] == digest(DigestKind.PACKET, {k: v for k, v in out.items() if k != "packet_digest"})
     assert out["redaction_receipt_digest"] == digest(

@@ -44,11 +44,11 @@ def wire(value: dict) -> bytes:
 
 
 def event_count(engine, ctx, kind: str | None = None) -> int:
-    return sum(1 for e in engine.parts.store.events(ctx.scope) if kind is None or e.kind == kind)
+    return sum(1 for e in engine.deps.store.events(ctx.scope) if kind is None or e.kind == kind)
 
 
 def candidate_count(engine) -> int:
-    return engine.parts.store._read("SELECT COUNT(*) FROM candidates")[0][0]
+    return engine.deps.store._read("SELECT COUNT(*) FROM candidates")[0][0]
 
 
 # -- replays -------------------------------------------------------------------------------
@@ -175,7 +175,7 @@ def test_withdraw_replay_after_a_crash_before_the_purge(engine, monkeypatch) -> 
     ctx = context()
     _, cap = capture(engine, ctx, "A draft.")
     args = withdraw_args(cap["candidate_id"])
-    monkeypatch.setattr(engine.parts.store, "purge_freed_pages", crash)
+    monkeypatch.setattr(engine.deps.store, "purge_freed_pages", crash)
     with pytest.raises(Crash):
         withdraw(engine, ctx, cap["candidate_id"], args)
     monkeypatch.undo()

@@ -23,23 +23,23 @@ from engram.service.engine.sealing import SealBroken
 
 def candidate_secret(engine, ctx, candidate_id):
     """(key_id, sealed bytes, wrapped key bytes) of a candidate, read before an operation."""
-    with engine.parts.store.reader() as tx:
+    with engine.deps.store.reader() as tx:
         row = tx.candidate(ctx.scope, candidate_id)
-    wrapped, _ = engine.parts.store.wrapped_key(row.key_id)
+    wrapped, _ = engine.deps.store.wrapped_key(row.key_id)
     return row.key_id, row.sealed, wrapped
 
 
 def record_secret(engine, ctx, record_id):
-    with engine.parts.store.reader() as tx:
+    with engine.deps.store.reader() as tx:
         row = tx.record(ctx.scope, record_id)
-    wrapped, _ = engine.parts.store.wrapped_key(row.key_id)
+    wrapped, _ = engine.deps.store.wrapped_key(row.key_id)
     return row.key_id, row.sealed, wrapped
 
 
 def assert_shredded(engine, data_dir, key_id, sealed, wrapped, aad) -> None:
-    assert engine.parts.store.wrapped_key(key_id) is None
+    assert engine.deps.store.wrapped_key(key_id) is None
     with pytest.raises(SealBroken):
-        engine.parts.vault.open_json(key_id, sealed, aad)
+        engine.deps.vault.open_json(key_id, sealed, aad)
     assert files_containing(data_dir, wrapped) == []
     assert files_containing(data_dir, sealed) == []
     assert files_containing(data_dir, key_id.encode()) == []
@@ -57,7 +57,7 @@ def test_withdraw_destroys_the_candidate_key(engine, data_dir) -> None:
     key_id, sealed, wrapped = candidate_secret(engine, ctx, cap["candidate_id"])
     # control: before the withdrawal the bytes are on disk and the body opens
     assert files_containing(data_dir, wrapped) and files_containing(data_dir, sealed)
-    assert engine.parts.vault.open_json(key_id, sealed, aad)["payload"]["purpose_ref"]
+    assert engine.deps.vault.open_json(key_id, sealed, aad)["payload"]["purpose_ref"]
     out = withdraw(engine, ctx, cap["candidate_id"])
     assert out["key_destruction"] == "complete"
     assert {"engram.db", "engram.db-wal"} <= db_files(data_dir)
@@ -74,7 +74,7 @@ def test_acceptance_destroys_the_candidate_key(engine, data_dir) -> None:
     # the record lives under a key of its own
     r_key, r_sealed, _ = record_secret(engine, ctx, rid)
     assert r_key != key_id
-    assert engine.parts.vault.open_json(r_key, r_sealed, record_aad(ctx.scope, rid))["payload"]
+    assert engine.deps.vault.open_json(r_key, r_sealed, record_aad(ctx.scope, rid))["payload"]
 
 
 def test_rejection_destroys_the_candidate_key(make_engine, tmp_path) -> None:
@@ -147,14 +147,14 @@ def test_shredding_with_many_keys_and_large_bodies(engine, data_dir) -> None:
         admit(engine, ctx, c["candidate_id"])
     blobs = [p.read_bytes() for p in sorted(data_dir.rglob("*")) if p.is_file()]
     for (key_id, sealed, wrapped), cap in zip(secrets, doomed):
-        assert engine.parts.store.wrapped_key(key_id) is None
+        assert engine.deps.store.wrapped_key(key_id) is None
         assert not any(wrapped in blob for blob in blobs), cap["candidate_id"]
         assert not any(sealed[:64] in blob for blob in blobs), cap["candidate_id"]
     # the survivors are intact
     survivor = caps[1]
     key_id, sealed, wrapped = candidate_secret(engine, ctx, survivor["candidate_id"])
     assert any(wrapped in blob for blob in blobs), "control: a live key is found by the scan"
-    assert engine.parts.vault.open_json(key_id, sealed, candidate_aad(ctx.scope, survivor["candidate_id"]))
+    assert engine.deps.vault.open_json(key_id, sealed, candidate_aad(ctx.scope, survivor["candidate_id"]))
 
 
 def test_forget_purges_a_record_that_shares_an_index_segment(engine, data_dir) -> None:

@@ -40,12 +40,12 @@ DAY = 86_400_000
 
 
 def candidate_row(engine, ctx, candidate_id):
-    with engine.parts.store.reader() as tx:
+    with engine.deps.store.reader() as tx:
         return tx.candidate(ctx.scope, candidate_id)
 
 
 def record_row(engine, ctx, record_id):
-    with engine.parts.store.reader() as tx:
+    with engine.deps.store.reader() as tx:
         return tx.record(ctx.scope, record_id)
 
 
@@ -114,15 +114,15 @@ def test_policy_reject_destroys_the_body(make_engine) -> None:
     ctx = context()
     _, cap = capture(engine, ctx, "A citation by uri, which this host refuses.")
     before = candidate_row(engine, ctx, cap["candidate_id"])
-    assert engine.parts.store.wrapped_key(before.key_id) is not None
+    assert engine.deps.store.wrapped_key(before.key_id) is not None
     out = admit(engine, ctx, cap["candidate_id"])
     assert out["outcome"]["status"] == "rejected"
     assert "record_id" not in out["outcome"]
     after = candidate_row(engine, ctx, cap["candidate_id"])
     assert after.state == "rejected" and after.sealed is None and after.key_id is None
-    assert engine.parts.store.wrapped_key(before.key_id) is None
+    assert engine.deps.store.wrapped_key(before.key_id) is None
     with pytest.raises(SealBroken):
-        engine.parts.vault.open_json(before.key_id, before.sealed, candidate_aad(ctx.scope, cap["candidate_id"]))
+        engine.deps.vault.open_json(before.key_id, before.sealed, candidate_aad(ctx.scope, cap["candidate_id"]))
     assert error_of(get, engine, ctx, record_id_for(cap["record_digest"])).code is NOT_FOUND
     # a rejected candidate is terminal
     assert error_of(admit, engine, ctx, cap["candidate_id"]).code is ErrorCode.ALREADY_TERMINAL
@@ -155,7 +155,7 @@ def test_adjudication_keeps_the_candidate_pending(make_engine) -> None:
     row = candidate_row(engine, ctx, cap["candidate_id"])
     assert row.state == "pending_adjudication"
     # the body is kept for the adjudicator
-    body = engine.parts.vault.open_json(row.key_id, row.sealed, candidate_aad(ctx.scope, cap["candidate_id"]))
+    body = engine.deps.vault.open_json(row.key_id, row.sealed, candidate_aad(ctx.scope, cap["candidate_id"]))
     assert body["payload"]["components"][0]["text"] == "A decision that needs a human adjudicator."
     assert search(engine, ctx, "human adjudicator")["records"] == []
     assert error_of(get, engine, ctx, record_id_for(cap["record_digest"])).code is NOT_FOUND
@@ -280,10 +280,10 @@ def retention_args(text: str, **retention) -> dict:
 
 def test_retain_needs_host_permission(engine) -> None:
     ctx = context()
-    cursor = engine.parts.store.scope_cursor(ctx.scope)
+    cursor = engine.deps.store.scope_cursor(ctx.scope)
     err = error_of(engine.execute, CAPTURE, ctx, retention_args("Keep derivatives.", derivative_rule="retain"))
     assert err.code is ErrorCode.UNAUTHORIZED
-    assert engine.parts.store.scope_cursor(ctx.scope) == cursor
+    assert engine.deps.store.scope_cursor(ctx.scope) == cursor
     engine.execute(CAPTURE, ctx, retention_args("Make ineligible.", derivative_rule="make-ineligible"))
 
 
@@ -300,7 +300,7 @@ def test_expires_at_must_be_after_now(engine) -> None:
     for past in (now_ms() - 1, now_ms() - DAY, 0):
         args = retention_args("Expired on arrival.", derivative_rule="make-ineligible", expires_at=instant(past))
         assert error_of(engine.execute, CAPTURE, ctx, args).code is ErrorCode.INVALID_SCHEMA
-    assert engine.parts.store.scope_cursor(ctx.scope) == 0
+    assert engine.deps.store.scope_cursor(ctx.scope) == 0
 
 
 def test_expires_at_beyond_the_host_cap(make_engine) -> None:
@@ -373,7 +373,7 @@ def test_records_outside_valid_time_are_not_found(engine) -> None:
 def test_refused_mutations_write_nothing(engine) -> None:
     ctx = context()
     _, cap = capture(engine, ctx, "Something pending.")
-    cursor = engine.parts.store.scope_cursor(ctx.scope)
+    cursor = engine.deps.store.scope_cursor(ctx.scope)
     for call in (
         lambda: admit(engine, ctx, "cand_unknown"),
         lambda: engine.execute(WITHDRAW, ctx, withdraw_args(cap["candidate_id"])),  # no confirmation
@@ -383,7 +383,7 @@ def test_refused_mutations_write_nothing(engine) -> None:
     ):
         with pytest.raises(ContractError):
             call()
-    assert engine.parts.store.scope_cursor(ctx.scope) == cursor
+    assert engine.deps.store.scope_cursor(ctx.scope) == cursor
     assert candidate_row(engine, ctx, cap["candidate_id"]).state == "pending"
 
 

@@ -138,7 +138,7 @@ class Lifecycle(RuleBasedStateMachine):
 
     @invariant()
     def store_agrees(self) -> None:
-        with self.engine.parts.store.reader() as tx:
+        with self.engine.deps.store.reader() as tx:
             for cid, state in self.cand_state.items():
                 assert tx.candidate(CTX.scope, cid).state == state
             for rid, state in self.rec_state.items():

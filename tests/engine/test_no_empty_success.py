@@ -14,7 +14,7 @@ from engram.service.engine.records import scope_key
 
 
 def _lexical_dir(engine, scope) -> object:
-    return engine.parts.ranker._lexical._dir(scope_key(scope))  # test reaches in to break it
+    return engine.deps.ranker._lexical._dir(scope_key(scope))  # test reaches in to break it
 
 
 def test_search_during_a_held_projection_is_stale_not_empty(engine) -> None:
@@ -22,7 +22,7 @@ def test_search_during_a_held_projection_is_stale_not_empty(engine) -> None:
     rid = accept(engine, ctx, "The lighthouse keeper logs every passing ship.")
     assert search_ids(engine, ctx, "lighthouse keeper") == [rid]
     # A long projection (warm-up, rebuild) holds the projector while the journal moves on.
-    projector = engine.parts.projector
+    projector = engine.deps.projector
     with projector.running("rebuild"), projector.exclusive():
         done = threading.Event()
         result: dict = {}
@@ -39,10 +39,10 @@ def test_search_during_a_held_projection_is_stale_not_empty(engine) -> None:
         # accept() catches up after committing, so it waits on the held projector; the
         # journal already holds the new record.
         deadline = 50
-        while engine.parts.projector.lag(ctx.scope)["lexical"] == 0 and deadline:
+        while engine.deps.projector.lag(ctx.scope)["lexical"] == 0 and deadline:
             done.wait(0.1)
             deadline -= 1
-        assert engine.parts.projector.lag(ctx.scope)["lexical"] > 0
+        assert engine.deps.projector.lag(ctx.scope)["lexical"] > 0
         err = error_of(search, engine, ctx, "lighthouse keeper")
         assert err.code is ErrorCode.PROJECTION_STALE and err.retriable
     worker.join(30)
@@ -54,7 +54,7 @@ def test_a_missing_lexical_index_is_unavailable_not_empty(engine) -> None:
     ctx = context()
     accept(engine, ctx, "Orchard notes: the pear trees flowered early this year.")
     engine.close()
-    data_dir = engine.parts.data_dir
+    data_dir = engine.deps.data_dir
     eng = open_engine(data_dir)
     try:
         directory = _lexical_dir(eng, ctx.scope)
@@ -70,9 +70,9 @@ def test_a_short_catch_up_elsewhere_is_not_stale(engine) -> None:
     lag bound the search is served (the store re-check keeps it exact)."""
     ctx = context()
     rid = accept(engine, ctx, "The ferry leaves at noon.")
-    with engine.parts.projector.exclusive():
+    with engine.deps.projector.exclusive():
         capture(engine, ctx, "A draft that moves the journal on.")
-        assert engine.parts.projector.lag(ctx.scope)["lexical"] > 0
+        assert engine.deps.projector.lag(ctx.scope)["lexical"] > 0
         assert search_ids(engine, ctx, "ferry noon") == [rid]
 
 
@@ -85,7 +85,7 @@ def test_a_dropped_index_is_re_projected_on_the_next_search(engine) -> None:
     ctx = context()
     rid = accept(engine, ctx, "The ferry timetable changes in October.")
     engine.close()
-    data_dir = engine.parts.data_dir
+    data_dir = engine.deps.data_dir
     shutil.rmtree(data_dir / "index")
     eng = open_engine(data_dir)
     try:
@@ -97,9 +97,9 @@ def test_a_dropped_index_is_re_projected_on_the_next_search(engine) -> None:
 def test_readiness_names_the_scope_catching_up(engine) -> None:
     ctx = context(tenant="acme", workspace="slow")
     accept(engine, ctx, "A record in the slow workspace.")
-    projector = engine.parts.projector
+    projector = engine.deps.projector
     with projector.running("rebuild"):
-        engine.parts.ranker.reset()  # as a rebuild does: every channel back to cursor 0
+        engine.deps.ranker.reset()  # as a rebuild does: every channel back to cursor 0
         state = engine.readiness()
         assert not state["ready"]
         assert any("rebuild" in r and "acme/slow" in r for r in state["reasons"]), state

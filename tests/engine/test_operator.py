@@ -73,16 +73,16 @@ def test_rotate_kek_keeps_every_live_body(engine, data_dir) -> None:
     assert len(old_keks) == 1
     new_id = engine.rotate_kek()
     keks = sorted(p.name for p in (data_dir / "keys").glob("kek-*.key"))
-    if engine.parts.vault.ring.retire_grace_s:  # a shared store: the older KEK waits out the grace
+    if engine.deps.vault.ring.retire_grace_s:  # a shared store: the older KEK waits out the grace
         assert keks == sorted([*old_keks, f"{new_id}.key"])
     else:
         assert keks == [f"{new_id}.key"]
-    assert {kek for _, _, kek in engine.parts.store.all_wrapped_keys()} == {new_id}
+    assert {kek for _, _, kek in engine.deps.store.all_wrapped_keys()} == {new_id}
     for rid, expected in before.items():
         assert stable_get(engine, ctx_of(rid, state), rid) == expected
-    with engine.parts.store.reader() as tx:
+    with engine.deps.store.reader() as tx:
         row = tx.candidate(CTX.scope, state["pending"])
-    assert engine.parts.vault.open_json(row.key_id, row.sealed, candidate_aad(CTX.scope, state["pending"]))
+    assert engine.deps.vault.open_json(row.key_id, row.sealed, candidate_aad(CTX.scope, state["pending"]))
     assert admit(engine, CTX, state["pending"])["outcome"]["status"] == "accepted"
     # a second rotation and a reopen still open everything
     engine.rotate_kek()
@@ -101,18 +101,18 @@ def test_backup_and_restore_keep_every_digest(engine, tmp_path) -> None:
     before_get = {rid: stable_get(engine, ctx_of(rid, state), rid) for rid in state["live"]}
     before_search = ranked(engine, CTX, "osprey billing")
     journal = engine.verify_journal()
-    heads = {s: engine.parts.store.scope_cursor(s) for s in engine.parts.store.scopes()}
+    heads = {s: engine.deps.store.scope_cursor(s) for s in engine.deps.store.scopes()}
     backup = engine.backup(tmp_path / "backup")
     restored = Engine.restore(
         backup,
         tmp_path / "restored",
-        key_source=engine.parts.vault.ring.key_dir,
+        key_source=engine.deps.vault.ring.key_dir,
         encoder=HashingTestEncoder(),
         load_model=False,
     )
     try:
         assert restored.verify_journal() == journal and all(journal.values()) and len(journal) == 2
-        assert {s: restored.parts.store.scope_cursor(s) for s in restored.parts.store.scopes()} == heads
+        assert {s: restored.deps.store.scope_cursor(s) for s in restored.deps.store.scopes()} == heads
         for rid, expected in before_get.items():
             assert stable_get(restored, ctx_of(rid, state), rid) == expected
         assert [r for r, _ in ranked(restored, CTX, "osprey billing")] == [r for r, _ in before_search]
@@ -138,7 +138,7 @@ def test_restore_into_a_non_empty_dir_is_refused(engine, tmp_path) -> None:
     (target / "something").write_text("x")
     with pytest.raises(ContractError) as err:
         Engine.restore(
-            backup, target, key_source=engine.parts.vault.ring.key_dir, encoder=HashingTestEncoder(), load_model=False
+            backup, target, key_source=engine.deps.vault.ring.key_dir, encoder=HashingTestEncoder(), load_model=False
         )
     assert err.value.code is ErrorCode.RESTORE_REFUSED
     assert sorted(p.name for p in target.iterdir()) == ["something"]
@@ -172,7 +172,7 @@ def test_restore_of_a_tampered_journal_is_invalid(engine, tmp_path) -> None:
         Engine.restore(
             backup,
             tmp_path / "restored",
-            key_source=engine.parts.vault.ring.key_dir,
+            key_source=engine.deps.vault.ring.key_dir,
             encoder=HashingTestEncoder(),
             load_model=False,
         )

@@ -47,14 +47,14 @@ def test_the_socket_is_owner_only(live, data_dir) -> None:
 def test_admin_commands_run_in_the_live_server(live, data_dir) -> None:
     ctx = context()
     rid = accept(live, ctx, "A record sealed under the first KEK.")
-    before = live.parts.vault.ring.active_id
+    before = live.deps.vault.ring.active_id
     result = runner.invoke(app, ["admin", "rotate-kek", "-d", str(data_dir)])
     assert result.exit_code == 0, result.output
     new_id = next(line for line in result.output.splitlines() if line.startswith("kek-"))
-    assert new_id != before and live.parts.vault.ring.active_id == new_id  # active in the server at once
+    assert new_id != before and live.deps.vault.ring.active_id == new_id  # active in the server at once
     assert get(live, ctx, rid)["record"]["record_id"] == rid
     after = accept(live, ctx, "A record the server admits after the rotation.")
-    assert {kek for _, _, kek in live.parts.store.all_wrapped_keys()} == {new_id}
+    assert {kek for _, _, kek in live.deps.store.all_wrapped_keys()} == {new_id}
     assert [p.name for p in (data_dir / "keys").glob("kek-*.key")] == [f"{new_id}.key"]
     out = runner.invoke(app, ["admin", "tenant", "enable", "acme", "-d", str(data_dir)])
     assert out.exit_code == 0 and live.tenant_enabled("acme")
@@ -162,7 +162,7 @@ def test_rotate_beside_a_live_server_then_kill_and_restart(data_dir) -> None:
     try:
         for rid in rids[1:]:
             assert get(again, ctx, rid)["record"]["record_id"] == rid
-        with again.parts.store.reader() as tx:
+        with again.deps.store.reader() as tx:
             assert tx.record(ctx.scope, rids[0]).state == "accepted_disputed"
     finally:
         again.close()

@@ -23,7 +23,7 @@ def _write(path, value) -> None:
 
 
 def _candidate_state(engine, ctx, cid) -> str:
-    with engine.parts.store.reader() as tx:
+    with engine.deps.store.reader() as tx:
         return tx.candidate(ctx.scope, cid).state
 
 
@@ -63,7 +63,7 @@ def test_a_fixed_file_is_picked_up_without_restart(make_engine) -> None:
     ctx = context()
     _, cap = capture(engine, ctx, "A decision citing a uri locator.")
     assert admit(engine, ctx, cap["candidate_id"])["outcome"]["status"] == "rejected"
-    path = engine.parts.data_dir / "admission_policy.json"
+    path = engine.deps.data_dir / "admission_policy.json"
     _write(path, {"require_attestation": 3})
     _, cap = capture(engine, ctx, "Another decision citing a uri locator.")
     assert error_of(admit, engine, ctx, cap["candidate_id"]).code is ErrorCode.POLICY_UNAVAILABLE
@@ -77,7 +77,7 @@ def test_host_policy_reload(make_engine) -> None:
     ctx = context()
     args = capture_args("Keep this one.", retention={"derivative_rule": "retain"})
     assert error_of(engine.execute, CAPTURE, ctx, args).code is ErrorCode.UNAUTHORIZED
-    _write(engine.parts.data_dir / "host_policy.json", {"allow_retain": True})
+    _write(engine.deps.data_dir / "host_policy.json", {"allow_retain": True})
     assert engine.execute(CAPTURE, ctx, args)["status"] == "committed_pending"
 
 
@@ -93,7 +93,7 @@ def test_a_policy_replaced_during_the_decision_is_stale(make_engine, monkeypatch
     engine = make_engine(admission_policy={"policy_version": "1"})
     ctx = context()
     _, cap = capture(engine, ctx, "A decision admitted while the policy changes.")
-    path = engine.parts.data_dir / "admission_policy.json"
+    path = engine.deps.data_dir / "admission_policy.json"
     decide = policy.AdmissionPolicy.decide
 
     def decide_then_replace(self, payload, evidence):
@@ -108,7 +108,7 @@ def test_a_policy_replaced_during_the_decision_is_stale(make_engine, monkeypatch
     monkeypatch.setattr(policy.AdmissionPolicy, "decide", decide)
     out = admit(engine, ctx, cap["candidate_id"], idem)  # same key: decided again, under the new one
     assert out["outcome"]["status"] == "accepted"
-    decided = [e for e in engine.parts.store.events(ctx.scope) if "decision_receipt" in e.body]
+    decided = [e for e in engine.deps.store.events(ctx.scope) if "decision_receipt" in e.body]
     assert decided[-1].body["decision_receipt"]["policy_version"] == replacement["policy_version"]
 
 

@@ -34,7 +34,7 @@ def test_a_rotation_cut_short_loses_nothing(data_dir, monkeypatch, point: str) -
     if point == "after-new-kek":
         monkeypatch.setattr(sealing.KeyRing, "finish_rotation", lambda self, store: (_ for _ in ()).throw(Died()))
     elif point == "after-first-batch":
-        real = engine.parts.store.rewrap_keys
+        real = engine.deps.store.rewrap_keys
         calls = []
 
         def rewrap_then_die(rows):
@@ -42,9 +42,9 @@ def test_a_rotation_cut_short_loses_nothing(data_dir, monkeypatch, point: str) -
             calls.append(1)
             raise Died()
 
-        monkeypatch.setattr(engine.parts.store, "rewrap_keys", rewrap_then_die)
+        monkeypatch.setattr(engine.deps.store, "rewrap_keys", rewrap_then_die)
     else:
-        monkeypatch.setattr(engine.parts.store, "transaction", _dying_transaction(engine.parts.store.transaction))
+        monkeypatch.setattr(engine.deps.store, "transaction", _dying_transaction(engine.deps.store.transaction))
     with pytest.raises(Died):
         engine.rotate_kek()
     # the process is gone: nothing of it is closed cleanly beyond the store's files
@@ -55,7 +55,7 @@ def test_a_rotation_cut_short_loses_nothing(data_dir, monkeypatch, point: str) -
     try:
         _all_readable(again, ctx, rids)
         assert len(_kek_files(data_dir)) == 1  # the next open finished the rotation
-        assert {kek for _, _, kek in again.parts.store.all_wrapped_keys()} == {again.parts.vault.ring.active_id}
+        assert {kek for _, _, kek in again.deps.store.all_wrapped_keys()} == {again.deps.vault.ring.active_id}
     finally:
         again.close()
 

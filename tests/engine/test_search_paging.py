@@ -230,7 +230,7 @@ def test_semantic_channel_down(tmp_path) -> None:
     ctx = context()
     eng = open_engine(tmp_path / "lexical-only", load_model=False)
     try:
-        assert eng.parts.ranker.semantic_health() is not None
+        assert eng.deps.ranker.semantic_health() is not None
         rid = accept(eng, ctx, "The badger index rebuilds nightly.")
         hybrid = {"minimum_channels": "lexical_and_semantic", "network": "forbid"}
         err = error_of(search, eng, ctx, "badger index", capability_policy=hybrid)
@@ -290,7 +290,7 @@ def test_receipt_and_packets_carry_every_contract_field(paged) -> None:
     assert set(out) == {"records", "rank_receipt", "next_page_cursor", "response_digest"}
     receipt = out["rank_receipt"]
     assert RECEIPT_FIELDS <= set(receipt)
-    assert receipt["system_as_of"] == str(eng.parts.store.scope_cursor(PAGING.scope))
+    assert receipt["system_as_of"] == str(eng.deps.store.scope_cursor(PAGING.scope))
     assert receipt["candidate_count"] >= TOTAL
     assert len(receipt["projection_receipt_digests"]) == len(receipt["channels"])
     for packet in out["records"]:

@@ -38,13 +38,13 @@ PROSE_SECRET = f"password: {FAKE}"
 
 
 def _store_bytes(engine) -> bytes:
-    engine.parts.store.purge_freed_pages()
-    data_dir = engine.parts.data_dir
+    engine.deps.store.purge_freed_pages()
+    data_dir = engine.deps.data_dir
     return b"".join(p.read_bytes() for p in data_dir.glob(DB_FILE + "*"))
 
 
 def _cursor(engine, ctx) -> int:
-    return engine.parts.store.scope_cursor(ctx.scope)
+    return engine.deps.store.scope_cursor(ctx.scope)
 
 
 @pytest.mark.parametrize("where", ["source_ref", "locator", "evidence_ref", "type_ref", "component_text"])
@@ -100,7 +100,7 @@ def test_idempotency_keys_are_kept_as_digests(engine) -> None:
     first = engine.execute(CAPTURE, ctx, args)
     assert engine.execute(CAPTURE, ctx, args)["candidate_id"] == first["candidate_id"]  # replay works
     assert idem.encode() not in _store_bytes(engine)
-    assert files_containing(engine.parts.data_dir, idem.encode()) == []
+    assert files_containing(engine.deps.data_dir, idem.encode()) == []
 
 
 @pytest.mark.sqlite_only("rewrites the SQLite file as an older release wrote it")

@@ -646,7 +646,7 @@ def test_engine_execute_validates_before_anything(engine) -> None:
     assert error_of(engine.execute, SEARCH, ctx, {"query": "x", "purpose_ref": PURPOSE, "limit": None}).code is INVALID
     assert error_of(engine.execute, GET, ctx, {"record_id": "cand_x", "purpose_ref": PURPOSE}).code is INVALID
     # nothing was written by the refused calls
-    assert engine.parts.store.scope_cursor(ctx.scope) == 0
+    assert engine.deps.store.scope_cursor(ctx.scope) == 0
     assert error_of(engine.execute, "engram_memory_admin", ctx, {}).code is ErrorCode.CAPABILITY_UNAVAILABLE
 
 

@@ -33,24 +33,24 @@ def corpus(n: int = 30) -> list[IngestRecord]:
 
 
 def live_count(engine, scope=SCOPE) -> int:
-    return sum(1 for _ in engine.parts.store.live_records(scope))
+    return sum(1 for _ in engine.deps.store.live_records(scope))
 
 
 def test_ingest_is_idempotent(engine):
     first = ingest_corpus(engine, SCOPE, corpus(), batch_size=8, progress=False, purpose_ref=PURPOSE)
     assert first.ingested == 30 and first.batches == 4
-    cursor = engine.parts.store.scope_cursor(SCOPE)
+    cursor = engine.deps.store.scope_cursor(SCOPE)
     assert cursor == 30 and first.cursor_after == 30
     again = ingest_corpus(engine, SCOPE, corpus(), batch_size=8, progress=False, purpose_ref=PURPOSE)
     assert again.ingested == 0 and again.skipped_existing == 30
-    assert engine.parts.store.scope_cursor(SCOPE) == cursor
+    assert engine.deps.store.scope_cursor(SCOPE) == cursor
     assert live_count(engine) == 30
-    assert engine.parts.ranker.projection_cursor(scope_key(SCOPE)) == {"lexical": 30, "semantic": 30}
+    assert engine.deps.ranker.projection_cursor(scope_key(SCOPE)) == {"lexical": 30, "semantic": 30}
     assert engine.verify_journal() == {"acme/kb": True}
 
 
 def test_ingest_resumes_after_a_crash_between_commit_and_index(engine, monkeypatch):
-    ranker = engine.parts.ranker
+    ranker = engine.deps.ranker
     real_apply = ranker.apply
     calls = {"n": 0}
 
@@ -70,7 +70,7 @@ def test_ingest_resumes_after_a_crash_between_commit_and_index(engine, monkeypat
     report = ingest_corpus(engine, SCOPE, corpus(), batch_size=10, progress=False, purpose_ref=PURPOSE)
     assert report.ingested == 10 and report.skipped_existing == 20
     assert live_count(engine) == 30
-    assert engine.parts.store.scope_cursor(SCOPE) == 30  # one event per record, no duplicate
+    assert engine.deps.store.scope_cursor(SCOPE) == 30  # one event per record, no duplicate
     assert ranker.projection_cursor(scope_key(SCOPE)) == {"lexical": 30, "semantic": 30}
     hits = ranker.search(scope_key(SCOPE), "certificate rotation", LEXICAL_PROFILE, valid_as_of_ms=2_000_000_000_000)
     assert len({c.record_id for c in hits.candidates}) == 10  # each healed record indexed once
@@ -108,8 +108,8 @@ def test_ingested_records_are_searchable_and_gettable(engine):
 
 
 def _sealed_body(engine, record_id: str) -> dict:
-    row = engine.parts.store.records(SCOPE, [record_id])[record_id]
-    return engine.parts.vault.open_json(row.key_id, row.sealed, f"record\0{SCOPE[0]}\0{SCOPE[1]}\0{record_id}")
+    row = engine.deps.store.records(SCOPE, [record_id])[record_id]
+    return engine.deps.vault.open_json(row.key_id, row.sealed, f"record\0{SCOPE[0]}\0{SCOPE[1]}\0{record_id}")
 
 
 def _admit(engine, text: str) -> str:
@@ -134,7 +134,7 @@ def test_ingested_records_are_shaped_like_admitted_ones(engine):
     records = corpus(3)
     ingest_corpus(engine, SCOPE, records, progress=False, purpose_ref=PURPOSE)
     admitted_id = _admit(engine, "an agent's own note about ledgers")
-    events = list(engine.parts.store.events(SCOPE))
+    events = list(engine.deps.store.events(SCOPE))
     ingested = [e for e in events[:3]]
     admitted = events[-1]
     # One event kind and one event shape for both paths; digests only, no content.
@@ -179,7 +179,7 @@ def test_forgotten_content_is_not_revived_by_a_reload(engine):
     assert forgotten["receipt"]["to_state"] == "tombstoned"
     again = ingest_corpus(engine, SCOPE, records, progress=False, purpose_ref=PURPOSE)
     assert again.ingested == 0 and again.skipped_existing == 4
-    assert engine.parts.store.records(SCOPE, [target])[target].state == "tombstoned"
+    assert engine.deps.store.records(SCOPE, [target])[target].state == "tombstoned"
     # The same content under another source id is refused, not loaded beside the tombstone.
     clone = IngestRecord(
         external_id="clone",
@@ -219,7 +219,7 @@ def test_precomputed_vectors_one_row_and_passage_offsets(engine, encoder):
     vectors = encoder.encode([r.text for r in records])
     report = ingest_corpus(engine, SCOPE, records, vectors=vectors, batch_size=5, progress=False, purpose_ref=PURPOSE)
     assert report.vectors == "precomputed" and report.ingested == 12
-    assert engine.parts.ranker.projection_cursor(scope_key(SCOPE))["semantic"] == 12
+    assert engine.deps.ranker.projection_cursor(scope_key(SCOPE))["semantic"] == 12
     # Passage-aligned form: two rows for the first document, one for the rest.
     rows = np.vstack([vectors[:1], vectors])
     source = VectorSource(rows, offsets=np.array([0, 2, *range(3, 14)]))
@@ -362,7 +362,7 @@ def test_a_failing_stage_stops_the_load_and_a_rerun_finishes(engine):
     assert live_count(engine) == 10  # the first batch committed, nothing after the failure
     report = ingest_corpus(engine, SCOPE, corpus(30), batch_size=10, progress=False, purpose_ref=PURPOSE)
     assert (report.ingested, report.skipped_existing) == (20, 10)
-    assert engine.parts.ranker.projection_cursor(scope_key(SCOPE)) == {"lexical": 30, "semantic": 30}
+    assert engine.deps.ranker.projection_cursor(scope_key(SCOPE)) == {"lexical": 30, "semantic": 30}
 
 
 def test_ingest_runs_on_postgresql_like_on_sqlite(tmp_path: Path, encoder, postgres_cluster):
@@ -378,7 +378,7 @@ def test_ingest_runs_on_postgresql_like_on_sqlite(tmp_path: Path, encoder, postg
             first = ingest_corpus(eng, SCOPE, corpus(), batch_size=8, progress=False, purpose_ref=PURPOSE)
             again = ingest_corpus(eng, SCOPE, corpus(), batch_size=8, progress=False, purpose_ref=PURPOSE)
             exported = [(r.record_id, r.payload, r.trust) for r in eng.export_records(SCOPE)]
-            kinds = [(e.kind, sorted(e.body)) for e in eng.parts.store.events(SCOPE)]
+            kinds = [(e.kind, sorted(e.body)) for e in eng.deps.store.events(SCOPE)]
             hits = [
                 p["record"]["record_id"]
                 for p in eng.execute(

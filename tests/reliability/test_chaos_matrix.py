@@ -75,7 +75,7 @@ def _check_restore(tmp_path: Path, data_dir: Path, backup: Path, ledger: Ledger,
     )
     try:
         assert all(engine.verify_journal().values())
-        with engine.parts.store.reader() as tx:
+        with engine.deps.store.reader() as tx:
             for marker in ledger.forgotten:
                 row = tx.record(("acme", "ws1"), ledger.records[marker]) if marker in ledger.records else None
                 assert row is None or row.state == "tombstoned", marker

@@ -188,7 +188,7 @@ def offline_checks(data_dir: Path, ledger: Ledger) -> None:
     try:
         verdict = engine.verify_journal()
         assert all(verdict.values()) and (verdict or not ledger.acked), verdict
-        parts = engine.parts
+        deps = engine.deps
         db = sqlite3.connect(f"file:{data_dir / 'engram.db'}?mode=ro", uri=True)
         try:
             bad = db.execute(
@@ -221,16 +221,16 @@ def offline_checks(data_dir: Path, ledger: Ledger) -> None:
         # Projections agree with the store.
         from engram.ranking import LEXICAL_PROFILE
 
-        live = list(parts.store.live_records(SCOPE))
+        live = list(deps.store.live_records(SCOPE))
         skey = scope_key(SCOPE)
         for row in live:
-            body = parts.vault.open_json(row.key_id, row.sealed, record_aad(SCOPE, row.record_id))
+            body = deps.vault.open_json(row.key_id, row.sealed, record_aad(SCOPE, row.record_id))
             marker = next(w for w in body["payload"]["components"][0]["text"].split() if w.startswith("zq"))
-            hits = parts.ranker.search(skey, marker, LEXICAL_PROFILE, valid_as_of_ms=int(time.time() * 1000))
+            hits = deps.ranker.search(skey, marker, LEXICAL_PROFILE, valid_as_of_ms=int(time.time() * 1000))
             assert [c.record_id for c in hits.candidates] == [row.record_id], (marker, row.record_id)
         live_ids = {r.record_id for r in live}
         for marker in ledger.forgotten:
-            hits = parts.ranker.search(skey, marker, LEXICAL_PROFILE, valid_as_of_ms=int(time.time() * 1000))
+            hits = deps.ranker.search(skey, marker, LEXICAL_PROFILE, valid_as_of_ms=int(time.time() * 1000))
             assert not ({c.record_id for c in hits.candidates} - live_ids), f"forgotten {marker} still indexed"
         FIGURES["crash: live records checked against projections"] += len(live)
     finally:

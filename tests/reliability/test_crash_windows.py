@@ -69,7 +69,7 @@ def test_withdraw_interrupted_after_commit_replays_a_valid_answer(engine, monkey
     def crash(*a, **k):
         raise Crash()
 
-    monkeypatch.setattr(engine.parts.store, "purge_freed_pages", crash)
+    monkeypatch.setattr(engine.deps.store, "purge_freed_pages", crash)
     with pytest.raises(Crash):
         engine.execute(WITHDRAW, confirmed(ctx, WITHDRAW, cid, args), args)
     monkeypatch.undo()

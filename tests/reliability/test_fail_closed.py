@@ -147,7 +147,7 @@ class _FullDisk:
 async def test_disk_full(fresh, fail_on, after, expected):
     marker = unique_token()
     rid = await admitted(fresh.url, marker)
-    store = fresh.engine.parts.store
+    store = fresh.engine.deps.store
     real = store._writer
     proxy = _FullDisk(real, fail_on, after)
     store._writer = proxy

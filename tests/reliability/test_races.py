@@ -35,7 +35,7 @@ SCOPE = ("acme", "ws1")
 
 
 def journal_count(live, kind: str, subject: str) -> int:
-    return sum(1 for e in live.engine.parts.store.events(SCOPE) if e.kind == kind and e.subject == subject)
+    return sum(1 for e in live.engine.deps.store.events(SCOPE) if e.kind == kind and e.subject == subject)
 
 
 async def storm(calls: list[Any]) -> list[dict[str, Any]]:
@@ -144,7 +144,7 @@ async def test_admission_withdraw_race_one_legal_state(live):
     oks = [e for e in envs if e["ok"]]
     assert len(oks) == 1, [e.get("error") for e in envs]
     assert {code(e) for e in envs if not e["ok"]} <= {"ALREADY_TERMINAL"}
-    candidate = live.engine.parts.store.reader
+    candidate = live.engine.deps.store.reader
     with candidate() as tx:
         row = tx.candidate(SCOPE, cid)
     won = value(oks[0])

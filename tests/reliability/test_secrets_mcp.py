@@ -79,6 +79,6 @@ async def test_every_secret_form_is_refused_and_never_stored(fresh):
                 else:
                     FIGURES["secrets: forms refused with SECRET_DETECTED"] += 1
     assert refused == {}, f"not refused: {refused}"
-    fresh.engine.parts.store.purge_freed_pages()
+    fresh.engine.deps.store.purge_freed_pages()
     leaks = scan_dir(fresh.data_dir, [n for _, text in cases for n in needles(text)])
     assert leaks == {}, f"secret material on disk: {leaks}"

@@ -215,7 +215,7 @@ def run_sequence(engine: Any, seed: int, steps: int = 80) -> tuple[list[Any], li
 
 def store_state(engine: Any, candidate_ids: list[str]) -> dict[str, Any]:
     """Everything the store holds about the run, read through the Store protocol."""
-    store = engine.parts.store
+    store = engine.deps.store
     state: dict[str, Any] = {
         "tenants": {"acme": store.tenant_enabled("acme")},
         "pending_purges": {"/".join(k): sorted(v) for k, v in store.pending_purges().items()},

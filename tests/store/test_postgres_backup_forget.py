@@ -99,7 +99,7 @@ def _dump_forget_restore(
         for replica in (a, b):
             assert set(search_ids(replica, ctx, "harbour pilots")) == {kept, doomed}
             # the grep below can see the record's text in a replica's index files
-            assert files_containing(replica.parts.data_dir, MARKER.encode()) != []
+            assert files_containing(replica.deps.data_dir, MARKER.encode()) != []
 
         dump = tmp_path / "engram.dump"
         _pg(source, "pg_dump", "--format=custom", f"--file={dump}", database_url)
@@ -127,8 +127,8 @@ def _assert_forgotten(replica: Engine, restored: Restored) -> None:
     assert search_ids(replica, ctx, "harbour pilots") == [restored.kept]
     assert search_ids(replica, ctx, MARKER) == []
     for needle in (MARKER, DRAFT_MARKER):
-        assert files_containing(replica.parts.data_dir, needle.encode()) == []
-    with replica.parts.store.reader() as tx:
+        assert files_containing(replica.deps.data_dir, needle.encode()) == []
+    with replica.deps.store.reader() as tx:
         assert tx.record(ctx.scope, restored.doomed).state == "tombstoned"
         assert tx.candidate(ctx.scope, restored.draft).state == "withdrawn"
 
@@ -152,7 +152,7 @@ def test_a_record_forgotten_after_a_pg_dump_stays_forgotten_after_the_restore(
         assert files_containing(restored_cluster.data, MARKER.encode()) == []
         # the forget and the withdrawal, each written before its commit and after it
         assert [("made" in e, "ended" in e) for e in written] == [(False, False), (True, True)] * 2
-        store = c.parts.store
+        store = c.deps.store
         events = [e for e in store.events(ctx.scope) if e.subject == restored.doomed]
         assert events[-1].kind == "record_tombstoned"
         assert events[-1].body["reason_ref"] == "restore:shred-ledger"
@@ -160,7 +160,7 @@ def test_a_record_forgotten_after_a_pg_dump_stays_forgotten_after_the_restore(
         ledger = shred_entries(restored.keys)
         c.close()
         c = open_engine(tmp_path / "replica-c", database_url=restored.url, key_dir=restored.keys)
-        assert [e.kind for e in c.parts.store.events(ctx.scope) if e.subject == restored.doomed] == [
+        assert [e.kind for e in c.deps.store.events(ctx.scope) if e.subject == restored.doomed] == [
             e.kind for e in events
         ]
         assert shred_entries(restored.keys) == ledger

@@ -90,7 +90,7 @@ def test_one_idempotency_key_raced_across_replicas_commits_once(replicas) -> Non
     assert all(isinstance(r, dict) for r in results), results
     assert sorted(r["status"] for r in results) == ["committed_pending"] + ["duplicate_exact"] * 7
     assert len({r["candidate_id"] for r in results}) == 1
-    assert sum(1 for e in a.parts.store.events(ctx.scope) if e.kind == "candidate_captured") == 1
+    assert sum(1 for e in a.deps.store.events(ctx.scope) if e.kind == "candidate_captured") == 1
 
 
 def test_admission_raced_across_replicas_accepts_once(replicas) -> None:
@@ -196,7 +196,7 @@ def test_admin_replicas_lists_and_retires_a_replica_gone_for_good(database_url: 
     keys = tmp_path / "keys"
     serving = open_engine(tmp_path / "r1", database_url=database_url, key_dir=keys, serve_replica=True)
     gone = open_engine(tmp_path / "r2", database_url=database_url, key_dir=keys, serve_replica=True)
-    gone_id = gone.parts.replica.replica_id
+    gone_id = gone.deps.replica.replica_id
     gone.close()  # never comes back; its last heartbeat a minute ago
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("UPDATE replicas SET heartbeat_ms = heartbeat_ms - 60000 WHERE replica_id=%s", (gone_id,))
@@ -206,7 +206,7 @@ def test_admin_replicas_lists_and_retires_a_replica_gone_for_good(database_url: 
     args = forget_args(rid)
     out = serving.execute(FORGET, confirmed(ctx, FORGET, rid, args), args)
     assert out["projection_invalidation"] == "complete"  # the gone replica is not live
-    assert serving.parts.store.pending_purges() == {ctx.scope: [rid]}  # ... but it still owes the purge
+    assert serving.deps.store.pending_purges() == {ctx.scope: [rid]}  # ... but it still owes the purge
     serving.close()
 
     base = ["admin", "--database-url", database_url, "--key-dir", str(keys)]
@@ -259,7 +259,7 @@ def test_a_page_cursor_works_on_the_other_replica_while_its_snapshot_is_still_be
     a, b = replicas
     ctx = context()
     wanted = sorted(accept(a, ctx, f"Paging note {i} about the walrus ledger.") for i in range(7))
-    store = a.parts.store
+    store = a.deps.store
     real = store.put_snapshot
     release, stored = threading.Event(), threading.Event()
 
@@ -298,7 +298,7 @@ def test_a_snapshot_the_store_never_got_is_stale_on_the_other_replica(
     def failing_put(*args: Any) -> None:
         raise psycopg.OperationalError("the store is down")
 
-    monkeypatch.setattr(a.parts.store, "put_snapshot", failing_put)
+    monkeypatch.setattr(a.deps.store, "put_snapshot", failing_put)
     first = a.execute(SEARCH, ctx, {"query": "narwhal queue", "purpose_ref": PURPOSE, "limit": 2})
     with pytest.raises(ContractError) as info:
         b.execute(

@@ -153,12 +153,12 @@ def test_a_seeded_replica_answers_like_its_peer_and_embeds_only_what_came_after(
     try:
         assert guard.asked == late_windows  # the warm-up embedded the late record, and nothing else
         assert "1999 records' vectors taken from the seed, 1 embedded" in caplog.text
-        assert b.parts.ranker.semantic_health(key) is None
-        assert b.parts.projector.lag(SCOPE) == {"lexical": 0, "semantic": 0}
+        assert b.deps.ranker.semantic_health(key) is None
+        assert b.deps.projector.lag(SCOPE) == {"lexical": 0, "semantic": 0}
         assert answers(b, QUERIES + ["wombatgrid rollout"]) == expected
         assert search_ids(b, ctx, "wombatgrid rollout")[0] == late
         assert doomed[0] not in search_ids(b, ctx, FORGOTTEN_WORD, limit=50)
-        b.parts.ranker.checkpoint()
+        b.deps.ranker.checkpoint()
         b_dir = tmp_path / "b"
         assert files_containing(b_dir, FORGOTTEN_WORD.encode()) == []
         assert all(files_containing(b_dir, row) == [] for row in doomed_rows)

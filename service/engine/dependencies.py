@@ -21,7 +21,11 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Parts:
+class Dependencies:
+    """What every operation works with (the store, the key vault, the ranker and its
+    projector, the policies, the paging snapshots, the purge sweeper, and on a shared
+    store this replica and its routing), built once by ``Engine.open``."""
+
     data_dir: Path
     store: Store
     vault: BodyVault
