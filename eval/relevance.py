@@ -55,6 +55,7 @@ from typing import Any
 from engram.index_data.ingest import ingest_corpus
 from engram.index_data.readers import VectorSource, read_beir, with_context
 from engram.index_data.records import DEFAULT_PURPOSE, RefusedRecord, record_id_for
+from engram.models.scope import Scope
 from engram.ranking import HYBRID_PROFILE, Profile
 from engram.ranking.profiles import FieldWeights, FusionConfig, FusionMethod, SemanticConfig, ValidTimeConfig
 from engram.ranking.ranker import ChannelHits
@@ -126,11 +127,11 @@ def load_query_categories(dataset_dir: Path) -> dict[str, str]:
     return out
 
 
-def eval_scope(name: str) -> tuple[str, str]:
+def eval_scope(name: str) -> Scope:
     return (EVAL_TENANT, f"beir-{name}")
 
 
-def eval_context(scope: tuple[str, str], purpose: str = DEFAULT_PURPOSE) -> CallContext:
+def eval_context(scope: Scope, purpose: str = DEFAULT_PURPOSE) -> CallContext:
     return CallContext(
         tenant=scope[0],
         workspace=scope[1],

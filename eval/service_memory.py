@@ -35,6 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engram.models.scope import Scope
+
 #: Fields of /proc/<pid>/status reported, in MiB.
 STATUS_FIELDS = {"VmRSS": "rss_mb", "RssAnon": "anon_mb", "RssFile": "file_mb", "VmHWM": "peak_mb"}
 PROTOCOL = "2026-07-28"
@@ -97,7 +99,7 @@ def new_data_directory(data_dir: Path, tenant: str) -> None:
 
 def measure_service(
     data_dir: Path,
-    scope: tuple[str, str],
+    scope: Scope,
     purpose: str,
     texts: list[str],
     *,

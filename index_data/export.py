@@ -25,6 +25,7 @@ from typing import IO, Annotated, Any
 
 import typer
 
+from engram.models.scope import Scope
 from engram.service.settings import field_help
 
 app = typer.Typer(
@@ -46,7 +47,7 @@ def _private(path: Path, mode: str) -> IO[Any]:
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), mode)
 
 
-def write_export(engine: Any, scope: tuple[str, str], out: Path, *, vectors: bool = False) -> dict[str, Any]:
+def write_export(engine: Any, scope: Scope, out: Path, *, vectors: bool = False) -> dict[str, Any]:
     """Write the export of ``scope`` to ``out`` (and its vectors beside it); the summary.
 
     Lines and vectors stream: passage rows go to a scratch file as records come, and the

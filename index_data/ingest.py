@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from engram.models.scope import Scope
 from engram.service.engine.ingestion import BatchOutcome, PreparedBatch, operator_context
 
 from .readers import VectorSource
@@ -45,7 +46,7 @@ from .records import DEFAULT_PURPOSE, IngestRecord, RefusedRecord, submission
 class IngestReport:
     """What one ingestion run did (counts, cursors, where the time went)."""
 
-    scope: tuple[str, str]
+    scope: Scope
     seen: int = 0
     ingested: int = 0
     skipped_existing: int = 0
@@ -197,7 +198,7 @@ class _Progress:
 
 def ingest_corpus(
     engine: Any,
-    scope: tuple[str, str],
+    scope: Scope,
     records: Iterable[IngestRecord],
     *,
     vectors: np.ndarray | VectorSource | None = None,

@@ -18,6 +18,7 @@ from typing import Any
 
 from engram.models.codes import ContractError
 from engram.models.errors import RefusedRecord  # noqa: F401 - raised and caught here
+from engram.models.scope import Scope
 from engram.models.tools import CAPTURE, parse_arguments
 from engram.service.engine.ingestion import Submission, identify
 
@@ -58,7 +59,7 @@ def sha256_text(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def candidate_id_for(scope: tuple[str, str], external_id: str) -> str:
+def candidate_id_for(scope: Scope, external_id: str) -> str:
     """The deterministic pseudo candidate id an ingested record is bound to."""
     seed = f"{scope[0]}\0{scope[1]}\0{external_id}".encode()
     return "ingest_" + hashlib.sha256(seed).hexdigest()
@@ -119,7 +120,7 @@ def build_payload(record: IngestRecord, purpose_ref: str) -> tuple[dict[str, Any
     return payload, evidence
 
 
-def submission(scope: tuple[str, str], record: IngestRecord, purpose_ref: str) -> Submission:
+def submission(scope: Scope, record: IngestRecord, purpose_ref: str) -> Submission:
     """The batch-admission submission for one source document (raises RefusedRecord)."""
     payload, evidence = build_payload(record, purpose_ref)
     cid = candidate_id_for(scope, record.external_id)
@@ -128,6 +129,6 @@ def submission(scope: tuple[str, str], record: IngestRecord, purpose_ref: str) -
     return Submission(cid, payload, evidence)
 
 
-def record_id_for(scope: tuple[str, str], record: IngestRecord, purpose_ref: str = DEFAULT_PURPOSE) -> str:
+def record_id_for(scope: Scope, record: IngestRecord, purpose_ref: str = DEFAULT_PURPOSE) -> str:
     """The record_id ``record`` gets (or got) when ingested into ``scope``."""
     return identify(scope, submission(scope, record, purpose_ref))[3]

@@ -16,6 +16,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from engram.models.scope import Scope
 from engram.service.store.base import JournalEvent, NewEvent, RecordRow, Transaction
 
 from .clock import instant, parse_instant
@@ -49,7 +50,7 @@ class Acceptance:
 
 
 def record_row(
-    scope: tuple[str, str],
+    scope: Scope,
     rid: str,
     body: dict[str, Any],
     *,
@@ -83,7 +84,7 @@ def record_row(
 def accept_records(
     vault: BodyVault,
     tx: Transaction,
-    scope: tuple[str, str],
+    scope: Scope,
     accepted: list[Acceptance],
     decision_receipt: dict[str, Any],
     authorization_receipts: list[dict[str, Any]],

@@ -13,6 +13,7 @@ from typing import Any
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.digests import DigestKind, seal_receipt
 from engram.models.inputs import AdmissionInput
+from engram.models.scope import Scope
 from engram.models.tools import REQUEST_ADMISSION
 from engram.service.store.base import CandidateRow, JournalEvent, Transaction
 
@@ -152,7 +153,7 @@ def request_admission(deps: Dependencies, ctx: CallContext, args: AdmissionInput
 
 
 def adjudicate(
-    deps: Dependencies, scope: tuple[str, str], candidate_id: str, decision: Decision, reason_ref: str
+    deps: Dependencies, scope: Scope, candidate_id: str, decision: Decision, reason_ref: str
 ) -> dict[str, Any]:
     """The operator's decision on a candidate held for adjudication (never on the agent
     path): accept or reject, with a decision receipt naming the operator."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engram.models.scope import Scope
+
 
 @dataclass(frozen=True)
 class Confirmation:
@@ -35,5 +37,5 @@ class CallContext:
     deadline_ms: int | None = None
 
     @property
-    def scope(self) -> tuple[str, str]:
+    def scope(self) -> Scope:
         return (self.tenant, self.workspace)

@@ -18,11 +18,12 @@ from typing import Any
 import numpy as np
 
 from engram.models.codes import ContractError, ErrorCode
+from engram.models.scope import Scope
 from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW, parse_arguments
 from engram.ranking import Device, Encoder, MiniLMEncoder, Ranker, SemanticUnavailable
 from engram.ranking.encoder import resolve_device
 from engram.service.store import open_store
-from engram.service.store.base import DEFAULT_GROUP, CommitUncertain, Scope, SharedStore, StoreUnavailable
+from engram.service.store.base import DEFAULT_GROUP, CommitUncertain, SharedStore, StoreUnavailable
 
 from . import admission, capture, export, ingestion, operator, reading, search, secret_scan, transitions
 from . import routing as routing_ops
@@ -294,7 +295,7 @@ class Engine:
 
     # -- the operator surface (never reachable through MCP) ----------------------------------
     def prepare_batch(
-        self, scope: tuple[str, str], submissions: Sequence[ingestion.Submission], *, scan_secrets: bool = True
+        self, scope: Scope, submissions: Sequence[ingestion.Submission], *, scan_secrets: bool = True
     ) -> ingestion.PreparedBatch:
         """Batch admission, step one (writes nothing): refuse secrets, compute digests and
         set aside records the scope already has (see :mod:`service.engine.ingestion`)."""
@@ -316,15 +317,15 @@ class Engine:
         through the agent path's record writer, then project them into both indexes."""
         return ingestion.admit(self.deps, batch, operator, vectors=vectors)
 
-    def catch_up(self, scope: tuple[str, str]) -> None:
+    def catch_up(self, scope: Scope) -> None:
         """Bring the scope's indexes up to its journal (heals an interrupted load)."""
         self.deps.projector.catch_up(scope)
 
-    def scope_cursor(self, scope: tuple[str, str]) -> int:
+    def scope_cursor(self, scope: Scope) -> int:
         """The scope's journal head."""
         return self.deps.store.scope_cursor(scope)
 
-    def export_records(self, scope: tuple[str, str], *, vectors: bool = False) -> Iterator[export.ExportedRecord]:
+    def export_records(self, scope: Scope, *, vectors: bool = False) -> Iterator[export.ExportedRecord]:
         """The scope's current records (payload, evidence, retention; with ``vectors``
         their indexed passage vectors too), in record_id order (see :mod:`.export`)."""
         return export.export_records(self.deps, scope, vectors=vectors)
@@ -353,15 +354,15 @@ class Engine:
         index file, key bytes still in the WAL). Returns how many scopes were swept."""
         return transitions.sweep_pending(self.deps)
 
-    def transition(self, scope: tuple[str, str], record_id: str, operation: str, reason_ref: str) -> str:
+    def transition(self, scope: Scope, record_id: str, operation: str, reason_ref: str) -> str:
         """dispute | resolve | supersede | expire | invalidate-trust one record."""
         return operator.transition(self.deps, scope, record_id, operation, reason_ref)
 
-    def adjudicate(self, scope: tuple[str, str], candidate_id: str, decision: str, reason_ref: str) -> dict[str, Any]:
+    def adjudicate(self, scope: Scope, candidate_id: str, decision: str, reason_ref: str) -> dict[str, Any]:
         """Accept or reject a candidate held as pending_adjudication."""
         return admission.adjudicate(self.deps, scope, candidate_id, decision, reason_ref)  # type: ignore[arg-type]
 
-    def expire_due(self) -> list[tuple[tuple[str, str], str]]:
+    def expire_due(self) -> list[tuple[Scope, str]]:
         return operator.expire_due(self.deps)
 
     def replay_search(self, ctx: CallContext, arguments: dict[str, Any], receipt: dict[str, Any]) -> dict[str, Any]:
@@ -441,7 +442,7 @@ class Engine:
     def rebuild_projections(self, progress: Callable[[int], None] | None = None) -> None:
         self.deps.projector.rebuild(progress)
 
-    def history(self, scope: tuple[str, str], subject: str) -> list[dict[str, Any]]:
+    def history(self, scope: Scope, subject: str) -> list[dict[str, Any]]:
         """Every journal event about one record or candidate (digests only, no content)."""
         return [
             {

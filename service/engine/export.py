@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from engram.models.codes import ContractError, ErrorCode
+from engram.models.scope import Scope
 
 from .dependencies import Dependencies
 from .records import record_aad, scope_key
@@ -38,7 +39,7 @@ class ExportedRecord:
     vectors: np.ndarray | None = None
 
 
-def export_records(deps: Dependencies, scope: tuple[str, str], *, vectors: bool = False) -> Iterator[ExportedRecord]:
+def export_records(deps: Dependencies, scope: Scope, *, vectors: bool = False) -> Iterator[ExportedRecord]:
     """Every current record of ``scope`` (with its passage vectors when ``vectors``).
 
     A body that cannot be opened is BLOB_MISSING and a record the semantic index does not
@@ -56,9 +57,7 @@ def export_records(deps: Dependencies, scope: tuple[str, str], *, vectors: bool 
     yield from _open(deps, scope, key, chunk, vectors)
 
 
-def _open(
-    deps: Dependencies, scope: tuple[str, str], key: str, rows: list[Any], vectors: bool
-) -> Iterator[ExportedRecord]:
+def _open(deps: Dependencies, scope: Scope, key: str, rows: list[Any], vectors: bool) -> Iterator[ExportedRecord]:
     found = deps.ranker.passage_vectors(key, [r.record_id for r in rows]) if vectors else [None] * len(rows)
     for row, passage_vectors in zip(rows, found):
         try:

@@ -15,8 +15,9 @@ from typing import Any
 
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.digests import DigestKind, digest
+from engram.models.scope import Scope
 from engram.models.tools import CAPTURE
-from engram.service.store.base import Scope, Transaction
+from engram.service.store.base import Transaction
 
 
 def key_digest(key: str) -> str:

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from engram.models.digests import DigestKind, digest, seal_receipt
+from engram.models.scope import Scope
 from engram.ranking import IndexDocument
 
 from .acceptance import DEFAULT_RETENTION, Acceptance, accept_records
@@ -98,7 +99,7 @@ class PreparedRecord:
 class PreparedBatch:
     """A batch after :func:`prepare`: the records to write and what was set aside."""
 
-    scope: tuple[str, str]
+    scope: Scope
     records: list[PreparedRecord]
     refused: Counter[str] = field(default_factory=Counter)
     skipped: int = 0  # already present in the scope, or twice in this batch
@@ -121,7 +122,7 @@ class BatchOutcome:
     index_seconds: float = 0.0
 
 
-def identify(scope: tuple[str, str], submission: Submission) -> tuple[str, str, str, str]:
+def identify(scope: Scope, submission: Submission) -> tuple[str, str, str, str]:
     """(payload digest, evidence digest, record digest, record id) of a submission."""
     p_digest = payload_digest(submission.payload)
     e_digest = evidence_digest(submission.evidence)
@@ -130,7 +131,7 @@ def identify(scope: tuple[str, str], submission: Submission) -> tuple[str, str, 
 
 
 def prepare(
-    deps: Dependencies, scope: tuple[str, str], submissions: Sequence[Submission], *, scan_secrets: bool = True
+    deps: Dependencies, scope: Scope, submissions: Sequence[Submission], *, scan_secrets: bool = True
 ) -> PreparedBatch:
     """Scan, digest and de-duplicate a batch; writes nothing. The secret scan is the
     agent path's rule (every kept string, keys included), each distinct string of the
@@ -163,7 +164,7 @@ def prepare(
     return batch
 
 
-def operator_context(scope: tuple[str, str], principal: str, session: str, purpose_ref: str) -> CallContext:
+def operator_context(scope: Scope, principal: str, session: str, purpose_ref: str) -> CallContext:
     """The operator's own context, for the batch's authorisation receipt."""
     return CallContext(
         tenant=scope[0],

@@ -9,6 +9,7 @@ ever ranked or disclosed.
 from __future__ import annotations
 
 from engram.models.codes import ContractError, ErrorCode
+from engram.models.scope import Scope
 
 from .clock import instant, now_ms
 from .dependencies import Dependencies
@@ -16,7 +17,7 @@ from .lifecycle import operator_target
 from .secret_scan import refuse_secrets
 
 
-def transition(deps: Dependencies, scope: tuple[str, str], record_id: str, operation: str, reason_ref: str) -> str:
+def transition(deps: Dependencies, scope: Scope, record_id: str, operation: str, reason_ref: str) -> str:
     """Apply one operator transition; returns the new state."""
     refuse_secrets(reason_ref)  # the journal can never be erased
     with deps.store.transaction() as tx:
@@ -42,7 +43,7 @@ def transition(deps: Dependencies, scope: tuple[str, str], record_id: str, opera
     return target
 
 
-def expire_due(deps: Dependencies, at_ms: int | None = None) -> list[tuple[tuple[str, str], str]]:
+def expire_due(deps: Dependencies, at_ms: int | None = None) -> list[tuple[Scope, str]]:
     """Expire every record whose retention `expires_at` has passed."""
     at = now_ms() if at_ms is None else at_ms
     expired = []

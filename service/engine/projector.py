@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from engram.models.scope import Scope
 from engram.ranking import IndexDocument, Ranker
 from engram.ranking.read_write_lock import ReadWriteLock
 from engram.service.store.base import Store
@@ -61,7 +62,7 @@ class Projector:
         vault: BodyVault,
         ranker: Ranker,
         *,
-        projects: Callable[[tuple[str, str]], bool] | None = None,
+        projects: Callable[[Scope], bool] | None = None,
     ) -> None:
         self.store = store
         self.vault = vault
@@ -73,7 +74,7 @@ class Projector:
         # Held shared under ``_all``, which a projection of everything (a backup's copy,
         # a rebuild's reset) takes alone. Order: ``_all``, then a scope's lock.
         self._all = ReadWriteLock()
-        self._scope_locks: dict[tuple[str, str], threading.Lock] = {}
+        self._scope_locks: dict[Scope, threading.Lock] = {}
         self._scope_locks_guard = threading.Lock()
         self._long: str | None = None  # the long projection running now, if any
         self._seed: tuple[SeedVectors | None, SeedTally] | None = None  # while seeding
@@ -103,7 +104,7 @@ class Projector:
         finally:
             self._seed = None
 
-    def behind(self, limit: int = 10) -> list[tuple[tuple[str, str], int]]:
+    def behind(self, limit: int = 10) -> list[tuple[Scope, int]]:
         """Up to `limit` scopes whose lexical channel trails the journal, with the lag."""
         out = []
         for scope in self.store.scopes():
@@ -114,16 +115,16 @@ class Projector:
                     break
         return out
 
-    def view(self, scope: tuple[str, str]) -> ProjectionView:
+    def view(self, scope: Scope) -> ProjectionView:
         """The scope's journal head and channel cursors, as of now."""
         return ProjectionView(self.store.scope_cursor(scope), self.ranker.projection_cursor(scope_key(scope)))
 
-    def lag(self, scope: tuple[str, str]) -> dict[str, int]:
+    def lag(self, scope: Scope) -> dict[str, int]:
         """Journal events each channel has not applied yet."""
         return self.view(scope).lags
 
     @contextmanager
-    def exclusive(self, scope: tuple[str, str] | None = None) -> Iterator[None]:
+    def exclusive(self, scope: Scope | None = None) -> Iterator[None]:
         """Hold off catch-up of ``scope`` (every scope when None) while a caller commits
         and applies a batch itself (bulk ingestion), or copies the projections (backup),
         so the two never interleave."""
@@ -134,7 +135,7 @@ class Projector:
         with self._all.read(), self._scope_lock(scope):
             yield
 
-    def try_catch_up(self, scope: tuple[str, str], wait_s: float = 0.0) -> tuple[bool, ProjectionView]:
+    def try_catch_up(self, scope: Scope, wait_s: float = 0.0) -> tuple[bool, ProjectionView]:
         """Catch up unless another projection of this scope (an admission's catch-up,
         an ingest batch) or of every scope (backup, rebuild's reset) holds it for more
         than `wait_s`: a search must not queue behind it. Returns whether it caught up,
@@ -158,7 +159,7 @@ class Projector:
                 lock.release()
         return True, self.view(scope)
 
-    def catch_up(self, scope: tuple[str, str], progress: Progress | None = None) -> None:
+    def catch_up(self, scope: Scope, progress: Progress | None = None) -> None:
         """Apply the journal past the lowest channel cursor, in batches of touched records.
 
         Each batch is labelled with the cursor of its last event, so a channel that
@@ -167,11 +168,11 @@ class Projector:
         with self._all.read(), self._scope_lock(scope):
             self._catch_up_locked(scope, progress)
 
-    def _scope_lock(self, scope: tuple[str, str]) -> threading.Lock:
+    def _scope_lock(self, scope: Scope) -> threading.Lock:
         with self._scope_locks_guard:
             return self._scope_locks.setdefault(scope, threading.Lock())
 
-    def _catch_up_locked(self, scope: tuple[str, str], progress: Progress | None = None) -> None:
+    def _catch_up_locked(self, scope: Scope, progress: Progress | None = None) -> None:
         """:meth:`catch_up`'s work (caller holds ``_all`` shared and the scope's lock)."""
         key = scope_key(scope)
         after = min(self.ranker.projection_cursor(key).values())
@@ -195,7 +196,7 @@ class Projector:
         if progress is not None and batch:
             progress(len(batch))
 
-    def _apply(self, scope: tuple[str, str], key: str, record_ids: list[str], through: int, after: int) -> None:
+    def _apply(self, scope: Scope, key: str, record_ids: list[str], through: int, after: int) -> None:
         rows = self.store.records(scope, record_ids)
         upserts: list[IndexDocument] = []
         removals: list[str] = []

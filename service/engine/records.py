@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from engram.models.digests import DigestKind, digest, record_id_for, seal_receipt
+from engram.models.scope import Scope
 from engram.ranking import IndexDocument
 
 from .clock import instant
@@ -32,7 +33,7 @@ REDACTED_FIELDS = ("actor", "evidence.attestation", "payload.reconciliation")
 REDACTION_POLICY = "engram.redaction/high/v1"
 
 
-def scope_key(scope: tuple[str, str]) -> str:
+def scope_key(scope: Scope) -> str:
     """The opaque key the ranking subsystem files a scope under; distinct scopes never
     share one.
 
@@ -52,12 +53,12 @@ def scope_key(scope: tuple[str, str]) -> str:
     return hashlib.sha256(material.encode()).hexdigest()[:32]
 
 
-def candidate_aad(scope: tuple[str, str], candidate_id: str) -> str:
+def candidate_aad(scope: Scope, candidate_id: str) -> str:
     """Associated data binding a sealed candidate body to its scope and id."""
     return f"candidate\0{scope[0]}\0{scope[1]}\0{candidate_id}"
 
 
-def record_aad(scope: tuple[str, str], record_id_: str) -> str:
+def record_aad(scope: Scope, record_id_: str) -> str:
     return f"record\0{scope[0]}\0{scope[1]}\0{record_id_}"
 
 
@@ -69,7 +70,7 @@ def evidence_digest(evidence: dict[str, Any]) -> str:
     return digest(DigestKind.EVIDENCE, evidence)
 
 
-def record_digest(scope: tuple[str, str], candidate_id: str, payload_digest_: str, evidence_digest_: str) -> str:
+def record_digest(scope: Scope, candidate_id: str, payload_digest_: str, evidence_digest_: str) -> str:
     """Bound to the candidate, so a record can never be revived under an old record_id."""
     return digest(
         DigestKind.RECORD,

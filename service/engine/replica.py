@@ -20,7 +20,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from engram.service.store.base import DEFAULT_GROUP, Scope, SharedStore
+from engram.models.scope import Scope
+from engram.service.store.base import DEFAULT_GROUP, SharedStore
 
 from .clock import now_ms
 

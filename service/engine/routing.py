@@ -39,8 +39,9 @@ from typing import Any
 
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.errors import NoLiveReplica  # noqa: F401 - raised here
+from engram.models.scope import Scope
 from engram.ranking.read_write_lock import ReadWriteLock
-from engram.service.store.base import Route, Scope, SharedStore
+from engram.service.store.base import Route, SharedStore
 
 from .clock import now_ms
 from .dependencies import Dependencies

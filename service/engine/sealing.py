@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from engram.models.digests import DigestKind, digest
 from engram.models.errors import SealBroken  # noqa: F401 - raised and caught here
+from engram.models.scope import Scope
 from engram.service.store import compact
 from engram.service.store.base import Store
 
@@ -199,7 +200,7 @@ Position = tuple[int, str]
 def record_shred(
     key_dir: Path,
     kind: str,
-    scope: tuple[str, str],
+    scope: Scope,
     subject: str,
     *,
     made: Position | None = None,

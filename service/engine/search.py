@@ -22,6 +22,7 @@ from engram.models.digests import DigestKind, digest, seal_receipt
 from engram.models.envelope import success_size
 from engram.models.inputs import SearchInput
 from engram.models.outputs import contribution_wire
+from engram.models.scope import Scope
 from engram.models.tools import SEARCH
 from engram.ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Profile, RankedList, SemanticUnavailable
 from engram.ranking.profiles import LEXICAL
@@ -57,7 +58,7 @@ LEXICAL_LAG_BOUND = 1000
 CATCH_UP_WAIT_S = 0.25
 
 
-def semantic_problem(deps: Dependencies, scope: tuple[str, str], view: ProjectionView) -> str | None:
+def semantic_problem(deps: Dependencies, scope: Scope, view: ProjectionView) -> str | None:
     """Why the semantic channel cannot serve this scope now, or None when it can."""
     reason = deps.ranker.semantic_health(scope_key(scope))
     if reason is not None:
@@ -67,7 +68,7 @@ def semantic_problem(deps: Dependencies, scope: tuple[str, str], view: Projectio
     return None
 
 
-def require_current_projection(deps: Dependencies, scope: tuple[str, str]) -> ProjectionView:
+def require_current_projection(deps: Dependencies, scope: Scope) -> ProjectionView:
     """Catch the scope's projections up, or refuse: PROJECTION_STALE (retriable) while
     the lexical channel trails the journal and cannot be caught up now (warm-up,
     rebuild, a dropped legacy layout being re-projected). Returns the view the search
@@ -82,7 +83,7 @@ def require_current_projection(deps: Dependencies, scope: tuple[str, str]) -> Pr
     return view
 
 
-def require_index_present(deps: Dependencies, scope: tuple[str, str]) -> None:
+def require_index_present(deps: Dependencies, scope: Scope) -> None:
     """A scope that holds current records but has no lexical index on disk has lost its
     index: RANKING_UNAVAILABLE (retriable; `engram admin rebuild-projections`), never
     an empty list that reads as "no match"."""
@@ -92,7 +93,7 @@ def require_index_present(deps: Dependencies, scope: tuple[str, str]) -> None:
         raise ContractError(ErrorCode.RANKING_UNAVAILABLE)
 
 
-def choose_profile(deps: Dependencies, scope: tuple[str, str], minimum: str, view: ProjectionView) -> Profile:
+def choose_profile(deps: Dependencies, scope: Scope, minimum: str, view: ProjectionView) -> Profile:
     healthy = semantic_problem(deps, scope, view) is None
     if minimum == "lexical_and_semantic" and not healthy:
         raise ContractError(ErrorCode.RANKING_UNAVAILABLE)

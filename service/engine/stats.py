@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engram.service.store.base import Scope, StateCounts
+from engram.models.scope import Scope
+from engram.service.store.base import StateCounts
 
 from .dependencies import Dependencies
 

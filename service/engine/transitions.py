@@ -18,6 +18,7 @@ from typing import Any
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.digests import DigestKind, seal_receipt
 from engram.models.inputs import ForgetInput, WithdrawInput
+from engram.models.scope import Scope
 from engram.models.tools import FORGET, WITHDRAW
 from engram.service.store.base import JournalEvent, Store, Transaction
 
@@ -199,9 +200,7 @@ def forget(deps: Dependencies, ctx: CallContext, args: ForgetInput) -> dict[str,
     )
 
 
-def invalidate(
-    deps: Dependencies, scope: tuple[str, str], record_ids: list[str], *, peers_wait_s: float = 0.0
-) -> dict[str, Any]:
+def invalidate(deps: Dependencies, scope: Scope, record_ids: list[str], *, peers_wait_s: float = 0.0) -> dict[str, Any]:
     """Remove records from every projection and purge their bytes; a coverage receipt
     says what was reached. With replicas, this one's purge is acknowledged in the store
     and `complete` also needs every live replica's (waiting up to `peers_wait_s`)."""
@@ -248,7 +247,7 @@ def apply_shreds(store: Store, entries: list[dict[str, Any]], key_dir: Path | No
     by digest; subjects are found through the journal. With `key_dir`, each subject found
     gets a committed ledger entry naming the event that now ends it, so that later opens
     find nothing to re-apply. Returns how many were applied."""
-    wanted: dict[str, set[tuple[str, str]]] = {}
+    wanted: dict[str, set[Scope]] = {}
     for entry in entries:
         wanted.setdefault(entry["scope"], set()).add((entry["kind"], entry["subject"]))
     applied = 0
@@ -258,7 +257,7 @@ def apply_shreds(store: Store, entries: list[dict[str, Any]], key_dir: Path | No
         if not targets:
             continue
         made: dict[str, tuple[int, str]] = {}
-        ended: dict[tuple[str, str], tuple[int, str]] = {}
+        ended: dict[Scope, tuple[int, str]] = {}
         for e in store.events(scope):
             made.setdefault(e.subject, (e.cursor, e.event_digest))
             for kind, ending in ENDING_EVENTS.items():
@@ -320,7 +319,7 @@ def _held(digests: dict[int, str], position: list[Any]) -> bool:
     return digests.get(int(position[0])) == position[1]
 
 
-def _apply_shred(tx: Transaction, scope: tuple[str, str], kind: str, subject: str, at: str) -> JournalEvent | None:
+def _apply_shred(tx: Transaction, scope: Scope, kind: str, subject: str, at: str) -> JournalEvent | None:
     """End one subject again; the event that does, or None when it was ended already."""
     if kind == "record":
         record = tx.record(scope, subject)

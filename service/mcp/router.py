@@ -34,6 +34,7 @@ import httpx2
 
 from engram.models.codes import ErrorCode
 from engram.models.envelope import envelope_text, failure_envelope
+from engram.models.scope import Scope
 from engram.models.tools import MUTATIONS
 from engram.service.engine.context import CallContext
 
@@ -66,7 +67,7 @@ CONNECT_TIMEOUT_S = 2.0
 #: POST may take before the peer counts as lost.
 READ_MARGIN_S = 5.0
 
-Destination = Callable[[tuple[str, str]], list[str] | None]
+Destination = Callable[[Scope], list[str] | None]
 Asgi = Callable[
     [dict[str, Any], Callable[[], Awaitable[dict[str, Any]]], Callable[[dict[str, Any]], Awaitable[None]]],
     Awaitable[None],

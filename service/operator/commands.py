@@ -11,13 +11,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engram.models.scope import Scope
 from engram.service.engine.context import CallContext
 from engram.service.engine.engine import Engine
 
 Command = Callable[[Engine, dict[str, Any]], Any]
 
 
-def _scope(args: dict[str, Any]) -> tuple[str, str]:
+def _scope(args: dict[str, Any]) -> Scope:
     return (str(args["tenant"]), str(args["workspace"]))
 
 

@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from engram.models.errors import BackupUnsupported, CommitUncertain, StoreUnavailable  # noqa: F401 - raised and caught here
+from engram.models.scope import Scope
 
 #: The replica group of a replica started without one (and of every scope a database
 #: held before scopes were routed): one group holding every scope, as before groups.
 DEFAULT_GROUP = "default"
-
-Scope = tuple[str, str]
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from engram.models.digests import DigestKind, digest
+from engram.models.scope import Scope
 
 from . import compact
-from .base import JournalEvent, NewEvent, RecordRow, Scope
+from .base import JournalEvent, NewEvent, RecordRow
 
 DIGEST_PREFIX = "sha256:"
 EVENT_ID_PREFIX = "evt_"

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from engram.models.digests import DigestKind, digest
+from engram.models.scope import Scope
 
-from .base import CandidateRow, CommitUncertain, JournalEvent, NewEvent, RecordRow, Scope, StateCounts, StoreUnavailable
+from .base import CandidateRow, CommitUncertain, JournalEvent, NewEvent, RecordRow, StateCounts, StoreUnavailable
 from .journal import (
     RECORD_COLUMNS,
     StoredEvent,
