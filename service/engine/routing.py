@@ -14,7 +14,10 @@ only projections are partitioned.
   on, a new scope never waits for a group that is down (the claimant is answering),
   and a load balancer spreading first calls spreads new scopes over the groups.
   Placement by size is the operator's: `engram admin route move`. Scopes a database
-  held before routes existed belong to the `default` group (the schema step).
+  held before routes existed belong to the `default` group (the schema step), and
+  until a scope is claimed (one written by an engine that serves no calls: `engram
+  ingest`, an operator command) the replicas of the `default` group keep it
+  projected, so replicas started without `--group` serve it warm, as before groups.
 - **Serving** a scope needs its route to name this replica's group. A call in a scope
   this replica does not serve (forwarded here while the route moved, or no replica of
   the scope's group is live) answers the retriable STORE_UNAVAILABLE, never an answer
@@ -41,7 +44,7 @@ from engram.models.codes import ContractError, ErrorCode
 from engram.models.errors import NoLiveReplica  # noqa: F401 - raised here
 from engram.models.scope import Scope
 from engram.ranking.read_write_lock import ReadWriteLock
-from engram.service.store.base import Route, SharedStore
+from engram.service.store.base import DEFAULT_GROUP, Route, SharedStore
 
 from .clock import now_ms
 from .dependencies import Dependencies
@@ -78,11 +81,15 @@ class Routing:
 
     def projects(self, scope: Scope) -> bool:
         """Whether this replica keeps the scope's indexes: its group serves it or is
-        taking it over. A scope with no route is projected by nobody until claimed."""
+        taking it over, or (the default group) nobody has claimed it yet."""
         if self.group is None:
             return True
-        route = self.store.route(scope)
-        return route is not None and self.group in (route.group, route.moving_to)
+        return self._projects(self.store.route(scope))
+
+    def _projects(self, route: Route | None) -> bool:
+        if route is None:
+            return self.group == DEFAULT_GROUP
+        return self.group in (route.group, route.moving_to)
 
     @contextmanager
     def serving(self, scope: Scope) -> Iterator[None]:
@@ -124,12 +131,11 @@ class Routing:
         it, else delete whatever of it this replica still keeps; acknowledge the route
         version followed (what a move waits for)."""
         route = self.store.route(scope)
-        if route is None:
-            return
-        if self.group in (route.group, route.moving_to):
+        if self._projects(route):
             deps.projector.catch_up(scope)
-            self._acknowledge(scope, route)
-        elif self.release(deps, scope) or route.version > 1:
+            if route is not None:
+                self._acknowledge(scope, route)
+        elif route is not None and (self.release(deps, scope) or route.version > 1):
             self._acknowledge(scope, route)
 
     def release(self, deps: Dependencies, scope: Scope) -> bool:
@@ -154,7 +160,7 @@ class Routing:
         released = 0
         for scope in self.store.scopes():
             route = routes.get(scope)
-            if (route is None or self.group not in (route.group, route.moving_to)) and self.release(deps, scope):
+            if not self._projects(route) and self.release(deps, scope):
                 released += 1
                 if route is not None:
                     self._acknowledge(scope, route)

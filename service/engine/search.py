@@ -71,13 +71,17 @@ def semantic_problem(deps: Dependencies, scope: Scope, view: ProjectionView) -> 
 def require_current_projection(deps: Dependencies, scope: Scope) -> ProjectionView:
     """Catch the scope's projections up, or refuse: PROJECTION_STALE (retriable) while
     the lexical channel trails the journal and cannot be caught up now (warm-up,
-    rebuild, a dropped legacy layout being re-projected). Returns the view the search
-    then works from (one reading of the journal head and the channel cursors)."""
+    rebuild, a dropped legacy layout being re-projected, a scope this replica has only
+    begun to project). Returns the view the search then works from (one reading of the
+    journal head and the channel cursors)."""
     projector = deps.projector
     caught_up, view = projector.try_catch_up(scope, CATCH_UP_WAIT_S)
     if caught_up:
         return view
-    bound = 0 if projector.long_projection is not None else LEXICAL_LAG_BOUND
+    # The bound tolerates what concurrent calls appended since the index last caught up;
+    # an index that has applied nothing of the scope yet has not caught up once.
+    never_applied = view.cursors.get(LEXICAL, 0) == 0
+    bound = 0 if projector.long_projection is not None or never_applied else LEXICAL_LAG_BOUND
     if view.lags.get(LEXICAL, 0) > bound:
         raise ContractError(ErrorCode.PROJECTION_STALE)
     return view

@@ -76,6 +76,22 @@ def test_a_short_catch_up_elsewhere_is_not_stale(engine) -> None:
         assert search_ids(engine, ctx, "ferry noon") == [rid]
 
 
+def test_an_index_that_applied_nothing_of_the_scope_is_stale_while_held(engine) -> None:
+    """Within the lag bound a search is served from an index that trails the journal,
+    but not from one that has applied nothing of the scope yet (a replica that has
+    only begun to project it): that would answer an empty list for a scope that holds
+    records."""
+    ctx = context()
+    rid = accept(engine, ctx, "The ferry leaves at noon.")
+    projector = engine.deps.projector
+    with projector.exclusive():
+        engine.deps.ranker.reset()  # every channel back to cursor 0, as on a fresh replica
+        assert projector.lag(ctx.scope)["lexical"] > 0
+        err = error_of(search, engine, ctx, "ferry noon")
+        assert err.code is ErrorCode.PROJECTION_STALE and err.retriable
+    assert search_ids(engine, ctx, "ferry noon") == [rid]
+
+
 def test_an_empty_scope_is_an_honest_empty_list(engine) -> None:
     out = search(engine, context(workspace="nothing-here"), "pear trees")
     assert out["records"] == []

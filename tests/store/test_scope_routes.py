@@ -8,9 +8,11 @@ import threading
 from pathlib import Path
 
 import psycopg
+from engine_support import accept, context, open_engine, search_ids
 from typer.testing import CliRunner
 
 from engram.service.cli import app
+from engram.service.engine.records import scope_key
 from engram.service.store.base import DEFAULT_GROUP, Route
 from engram.service.store.postgres import PostgresStore
 
@@ -114,3 +116,31 @@ def test_a_group_needs_a_shared_store(tmp_path: Path) -> None:
         env={"ENGRAM_DATABASE_URL": ""},
     )
     assert out.exit_code == 2 and "--group needs a shared store" in out.output
+
+
+def test_an_unclaimed_scope_is_warm_on_the_default_group_at_ready(tmp_path: Path, database_url: str) -> None:
+    """A scope written by an engine that serves no calls (bulk ingest, an operator
+    command) has no route yet: the replicas of the default group project it during
+    warm-up, so their first search is served from a current index; a replica of
+    another group leaves it alone until the scope is routed there."""
+    ctx = context(workspace="unclaimed")
+    writer = open_engine(tmp_path / "writer", database_url=database_url, key_dir=tmp_path / "keys")
+    try:
+        writer.set_tenant_enabled(ctx.tenant, True)
+        rid = accept(writer, ctx, "The night ferry calls at the island twice a week.")
+    finally:
+        writer.close()
+    key = scope_key(ctx.scope)
+    default = open_engine(tmp_path / "d", database_url=database_url, key_dir=tmp_path / "keys", serve_replica=True)
+    other = open_engine(
+        tmp_path / "o", database_url=database_url, key_dir=tmp_path / "keys", serve_replica=True, group="beta"
+    )
+    try:
+        head = default.deps.store.scope_cursor(ctx.scope)
+        assert default.deps.store.route(ctx.scope) is None
+        assert set(default.deps.ranker.projection_cursor(key).values()) == {head}
+        assert set(other.deps.ranker.projection_cursor(key).values()) == {0}
+        assert search_ids(default, ctx, "night ferry island") == [rid]
+    finally:
+        default.close()
+        other.close()
