@@ -196,6 +196,108 @@ class _Progress:
             self._bar.stop()
 
 
+@dataclass
+class _Pipeline:
+    """One ingestion run's three stages (prepare, vectors, write), joined by bounded
+    queues; each stage method runs in its own thread except :meth:`feed`."""
+
+    engine: Any
+    scope: Scope
+    source: VectorSource | None
+    embedding: bool
+    purpose_ref: str
+    scan_secrets: bool
+    operator: Any
+    report: IngestReport
+    bar: _Progress
+    on_batch: Callable[[IngestReport], None] | None
+    depth: int
+    stages: _Stages = field(default_factory=_Stages)
+    refused: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self.to_embed: queue.Queue[Any] = queue.Queue(maxsize=self.depth)
+        self.to_write: queue.Queue[Any] = queue.Queue(maxsize=self.depth)
+
+    def feed(self, records: Iterable[IngestRecord], batch_size: int) -> None:
+        """Cut ``records`` into batches and prepare each (on the calling thread)."""
+        chunk: list[tuple[int, IngestRecord]] = []
+        for ordinal, record in enumerate(records):
+            chunk.append((ordinal, record))
+            if len(chunk) >= batch_size:
+                if not self.stages.put(self.to_embed, self.prepare(chunk)):
+                    return
+                chunk = []
+        if chunk and not self.stages.stop.is_set():
+            self.stages.put(self.to_embed, self.prepare(chunk))
+        self.stages.put(self.to_embed, _DONE)
+
+    def prepare(self, chunk: list[tuple[int, IngestRecord]]) -> _Batch:
+        """Submissions of a chunk, refused documents counted, then the engine's batch
+        preparation (secret scan, digests, which records exist)."""
+        t = time.perf_counter()
+        subs, ordinals, local = [], [], Counter[str]()
+        for ordinal, record in chunk:
+            try:
+                subs.append(submission(self.scope, record, self.purpose_ref))
+            except RefusedRecord as exc:
+                local[str(exc)] += 1
+                continue
+            ordinals.append(ordinal)
+        prepared = self.engine.prepare_batch(self.scope, subs, scan_secrets=self.scan_secrets)
+        self.report.prepare_seconds += time.perf_counter() - t
+        return _Batch([ordinals[r.position] for r in prepared.records], len(chunk), local, prepared)
+
+    def vectors_stage(self) -> None:
+        """Each batch's passage vectors: sliced from the source, or embedded."""
+        for batch in self.stages.items(self.to_embed):
+            t = time.perf_counter()
+            if self.source is not None:
+                batch.vectors = [self.source.get(o) for o in batch.ordinals]
+            elif self.embedding and batch.prepared.records:
+                batch.vectors = self.engine.embed_batch(batch.prepared)
+            self.report.embed_seconds += time.perf_counter() - t
+            if not self.stages.put(self.to_write, batch):
+                return
+        self.stages.put(self.to_write, _DONE)
+
+    def write_stage(self) -> None:
+        """Each batch admitted (sealed, committed, indexed) and counted."""
+        report = self.report
+        for batch in self.stages.items(self.to_write):
+            outcome: BatchOutcome = self.engine.admit_batch(batch.prepared, self.operator, vectors=batch.vectors)
+            report.store_seconds += outcome.store_seconds
+            report.index_seconds += outcome.index_seconds
+            report.ingested += len(outcome.accepted)
+            report.skipped_existing += outcome.skipped
+            self.refused.update(batch.refused)
+            self.refused.update(outcome.refused)
+            report.refused = dict(self.refused)
+            report.seen += batch.seen
+            report.batches += 1 if outcome.accepted else 0
+            self.bar.advance(batch.seen)
+            if self.on_batch is not None:
+                self.on_batch(report)
+
+    def run(self, records: Iterable[IngestRecord], batch_size: int) -> None:
+        """The stages to the end; the first failure of any stage is raised here."""
+        threads = [
+            self.stages.run("ingest-vectors", self.vectors_stage),
+            self.stages.run("ingest-write", self.write_stage),
+        ]
+        try:
+            self.feed(records, batch_size)
+        except BaseException:
+            self.stages.stop.set()
+            raise
+        finally:
+            for thread in threads:
+                thread.join()
+            self.bar.close()
+        if self.stages.failed:
+            raise self.stages.failed[0]
+
+
 def ingest_corpus(
     engine: Any,
     scope: Scope,
@@ -226,83 +328,27 @@ def ingest_corpus(
     report = IngestReport(
         scope=scope, vectors="precomputed" if source is not None else ("encoder" if embedding else "none")
     )
-    operator = operator_context(
-        scope, principal or f"operator:{_user()}", "ingest_" + uuid.uuid4().hex[:16], purpose_ref
-    )
     if total is None and hasattr(records, "__len__"):
         total = len(records)  # type: ignore[arg-type]
     started = time.perf_counter()
     engine.catch_up(scope)  # heal a previous run that committed a batch but did not project it
     report.cursor_before = engine.scope_cursor(scope)
-    refused: Counter[str] = Counter()
-    bar = _Progress(progress, total, f"ingest {scope[0]}/{scope[1]}")
-    stages = _Stages()
-    to_embed: queue.Queue[Any] = queue.Queue(maxsize=depth)
-    to_write: queue.Queue[Any] = queue.Queue(maxsize=depth)
-
-    def prepare(chunk: list[tuple[int, IngestRecord]]) -> _Batch:
-        t = time.perf_counter()
-        subs, ordinals, local = [], [], Counter[str]()
-        for ordinal, record in chunk:
-            try:
-                subs.append(submission(scope, record, purpose_ref))
-            except RefusedRecord as exc:
-                local[str(exc)] += 1
-                continue
-            ordinals.append(ordinal)
-        prepared = engine.prepare_batch(scope, subs, scan_secrets=scan_secrets)
-        report.prepare_seconds += time.perf_counter() - t
-        return _Batch([ordinals[r.position] for r in prepared.records], len(chunk), local, prepared)
-
-    def embed_stage() -> None:
-        for batch in stages.items(to_embed):
-            t = time.perf_counter()
-            if source is not None:
-                batch.vectors = [source.get(o) for o in batch.ordinals]
-            elif embedding and batch.prepared.records:
-                batch.vectors = engine.embed_batch(batch.prepared)
-            report.embed_seconds += time.perf_counter() - t
-            if not stages.put(to_write, batch):
-                return
-        stages.put(to_write, _DONE)
-
-    def write_stage() -> None:
-        for batch in stages.items(to_write):
-            outcome: BatchOutcome = engine.admit_batch(batch.prepared, operator, vectors=batch.vectors)
-            report.store_seconds += outcome.store_seconds
-            report.index_seconds += outcome.index_seconds
-            report.ingested += len(outcome.accepted)
-            report.skipped_existing += outcome.skipped
-            refused.update(batch.refused)
-            refused.update(outcome.refused)
-            report.refused = dict(refused)
-            report.seen += batch.seen
-            report.batches += 1 if outcome.accepted else 0
-            bar.advance(batch.seen)
-            if on_batch is not None:
-                on_batch(report)
-
-    threads = [stages.run("ingest-embed", embed_stage), stages.run("ingest-write", write_stage)]
-    try:
-        chunk: list[tuple[int, IngestRecord]] = []
-        for ordinal, record in enumerate(records):
-            chunk.append((ordinal, record))
-            if len(chunk) >= batch_size:
-                if not stages.put(to_embed, prepare(chunk)):
-                    break
-                chunk = []
-        if chunk and not stages.stop.is_set():
-            stages.put(to_embed, prepare(chunk))
-        stages.put(to_embed, _DONE)
-    except BaseException:
-        stages.stop.set()
-        raise
-    finally:
-        for thread in threads:
-            thread.join()
-        bar.close()
-    if stages.failed:
-        raise stages.failed[0]
+    pipeline = _Pipeline(
+        engine=engine,
+        scope=scope,
+        source=source,
+        embedding=embedding,
+        purpose_ref=purpose_ref,
+        scan_secrets=scan_secrets,
+        operator=operator_context(
+            scope, principal or f"operator:{_user()}", "ingest_" + uuid.uuid4().hex[:16], purpose_ref
+        ),
+        report=report,
+        bar=_Progress(progress, total, f"ingest {scope[0]}/{scope[1]}"),
+        on_batch=on_batch,
+        depth=depth,
+    )
+    pipeline.run(records, batch_size)
     engine.catch_up(scope)
     report.cursor_after = engine.scope_cursor(scope)
     report.seconds = time.perf_counter() - started
