@@ -11,10 +11,10 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anyio.to_thread
-from fastapi import FastAPI
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from mcp.server.transport_security import TransportSecuritySettings
 
@@ -48,6 +48,85 @@ def _transport_security(host: str, allowed_hosts: list[str] | None) -> Transport
     return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
+#: Liveness, readiness and metrics: ordinary HTTP routes for operators and probes,
+#: reading the engine and the metrics the app was built with (``app.state``).
+ops = APIRouter(tags=["ops"])
+
+
+def _engine(request: Request) -> EngineLike:
+    engine: EngineLike = request.app.state.engine
+    return engine
+
+
+def _metrics(request: Request) -> Metrics:
+    metrics: Metrics = request.app.state.metrics
+    return metrics
+
+
+@ops.get("/healthz", summary="Liveness: the process serves HTTP.")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@ops.get(
+    "/readyz",
+    summary="Readiness: the engine can answer (projections caught up, model loaded). 503 otherwise.",
+    responses={503: {"description": "Not ready; `reasons` says why."}},
+)
+async def readyz(engine: Annotated[EngineLike, Depends(_engine)]) -> JSONResponse:
+    try:
+        state = await anyio.to_thread.run_sync(engine.readiness)
+        ready = bool(state.get("ready"))
+        reasons = [str(r) for r in state.get("reasons", [])]
+    except Exception as exc:  # noqa: BLE001
+        logger.error("readiness failed: %s", type(exc).__name__)
+        ready, reasons = False, ["readiness check failed"]
+    return JSONResponse({"ready": ready, "reasons": reasons}, status_code=200 if ready else 503)
+
+
+@ops.get("/metrics", summary="Prometheus metrics (text exposition format).")
+async def metrics_route(metrics: Annotated[Metrics, Depends(_metrics)]) -> Response:
+    content = await anyio.to_thread.run_sync(metrics.render)  # reads the store
+    return Response(content=content, media_type=metrics.content_type)
+
+
+def _front_end(engine: EngineLike, settings: Settings, host_secret: bytes, audit: AuditLog) -> ToolFrontEnd:
+    """The tool handlers: host binding, the per-principal token bucket, the default
+    deadline, human approval, audit and metrics."""
+    binding = HeaderBinding(host_secret)
+    metrics = Metrics(scope_stats=getattr(engine, "scope_stats", None))
+    # The engine may report per-channel ranking latency (lexical, semantic, fusion).
+    hook = getattr(engine, "set_channel_latency_observer", None)
+    if callable(hook):
+        hook(metrics.observe_channel_latency)
+    return ToolFrontEnd(
+        engine,
+        binding,
+        audit=audit,
+        metrics=metrics,
+        limiter=TokenBucketLimiter(rate=settings.rate, burst=settings.burst),
+        default_deadline_ms=settings.deadline_ms,
+        # Replicas sharing the host secret accept each other's sealed elicitation state.
+        approval=HumanApproval(settings.approval_ttl_s, state_key=host_secret, caller=caller_of(binding.resolve)),
+    )
+
+
+def _router(engine: EngineLike, mcp_app: Any, settings: Settings, host_secret: bytes, audit: AuditLog) -> Any:
+    """A replica of a group (shared store) forwards calls of other groups' scopes; None
+    when the engine is not routed."""
+    if not getattr(engine, "routed", False):
+        return None
+    return ScopeRouter(
+        DuplicateKeyMarker(mcp_app),
+        secret=host_secret,
+        destination=engine.route_destination,  # type: ignore[attr-defined]
+        replica_id=engine.replica_id,  # type: ignore[attr-defined]
+        deadline_ms=settings.deadline_ms,
+        approval_ttl_s=settings.approval_ttl_s,
+        audit=audit,
+    )
+
+
 def create_app(
     engine: EngineLike,
     settings: Settings,
@@ -63,42 +142,15 @@ def create_app(
     deadline. The audit log goes to `audit_path`, else `<data_dir>/audit.jsonl`.
     With `close_engine`, the engine is closed when the app shuts down.
     """
-    host, allowed_hosts = settings.host, settings.allowed_hosts
     audit = AuditLog(audit_path if audit_path is not None else Path(settings.data_dir) / AUDIT_FILE)
-    metrics = Metrics(scope_stats=getattr(engine, "scope_stats", None))
-    binding = HeaderBinding(host_secret)
-    front = ToolFrontEnd(
-        engine,
-        binding,
-        audit=audit,
-        metrics=metrics,
-        limiter=TokenBucketLimiter(rate=settings.rate, burst=settings.burst),
-        default_deadline_ms=settings.deadline_ms,
-        # Replicas sharing the host secret accept each other's sealed elicitation state.
-        approval=HumanApproval(settings.approval_ttl_s, state_key=host_secret, caller=caller_of(binding.resolve)),
-    )
-    # The engine may report per-channel ranking latency (lexical, semantic, fusion).
-    hook = getattr(engine, "set_channel_latency_observer", None)
-    if callable(hook):
-        hook(metrics.observe_channel_latency)
+    front = _front_end(engine, settings, host_secret, audit)
     server = front.build_server()
     mcp_app = server.streamable_http_app(
         streamable_http_path="/mcp",
-        host=host,
-        transport_security=_transport_security(host, allowed_hosts),
+        host=settings.host,
+        transport_security=_transport_security(settings.host, settings.allowed_hosts),
     )
-    # A replica of a group (shared store) forwards calls of other groups' scopes.
-    router = None
-    if getattr(engine, "routed", False):
-        router = ScopeRouter(
-            DuplicateKeyMarker(mcp_app),
-            secret=host_secret,
-            destination=engine.route_destination,  # type: ignore[attr-defined]
-            replica_id=engine.replica_id,
-            deadline_ms=settings.deadline_ms,  # type: ignore[attr-defined]
-            approval_ttl_s=settings.approval_ttl_s,
-            audit=audit,
-        )
+    router = _router(engine, mcp_app, settings, host_secret, audit)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -118,35 +170,10 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.front = front
-    app.state.metrics = metrics
+    app.state.metrics = front.metrics
     app.state.engine = engine
     app.state.mcp_server = server
-
-    @app.get("/healthz", summary="Liveness: the process serves HTTP.", tags=["ops"])
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get(
-        "/readyz",
-        summary="Readiness: the engine can answer (projections caught up, model loaded). 503 otherwise.",
-        tags=["ops"],
-        responses={503: {"description": "Not ready; `reasons` says why."}},
-    )
-    async def readyz() -> Any:
-        try:
-            state = await anyio.to_thread.run_sync(engine.readiness)
-            ready = bool(state.get("ready"))
-            reasons = [str(r) for r in state.get("reasons", [])]
-        except Exception as exc:  # noqa: BLE001
-            logger.error("readiness failed: %s", type(exc).__name__)
-            ready, reasons = False, ["readiness check failed"]
-        return JSONResponse({"ready": ready, "reasons": reasons}, status_code=200 if ready else 503)
-
-    @app.get("/metrics", summary="Prometheus metrics (text exposition format).", tags=["ops"])
-    async def metrics_route() -> Response:
-        content = await anyio.to_thread.run_sync(metrics.render)  # reads the store
-        return Response(content=content, media_type=metrics.content_type)
-
+    app.include_router(ops)
     # Last, so the routes above (and /docs, /openapi.json) win; the sub-app serves /mcp.
     app.mount("/", router if router is not None else DuplicateKeyMarker(mcp_app))
     # Outermost: an oversized body is refused before routing, authentication or parsing.
