@@ -165,7 +165,7 @@ def test_reopen_keeps_documents_vectors_and_cursors(tmp_path: Path):
     assert reopened.semantic_health("scopeA") is None
     assert reopened.projection_cursor("scopeA") == {"lexical": 3, "semantic": 3}
     after = reopened.search("scopeA", "payment cache", HYBRID_PROFILE, valid_as_of_ms=0)
-    assert [c.as_dict() for c in after.candidates] == [c.as_dict() for c in before.candidates]
+    assert after.candidates == before.candidates
     reopened.reset()
     assert reopened.projection_cursor("scopeA") == {"lexical": 0, "semantic": 0}
     assert ids(reopened, "scopeA", "payment", LEXICAL_PROFILE) == []
