@@ -80,7 +80,7 @@ EVAL_TENANT = "eval"
 
 SEMANTIC_ONLY = Profile(
     name="eval_semantic_only",
-    version="3",
+    version="4",
     config=replace(
         HYBRID_PROFILE.config,
         lexical=replace(HYBRID_PROFILE.config.lexical, field_weights=FieldWeights(0.0, 0.0, 0.0, 0.0, 0.0)),
@@ -94,7 +94,7 @@ SEMANTIC_ONLY = Profile(
 
 NAIVE_RRF = Profile(
     name="eval_naive_rrf",
-    version="2",
+    version="3",
     config=replace(
         HYBRID_PROFILE.config, fusion=FusionConfig(method=FusionMethod.RRF, semantic_only_min_similarity=None)
     ),
