@@ -80,9 +80,11 @@ def read_samples(paths: Iterable[Path]) -> list[Sample]:
     """Every sample of every file (a list of samples, or one sample)."""
     out: list[Sample] = []
     for path in paths:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        for item in data if isinstance(data, list) else [data]:
-            out.append(Sample.read(item))
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            out.extend(Sample.read(item) for item in (data if isinstance(data, list) else [data]))
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise EnrichError(f"{path} is not LoCoMo's JSON: {exc}") from exc
     return out
 
 

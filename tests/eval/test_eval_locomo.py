@@ -124,6 +124,19 @@ def test_the_command_writes_outside_the_repository_only(tmp_path: Path):
     )
     assert ok.exit_code == 0, ok.output
     assert load_query_categories(tmp_path / "o")["conv-7:q0"] == "temporal"
+    garbled = CliRunner().invoke(
+        app,
+        [
+            "locomo-enrich",
+            "--locomo",
+            str(_written(tmp_path / "g.json", [1, 2])),
+            "--beir",
+            str(beir),
+            "--out",
+            str(tmp_path / "g"),
+        ],
+    )
+    assert garbled.exit_code == 2 and "not LoCoMo's JSON" in garbled.output
     missing = CliRunner().invoke(
         app,
         ["locomo-enrich", "--locomo", str(tmp_path / "nope.json"), "--beir", str(beir), "--out", str(tmp_path / "p")],
