@@ -17,7 +17,11 @@ nDCG@10 of the nearest grid weight; the pair with the best mean over the trainin
 collections (each collection weighed equally, each query equally within it) wins an
 exhaustive search. That search is repeated with the tables built at each power of the
 grid, and the best (power, base, gain) wins. The held-out collection is then fused
-exactly with the fold's triple.
+exactly with the fold's triple, and compared query by query with the profile's own
+constants (the paired randomisation test ``engram eval`` reports).
+
+A query's window of valid time (saved with its hits) gets the profile's window boost
+after fusion, as in a search, so the fit scores what the engine would rank.
 """
 
 from __future__ import annotations
@@ -35,9 +39,10 @@ import numpy as np
 from engram.ranking import HYBRID_PROFILE, fuse
 from engram.ranking.lexical import LexicalHit
 from engram.ranking.profiles import FusionConfig, ProfileConfig
+from engram.ranking.query_time import ValidTimeWindow
 from engram.ranking.semantic import SemanticHit
 
-from .metrics import NDCG10, evaluate
+from .metrics import NDCG10, evaluate, paired_randomization
 
 DEPTH = 100
 
@@ -47,6 +52,8 @@ class QueryHits:
     lexical: list[LexicalHit]
     semantic: list[SemanticHit]
     similarity: dict[str, float]
+    #: The window of valid time the query names, boosted after fusion as the engine does.
+    window: ValidTimeWindow | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,7 @@ def load_hits(path: Path) -> CollectionHits:
             lexical=[LexicalHit(str(r), float(s), int(t)) for r, s, t in q["lexical"]],
             semantic=[SemanticHit(str(r), float(s), int(t)) for r, s, t in q["semantic"]],
             similarity={str(r): float(s) for r, s in q["similarity"].items()},
+            window=ValidTimeWindow(int(q["window"][0]), int(q["window"][1]), "", "") if q.get("window") else None,
         )
         for qid, q in data["queries"].items()
     }
@@ -86,7 +94,7 @@ def _with_fusion(config: ProfileConfig, **changes: Any) -> ProfileConfig:
 def _ndcg(collection: CollectionHits, config: ProfileConfig) -> dict[str, float]:
     """nDCG@10 per query of ``collection`` fused with ``config``."""
     run = {
-        qid: [c.record_id for c in fuse(h.lexical, h.semantic, h.similarity, config, 0)[:DEPTH]]
+        qid: [c.record_id for c in fuse(h.lexical, h.semantic, h.similarity, config, 0, h.window)[:DEPTH]]
         for qid, h in collection.queries.items()
     }
     scores = evaluate({q: collection.qrels[q] for q in run}, run)
@@ -205,7 +213,12 @@ def fit(
         fitted = _with_fusion(config, **_constants(power, base, gain))
         for c in collections:
             if c.fold == fold:
-                report["collections"].setdefault(c.name, {})["held_out"] = _mean(_ndcg(c, fitted))
+                held_out, current = _ndcg(c, fitted), _ndcg(c, config)
+                entry = report["collections"].setdefault(c.name, {})
+                entry["held_out"] = _mean(held_out)
+                entry["held_out_vs_profile"] = paired_randomization(
+                    [held_out[q] for q in sorted(held_out)], [current[q] for q in sorted(held_out)]
+                )
     power, base, gain, _ = best_triple({p: list(t.values()) for p, t in tables.items()}, fusion, grid)
     report["all"] = _constants(power, base, gain)
     fitted = _with_fusion(config, **report["all"])
@@ -242,11 +255,14 @@ def markdown(report: dict[str, Any]) -> str:
             for f in report["folds"]
         ],
         "",
-        "| collection | profile nDCG@10 | held out (LOCO) | fitted on all | best fixed weight |",
-        "|---|---|---|---|---|",
+        "| collection | profile nDCG@10 | held out (LOCO) | held out - profile (p) | fitted on all "
+        "| best fixed weight |",
+        "|---|---|---|---|---|---|",
     ]
     for name, c in report["collections"].items():
         held = f"{c['held_out']:.3f}" if "held_out" in c else "-"
+        test = c.get("held_out_vs_profile")
+        paired = f"{test['delta']:+.3f} ({test['p']:.3f})" if test else "-"
         fixed = c.get("best_fixed_weight", "-")
-        lines.append(f"| {name} | {c['profile']:.3f} | {held} | {c['fit_on_all']:.3f} | {fixed} |")
+        lines.append(f"| {name} | {c['profile']:.3f} | {held} | {paired} | {c['fit_on_all']:.3f} | {fixed} |")
     return "\n".join(lines) + "\n"

@@ -81,7 +81,7 @@ EVAL_TENANT = "eval"
 
 SEMANTIC_ONLY = Profile(
     name="eval_semantic_only",
-    version="3",
+    version="4",
     config=replace(
         HYBRID_PROFILE.config,
         lexical=replace(HYBRID_PROFILE.config.lexical, field_weights=FieldWeights(0.0, 0.0, 0.0, 0.0, 0.0)),
@@ -95,7 +95,7 @@ SEMANTIC_ONLY = Profile(
 
 NAIVE_RRF = Profile(
     name="eval_naive_rrf",
-    version="2",
+    version="3",
     config=replace(
         HYBRID_PROFILE.config, fusion=FusionConfig(method=FusionMethod.RRF, semantic_only_min_similarity=None)
     ),
@@ -376,7 +376,8 @@ def run_relevance(
 
 
 def _hits_json(hits: ChannelHits, rid_to_doc: dict[str, str]) -> dict[str, Any]:
-    """One query's channel lists with collection document ids: [id, score, valid_time_ms]."""
+    """One query's channel lists with collection document ids: [id, score, valid_time_ms];
+    and the window of valid time it names, [from_ms, to_ms] (or null)."""
 
     def doc(record_id: str) -> str:
         return rid_to_doc.get(record_id, record_id)
@@ -385,4 +386,5 @@ def _hits_json(hits: ChannelHits, rid_to_doc: dict[str, str]) -> dict[str, Any]:
         "lexical": [[doc(h.record_id), h.score, h.valid_time_ms] for h in hits.lexical],
         "semantic": [[doc(h.record_id), h.similarity, h.valid_time_ms] for h in hits.semantic or ()],
         "similarity": {doc(r): v for r, v in hits.similarity.items()},
+        "window": [hits.window.from_ms, hits.window.to_ms] if hits.window else None,
     }

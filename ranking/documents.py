@@ -11,11 +11,21 @@ about 190 English words. Long records are therefore cut into overlapping word wi
 record) and the semantic channel scores a record by its best passage. The first window is
 what the model would have read anyway, so short records cost one vector as before; the
 cap bounds the index at a few vectors per record even for very long text.
+
+Speaker: a record whose primary text opens as a transcript line does, ``Name: words``
+(one to three capitalised words, then a colon), was said by that name. The lexical
+channel indexes the name as a field of its own (:attr:`IndexDocument.speaker`), so a
+question naming a person can favour what that person said over what others said to or
+about them, while the text itself is indexed unchanged. The contract's record has no
+speaker field (and a name in the text carries no authority): this is a ranking signal
+read from the text, nothing more. A title with a subtitle ("Information Science:
+Theory...") reads the same way; its words then weigh a little more, as a title's would.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,6 +35,11 @@ MAX_PASSAGES = 4
 MIN_TAIL_WORDS = 40
 #: Names the windowing above: vectors computed under other windows are not these.
 WINDOWING = f"words{PASSAGE_WORDS}-stride{PASSAGE_STRIDE}-max{MAX_PASSAGES}-tail{MIN_TAIL_WORDS}"
+#: A transcript line's speaker: one to three capitalised words of letters (an apostrophe,
+#: hyphen or full stop inside a word allowed, no digits: "Incident ERR_1234:" is a
+#: label, not a name), a colon, then the words said.
+_NAME_WORD = r"[^\W\d_](?:[^\W\d_]|['.-])*"
+SPEAKER_LINE = re.compile(rf"\A\s*(?P<name>{_NAME_WORD}(?: {_NAME_WORD}){{0,2}}):\s+\S")
 
 
 @dataclass(frozen=True)
@@ -47,6 +62,19 @@ class IndexDocument:
         sentence encoder can use; the lexical channel still matches them exactly.
         """
         return "\n".join(p for p in (self.primary, self.decision, self.evidence, self.context) if p)
+
+    @property
+    def speaker(self) -> str:
+        """Who said the primary text, when it opens as a transcript line; else empty."""
+        return speaker(self.primary)
+
+
+def speaker(text: str) -> str:
+    """The name a transcript line opens with ("Caroline: I went..." -> "Caroline"), or ""."""
+    match = SPEAKER_LINE.match(text)
+    if match is None or not all(word[0].isupper() for word in match["name"].split()):
+        return ""
+    return match["name"]
 
 
 def passages(text: str) -> list[str]:

@@ -6,7 +6,7 @@ scores, and a purge (which rewrites an index) would cost as much as the whole co
 With one index per scope, no call reads, ranks or counts another scope's data, and a
 purge rewrites only the forgotten record's scope.
 
-Files per scope (``root/<sha256(scope)[:32]>/``): ``index-v2/`` (the Tantivy index,
+Files per scope (``root/<sha256(scope)[:32]>/``): ``index-v3/`` (the Tantivy index,
 created on the scope's first upsert, never by a search) and ``cursor.json`` (the
 projection cursor, written after the commit it covers and never moved backwards).
 Indexes are opened lazily and kept in a bounded LRU (:data:`MAX_OPEN_INDEXES`); writers,
@@ -32,11 +32,16 @@ A purge therefore deletes every document of the scope's index, re-adds the live 
 the stored fields in the same commit (Tantivy drops segments left with no live
 documents), and collects the old files.
 
+Fields (:data:`TEXT_FIELDS`, each weighed by the profile): the record's text by kind, its
+citations' source references, and ``speaker``, the name a transcript line opens with
+(:mod:`ranking.documents`), where every query term is looked up too, so that a question
+naming a person can favour what that person said.
+
 Layout changes: earlier versions kept one shared index directly under the lexical root
-and cursors in ``lexical_cursors.json`` beside it, and later a per-scope ``index/`` with
-no id columns. Such files are deleted on open (they would otherwise keep bytes of records
-forgotten later); the scope's lexical cursor then reads 0 and the projector rebuilds the
-scope from its journal on its next catch-up.
+and cursors in ``lexical_cursors.json`` beside it, later a per-scope ``index/`` with no
+id columns, then ``index-v2/`` with no speaker field. Such files are deleted on open
+(they would otherwise keep bytes of records forgotten later); the scope's lexical cursor
+then reads 0 and the projector rebuilds the scope from its journal on its next catch-up.
 """
 
 from __future__ import annotations
@@ -58,14 +63,16 @@ from engram.ranking.profiles import LexicalConfig
 from engram.ranking.query_time import WHEN_WORDS
 from engram.ranking.storage import atomic_write_json, read_json
 
-TEXT_FIELDS = ("primary", "decision", "evidence", "context", "source_refs")
+TEXT_FIELDS = ("primary", "decision", "evidence", "context", "source_refs", "speaker")
 ANALYZER = "engram_en"
 WRITER_HEAP_BYTES = 64_000_000
 MAX_OPEN_INDEXES = 64
 MAX_OPEN_WRITERS = 8
 LEGACY_CURSOR_FILE = "lexical_cursors.json"
-INDEX_DIR = "index-v2"
-LEGACY_INDEX_DIR = "index"
+INDEX_DIR = "index-v3"
+#: Per-scope index directories of earlier layouts: ``index`` had no id columns,
+#: ``index-v2`` no speaker field.
+LEGACY_INDEX_DIRS = ("index", "index-v2")
 ID_COLUMNS = tuple(f"rid{i}" for i in range(record_words.WORDS))
 
 
@@ -507,16 +514,17 @@ class LexicalIndex:
 
     def _drop_legacy_layout(self) -> None:
         """Delete indexes of older layouts: the pre-per-scope shared index (its files sat
-        directly under the root) and per-scope indexes without id columns, with their
-        cursors, before any cursor is read."""
+        directly under the root) and per-scope indexes without id columns or without the
+        speaker field, with their cursors, before any cursor is read."""
         if (self._root / "meta.json").is_file():
             for path in self._root.iterdir():
                 if path.is_file():
                     path.unlink(missing_ok=True)
         (self._root.parent / LEGACY_CURSOR_FILE).unlink(missing_ok=True)
-        for legacy in self._root.glob(f"*/{LEGACY_INDEX_DIR}"):
-            shutil.rmtree(legacy)
-            (legacy.parent / "cursor.json").unlink(missing_ok=True)
+        for name in LEGACY_INDEX_DIRS:
+            for legacy in self._root.glob(f"*/{name}"):
+                shutil.rmtree(legacy)
+                (legacy.parent / "cursor.json").unlink(missing_ok=True)
 
     # -- internals --------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ from engram.ranking.fusion import Contribution, fuse, record_ids
 from engram.ranking.lexical import LexicalHit, LexicalIndex
 from engram.ranking.probes import RawBulkIndexing, RawEngines
 from engram.ranking.profiles import LEXICAL, SEMANTIC, LexicalConfig, Profile, SemanticConfig
-from engram.ranking.query_time import NO_TIME, QueryTime, read_query_time
+from engram.ranking.query_time import NO_TIME, QueryTime, ValidTimeWindow, read_query_time
 from engram.ranking.query_time import warm as warm_date_parser
 from engram.ranking.semantic import (
     CHECKPOINT_RECORDS,
@@ -100,11 +100,13 @@ class Applied(NamedTuple):
 
 
 class ChannelHits(NamedTuple):
-    """One query's channel lists as fusion receives them (``semantic`` None: lexical-only)."""
+    """One query's channel lists as fusion receives them (``semantic`` None: lexical-only),
+    and the window of valid time the query names (None: none, or not read)."""
 
     lexical: list[LexicalHit]
     semantic: list[SemanticHit] | None
     similarity: dict[str, float]
+    window: ValidTimeWindow | None = None
 
 
 class Ranker:
@@ -365,19 +367,15 @@ class Ranker:
         offline). Raises :class:`SemanticUnavailable` when the profile needs a semantic
         channel that cannot serve."""
         config = profile.config
+        when = self.query_time(query, profile)
         lexical_cap = min(candidate_cap, config.lexical.cap)
         lexical_job = self._lexical_job(
-            scope_key,
-            query,
-            config.lexical,
-            lexical_cap,
-            beside=config.semantic,
-            asks_when=self.query_time(query, profile).asks_when,
+            scope_key, query, config.lexical, lexical_cap, beside=config.semantic, asks_when=when.asks_when
         )
         if config.semantic is None:
-            return ChannelHits(lexical_job.result()[0], None, {})
+            return ChannelHits(lexical_job.result()[0], None, {}, when.window)
         semantic, similarity = self._semantic_candidates(scope_key, query, lexical_job, config.semantic, candidate_cap)
-        return ChannelHits(lexical_job.result()[0], semantic, similarity)
+        return ChannelHits(lexical_job.result()[0], semantic, similarity, when.window)
 
     def passage_vectors(self, scope_key: str, record_ids: Sequence[str]) -> list[np.ndarray | None]:
         """Each record's indexed passage vectors (None where the semantic channel does not

@@ -33,6 +33,7 @@ PLUGINS: dict[str, tuple[str, str]] = {
     "bench": ("engram.eval.bench_cli", "Capacity and latency benchmarks."),
     "bench-ann": ("engram.eval.ann_cli", "HNSW engines (hnswlib, usearch) side by side on the same vectors."),
     "fusion-fit": ("engram.eval.fusion_cli", "Fit the fusion constants on saved hits, leave one collection out."),
+    "locomo-enrich": ("engram.eval.locomo_cli", "LoCoMo in BEIR layout with its question categories and dates."),
 }
 
 #: Operator sub-commands other rooms contribute under `engram admin`, the same way.

@@ -10,6 +10,7 @@ import threading
 import pytest
 from engine_support import ErrorCode, accept, capture, context, error_of, open_engine, search, search_ids
 
+from engram.ranking.lexical import INDEX_DIR
 from engram.service.engine.records import scope_key
 
 
@@ -58,7 +59,7 @@ def test_a_missing_lexical_index_is_unavailable_not_empty(engine) -> None:
     eng = open_engine(data_dir)
     try:
         directory = _lexical_dir(eng, ctx.scope)
-        (directory / "index-v2" / "meta.json").unlink()  # the index is gone, its cursor file stays
+        (directory / INDEX_DIR / "meta.json").unlink()  # the index is gone, its cursor file stays
         err = error_of(search, eng, ctx, "pear trees")
         assert err.code is ErrorCode.RANKING_UNAVAILABLE and err.retriable
     finally:

@@ -35,6 +35,35 @@ def test_saved_hits_fuse_to_the_hybrid_run(tiny_beir: Path, tmp_path: Path, enco
     assert out["folds"] == []  # one fold only: nothing left to train on when it is held out
 
 
+def test_saved_hits_carry_the_window_a_query_names(tiny_beir: Path, tmp_path: Path, encoder):
+    """A query naming a month boosts the records valid in it after fusion; the saved hits
+    carry that window, so fused again offline they still score what the engine scored,
+    and without it they would not."""
+    rows = [json.loads(line) for line in (tiny_beir / "corpus.jsonl").read_text().splitlines()]
+    inside = [i % 12 < 6 for i in range(len(rows))]  # three of each topic's five documents
+    for i, row in enumerate(rows):
+        row["metadata"] = {"valid_time": "2021-03-10T00:00:00" if inside[i] else "2020-01-01T00:00:00"}
+    (tiny_beir / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    judged = [f"q{i % 6}\td{i}\t1\n" for i in range(len(rows)) if not inside[i]]  # only those outside it
+    (tiny_beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(judged))
+    queries = [json.loads(line) for line in (tiny_beir / "queries.jsonl").read_text().splitlines()]
+    (tiny_beir / "queries.jsonl").write_text(
+        "".join(json.dumps({**q, "text": q["text"] + " in March 2021"}) + "\n" for q in queries)
+    )
+    report, details = run_relevance(
+        tiny_beir, tmp_path / "data", encoder=encoder, progress=False, channels=["hybrid"], save_hits=True
+    )
+    write_outputs(tmp_path / "out", report, details)
+    hits = load_hits(tmp_path / "out" / "hits.json.gz")
+    assert all(q.window is not None for q in hits.queries.values())
+    hybrid = report["channels"]["hybrid"]["ndcg@10"]
+    assert fit([hits])["collections"]["tiny"]["profile"] == pytest.approx(hybrid, abs=1e-4)
+    undated = CollectionHits(
+        "tiny", hits.qrels, {q: dataclasses.replace(h, window=None) for q, h in hits.queries.items()}
+    )
+    assert fit([undated])["collections"]["tiny"]["profile"] > hybrid + 0.01
+
+
 def _collection(name: str, lexical_right: bool, n: int = 12) -> CollectionHits:
     """Each query has one relevant record that only one channel finds, and a decoy the
     other channel ranks first and the right channel second. Lexical-right: the relevant

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import shutil
 import threading
@@ -11,8 +12,8 @@ import pytest
 from ranking_support import doc
 
 from engram.ranking import record_words
-from engram.ranking.lexical import INDEX_DIR, LEGACY_INDEX_DIR, LexicalIndex
-from engram.ranking.profiles import LEXICAL_PROFILE
+from engram.ranking.lexical import INDEX_DIR, LEGACY_INDEX_DIRS, LexicalIndex
+from engram.ranking.profiles import LEXICAL_PROFILE, FieldWeights
 
 WEIGHTS = LEXICAL_PROFILE.config.lexical
 SECRET = "zyxquorblat"
@@ -197,18 +198,48 @@ def test_reset_drops_every_scope_and_legacy_files_are_removed(tmp_path: Path):
     index.close()
 
 
-def test_per_scope_index_without_id_columns_is_dropped_with_its_cursor(tmp_path: Path):
+@pytest.mark.parametrize("legacy", LEGACY_INDEX_DIRS)
+def test_per_scope_index_of_an_older_layout_is_dropped_with_its_cursor(tmp_path: Path, legacy: str):
+    """Without id columns (``index``) or without the speaker field (``index-v2``)."""
     root = tmp_path / "lexical"
     index = LexicalIndex(root)
     seed_a(index)
     index.close()
-    (scope_dir(root, "A") / INDEX_DIR).rename(scope_dir(root, "A") / LEGACY_INDEX_DIR)  # the old layout
+    (scope_dir(root, "A") / INDEX_DIR).rename(scope_dir(root, "A") / legacy)  # the old layout
     reopened = LexicalIndex(root)
-    assert not (scope_dir(root, "A") / LEGACY_INDEX_DIR).exists()
+    assert not (scope_dir(root, "A") / legacy).exists()
     assert reopened.cursor("A") == 0  # so the projector re-applies the scope's journal
     seed_a(reopened)
     assert len(reopened.search("A", "payment", WEIGHTS, 10)) == 3
     reopened.close()
+
+
+def test_a_named_speaker_lifts_what_that_person_said(tmp_path: Path):
+    """A question naming a person ranks that person's own line above a line said to them
+    once the speaker field weighs; at weight 0 the speaker field changes nothing."""
+    index = LexicalIndex(tmp_path / "lexical")
+    index.apply(
+        "A",
+        [
+            doc("A", "said", "Caroline: I went to the support group yesterday."),
+            doc("A", "told", "Melanie: Caroline, the support group sounds great!"),
+            doc("A", "other", "Melanie: I painted a sunrise by the lake."),
+        ],
+        [],
+        3,
+    )
+    query = "What did Caroline say about the support group?"
+    unweighted = dataclasses.replace(WEIGHTS, field_weights=FieldWeights(speaker=0.0))
+    weighted = dataclasses.replace(WEIGHTS, field_weights=FieldWeights(speaker=6.0))
+    plain = [h.record_id for h in index.search("A", query, unweighted, 10)]
+    assert plain[0] == "told"  # two mentions of the name, the shorter line: plain BM25's pick
+    assert [h.record_id for h in index.search("A", query, weighted, 10)][:2] == ["said", "told"]
+    # the speaker field holds names only: a query naming no speaker is ranked as without it
+    for text in ("support group", "painted sunrise"):
+        assert index.search("A", text, weighted, 10) == index.search("A", text, unweighted, 10)
+    index.purge("A", ["other"])  # a purge rewrites the index from stored fields, speaker too
+    assert [h.record_id for h in index.search("A", query, weighted, 10)][:2] == ["said", "told"]
+    index.close()
 
 
 def test_canonical_and_other_ids_come_back_exactly_also_after_a_purge(tmp_path: Path):
