@@ -211,7 +211,10 @@ def ingest_size(
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
         t = time.perf_counter()
-        vectors = corpus.write_vectors(str(root / "vectors.npy"))
+        # Written under another name and renamed once whole: a resumed run trusts the file.
+        corpus.write_vectors(str(root / "vectors.partial.npy"))
+        os.replace(root / "vectors.partial.npy", root / "vectors.npy")
+        vectors = np.load(root / "vectors.npy", mmap_mode="r")
         out["generate_vectors_s"] = round(time.perf_counter() - t, 2)
     batch = batch_size or int(min(20_000, max(1_000, size // 20)))
     gc.collect()
