@@ -70,11 +70,14 @@ from engram.service.engine import CallContext
 from engram.service.engine.records import index_document, scope_key
 
 from .corpus_gen import CorpusSpec, SyntheticCorpus
+from .ingest_log import IngestLog
 from .memory import peak_rss_mb, reset_peak_rss, rss_mb
 from .neighbours import exact_top_k, recall_at_10
 from .service_memory import measure_service, new_data_directory
 
 BENCH_SCOPE = ("bench", "synthetic")
+# The raw exact scan of every row is timed up to this size (at 10M it reads 7.7 GB a query).
+EXACT_SCAN_PROBE_UP_TO = 1_000_000
 PURPOSE = DEFAULT_PURPOSE
 
 
@@ -184,17 +187,35 @@ def search_args(query: str, minimum: str, limit: int = 10) -> dict[str, Any]:
 
 
 def ingest_size(
-    size: int, root: Path, encoder: Any, *, batch_size: int | None, progress: bool, say: Callable[[str], None]
+    size: int,
+    root: Path,
+    encoder: Any,
+    *,
+    batch_size: int | None,
+    progress: bool,
+    say: Callable[[str], None],
+    resume: bool = False,
 ) -> tuple[dict[str, Any], np.ndarray, Any]:
-    """Generate the corpus and ingest it (figures also kept in ``root/ingest.json``)."""
+    """Generate the corpus and ingest it (figures also kept in ``root/ingest.json``).
+    ``resume``: a run stopped during its ingest left ``root``: keep it, and ingest what
+    it lacks (records already stored are skipped; the rate is this run's)."""
     from engram.service.engine.engine import Engine
 
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
     corpus = SyntheticCorpus(corpus_spec(size, encoder))
-    t = time.perf_counter()
-    vectors = corpus.write_vectors(str(root / "vectors.npy"))
-    out: dict[str, Any] = {"generate_vectors_s": round(time.perf_counter() - t, 2)}
+    out: dict[str, Any] = {}
+    if resume and (root / "vectors.npy").is_file():
+        say(f"[n={size}] resuming the ingest a stopped run left in {root}")
+        vectors = np.load(root / "vectors.npy", mmap_mode="r")
+        out["resumed"] = True
+    else:
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        t = time.perf_counter()
+        # Written under another name and renamed once whole: a resumed run trusts the file.
+        corpus.write_vectors(str(root / "vectors.partial.npy"))
+        os.replace(root / "vectors.partial.npy", root / "vectors.npy")
+        vectors = np.load(root / "vectors.npy", mmap_mode="r")
+        out["generate_vectors_s"] = round(time.perf_counter() - t, 2)
     batch = batch_size or int(min(20_000, max(1_000, size // 20)))
     gc.collect()
     reset_peak_rss()
@@ -211,6 +232,7 @@ def ingest_size(
         progress=progress,
         total=size,
         purpose_ref=PURPOSE,
+        on_batch=IngestLog(size, root, say),
     )
     ingest_cpu_s = process_cpu_s(os.getpid()) - cpu
     out["ingest"] = {**report.as_dict(), "cpu_seconds": round(ingest_cpu_s, 2)}
@@ -309,6 +331,7 @@ def bench_size(
     reuse: bool,
     say: Callable[[str], None],
     hnswlib_up_to: int = 0,
+    resume: bool = False,
 ) -> tuple[dict[str, Any], Any]:
     from engram.service.engine.engine import Engine
 
@@ -320,7 +343,9 @@ def bench_size(
         vectors = np.load(root / "vectors.npy", mmap_mode="r")
         engine = Engine.open(root / "data", encoder=encoder)
     else:
-        ingested, vectors, engine = ingest_size(size, root, encoder, batch_size=batch_size, progress=progress, say=say)
+        ingested, vectors, engine = ingest_size(
+            size, root, encoder, batch_size=batch_size, progress=progress, say=say, resume=resume
+        )
     # Opted in at once, so the directory serves agents' calls (the MCP runs, the lone
     # server, and whoever opens it after the bench) however the run goes on or ends.
     engine.set_tenant_enabled(BENCH_SCOPE[0], True)
@@ -340,6 +365,7 @@ def bench_size(
     assert config.semantic is not None
     lexical_k, semantic_k = config.lexical.cap, config.semantic.cap
     expansion = config.semantic.expansion_for(len(vectors))  # one passage per record
+    rescored = config.semantic.rescore_for(10)  # candidates a walk for the top 10 rescores
     raw = ranker.raw_engines(key, HYBRID_PROFILE)
     vectors_q = list(qvecs)
     probes: dict[str, tuple[Callable[[Any], Any], list[Any]]] = {
@@ -355,14 +381,16 @@ def bench_size(
         "raw_encoder_query": (lambda q: encoder.encode([q]), texts),
         "raw_tantivy_candidates": (lambda q: raw.tantivy(q, lexical_k), texts),
         "raw_hnsw_candidates": (lambda v: raw.knn(v, semantic_k, max(expansion, semantic_k)), vectors_q),
-        "raw_exact_scan_candidates": (lambda v: raw.knn(v, semantic_k, None), vectors_q),
         "raw_hnsw_k10_ef128": (lambda v: raw.knn(v, 10, 128), vectors_q),
     }
+    if size <= EXACT_SCAN_PROBE_UP_TO:  # past it, every probe reads gigabytes of rows
+        probes["raw_exact_scan_candidates"] = (lambda v: raw.knn(v, semantic_k, None), vectors_q)
     torch_backend = getattr(encoder, "torch", None)  # the bulk backend, for reference
     if torch_backend is not None:
         probes["raw_torch_encoder_query"] = (lambda q: torch_backend.encode([q]), texts)
     samples = interleaved(probes)
     samples.setdefault("raw_torch_encoder_query", [])
+    samples.setdefault("raw_exact_scan_candidates", [])
     hits = [
         len(engine.execute("engram_memory_search", ctx, search_args(q, "lexical_and_semantic"))["records"])
         for q in texts[:20]
@@ -372,11 +400,12 @@ def bench_size(
     # vector and none was refused (checked).
     first = next(corpus.records())
     aligned = not out["ingest"]["refused"] and raw.label_record(0) == record_id_for(BENCH_SCOPE, first, PURPOSE)
-    recall: dict[str, Any] = {"aligned_labels": aligned}
+    recall: dict[str, Any] = {"aligned_labels": aligned, "engine_ef": max(expansion, rescored)}
     if aligned:
         sample = np.asarray(qvecs[: min(200, len(qvecs))])
         exact = exact_top_k(vectors, sample, 10)
-        efs = sorted({16, 64, 128, 256, 512, 1024, 2048, 4096, expansion})
+        # A walk is at least as deep as the candidates it hands to rescoring.
+        efs = sorted({ef for ef in (16, 64, 128, 256, 512, 1024, 2048, 4096) if ef >= rescored} | {expansion})
         for ef in efs:
             t0 = time.perf_counter()
             labels = raw.knn(sample, 10, ef)
@@ -840,6 +869,7 @@ def run_bench(
     service_searches: int = 100,
     fresh: bool = True,
     say: Callable[[str], None] = print,
+    resume: bool = False,
 ) -> dict[str, Any]:
     from engram.ranking import MiniLMEncoder
 
@@ -875,6 +905,7 @@ def run_bench(
             reuse=reuse,
             say=say,
             hnswlib_up_to=hnswlib_up_to,
+            resume=resume,
         )
         texts, root = entry.pop("_texts"), Path(entry.pop("_root"))
         try:
@@ -968,7 +999,8 @@ def write_plots(result: dict[str, Any], out: Path) -> list[str]:
         ("raw_encoder_query", "encoder alone"),
     ):
         for pct, style in (("p50_ms", "-o"), ("p95_ms", "--x")):
-            ax1.plot(sizes, [e["latency"][name][pct] for e in result["sizes"]], style, label=f"{label} {pct[:3]}")
+            points = [(e["size"], e["latency"][name][pct]) for e in result["sizes"] if pct in e["latency"][name]]
+            ax1.plot([x for x, _ in points], [y for _, y in points], style, label=f"{label} {pct[:3]}")
     ax1.set_xscale("log")
     ax1.set_yscale("log")
     ax1.set_xlabel("records")
@@ -1016,7 +1048,7 @@ def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
         "| records | ingest rec/s | raw bulk indexing rec/s | ingest / raw | hybrid p50/p95/p99 ms | "
         "lexical p50/p95/p99 ms | encoder p50 | "
         "torch encoder p50 | tantivy p50 | hnsw p50 | exact scan p50 | semantic | raw sum | hybrid / raw sum | "
-        "hybrid / graph sum | hybrid / raw sum (torch) | HNSW R@10 (ef128) | disk MiB | bench-process peak RSS MiB |",
+        "hybrid / graph sum | hybrid / raw sum (torch) | R@10 (engine's ef) | disk MiB | bench-process peak RSS MiB |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for e in result["sizes"]:
@@ -1026,7 +1058,7 @@ def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
             v = lat[name]
             return f"{v['p50_ms']:.1f} / {v['p95_ms']:.1f} / {v['p99_ms']:.1f}"
 
-        rec = e["hnsw_recall"].get("ef128", {}).get("recall@10", "-")
+        rec = e["hnsw_recall"].get(f"ef{e['hnsw_recall'].get('engine_ef')}", {}).get("recall@10", "-")
         ratios = e["ratios_p50"]
         lines.append(
             f"| {e['size']:,} | {e['ingest_records_per_s']:,.0f} | "
@@ -1034,7 +1066,7 @@ def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
             f"{ppp('engine_hybrid')} | {ppp('engine_lexical')} | "
             f"{lat['raw_encoder_query']['p50_ms']:.1f} | {lat['raw_torch_encoder_query'].get('p50_ms', '-')} | "
             f"{lat['raw_tantivy_candidates']['p50_ms']:.2f} | "
-            f"{lat['raw_hnsw_candidates']['p50_ms']:.2f} | {lat['raw_exact_scan_candidates']['p50_ms']:.2f} | "
+            f"{lat['raw_hnsw_candidates']['p50_ms']:.2f} | {lat['raw_exact_scan_candidates'].get('p50_ms', '-')} | "
             f"{'exact scan' if e['semantic_scan'] else 'graph'} | {ratios['raw_hybrid_sum_ms']:.1f} | "
             f"{ratios['engine_hybrid_over_raw_sum']} | {ratios['engine_hybrid_over_raw_sum_graph']} | "
             f"{ratios.get('engine_hybrid_over_raw_sum_torch', '-')} | {rec} | "
@@ -1067,8 +1099,9 @@ def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
             )
             lines += [
                 "",
-                f"HNSW recall@10 vs exact at {e['size']:,} (usearch, the engine's index, "
-                f"{e['disk_mb']['semantic_mb']:,} MiB on disk): "
+                f"HNSW recall@10 vs exact at {e['size']:,} (usearch, the engine's index: its int8 graph walked "
+                f"at each ef, the candidates rescored from the float16 rows; {e['disk_mb']['semantic_mb']:,} MiB "
+                "on disk): "
                 + ", ".join(
                     f"{k} {v['recall@10']} ({v['ms_per_query_batched']} ms)"
                     for k, v in rec.items()

@@ -56,6 +56,14 @@ def bench(
             help="Measure again on sizes already ingested in the scratch directory (implies --keep).",
         ),
     ] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume/--no-resume",
+            help="Continue an ingest that a stopped run left in the scratch directory: records already stored are "
+            "skipped, and the ingest rate is this run's (implies --keep).",
+        ),
+    ] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bars while ingesting.")] = True,
     hnswlib_up_to: Annotated[
         int,
@@ -124,6 +132,7 @@ def bench(
             service_searches=service_searches,
             fresh=fresh,
             say=say,
+            resume=resume,
         )
         if database_url:
             import json
@@ -139,6 +148,6 @@ def bench(
             stores["loadavg"] = result["environment"]["loadavg_at_start"]
             (out / "stores.json").write_text(json.dumps(stores, indent=2) + "\n")
     finally:
-        if not (keep or reuse):
+        if not (keep or reuse or resume):
             shutil.rmtree(scratch, ignore_errors=True)
     console.print((out / "report.md").read_text() if (out / "report.md").exists() else "no report", markup=False)

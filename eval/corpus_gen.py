@@ -181,9 +181,11 @@ class SyntheticCorpus:
         for records, _ in self.chunks(chunk):
             yield from records
 
-    def write_vectors(self, path: str, chunk: int = 10_000) -> np.ndarray:
-        """All vectors into a ``.npy`` file, streamed; returns it memory-mapped."""
-        out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(self.spec.size, self.spec.dim))
+    def write_vectors(self, path: str, chunk: int = 10_000, dtype: type = np.float16) -> np.ndarray:
+        """All vectors into a ``.npy`` file, streamed; returns it memory-mapped. float16
+        by default: what the engine keeps of them, at half the disk of float32 (10M
+        vectors: 7.7 GB)."""
+        out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(self.spec.size, self.spec.dim))
         for start, (_, vectors) in zip(range(0, self.spec.size, chunk), self.chunks(chunk)):
             out[start : start + len(vectors)] = vectors
         out.flush()

@@ -81,18 +81,23 @@ class LexicalConfig:
 
 
 class VectorStorage(enum.StrEnum):
-    """How the semantic index stores each vector component (usearch scalar kinds)."""
+    """How the semantic channel stores each vector component (usearch scalar kinds):
+    the exact rows on disk are F32 or F16; the graph walks F32, F16 or I8 codes."""
 
     F32 = "f32"
     F16 = "f16"
+    I8 = "i8"
 
 
 @dataclass(frozen=True)
 class SemanticConfig:
     """The semantic channel: MiniLM passage vectors in one HNSW index (usearch) per scope.
 
-    ``connectivity``, ``expansion_add`` and ``storage`` shape the graph a scope's index is
-    built with: a scope whose saved index was built otherwise is rebuilt when it opens.
+    The graph holds each vector as a compact code (``walk``: one scaled byte per
+    dimension by default) and is walked for ``rescore_for(k)`` candidates, which are then scored
+    exactly from the rows kept on disk in ``storage``. ``connectivity``,
+    ``expansion_add``, ``walk`` and ``storage`` shape what a scope's index is built
+    with: a scope whose saved index was built otherwise is rebuilt when it opens.
     The search depth (ef) grows with the index, since recall at a fixed ef falls as the
     graph grows: ``expansion_search`` up to ``expansion_reference`` live passages, then
     scaled by (live / reference) ** ``expansion_growth`` (``expansion_for``); a search
@@ -102,13 +107,18 @@ class SemanticConfig:
 
     # Candidates handed to fusion (nearest neighbours asked of the index).
     cap: int = 200
-    connectivity: int = 32  # M: links per node in the graph (chosen in eval/RESULTS.md)
-    expansion_add: int = 200  # ef_construction
+    connectivity: int = 16  # M: links per node in the graph (chosen in eval/RESULTS.md)
+    expansion_add: int = 128  # ef_construction
     # ef and its growth with the index (chosen in eval/RESULTS.md).
     expansion_search: int = 512
     expansion_reference: int = 100_000
     expansion_growth: float = 0.9
-    storage: VectorStorage = VectorStorage.F16
+    storage: VectorStorage = VectorStorage.F16  # the exact rows, on disk
+    walk: VectorStorage = VectorStorage.I8  # the graph's codes, in memory
+    # A walk for k candidates returns max(k * rescore_factor, rescore_min) of them to be
+    # scored exactly (chosen in eval/RESULTS.md); the walk's depth is at least that.
+    rescore_factor: int = 2
+    rescore_min: int = 512
     # A scope of at most this many live passages is searched by scoring every vector
     # (exact, recall 1) instead of walking the graph: up to here the scan is also the
     # faster of the two (chosen in eval/RESULTS.md). 0 always walks the graph.
@@ -117,6 +127,10 @@ class SemanticConfig:
     def scans_exactly(self, live_passages: int) -> bool:
         """Whether an index of ``live_passages`` vectors is searched by an exact scan."""
         return live_passages <= self.exact_up_to
+
+    def rescore_for(self, k: int) -> int:
+        """How many candidates a walk for ``k`` hands to exact rescoring."""
+        return max(k * self.rescore_factor, self.rescore_min)
 
     def expansion_for(self, live_passages: int) -> int:
         """The search depth (ef) for an index of ``live_passages`` vectors."""
@@ -131,6 +145,7 @@ class SemanticConfig:
             "connectivity": self.connectivity,
             "expansion_add": self.expansion_add,
             "storage": self.storage.value,
+            "walk": self.walk.value,
         }
 
 
@@ -226,7 +241,7 @@ class ProfileConfig:
 
 
 def _semantic_fields(known: dict[str, Any]) -> dict[str, Any]:
-    return {k: VectorStorage(v) if k == "storage" else v for k, v in known.items()}
+    return {k: VectorStorage(v) if k in ("storage", "walk") else v for k, v in known.items()}
 
 
 def _known(kind: type, data: dict[str, Any]) -> dict[str, Any]:
@@ -297,6 +312,8 @@ def _config_digest(config: ProfileConfig) -> str:
 # which hybrid moved every conversation the same way. Larger weights lift the lexical
 # channel more but cost hybrid LoCoMo's adversarial questions, which name the wrong
 # person on purpose (eval/RESULTS.md).
+# The same hybrid v14 walks an int8 graph and rescores from float16 rows on disk
+# (SemanticConfig's defaults).
 TIME_LEXICAL = LexicalConfig(when_terms_weight=0.5, field_weights=FieldWeights(speaker=0.5))
 TIME_WINDOW = ValidTimeConfig(window_boost=0.5)
 LEXICAL_PROFILE = Profile(

@@ -5,16 +5,22 @@ Python filter callback holds the GIL), and a shared graph would let one tenant's
 vectors crowd another's out of the top k. Per-scope files also make a purge a rebuild of
 one small index.
 
-Vectors are held once, in the index (float16 by default: ``SemanticConfig.storage``);
-exact similarities of lexical-only candidates, purges, rebuilds and exports read them
-back from it (``Index.get``). Why usearch and these graph parameters: measured against
-hnswlib in ``eval/RESULTS.md`` (``engram bench-ann``).
+A scope's vectors are held twice, in two forms (``SemanticConfig.walk`` and ``storage``):
+in memory, the usearch graph holds each passage as a compact code (int8, one byte per
+dimension, scaled so a unit vector's components span the byte's range: 384 bytes for
+MiniLM's 384 dimensions against 768 for float16), which is all a walk needs to find
+candidates; on disk, :mod:`ranking.vector_rows` keeps the exact rows (float16), from
+which the walk's candidates are scored exactly (``SemanticConfig.rescore_for``: at least
+twice as many as asked for), and which every other exact read uses: similarities of
+lexical-only candidates, the exact scan of small scopes, purges, rebuilds and exports.
+Why this form and these parameters (and not one sign bit per dimension, which at a
+million vectors lost most of the true neighbours among near-ties): measured in
+``eval/RESULTS.md`` (``engram bench``).
 
 A scope of at most ``SemanticConfig.exact_up_to`` live passages (most agents' memories)
-is not walked but scanned: usearch scores every stored vector (``exact=True``, the same
-kernels on the same copy), which up to there is also faster than the graph, and finds the
-true nearest neighbours (measured: ``eval/RESULTS.md``). A graph that reaches fewer
-vectors than asked for (after many deletions) is scanned the same way.
+is not walked but scanned: usearch's exact search scores every row read back from disk
+(its float16 kernels), which finds the true nearest neighbours. A graph that reaches
+fewer vectors than asked for (after many deletions) is scanned the same way.
 
 usearch holds the GIL while it searches, so concurrent searches of one scope would take
 turns on one core: they share one multi-threaded graph search (or scan) instead, batched
@@ -26,24 +32,30 @@ best passage, so text past the model's 256-token window stays searchable: a reco
 later text (decisions, evidence) would otherwise be invisible to this channel (passages
 against head-only vectors, measured: ``eval/RESULTS.md``).
 
-Files per scope (``root/<sha256(scope)[:32]>/``): ``vectors-<generation>.bin`` (a usearch
-index), ``meta.json`` (scope key, generation, sha256 of the vector file, the graph's build
+Files per scope (``root/<sha256(scope)[:32]>/``): ``vectors-<generation>.bin`` (the
+usearch graph of codes), ``rows-<generation>.f16`` (the exact rows, see
+:mod:`ranking.vector_rows`), ``meta.json`` (scope key, generation, sha256 of the graph
+file, the rows file's generation, row count and block checksums, the graph's build
 parameters, label map, valid times; written and streamed back by :mod:`ranking.scope_meta`)
-and ``cursor.json``. A save writes a new generation, then swaps ``meta.json`` atomically,
-then deletes older generations, then writes ``cursor.json``, so a crash leaves the
-previous consistent state and the cursor on disk never claims more than the saved file
-holds. The checksum is verified before the native loader ever reads the file, so a
-damaged file is reported as ``index corrupt`` instead of crashing the process.
+and ``cursor.json``. A save makes the rows durable, writes a new graph generation, then
+swaps ``meta.json`` atomically, then deletes older generations, then writes
+``cursor.json``, so a crash leaves the previous consistent state (rows appended past the
+saved count are cut off when the scope opens) and the cursor on disk never claims more
+than the saved files hold. The checksums are verified before the native loader ever
+reads the graph, so a damaged file is reported as ``index corrupt`` instead of crashing
+the process.
 
 Rebuild on open: a scope whose saved index was built with other graph parameters than
 the profile's (``SemanticConfig.graph``), or saved by a release that used hnswlib (its
-meta.json has no ``graph``), is rebuilt from its stored vectors and saved as a new
-generation when it opens (the engine opens every scope at warm-up, before ready).
+meta.json has no ``graph``) or kept its vectors in the graph itself (no ``rows``), is
+rebuilt from its stored vectors and saved as a new generation when it opens (the engine
+opens every scope at warm-up, before ready).
 
-Deferred saving: a save rewrites the whole scope (vector file, checksum, label map), so
-saving on every apply made bulk loading quadratic and made each admission pay a full
-save. ``apply`` therefore changes only the in-memory index and the in-memory cursor (what
-search and :meth:`SemanticIndex.cursor` read); a *checkpoint* makes it durable once
+Deferred saving: a save rewrites the graph and the label map, so saving on every apply
+made bulk loading quadratic and made each admission pay a full save. ``apply`` therefore
+changes only the in-memory graph, the in-memory cursor (what search and
+:meth:`SemanticIndex.cursor` read) and appends rows, not yet durable; a *checkpoint*
+makes it durable once
 ``checkpoint_records`` records were applied or ``checkpoint_seconds`` passed since the
 scope's last save or load (checked on apply, and spaced by :data:`CHECKPOINT_SPACING`; a
 scope never saved is due at once), on :meth:`SemanticIndex.checkpoint` and
@@ -83,17 +95,19 @@ try:
     ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
 except OSError:  # no system C++ runtime: nothing else can then bring a second copy
     pass
-from usearch.index import Index, Matches  # noqa: E402 - after the C++ runtime, see above
+from usearch.index import Index, Matches, ScalarKind  # noqa: E402 - after the C++ runtime, see above
+from usearch.index import search as exact_search  # noqa: E402
 
 from engram.models.errors import CorruptIndex, SemanticUnavailable  # noqa: F401 - raised and caught here
 from engram.ranking.batching import NaturalBatcher
 from engram.ranking.checkpointer import Checkpointer
 from engram.ranking.hnswlib_file import HnswlibVectors
 from engram.ranking.passage_labels import PassageLabels
-from engram.ranking.profiles import HYBRID_PROFILE, SemanticConfig
+from engram.ranking.profiles import HYBRID_PROFILE, SemanticConfig, VectorStorage
 from engram.ranking.read_write_lock import ReadWriteLock
 from engram.ranking.scope_meta import read_meta, write_meta
 from engram.ranking.storage import atomic_write, atomic_write_json, read_json
+from engram.ranking.vector_rows import VectorRows
 
 assert HYBRID_PROFILE.config.semantic is not None
 DEFAULT_GRAPH: SemanticConfig = HYBRID_PROFILE.config.semantic
@@ -109,8 +123,8 @@ CHECKPOINT_SPACING = 9.0
 # usearch holds the GIL while it writes an index (about a second at a million vectors);
 # a save gives it back to the process's other threads at least this often (seconds).
 SAVE_YIELD_S = 0.005
-# Vectors are read back from an index this many at a time (``Index.get`` makes one
-# array per key), so a rebuild of a million never holds them all twice.
+# Vectors are read back from an index of an earlier release this many at a time
+# (``Index.get`` makes one array per key), so a rebuild never holds them all twice.
 LOAD_CHUNK = 16_384
 # Concurrent graph searches of one scope run as one batch of at most this many queries,
 # on up to this many of usearch's threads (it holds the GIL while it searches, so
@@ -128,45 +142,21 @@ class SemanticHit(NamedTuple):
     valid_time_ms: int
 
 
-class _GraphSearch(NamedTuple):
-    """One caller's query of a scope's index: the index, a float32 vector, how many, and
-    the graph's search depth (ef), or ``exact`` to scan every vector instead."""
+class _Found(NamedTuple):
+    """A search's passages, best first: labels and their exact inner products."""
 
-    target: Index
-    vector: np.ndarray
-    k: int
-    ef: int = 0
-    exact: bool = False
-
-
-def _graph_searches(requests: Sequence[_GraphSearch]) -> list[Matches]:
-    """Each request's matches: alone, one plain search; together, one multi-threaded
-    search per index, depth and kind (the same matches each query gets alone). usearch
-    keeps one search depth per index, not per query, so each group sets its own before
-    it searches; a scope's batches run one at a time (:mod:`ranking.batching`)."""
-    groups: dict[tuple[int, int, int, bool], list[int]] = {}
-    for i, request in enumerate(requests):
-        groups.setdefault((id(request.target), request.k, request.ef, request.exact), []).append(i)
-    found: dict[int, Matches] = {}
-    for rows in groups.values():
-        index, _, k, ef, exact = requests[rows[0]]
-        if not exact and index.expansion_search != ef:
-            index.expansion_search = ef  # type: ignore[misc]  # settable; the stub says read-only
-        if len(rows) == 1:
-            found[rows[0]] = cast(Matches, index.search(requests[rows[0]].vector, k, exact=exact))
-            continue
-        batch = index.search(
-            np.stack([requests[i].vector for i in rows]), k, threads=min(len(rows), GRAPH_THREADS), exact=exact
-        )
-        found.update((i, cast(Matches, batch[j])) for j, i in enumerate(rows))
-    return [found[i] for i in range(len(requests))]
+    labels: np.ndarray
+    similarities: np.ndarray
 
 
 @dataclass
 class _ScopeVectors:
-    """One scope's in-memory index and the maps the index does not keep for us."""
+    """One scope's in-memory graph, its rows on disk, and the maps the graph does not
+    keep for us."""
 
-    index: Index  # keys are passage labels; it holds the only copy of the vectors
+    index: Index  # the graph: keys are passage labels, vectors their compact codes
+    rows: VectorRows | None = None  # the exact rows (None until the scope has a vector)
+    rows_generation: int = 0  # the generation of ``rows``' file
     generation: int = 0
     labels: PassageLabels = field(default_factory=PassageLabels)  # label <-> record, valid times
     cursor: int = 0  # in memory: what this process has applied
@@ -182,7 +172,7 @@ class _ScopeVectors:
     # hold new searches off) for as long as a save takes.
     changing: threading.Lock = field(default_factory=threading.Lock)
     # Concurrent searches (each under ``lock`` shared) run their graph queries together.
-    searches: NaturalBatcher[_GraphSearch, Matches] = field(
+    searches: NaturalBatcher[_GraphSearch, _Found] = field(
         default_factory=lambda: NaturalBatcher(_graph_searches, max_batch=GRAPH_BATCH)
     )
 
@@ -190,12 +180,115 @@ class _ScopeVectors:
     def live_count(self) -> int:
         return self.labels.live_count
 
+    def read(self, labels: Sequence[int] | np.ndarray) -> np.ndarray:
+        """The exact rows of ``labels`` (all live) as float32, in order."""
+        if self.rows is None:
+            if len(labels):
+                raise KeyError(labels[0])
+            return np.zeros((0, self.index.ndim), np.float32)
+        return self.rows.read(labels)
+
+
+class _GraphSearch(NamedTuple):
+    """One caller's query of a scope: a float32 vector, how many passages, and the
+    graph's search depth (ef), or ``exact`` to score every row instead."""
+
+    scope: _ScopeVectors
+    vector: np.ndarray
+    k: int
+    walk: int = 0  # candidates the walk hands to rescoring
+    ef: int = 0
+    exact: bool = False
+
+
+def _graph_searches(requests: Sequence[_GraphSearch]) -> list[_Found]:
+    """Each request's passages: alone, one plain search; together, one multi-threaded
+    walk (or one pass of the rows) per scope, depth and kind (the same passages each
+    query gets alone). usearch keeps one search depth per index, not per query, so each
+    group sets its own before it walks; a scope's batches run one at a time
+    (:mod:`ranking.batching`)."""
+    groups: dict[tuple[int, int, int, int, bool], list[int]] = {}
+    for i, request in enumerate(requests):
+        groups.setdefault((id(request.scope), request.k, request.walk, request.ef, request.exact), []).append(i)
+    found: dict[int, _Found] = {}
+    for rows in groups.values():
+        scope, _, k, walk, ef, exact = requests[rows[0]]
+        queries = np.stack([requests[i].vector for i in rows])
+        answers = _scan(scope, queries, k) if exact else _walk(scope, queries, k, walk, ef)
+        found.update(zip(rows, answers))
+    return [found[i] for i in range(len(requests))]
+
+
+def _walk(scope: _ScopeVectors, queries: np.ndarray, k: int, walk: int, ef: int) -> list[_Found]:
+    """The graph's ``walk`` candidates of each query, rescored exactly: the best ``k``."""
+    index = scope.index
+    if index.expansion_search != ef:
+        index.expansion_search = ef  # type: ignore[misc]  # settable; the stub says read-only
+    codes = _codes(queries, index)
+    if len(queries) == 1:
+        candidates = [cast(Matches, index.search(codes[0], walk)).keys]
+    else:
+        batch = index.search(codes, walk, threads=min(len(queries), GRAPH_THREADS))
+        candidates = [cast(Matches, batch[j]).keys for j in range(len(queries))]
+    out = []
+    for query, labels in zip(queries, candidates):
+        scores = scope.read(labels) @ query
+        best = np.argsort(-scores, kind="stable")[:k]
+        out.append(_Found(labels[best], scores[best]))
+    return out
+
+
+def _scan(scope: _ScopeVectors, queries: np.ndarray, k: int) -> list[_Found]:
+    """The ``k`` live passages of the best exact inner product with each query, scoring
+    every row (usearch's exact search, a chunk of rows at a time)."""
+    if scope.rows is None:
+        empty = _Found(np.zeros(0, np.uint64), np.zeros(0, np.float32))
+        return [empty for _ in queries]
+    hidden = scope.rows.count - scope.live_count  # rows whose label is hidden or retired
+    labels: list[list[np.ndarray]] = [[] for _ in queries]
+    scores: list[list[np.ndarray]] = [[] for _ in queries]
+    for first, block in scope.rows.chunks():
+        want = min(len(block), k + hidden)
+        matches = exact_search(block, queries.astype(block.dtype), want, metric="ip", exact=True)
+        for j in range(len(queries)):
+            match = matches if isinstance(matches, Matches) else matches[j]
+            labels[j].append(match.keys.astype(np.uint64) + np.uint64(first))
+            scores[j].append(1.0 - match.distances.astype(np.float32))
+    out = []
+    owner = scope.labels.owner
+    for found, similarity in zip(labels, scores):
+        every, values = np.concatenate(found), np.concatenate(similarity)
+        live = np.fromiter((owner(label) is not None for label in every.tolist()), dtype=bool, count=len(every))
+        every, values = every[live], values[live]
+        best = np.argsort(-values, kind="stable")[:k]
+        out.append(_Found(every[best], values[best]))
+    return out
+
+
+def _codes(rows: np.ndarray, index: Index) -> np.ndarray:
+    """What the graph holds of each row: for an int8 graph, the row scaled so that a
+    unit vector's components (about 1 / sqrt(dim) each) span the byte's range (five
+    times that maps to 127; a larger component is clipped: rescoring reads the exact
+    row), else the rows themselves (usearch converts them to its type)."""
+    rows = np.atleast_2d(np.asarray(rows, dtype=np.float32))
+    if index.dtype != ScalarKind.I8:
+        return rows
+    scale = 127.0 * np.sqrt(rows.shape[1]) / 5.0
+    return np.clip(np.rint(rows * scale), -127, 127).astype(np.int8)
+
+
+# The exact rows' numpy type for each storage the profile may name.
+_ROW_TYPES: dict[VectorStorage, np.dtype] = {
+    VectorStorage.F16: np.dtype(np.float16),
+    VectorStorage.F32: np.dtype(np.float32),
+}
+
 
 def _new_index(dim: int, graph: SemanticConfig) -> Index:
     return Index(
         ndim=dim,
         metric="ip",
-        dtype=graph.storage.value,
+        dtype=graph.walk.value,
         connectivity=graph.connectivity,
         expansion_add=graph.expansion_add,
         expansion_search=graph.expansion_search,
@@ -207,8 +300,9 @@ def _keys(labels: Sequence[int] | np.ndarray) -> np.ndarray:
     return np.asarray(labels, dtype=np.uint64)
 
 
-def _rows(index: Index, labels: Sequence[int] | np.ndarray) -> np.ndarray:
-    """The stored vectors of ``labels`` (all present) as float32 rows, in order."""
+def _index_rows(index: Index, labels: Sequence[int] | np.ndarray) -> np.ndarray:
+    """The vectors an earlier release's index stored for ``labels`` (all present), as
+    float32 rows, in order."""
     if not len(labels):
         return np.zeros((0, index.ndim), np.float32)
     found = cast(np.ndarray, index.get(_keys(labels)))  # every label is present
@@ -315,7 +409,9 @@ class SemanticIndex:
                 labels: list[int] = []
                 for (record_id, valid_time, _), vectors in zip(upserts, rows):
                     labels.extend(state.labels.add(record_id, valid_time, len(vectors)))
-                state.index.add(_keys(labels), np.vstack(rows))
+                stacked = np.vstack(rows)
+                self._rows_of(scope_key, state).write(labels[0], stacked)  # labels are one run
+                state.index.add(_keys(labels), _codes(stacked, state.index))
             state.cursor = max(state.cursor, through_cursor)
             state.unsaved += changed
             if state.unsaved == 0:
@@ -360,12 +456,15 @@ class SemanticIndex:
         with state.changing, state.lock.write():
             for record_id in record_ids:
                 self._hide(state, record_id)
-            self._rebuild(state, lambda labels: _rows(state.index, labels))
+            self._rebuild(scope_key, state, state.read)
             self._save(scope_key, state)
 
     def reset(self) -> None:
         self._checkpointer.discard()
         with self._saving, self._scopes_lock:  # no background save writes into what goes
+            for state in self._scopes.values():
+                if state.rows is not None:
+                    state.rows.close()
             self._scopes = {}
             self._epoch += 1
             shutil.rmtree(self._root, ignore_errors=True)
@@ -375,7 +474,9 @@ class SemanticIndex:
         """Delete one scope's vectors and cursor (the scope moved to other replicas);
         a load of it in flight is not kept, a checkpoint due for it finds it gone."""
         with self._saving, self._scopes_lock:
-            self._scopes.pop(scope_key, None)
+            state = self._scopes.pop(scope_key, None)
+            if state is not None and state.rows is not None:
+                state.rows.close()
             self._epoch += 1
             shutil.rmtree(self._dir(scope_key), ignore_errors=True)
 
@@ -416,15 +517,16 @@ class SemanticIndex:
     def _search_locked(self, state: _ScopeVectors, query: np.ndarray, k: int, limit: int) -> list[SemanticHit]:
         vector = query.reshape(-1).astype(np.float32, copy=False)
         if self._graph.scans_exactly(state.live_count):
-            matches = state.searches.submit(_GraphSearch(state.index, vector, k, exact=True))
+            found = state.searches.submit(_GraphSearch(state, vector, k, exact=True))
         else:
-            matches = state.searches.submit(_GraphSearch(state.index, vector, k, ef=self._ef(state, k)))
-        if len(matches.keys) < k:
+            walk = min(self._graph.rescore_for(k), state.live_count)
+            found = state.searches.submit(_GraphSearch(state, vector, k, walk=walk, ef=self._ef(state, walk)))
+        if len(found.labels) < k:
             # After many deletions the graph may reach fewer than k live elements;
             # the live set is then small enough to score exactly, all of it.
-            matches = state.searches.submit(_GraphSearch(state.index, vector, state.live_count, exact=True))
-        labels = matches.keys.tolist()
-        similarities = (1.0 - matches.distances.astype(np.float64)).tolist()
+            found = state.searches.submit(_GraphSearch(state, vector, state.live_count, exact=True))
+        labels = found.labels.tolist()
+        similarities = found.similarities.astype(np.float64).tolist()
         best: dict[str, float] = {}
         for label, record_id, similarity in zip(labels, state.labels.owners(labels), similarities):
             if record_id is None:  # the index holds live labels only
@@ -442,32 +544,37 @@ class SemanticIndex:
             known, counts, labels = state.labels.gather(record_ids)
             if not known:
                 return {}
-            scores = _rows(state.index, labels) @ query.reshape(-1).astype(np.float32, copy=False)
+            scores = state.read(labels) @ query.reshape(-1).astype(np.float32, copy=False)
             starts = np.cumsum([0, *counts[:-1]])
             return dict(zip(known, np.maximum.reduceat(scores, starts).tolist()))
 
     def raw_knn(self, scope_key: str, queries: np.ndarray, k: int, ef: int | None) -> np.ndarray:
-        """The index alone, for benchmarks: labels of each query row's graph search at
-        ``ef``, or of an exact scan when ``ef`` is None (passage labels, no aggregation
-        per record); ``label_record`` names them."""
+        """The vector index alone, for benchmarks: labels of each query row's ``k`` best
+        passages from a graph walk at ``ef`` rescored exactly (the profile's number of
+        candidates for ``k``, the walk at least that deep), or from an exact scan of
+        every row when ``ef`` is None (passage labels, no aggregation per record);
+        ``label_record`` names them."""
         state = self._scope(scope_key)
         rows = np.atleast_2d(queries).astype(np.float32, copy=False)
         with state.changing, state.lock.write():
-            if ef is not None:
-                state.index.expansion_search = ef  # type: ignore[misc]  # settable; the stub says read-only
-            matches = state.index.search(rows, k, exact=ef is None)
-        return np.atleast_2d(matches.keys)
+            if ef is None:
+                found = _scan(state, rows, k)
+            else:
+                walk = min(self._graph.rescore_for(k), state.live_count)
+                found = _walk(state, rows, k, walk, max(ef, walk))
+        return np.stack([f.labels for f in found])
 
     def raw_bulk_probe(self, dim: int) -> Callable[[np.ndarray], None]:
         """usearch alone indexing in bulk, for benchmarks: a fresh in-memory index with
-        this channel's graph parameters, and ``add(rows)`` that adds the rows (float32, one
-        passage vector each) under the next labels in one call, as ``apply`` adds a batch."""
+        this channel's graph parameters, and ``add(rows)`` that adds the rows' codes
+        (float32 rows, one passage vector each) under the next labels in one call, as
+        ``apply`` adds a batch (the rows file's appends are the channel's own cost)."""
         index = _new_index(dim, self._graph)
         added = 0
 
         def add(rows: np.ndarray) -> None:
             nonlocal added
-            index.add(_keys(range(added, added + len(rows))), rows)
+            index.add(_keys(range(added, added + len(rows))), _codes(rows, index))
             added += len(rows)
 
         return add
@@ -478,7 +585,7 @@ class SemanticIndex:
         state = self._scope(scope_key)
         with state.lock.read():
             labels = state.labels.labels(record_id)
-            return None if labels is None else _rows(state.index, labels)
+            return None if labels is None else state.read(labels)
 
     def label_record(self, scope_key: str, label: int) -> str | None:
         """The record a passage label of ``raw_knn`` belongs to (None: no such label)."""
@@ -519,11 +626,12 @@ class SemanticIndex:
         except (OSError, ValueError) as exc:
             raise CorruptIndex(f"vector index unreadable: {type(exc).__name__}") from exc
         if saved is None:
-            # meta.json is swapped in only after a generation's file is durable, and never
-            # removed: without it nothing was ever saved, and vector files here are a first
-            # checkpoint that a crash interrupted. They name no state, so they go, and the
-            # scope starts from the beginning of the journal (whatever cursor.json says).
-            orphans = [*directory.glob("vectors-*.bin"), *directory.glob(".*.tmp")]
+            # meta.json is swapped in only after a generation's files are durable, and
+            # never removed: without it nothing was ever saved, and vector files here are
+            # a first checkpoint that a crash interrupted (or rows appended before it).
+            # They name no state, so they go, and the scope starts from the beginning of
+            # the journal (whatever cursor.json says).
+            orphans = [*directory.glob("vectors-*.bin"), *directory.glob("rows-*"), *directory.glob(".*.tmp")]
             if orphans:
                 for orphan in orphans:
                     orphan.unlink(missing_ok=True)
@@ -532,6 +640,7 @@ class SemanticIndex:
             return _ScopeVectors(index=_new_index(self._dim, self._graph), cursor=cursor, saved_cursor=cursor)
         meta, rows, current = saved.header, saved.rows, saved.current
         del saved
+        state: _ScopeVectors | None = None
         try:
             path = directory / f"vectors-{meta['generation']}.bin"
             if meta["scope_key"] != scope_key or _sha256_file(path) != meta["sha256"]:
@@ -550,14 +659,29 @@ class SemanticIndex:
                 index=index if index is not None else _new_index(legacy.dim, self._graph),
                 generation=int(meta["generation"]),
             )
+            saved_rows = meta.get("rows")  # None: an earlier release kept vectors in the graph
+            if saved_rows is not None:
+                state.rows_generation = int(saved_rows["generation"])
+                storage = VectorStorage(saved_rows["dtype"])
+                state.rows = VectorRows.open_saved(
+                    self._rows_path(scope_key, state.rows_generation, storage.value),
+                    int(saved_rows["dim"]),
+                    _ROW_TYPES[storage],
+                    int(saved_rows["count"]),
+                    saved_rows["sha256"],
+                )
             for record_id, labels, valid_time in rows:  # streamed (see ranking.scope_meta)
                 state.labels.restore(record_id, labels, valid_time)
             del rows  # (an earlier layout's parsed file) before the next steps allocate
             state.labels.reserve(int(meta["next_label"]))
-        except CorruptIndex:
+        except BaseException as exc:
+            if state is not None and state.rows is not None:
+                state.rows.close()
+            if isinstance(exc, CorruptIndex):
+                raise
+            if isinstance(exc, (OSError, KeyError, TypeError, ValueError, RuntimeError)):
+                raise CorruptIndex(f"vector index unreadable: {type(exc).__name__}") from exc
             raise
-        except (OSError, KeyError, TypeError, ValueError, RuntimeError) as exc:
-            raise CorruptIndex(f"vector index unreadable: {type(exc).__name__}") from exc
         live = state.labels.live_labels()
         if index is None:
             if not all(label in legacy for label in live):
@@ -566,30 +690,62 @@ class SemanticIndex:
         else:
             if len(live) and not bool(np.all(index.contains(_keys(live)))):
                 raise CorruptIndex("vector labels missing from index")
-            stored = lambda labels: _rows(index, labels)  # noqa: E731
+            if saved_rows is not None and len(live) and (state.rows is None or int(live[-1]) >= state.rows.count):
+                raise CorruptIndex("vector labels missing from the rows")
+            stored = state.read if saved_rows is not None else lambda labels: _index_rows(index, labels)  # noqa: E731
         state.cursor = state.saved_cursor = self._disk_cursor(scope_key)
-        if built_with != self._graph.graph():
+        if built_with != self._graph.graph() or saved_rows is None:
             # Built otherwise (an older release, other profile parameters): rebuild now.
-            self._rebuild(state, stored)
+            self._rebuild(scope_key, state, stored)
             self._save(scope_key, state)
             return state
         if not current:  # an earlier release's meta.json layout: rewrite it (same generation)
-            self._write_meta(scope_key, state, meta["sha256"])
+            self._write_meta(scope_key, state, meta["sha256"], saved_rows["sha256"])
         # The files hold everything applied so far: the checkpoint clock starts now, so
         # the first changes after a restart are not due at once however old the files are.
         state.saved_at = time.monotonic()
         return state
 
-    def _rebuild(self, state: _ScopeVectors, stored: Callable[[np.ndarray], np.ndarray]) -> None:
-        """Replace the scope's index by a fresh one built with the configured graph from
-        the live labels' vectors (``stored`` reads them, a chunk at a time), so vectors
-        of hidden labels are gone from it (caller holds ``state.lock`` or owns ``state``)."""
+    def _rows_path(self, scope_key: str, generation: int, dtype: str) -> Path:
+        return self._dir(scope_key) / f"rows-{generation}.{dtype}"
+
+    def _rows_of(self, scope_key: str, state: _ScopeVectors) -> VectorRows:
+        """The scope's rows file, created (next generation) with its first vector."""
+        if state.rows is None:
+            state.rows_generation += 1
+            path = self._rows_path(scope_key, state.rows_generation, self._graph.storage.value)
+            state.rows = VectorRows.create(path, state.index.ndim, _ROW_TYPES[self._graph.storage])
+        return state.rows
+
+    def _rebuild(self, scope_key: str, state: _ScopeVectors, stored: Callable[[np.ndarray], np.ndarray]) -> None:
+        """Replace the scope's graph and rows by fresh ones built with the configured
+        parameters from the live labels' vectors (``stored`` reads them, a chunk at a
+        time): a new rows generation holding live rows only, so that vectors of hidden
+        labels are gone from both (caller holds ``state.lock`` or owns ``state``)."""
         live = state.labels.live_labels()
-        fresh = _new_index(state.index.ndim, self._graph)
+        dim = state.rows.dim if state.rows is not None else state.index.ndim
+        fresh = _new_index(dim, self._graph)
+        generation = state.rows_generation + 1
+        path = self._rows_path(scope_key, generation, self._graph.storage.value)
+        dtype = _ROW_TYPES[self._graph.storage]
+        if state.rows is not None and state.rows.dtype == dtype:
+            rows = state.rows.rewritten(path, live)  # live rows only, every other row zero
+        else:  # from an earlier release's index: its live vectors, every other row zero
+            rows = VectorRows.create(path, dim, dtype)
+            for start in range(0, len(live), LOAD_CHUNK):
+                chunk = live[start : start + LOAD_CHUNK]
+                first = int(chunk[0])
+                span = np.zeros((int(chunk[-1]) - first + 1, dim), np.float32)
+                span[chunk - first] = stored(chunk)
+                rows.write(first, span)
+        rows.extend_to(state.labels.next_label)
+        rows.sync()
         for start in range(0, len(live), LOAD_CHUNK):
             chunk = live[start : start + LOAD_CHUNK]
-            fresh.add(_keys(chunk), stored(chunk))
-        state.index = fresh
+            fresh.add(_keys(chunk), _codes(rows.read(chunk), fresh))
+        if state.rows is not None:
+            state.rows.close()
+        state.index, state.rows, state.rows_generation = fresh, rows, generation
 
     def _hide(self, state: _ScopeVectors, record_id: str) -> bool:
         """Hide the record's passages; False when the scope did not hold it."""
@@ -605,14 +761,24 @@ class SemanticIndex:
             atomic_write_json(self._dir(scope_key) / "cursor.json", {"cursor": state.cursor})
             state.saved_cursor = state.cursor
 
-    def _write_meta(self, scope_key: str, state: _ScopeVectors, sha256: str) -> None:
-        """Swap in the meta.json of ``state``'s generation, whose vector file has ``sha256``."""
+    def _write_meta(self, scope_key: str, state: _ScopeVectors, sha256: str, row_hashes: list[str]) -> None:
+        """Swap in the meta.json of ``state``'s generation, whose graph file has ``sha256``
+        and whose rows file's blocks have ``row_hashes``."""
         header = {
             "scope_key": scope_key,
             "generation": state.generation,
             "sha256": sha256,
             "graph": self._graph.graph(),
             "next_label": state.labels.next_label,
+            "rows": None
+            if state.rows is None
+            else {
+                "generation": state.rows_generation,
+                "dtype": self._graph.storage.value,
+                "dim": state.rows.dim,
+                "count": state.rows.count,
+                "sha256": row_hashes,
+            },
         }
         atomic_write(self._dir(scope_key) / "meta.json", lambda tmp: write_meta(tmp, header, state.labels.records()))
 
@@ -636,14 +802,16 @@ class SemanticIndex:
         directory.mkdir(parents=True, exist_ok=True)
         state.generation += 1
         path = directory / f"vectors-{state.generation}.bin"
+        row_hashes = state.rows.sync() if state.rows is not None else []  # durable first
         # Through a private temporary file, fsync'd, so meta.json never names a vector
         # file that is not durable, and no other user can read the vectors.
         atomic_write(path, lambda tmp: state.index.save(str(tmp), progress=_yielding_progress()))
-        self._write_meta(scope_key, state, _sha256_file(path))
+        self._write_meta(scope_key, state, _sha256_file(path), row_hashes)
         # Older generations, and temporary files a crash left behind (they may hold
         # vectors of records forgotten since), are no longer referenced.
-        for stale in [*directory.glob("vectors-*.bin"), *directory.glob(".*.tmp")]:
-            if stale != path:
+        keep = {path, state.rows.path if state.rows is not None else path}
+        for stale in [*directory.glob("vectors-*.bin"), *directory.glob("rows-*"), *directory.glob(".*.tmp")]:
+            if stale not in keep:
                 stale.unlink(missing_ok=True)
         self._write_cursor(scope_key, state)
         state.unsaved = 0

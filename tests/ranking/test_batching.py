@@ -199,34 +199,44 @@ def test_the_real_model_gives_a_batched_query_its_lone_vector(minilm) -> None:
 # -- graph searches ---------------------------------------------------------------------
 
 
-def test_a_batch_of_graph_searches_gives_each_query_its_lone_matches() -> None:
-    """Queries of two indexes at two depths and two search depths (ef), graph walks and
-    exact scans, searched as one batch: each gets exactly the keys and distances a lone
-    search of its index at its ef gives it."""
-    from usearch.index import Index
-
-    from engram.ranking.semantic import _graph_searches, _GraphSearch
+def test_a_batch_of_graph_searches_gives_each_query_its_lone_matches(tmp_path: Path) -> None:
+    """Queries of two scopes at two depths and two search depths (ef), graph walks
+    rescored exactly and exact scans, searched as one batch: each gets exactly the
+    passages and similarities a lone search of its scope gives it."""
+    from engram.ranking.profiles import SemanticConfig
+    from engram.ranking.semantic import SemanticIndex, _graph_searches, _GraphSearch
 
     rng = np.random.default_rng(7)
-    indexes = []
-    for _ in range(2):
-        index = Index(ndim=32, metric="ip", dtype="f16", connectivity=16, expansion_search=64)
+    index = SemanticIndex(tmp_path, 32, graph=SemanticConfig(connectivity=16, expansion_search=64, exact_up_to=0))
+    scopes, stored = [], []
+    for name in ("a", "b"):
         vectors = rng.standard_normal((2000, 32)).astype(np.float32)
-        index.add(np.arange(2000), vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
-        indexes.append(index)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        index.apply(name, [], [(f"{name}{i}", 0, vectors[i : i + 1]) for i in range(2000)], 1)
+        scopes.append(index._scope(name))  # noqa: SLF001
+        stored.append(vectors.astype(np.float16).astype(np.float32))  # as the rows hold them
     queries = rng.standard_normal((9, 32)).astype(np.float32)
     requests = [
-        _GraphSearch(indexes[i % 2], queries[i], (10, 40)[i % 3 == 0], ef=(48, 200)[i % 5 < 2], exact=i % 4 == 1)
+        _GraphSearch(
+            scopes[i % 2],
+            queries[i],
+            (10, 40)[i % 3 == 0],
+            walk=(60, 100)[i % 2],
+            ef=(100, 200)[i % 5 < 2],
+            exact=i % 4 == 1,
+        )
         for i in range(9)
     ]
     together = _graph_searches(requests)
     assert len(together) == len(requests)
-    for request, matches in zip(requests, together):
-        request.target.expansion_search = request.ef or 64
-        alone = request.target.search(request.vector, request.k, exact=request.exact)
-        assert len(alone.keys) == request.k
-        assert np.array_equal(matches.keys, alone.keys)
-        assert np.array_equal(matches.distances, alone.distances)
+    for i, (request, found) in enumerate(zip(requests, together)):
+        (alone,) = _graph_searches([request])
+        assert len(alone.labels) == request.k
+        assert np.array_equal(found.labels, alone.labels)
+        assert np.array_equal(found.similarities, alone.similarities)
+        exact = stored[i % 2][found.labels.astype(np.int64)] @ request.vector  # rescored exactly
+        assert np.allclose(found.similarities, exact, atol=1e-3)
+        assert np.all(np.diff(found.similarities) <= 1e-6)  # best first
 
 
 def test_concurrent_searches_of_one_scope_share_one_graph_search(tmp_path: Path, monkeypatch) -> None:

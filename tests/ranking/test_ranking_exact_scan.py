@@ -10,8 +10,11 @@ import numpy as np
 from engram.ranking.profiles import SemanticConfig, VectorStorage
 from engram.ranking.semantic import SemanticIndex
 
-# A deliberately poor graph (few links, shallow build and search), float32 vectors.
-POOR_GRAPH = dict(connectivity=4, expansion_add=8, expansion_search=8, storage=VectorStorage.F32)
+# A deliberately poor graph (few links, shallow build and search, no candidates beyond
+# those asked for to rescore), float32 vectors.
+POOR_GRAPH = dict(
+    connectivity=4, expansion_add=8, expansion_search=8, storage=VectorStorage.F32, rescore_factor=1, rescore_min=0
+)
 
 
 def _vectors(n: int, dim: int, seed: int) -> np.ndarray:
@@ -42,7 +45,7 @@ def test_a_small_scope_finds_the_true_nearest_records_where_its_graph_misses(tmp
 
 
 def test_a_scope_that_grows_past_the_threshold_is_then_searched_through_its_graph(tmp_path: Path):
-    config = SemanticConfig(expansion_search=16, exact_up_to=60)
+    config = SemanticConfig(expansion_search=16, exact_up_to=60, rescore_factor=1, rescore_min=0)
     vectors = _vectors(100, 8, 3)
     index = SemanticIndex(tmp_path, 8, graph=config)
     index.apply("s", [], [(f"r{i}", i, vectors[i : i + 1]) for i in range(60)], 1)

@@ -206,6 +206,7 @@ def test_semantic_search_scores_exactly_when_the_graph_cannot_fill_k(tmp_path, m
 
         expansion_search = 0
         ndim = real.ndim
+        dtype = real.dtype
 
         def search(self, query, k, exact=False):
             found = real.search(query, k, exact=exact)

@@ -22,7 +22,14 @@ def test_the_depth_is_the_base_up_to_the_reference_size_then_grows_with_it():
 
 
 def test_a_scope_is_searched_at_the_depth_its_size_calls_for(tmp_path: Path):
-    config = SemanticConfig(expansion_search=16, expansion_reference=20, expansion_growth=1.0, exact_up_to=0)
+    config = SemanticConfig(
+        expansion_search=16,
+        expansion_reference=20,
+        expansion_growth=1.0,
+        exact_up_to=0,
+        rescore_factor=1,
+        rescore_min=0,
+    )
     rng = np.random.default_rng(3)
     v = rng.normal(size=(80, 8)).astype(np.float32)
     v /= np.linalg.norm(v, axis=1, keepdims=True)

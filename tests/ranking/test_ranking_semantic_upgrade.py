@@ -3,15 +3,18 @@ parameters than the profile's, is rebuilt from its stored vectors when it opens.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
 
 import numpy as np
 from ranking_support import HashingTestEncoder
+from usearch.index import Index, ScalarKind
 
 from engram.ranking import Ranker
 from engram.ranking.profiles import SemanticConfig, VectorStorage
+from engram.ranking.scope_meta import write_meta
 from engram.ranking.semantic import DEFAULT_GRAPH, SemanticIndex
 
 #: A semantic root written by the release before usearch (hnswlib files, 8-dimensional
@@ -40,14 +43,15 @@ def test_a_scope_of_the_hnswlib_release_opens_rebuilt_without_its_deleted_vector
     index.check("legacy-scope")  # opening rebuilds and saves before anything is asked
     meta = json.loads((scope_dir(root) / "meta.json").read_text())
     assert meta["graph"] == DEFAULT_GRAPH.graph() and meta["generation"] == 3
-    assert sorted(p.name for p in scope_dir(root).iterdir()) == ["cursor.json", "meta.json", "vectors-3.bin"]
+    files = sorted(p.name for p in scope_dir(root).iterdir())
+    assert files == ["cursor.json", "meta.json", "rows-1.f16", "vectors-3.bin"]
     expected = {"r0": v[7:8], "r1": v[1:3], "r3": v[4:5], "r4": v[5:7]}
     for record_id, rows in expected.items():
         assert np.allclose(index.passage_vectors("legacy-scope", record_id), rows, atol=1e-3)
     assert index.passage_vectors("legacy-scope", "r2") is None
     assert index.search("legacy-scope", v[4], 1)[0].record_id == "r3"
     assert index.search("legacy-scope", v[0], 4)[0].record_id != "r0"  # r0's old vector is gone
-    stored = (scope_dir(root) / "vectors-3.bin").read_bytes()
+    stored = b"".join((scope_dir(root) / name).read_bytes() for name in files)
     assert v[4].astype(np.float16).tobytes() in stored  # float16 rows are findable ...
     for deleted in (0, 3):  # ... and those of deleted labels are not there any more
         assert v[deleted].astype(np.float16).tobytes() not in stored
@@ -74,11 +78,44 @@ def test_a_scope_built_with_other_graph_parameters_is_rebuilt_when_it_opens(tmp_
     meta = json.loads((scope_dir(root) / "meta.json").read_text())
     assert meta["graph"] == DEFAULT_GRAPH.graph() and meta["generation"] == generation + 1
     state = upgraded._scope("s")  # noqa: SLF001
-    assert state.index.connectivity == DEFAULT_GRAPH.connectivity and str(state.index.dtype).lower().endswith("f16")
+    assert state.index.connectivity == DEFAULT_GRAPH.connectivity and state.index.dtype == ScalarKind.I8
+    assert state.rows is not None and state.rows.dtype == np.float16  # the rows, float32 before
     assert upgraded.cursor("s") == 7
     for i in range(40):
         assert np.allclose(upgraded.passage_vectors("s", f"r{i}"), v[i : i + 1], atol=1e-3)
     assert [h.record_id for h in upgraded.search("s", v[11], 1)] == ["r11"]
+
+
+def test_a_scope_that_kept_its_vectors_in_the_graph_opens_with_them_on_disk(tmp_path: Path):
+    """The release before the rows file held each vector once, float16, in the graph
+    (meta.json without ``rows``): opening rebuilds the graph from those vectors and
+    writes them as rows, the removed record's vector in neither."""
+    root = tmp_path / "semantic"
+    rng = np.random.default_rng(11)
+    v = rng.normal(size=(30, 8)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    directory = root / "scope"
+    directory.mkdir(parents=True)
+    old = Index(ndim=8, metric="ip", dtype="f16", connectivity=32, expansion_add=200)
+    old.add(np.arange(30, dtype=np.uint64), v)  # label 29 (r29) removed later
+    old.remove(29)
+    old.save(str(directory / "vectors-4.bin"))
+    sha = hashlib.sha256((directory / "vectors-4.bin").read_bytes()).hexdigest()
+    graph = {"engine": "usearch", "metric": "ip", "connectivity": 32, "expansion_add": 200, "storage": "f16"}
+    header = {"scope_key": "s", "generation": 4, "sha256": sha, "graph": graph, "next_label": 30}
+    write_meta(directory / "meta.json", header, [(f"r{i}", [i], i) for i in range(29)])
+    (directory / "cursor.json").write_text('{"cursor": 9}')
+    index = SemanticIndex(root, 8)
+    directory.rename(index._dir("s"))  # noqa: SLF001 - where this root keeps scope "s"
+    index.check("s")
+    meta = json.loads((index._dir("s") / "meta.json").read_text())  # noqa: SLF001
+    assert meta["graph"] == DEFAULT_GRAPH.graph() and meta["generation"] == 5 and meta["rows"]["count"] == 30
+    assert index.cursor("s") == 9
+    for i in range(29):
+        assert np.allclose(index.passage_vectors("s", f"r{i}"), v[i : i + 1], atol=1e-3)
+    assert [h.record_id for h in index.search("s", v[12], 1)] == ["r12"]
+    stored = b"".join(p.read_bytes() for p in index._dir("s").iterdir())  # noqa: SLF001
+    assert v[12].astype(np.float16).tobytes() in stored and v[29].astype(np.float16).tobytes() not in stored
 
 
 def test_warm_up_rebuilds_an_old_scope_before_the_first_search(tmp_path: Path):
