@@ -16,7 +16,13 @@ rejections included) leaves one audit line.
 
 Nothing unexpected leaks: an engine exception becomes a STORE_UNAVAILABLE envelope,
 and a middleware turns any other exception into a constant -32603, in both eras (the
-SDK's handshake era would otherwise answer code 0 with the exception text).
+SDK's handshake era would otherwise answer code 0 with the exception text). A store
+that cannot say whether the tenant is opted in (unreachable, or slower than the bound
+of its waits) is no verdict on the context: the call answers STORE_UNAVAILABLE
+(retriable), not -32603, unless it is refused anyway.
+
+The deadline runs from the request's arrival (:data:`ARRIVED_AT`, stamped by the
+scope router in front of the app, which may have spent part of it).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from pydantic import ValidationError
 
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.envelope import envelope_text, failure_envelope, success_envelope
+from engram.models.errors import StoreUnavailable
 from engram.models.tools import MUTATIONS, TOOLS, ToolSpec
 from engram.service.engine.context import CallContext
 
@@ -56,6 +63,11 @@ INTERNAL_ERROR = -32603
 UNKNOWN_TOOL = -32602
 UNKNOWN_TOOL_MESSAGE = "Unknown tool"
 INTERNAL_ERROR_MESSAGE = "Internal server error"
+#: ASGI scope key: `time.monotonic()` when the request arrived, if a layer in front stamped it.
+ARRIVED_AT = "engram.arrived_at"
+#: Past the deadline, how long a tenant check may take to tell a disabled tenant's
+#: refusal (-32603) from a timeout, before the call answers DEADLINE_EXCEEDED.
+LATE_TENANT_CHECK_S = 0.5
 
 INSTRUCTIONS = (
     "Governed memory for durable, cited knowledge (decisions, verified facts, conventions, "
@@ -79,6 +91,13 @@ class Binding(Protocol):
 def new_audit_id() -> str:
     """A fresh random audit id per call (128 bits)."""
     return "aud_" + secrets.token_hex(16)
+
+
+def _arrival(request: Any) -> float:
+    """When the request arrived: the stamp a layer in front left, else now."""
+    scope = getattr(request, "scope", None)
+    stamped = scope.get(ARRIVED_AT) if isinstance(scope, dict) else None
+    return stamped if isinstance(stamped, float) else time.monotonic()
 
 
 @dataclass(frozen=True)
@@ -237,7 +256,7 @@ class ToolFrontEnd:
     async def call_tool(
         self, rctx: Any, params: types.CallToolRequestParams
     ) -> dict[str, Any] | types.InputRequiredResult:
-        started = time.monotonic()
+        started = _arrival(rctx.request)
         audit_id = new_audit_id()
         name = params.name
         tool_label = name if name in self.tools else "unknown"
@@ -258,7 +277,13 @@ class ToolFrontEnd:
             # hop; anything else checks it here, before saying why else it refuses.
             tenant_checked = refusal is not None or marked or asks
             if tenant_checked:
-                await self._require_tenant(ctx)
+                try:
+                    await self._require_tenant(ctx)
+                except StoreUnavailable:
+                    if refusal is None:
+                        answer = Answer.of(failure_envelope(ErrorCode.STORE_UNAVAILABLE, audit_id))
+                        await self._record(audit_id, name, answer.code, started, ctx, arguments, answer)
+                        return envelope_result(answer)
             if refusal is not None:
                 raise refusal
         except ContextUnavailable as exc:
@@ -303,10 +328,26 @@ class ToolFrontEnd:
             return exc
         return None
 
-    async def _require_tenant(self, ctx: CallContext) -> None:
-        enabled = await anyio.to_thread.run_sync(self.engine.tenant_enabled, ctx.tenant)
+    async def _require_tenant(self, ctx: CallContext, within_s: float | None = None) -> None:
+        """ContextUnavailable unless the tenant is opted in; StoreUnavailable when the
+        store cannot say (within `within_s` seconds, when given)."""
+        with anyio.move_on_after(within_s) as waited:
+            enabled = await anyio.to_thread.run_sync(self.engine.tenant_enabled, ctx.tenant, abandon_on_cancel=True)
+        if waited.cancelled_caught:
+            raise StoreUnavailable()
         if enabled is not True:
             raise ContextUnavailable("tenant not enabled")
+
+    async def _late_tenant_refusal(self, ctx: CallContext) -> bool:
+        """Past the deadline: whether the tenant is known to be disabled (the call is then
+        refused, not timed out). A store that cannot say promptly is no refusal."""
+        try:
+            await self._require_tenant(ctx, LATE_TENANT_CHECK_S)
+        except ContextUnavailable:
+            return True
+        except StoreUnavailable:
+            pass
+        return False
 
     def _admitted(self, ctx: CallContext, deadline: float, audit_id: str) -> Answer | None:
         """Rate limit and deadline, before the engine: an answer that refuses, or None."""
@@ -329,9 +370,7 @@ class ToolFrontEnd:
             if early is not None:
                 return early
         elif deadline - time.monotonic() <= 0:
-            try:
-                await self._require_tenant(ctx)
-            except ContextUnavailable:
+            if await self._late_tenant_refusal(ctx):
                 return None
             return Answer.of(failure_envelope(ErrorCode.DEADLINE_EXCEEDED, audit_id))
         run = _Run()
@@ -340,6 +379,8 @@ class ToolFrontEnd:
             if not tenant_checked:
                 try:
                     enabled = self.engine.tenant_enabled(ctx.tenant)
+                except StoreUnavailable:  # no verdict on the context: retry later
+                    return Answer.of(failure_envelope(ErrorCode.STORE_UNAVAILABLE, audit_id))
                 except Exception as exc:  # noqa: BLE001 - a protocol fault, raised on the loop
                     return _TenantFault(exc)
                 if enabled is not True:
@@ -378,8 +419,8 @@ class ToolFrontEnd:
                         return replace(run.answer, audited=True)
                     run.abandoned = True
                     began = run.started
-                if not began and not tenant_checked:
-                    await self._require_tenant(ctx)  # a disabled tenant is refused, not timed out
+                if not began and not tenant_checked and await self._late_tenant_refusal(ctx):
+                    return None  # a disabled tenant is refused, not timed out
                 code = (
                     ErrorCode.MUTATION_OUTCOME_UNKNOWN if began and name in MUTATIONS else ErrorCode.DEADLINE_EXCEEDED
                 )

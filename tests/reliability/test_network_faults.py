@@ -258,6 +258,40 @@ def test_dropped_connections_are_replaced(net: Net, workspace: str) -> None:
     assert not met, met
 
 
+def test_half_open_partition_answers_retriable_then_heals(net: Net, workspace: str) -> None:
+    tok, met = token(workspace), Counter[str]()
+    before = admit(net.a, f"Before the partition {unique_token()}.", tok, met)
+    listening_before = net.listening()
+    assert listening_before, "replica a listens for journal events"
+    word = unique_token()
+    cap_args = capture_args(f"Captured into a partition {word}.")
+    net.proxy.black_hole()
+    try:
+        answers = {
+            CAPTURE: ask(net.a, CAPTURE, cap_args, tok),
+            SEARCH: ask(net.a, SEARCH, {"query": word, "purpose_ref": PURPOSE}, tok),
+            GET: ask(net.a, GET, {"record_id": before, "purpose_ref": PURPOSE}, tok),
+        }
+        for tool, env in answers.items():  # back, with a retriable code: never a hang, never an empty success
+            assert retriable(env), (tool, env)
+        # The other replica, on its own network, is not held up.
+        other = admit(net.b, f"Written beside the partition {unique_token()}.", tok, Counter())
+    finally:
+        net.proxy.heal()
+    captured = value(settle(net.a, CAPTURE, cap_args, tok, met))
+    assert captured["status"] in ("committed_pending", "duplicate_exact")
+    adm_args = {"candidate_id": captured["candidate_id"], "idempotency_key": key()}
+    rid = value(settle(net.a, REQUEST_ADMISSION, adm_args, tok, met))["outcome"]["record_id"]
+    assert search_ids(net.a, word, tok) == [rid]
+    assert value(settle(net.a, GET, {"record_id": other, "purpose_ref": PURPOSE}, tok, Counter()))
+    assert counts(net, workspace) == {"candidates": 3, "records": 3, "idempotency": 6}
+    # Its LISTEN connection came back on its own: a new session, started after the heal.
+    guard = time.monotonic() + SETTLE_S
+    while not [s for s in net.listening() if s not in listening_before]:
+        assert time.monotonic() < guard, "replica a did not listen again after the partition healed"
+        time.sleep(0.2)
+
+
 @pytest.mark.parametrize("forwarded", [True, False], ids=["server-committed", "server-never-saw-it"])
 def test_commit_cut_resolves_to_one_effect(net: Net, workspace: str, forwarded: bool) -> None:
     tok, met = token(workspace), Counter[str]()
