@@ -20,7 +20,7 @@ from .acceptance import Acceptance, accept_records
 from .clock import instant, now_ms
 from .context import CallContext
 from .gates import check_confirmation, claim_key, needs_confirmation
-from .idempotency import find_replay, intent_hash, reserve
+from .idempotency import after_commit, find_replay, intent_hash, reserve
 from .lifecycle import require_pending
 from .parts import Parts
 from .policy import Decision, check_fresh
@@ -145,9 +145,10 @@ def request_admission(parts: Parts, ctx: CallContext, args: AdmissionInput) -> d
         # Last before commit: the policy is read again, so a decision taken under a
         # policy replaced meanwhile (or older than the bound) commits nothing.
         check_fresh(policy, receipt, at, now_ms(), parts.policies.admission)
-    if status == "accepted":
-        parts.projector.catch_up(scope)
-    parts.store.purge_freed_pages()
+    with after_commit():
+        if status == "accepted":
+            parts.projector.catch_up(scope)
+        parts.store.purge_freed_pages()
     return result
 
 

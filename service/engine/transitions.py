@@ -24,7 +24,7 @@ from engram.service.store.base import JournalEvent, Store, Transaction
 from .clock import instant, now_ms
 from .context import CallContext
 from .gates import check_confirmation, claim_key
-from .idempotency import find_replay, intent_hash, reserve, rewrite
+from .idempotency import after_commit, find_replay, intent_hash, reserve, rewrite
 from .lifecycle import require_forgettable, require_pending
 from .parts import Parts
 from .records import authorization_receipt, scope_key, transaction_receipt
@@ -148,10 +148,11 @@ def withdraw(parts: Parts, ctx: CallContext, args: WithdrawInput) -> dict[str, A
     )
     if was_replay:
         return result
-    destroyed = parts.store.purge_freed_pages()
-    return _finish(
-        parts, ctx, args.idempotency_key, {**result, "key_destruction": "complete" if destroyed else "pending"}
-    )
+    with after_commit():
+        destroyed = parts.store.purge_freed_pages()
+        return _finish(
+            parts, ctx, args.idempotency_key, {**result, "key_destruction": "complete" if destroyed else "pending"}
+        )
 
 
 def forget(parts: Parts, ctx: CallContext, args: ForgetInput) -> dict[str, Any]:
@@ -180,23 +181,24 @@ def forget(parts: Parts, ctx: CallContext, args: ForgetInput) -> dict[str, Any]:
     )
     if was_replay:
         return result
-    if parts.store.live_count(ctx.scope) > INLINE_PURGE_LIMIT:
-        # Logically gone at once (search re-checks the store, the projector drops it);
-        # the physical rewrite of a large scope's index runs in the background sweeper.
-        parts.projector.catch_up(ctx.scope)
-        parts.sweeper.schedule(lambda: sweep_pending(parts))
-        return _finish(parts, ctx, args.idempotency_key, result)
-    coverage = invalidate(parts, ctx.scope, [args.record_id], peers_wait_s=PEER_PURGE_WAIT_S)
-    return _finish(
-        parts,
-        ctx,
-        args.idempotency_key,
-        {
-            **result,
-            "projection_invalidation": "complete" if coverage["complete"] else "pending",
-            "coverage_receipt_digest": coverage["receipt_digest"],
-        },
-    )
+    with after_commit():
+        if parts.store.live_count(ctx.scope) > INLINE_PURGE_LIMIT:
+            # Logically gone at once (search re-checks the store, the projector drops it);
+            # the physical rewrite of a large scope's index runs in the background sweeper.
+            parts.projector.catch_up(ctx.scope)
+            parts.sweeper.schedule(lambda: sweep_pending(parts))
+            return _finish(parts, ctx, args.idempotency_key, result)
+        coverage = invalidate(parts, ctx.scope, [args.record_id], peers_wait_s=PEER_PURGE_WAIT_S)
+        return _finish(
+            parts,
+            ctx,
+            args.idempotency_key,
+            {
+                **result,
+                "projection_invalidation": "complete" if coverage["complete"] else "pending",
+                "coverage_receipt_digest": coverage["receipt_digest"],
+            },
+        )
 
 
 def invalidate(

@@ -11,15 +11,18 @@ acknowledged mutation lost; and a replica that recovers without a restart once t
 network heals (its pool reconnects, its LISTEN connection comes back).
 
 `a` runs with `--database-timeout-ms 2000` and `--deadline-ms 6000`, so a partition
-costs seconds, not the defaults' tens of seconds.
+costs seconds, not the defaults' tens of seconds. ENGRAM_NETFAULT_CYCLES sets the
+fault cycles of the storm (CI: 6).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -31,6 +34,7 @@ import pytest
 from fault_proxy import FaultProxy
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from rel_support import (
+    FIGURES,
     PURPOSE,
     ROOT,
     SECRET,
@@ -40,6 +44,7 @@ from rel_support import (
     claims,
     code,
     confirmation,
+    env_int,
     key,
     unique_token,
     value,
@@ -57,6 +62,7 @@ RETRIABLE_CODES = {c.value for c in RETRIABLE}
 CLIENT_TIMEOUT_S = 60.0
 #: How long a retry loop may take to reach a clear outcome once the network healed.
 SETTLE_S = 90.0
+CYCLES = env_int("ENGRAM_NETFAULT_CYCLES", 6)
 
 
 class Net:
@@ -321,6 +327,27 @@ def test_commit_cut_resolves_to_one_effect(net: Net, workspace: str, forwarded: 
     assert counts(net, workspace) == {"candidates": 1, "records": 1, "idempotency": 3}
 
 
+@pytest.mark.parametrize("tool", [REQUEST_ADMISSION, FORGET])
+def test_partition_right_after_a_commit_is_outcome_unknown(net: Net, workspace: str, tool: str) -> None:
+    """The commit landed and its answer arrived; the work after it (projecting the
+    admitted record, purging the forgotten one) meets the partition: the caller is told
+    the outcome is unknown, not that the store was unavailable, and the retry replays."""
+    tok, met = token(workspace), Counter[str]()
+    cap = value(settle(net.a, CAPTURE, capture_args(f"After commit {unique_token()}."), tok, met))
+    args: dict[str, Any] = {"candidate_id": cap["candidate_id"], "idempotency_key": key()}
+    if tool == FORGET:
+        rid = value(settle(net.a, REQUEST_ADMISSION, args, tok, met))["outcome"]["record_id"]
+        args = {"record_id": rid, "idempotency_key": key(), "reason_ref": "reason:after-commit"}
+        tok = token(workspace, confirmation=confirmation(FORGET, args, rid))
+    net.proxy.partition_after_commit()
+    try:
+        assert code(ask(net.a, tool, args, tok)) == "MUTATION_OUTCOME_UNKNOWN"
+    finally:
+        net.proxy.heal()
+    assert value(settle(net.a, tool, args, tok, met))["replayed"] is True
+    assert counts(net, workspace)["records"] == 1
+
+
 def test_partition_mid_commit_releases_the_scope_lock(net: Net, workspace: str) -> None:
     """Replica a is cut off holding its transaction open (the scope's write lock taken,
     COMMIT never delivered): the server ends that session after the idle-in-transaction
@@ -336,3 +363,74 @@ def test_partition_mid_commit_releases_the_scope_lock(net: Net, workspace: str) 
         net.proxy.heal()
     assert value(settle(net.a, CAPTURE, cap_args, tok, met))["status"] == "committed_pending"  # never committed
     assert counts(net, workspace) == {"candidates": 2, "records": 0, "idempotency": 2}
+
+
+# --------------------------------------------------------------------------------- storm
+
+
+def test_fault_storm_loses_no_acknowledged_mutation(net: Net, workspace: str) -> None:
+    """Two clients capture and admit through replica a while the proxy cycles through
+    every fault; each operation is retried with its key to a clear outcome."""
+    tok = token(workspace)
+    acknowledged: list[str] = []
+    met: Counter[str] = Counter()
+    calls = Counter[str]()
+    lock = threading.Lock()
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def client(n: int) -> None:
+        try:
+            for i in itertools.count():
+                if stop.is_set():
+                    return
+                seen = Counter[str]()
+                rid = admit(net.a, f"Storm {n}-{i} {unique_token()}.", tok, seen)
+                with lock:
+                    acknowledged.append(rid)
+                    met.update(seen)
+                    calls["admissions"] += 1
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            failures.append(exc)
+
+    faults = [
+        lambda: net.proxy.delay(0.05),
+        net.proxy.drop,
+        net.proxy.black_hole,
+        lambda: net.proxy.cut_commit(forwarded=True),
+        lambda: net.proxy.cut_commit(forwarded=False),
+        net.proxy.hold_commit,
+    ]
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for cycle in range(CYCLES):
+            faults[cycle % len(faults)]()
+            time.sleep(2.5)
+            net.proxy.heal()
+            time.sleep(0.5)
+    finally:
+        net.proxy.heal()
+        stop.set()
+        for t in threads:
+            t.join(timeout=SETTLE_S * 3)
+    assert not failures, failures
+    assert acknowledged, "the clients made progress between faults"
+    lost = [
+        rid
+        for rid in acknowledged
+        for replica in (net.a, net.b)
+        if not settle(replica, GET, {"record_id": rid, "purpose_ref": PURPOSE}, tok, Counter())["ok"]
+    ]
+    assert lost == []
+    # Exactly one effect per operation: one candidate per capture key, one record per admission.
+    assert counts(net, workspace) == {
+        "candidates": len(acknowledged),
+        "records": len(acknowledged),
+        "idempotency": 2 * len(acknowledged),
+    }
+    FIGURES["network fault cycles survived"] += CYCLES
+    FIGURES["network fault storm admissions acknowledged"] += len(acknowledged)
+    FIGURES["network fault storm acknowledged mutations lost"] += len(lost)
+    FIGURES["network fault storm retriable answers"] += sum(met.values())
