@@ -185,10 +185,16 @@ def forget(parts: Parts, ctx: CallContext, args: ForgetInput) -> dict[str, Any]:
         if parts.store.live_count(ctx.scope) > INLINE_PURGE_LIMIT:
             # Logically gone at once (search re-checks the store, the projector drops it);
             # the physical rewrite of a large scope's index runs in the background sweeper.
+            parts.sweeper.schedule(lambda: sweep_owed(parts))
             parts.projector.catch_up(ctx.scope)
-            parts.sweeper.schedule(lambda: sweep_pending(parts))
             return _finish(parts, ctx, args.idempotency_key, result)
-        coverage = invalidate(parts, ctx.scope, [args.record_id], peers_wait_s=PEER_PURGE_WAIT_S)
+        try:
+            coverage = invalidate(parts, ctx.scope, [args.record_id], peers_wait_s=PEER_PURGE_WAIT_S)
+        finally:
+            # Until its purge is done here (an index that cannot be written now: a full
+            # disk), the sweeper keeps trying, so `pending` completes without a restart.
+            if owed(parts):
+                parts.sweeper.schedule(lambda: sweep_owed(parts))
         return _finish(
             parts,
             ctx,
@@ -228,14 +234,27 @@ def invalidate(
     )
 
 
+def owed(parts: Parts) -> dict[tuple[str, str], list[str]]:
+    """Records a forget left pending that this process has still to purge (with
+    replicas: this replica's own acknowledgement missing), by scope."""
+    return parts.store.pending_purges() if parts.replica is None else parts.replica.awaiting()
+
+
 def sweep_pending(parts: Parts) -> int:
     """Purge every record a forget left pending (with replicas: pending here, on this
     replica's indexes); returns how many scopes were swept."""
-    pending = parts.store.pending_purges() if parts.replica is None else parts.replica.awaiting()
+    pending = owed(parts)
     for scope, record_ids in pending.items():
         invalidate(parts, scope, record_ids)
     parts.store.purge_freed_pages()
     return len(pending)
+
+
+def sweep_owed(parts: Parts) -> bool:
+    """The background sweeper's step: sweep, then whether nothing is owed here any more
+    (False: it tries again later)."""
+    sweep_pending(parts)
+    return not owed(parts)
 
 
 SHRED_REASON = "restore:shred-ledger"
