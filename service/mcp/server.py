@@ -236,19 +236,19 @@ class ToolFrontEnd:
 
     # ----------------------------------------------------------------- context
 
-    async def _context(self, request: Any) -> CallContext:
-        ctx = self.binding.resolve(request)
-        enabled = await anyio.to_thread.run_sync(self.engine.tenant_enabled, ctx.tenant)
-        if enabled is not True:
-            raise ContextUnavailable("tenant not enabled")
-        return ctx
-
     async def list_tools(self, rctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        """The tools the verified context grants, once its tenant is opted in. A store
+        that cannot say lists them anyway (the grants are the host's, signed; each call
+        checks the tenant again and answers STORE_UNAVAILABLE meanwhile): tools/list has
+        no retriable answer, and -32603 would tell the agent to stop."""
         try:
-            ctx = await self._context(rctx.request)
+            ctx = self.binding.resolve(rctx.request)
+            await self._require_tenant(ctx)
         except ContextUnavailable as exc:
             logger.info("tools/list refused: %s", exc.reason)
             raise MCPError(code=ContextUnavailable.code, message=ContextUnavailable.message) from None
+        except StoreUnavailable:
+            logger.warning("tools/list: the tenant check could not reach the store; listing the granted tools")
         return types.ListToolsResult(tools=[d for name, d in self._definitions.items() if name in ctx.tools])
 
     # ----------------------------------------------------------------- call

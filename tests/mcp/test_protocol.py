@@ -207,14 +207,16 @@ async def test_unexpected_exception_outside_engine_is_clean(fake, fake_engine, m
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_store_that_cannot_check_the_tenant_is_store_unavailable(fake, fake_engine, mode):
     """No verdict on the context: a retriable envelope, not -32603 (stop and report).
-    A call refused anyway (another purpose) keeps its refusal."""
+    A call refused anyway (another purpose) keeps its refusal; tools/list, which has no
+    retriable answer, lists the granted tools."""
 
     def unreachable(tenant):
         raise StoreUnavailable()
 
-    async with connect(fake.url, token(), mode) as client:
+    async with connect(fake.url, token(tools=[SEARCH, CAPTURE]), mode) as client:
         fake_engine.tenant_enabled = unreachable  # type: ignore[method-assign]
         try:
+            listed = await client.list_tools()
             read = await client.call_tool(SEARCH, SEARCH_ARGS)
             write = await client.call_tool(CAPTURE, capture_args())
             with pytest.raises(MCPError) as refused:
@@ -228,6 +230,7 @@ async def test_a_store_that_cannot_check_the_tenant_is_store_unavailable(fake, f
             "retriable": True,
         }
     assert (refused.value.code, refused.value.message) == CTX
+    assert sorted(t.name for t in listed.tools) == [CAPTURE, SEARCH]
 
 
 @pytest.mark.parametrize("mode", MODES)
