@@ -283,6 +283,18 @@ def connection_options(url: str, timeout_s: float) -> dict[str, Any]:
     return {name: value for name, value in options.items() if name not in given}
 
 
+#: Rows per executemany round trip: each is one bounded wait, however large the batch
+#: (a bulk-ingest transaction, a KEK rotation's rewrap of every key).
+MANY_ROWS = 1000
+
+
+def _execute_many(conn: psycopg.Connection[Any], query: str, rows: Sequence[Sequence[Any]]) -> None:
+    """`executemany` in slices of :data:`MANY_ROWS`."""
+    with conn.cursor() as cur:
+        for start in range(0, len(rows), MANY_ROWS):
+            cur.executemany(query, rows[start : start + MANY_ROWS])
+
+
 class _PgTx:
     """Statements of one transaction on one connection."""
 
@@ -312,11 +324,11 @@ class _PgTx:
         self._scope(scope)
         row = self._one("SELECT cursor, head_digest FROM scopes WHERE tenant=%s AND workspace=%s", scope)
         appended = chained(scope, (row[0], row[1]) if row else (0, None), events)
-        with self.conn.cursor() as cur:
-            cur.executemany(
-                f"INSERT INTO journal (tenant, workspace, {_JOURNAL_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-                [(*scope, *stored_row(e)) for e in appended],
-            )
+        _execute_many(
+            self.conn,
+            f"INSERT INTO journal (tenant, workspace, {_JOURNAL_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+            [(*scope, *stored_row(e)) for e in appended],
+        )
         last = appended[-1]
         self.conn.execute(
             "INSERT INTO scopes VALUES (%s,%s,%s,%s) ON CONFLICT (tenant, workspace)"
@@ -331,8 +343,7 @@ class _PgTx:
         self.put_keys([(key_id, wrapped, kek_id)])
 
     def put_keys(self, rows: Sequence[tuple[str, bytes, str]]) -> None:
-        with self.conn.cursor() as cur:
-            cur.executemany("INSERT INTO keys VALUES (%s,%s,%s)", rows)
+        _execute_many(self.conn, "INSERT INTO keys VALUES (%s,%s,%s)", rows)
 
     def destroy_key(self, key_id: str) -> None:
         self.conn.execute("DELETE FROM keys WHERE key_id=%s", (key_id,))
@@ -378,11 +389,11 @@ class _PgTx:
     def insert_records(self, rows: Sequence[RecordRow]) -> None:
         for scope in {row.scope for row in rows}:
             self._scope(scope)
-        with self.conn.cursor() as cur:
-            cur.executemany(
-                f"INSERT INTO records ({RECORD_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-                [stored_record(row) for row in rows],
-            )
+        _execute_many(
+            self.conn,
+            f"INSERT INTO records ({RECORD_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+            [stored_record(row) for row in rows],
+        )
 
     def set_record_state(self, scope: Scope, record_id: str, state: str, *, drop_body: bool) -> None:
         self._scope(scope)
@@ -637,8 +648,9 @@ class PostgresStore:
         return [(r[0], bytes(r[1]), r[2]) for r in self._read("SELECT key_id, wrapped, kek_id FROM keys")]
 
     def rewrap_keys(self, rows: list[tuple[str, bytes, str]]) -> None:
-        with self.transaction() as tx, tx.conn.cursor() as cur:
-            cur.executemany(
+        with self.transaction() as tx:
+            _execute_many(
+                tx.conn,
                 "UPDATE keys SET wrapped=%s, kek_id=%s WHERE key_id=%s",
                 [(wrapped, kek_id, key_id) for key_id, wrapped, kek_id in rows],
             )
@@ -930,8 +942,9 @@ class PostgresStore:
         return gone == 1
 
     def ack_purges(self, scope: Scope, record_ids: list[str], replica_id: str) -> None:
-        with self.transaction() as tx, tx.conn.cursor() as cur:
-            cur.executemany(
+        with self.transaction() as tx:
+            _execute_many(
+                tx.conn,
                 "INSERT INTO purge_acks VALUES (%s,%s,%s,%s) ON CONFLICT DO NOTHING",
                 [(*scope, rid, replica_id) for rid in record_ids],
             )
