@@ -535,7 +535,7 @@ def encoder_bound_ingest(work: Path, encoder: Any, sample: int, say: Callable[[s
 # -- load run over MCP/HTTP -----------------------------------------------------------------
 
 
-def _capture_args(i: int, client: int, run: str) -> dict[str, Any]:
+def note_capture_args(i: int, client: int, run: str) -> dict[str, Any]:
     """The i-th capture of a client. ``run`` (one per bench run) is in the text: a later
     run on a reused directory would otherwise capture the same payloads again, and their
     admissions answer duplicate_exact (no projection) instead of admitting."""
@@ -574,7 +574,7 @@ def load_run(
     """MCP over HTTP against ``engine`` (its tenant enabled by the caller): one client's
     sequential searches, then ``clients``
     concurrent clients for about ``calls`` steps in all, their captures carrying the bench
-    run's token ``run`` (see :func:`_capture_args`).
+    run's token ``run`` (see :func:`note_capture_args`).
 
     The server runs here (uvicorn in a thread, the engine already open); the clients run
     in a child process, as a host would, so their Python does not hold the server's GIL.
@@ -716,7 +716,7 @@ def drive_clients(
                     )
                 else:
                     cap = await call(
-                        mcp_client, latencies["capture"], "engram_memory_capture", _capture_args(i, client, run)
+                        mcp_client, latencies["capture"], "engram_memory_capture", note_capture_args(i, client, run)
                     )
                     if cap is None:
                         continue
@@ -824,7 +824,7 @@ def fresh_first_calls(
             engine = Engine.open(data_dir, encoder=encoder)
             try:
                 for n in range(records):
-                    captured = engine.execute("engram_memory_capture", ctx, _capture_args(n, 0, run))
+                    captured = engine.execute("engram_memory_capture", ctx, note_capture_args(n, 0, run))
                     engine.execute(
                         "engram_memory_request_admission",
                         ctx,
@@ -843,7 +843,7 @@ def fresh_first_calls(
             # encoder; the other had the engine write its scope, so its export is given.
             model_cache=work / "models" if records else None,
             searches=0,
-            capture_args=lambda n, offset=records: _capture_args(offset + n, 0, run),
+            capture_args=lambda n, offset=records: note_capture_args(offset + n, 0, run),
             mutations=FRESH_ROUNDS,
             say=say,
         )
@@ -874,7 +874,7 @@ def run_bench(
     from engram.ranking import MiniLMEncoder
 
     out.mkdir(parents=True, exist_ok=True)
-    run = uuid.uuid4().hex[:12]  # in every capture's text: see _capture_args
+    run = uuid.uuid4().hex[:12]  # in every capture's text: see note_capture_args
     work.mkdir(parents=True, exist_ok=True)
     if encoder is None:
         encoder = MiniLMEncoder(work / "models")
@@ -924,7 +924,7 @@ def run_bench(
                 model=isinstance(encoder, MiniLMEncoder),
                 model_cache=work / "models",
                 searches=service_searches,
-                capture_args=lambda n: _capture_args(n, clients + 1, run),
+                capture_args=lambda n: note_capture_args(n, clients + 1, run),
                 say=say,
             )
         lat = entry["latency"]

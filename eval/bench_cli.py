@@ -91,6 +91,21 @@ def bench(
             "scope, and a scope of 10 records) against the next ones.",
         ),
     ] = True,
+    soak: Annotated[
+        float,
+        typer.Option(
+            "--soak",
+            min=0,
+            help="Instead of the capacity run: a soak of this many seconds. The first size is ingested, "
+            "`engram serve` started on it alone, and --clients hosts drive mixed load (searches, gets, captures "
+            "with their admissions, forgets): memory and open files at the start and end, p50/p99 per window, "
+            "errors that are not retriable codes, every acknowledged admission read back (OUT/soak.json, "
+            "OUT/soak.md). 0: no soak.",
+        ),
+    ] = 0.0,
+    soak_window: Annotated[
+        float, typer.Option("--soak-window", min=1, help="Seconds per latency window of the soak.")
+    ] = 300.0,
     database_url: Annotated[
         str | None,
         typer.Option(
@@ -114,8 +129,28 @@ def bench(
     console = Console(stderr=True)
     size_list = [int(s.replace("_", "")) for s in sizes.split(",") if s.strip()]
     scratch = work or out / "work"
+    say = lambda m: console.print(m, markup=False, highlight=False)  # noqa: E731
+    if soak:
+        from .soak import run_soak
+
+        try:
+            run_soak(
+                size_list[0],
+                out,
+                scratch,
+                seconds=soak,
+                window_s=soak_window,
+                clients=clients,
+                batch_size=batch_size,
+                progress=progress,
+                say=say,
+            )
+        finally:
+            if not keep:
+                shutil.rmtree(scratch, ignore_errors=True)
+        console.print((out / "soak.md").read_text(), markup=False)
+        return
     try:
-        say = lambda m: console.print(m, markup=False, highlight=False)  # noqa: E731
         result = run_bench(
             size_list,
             out,

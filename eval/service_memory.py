@@ -97,6 +97,135 @@ def new_data_directory(data_dir: Path, tenant: str) -> None:
     )
 
 
+class ServedDirectory:
+    """`engram serve` started on a data directory as a deployment runs it (``python -m
+    engram.service.cli serve``, a fresh host secret, a free loopback port, its stderr in
+    ``log``), asked over plain JSON-RPC POSTs to ``/mcp`` (protocol 2026-07-28, one
+    request per exchange). The bench's lone-server run and its soak both drive it."""
+
+    def __init__(self, data_dir: Path, *, model: bool, log: Path, model_cache: Path | None = None) -> None:
+        self.data_dir, self.model, self.log = data_dir, model, log
+        if model:
+            _seed_model_cache(model_cache, data_dir)
+        self.secret = secrets.token_hex(32)
+        self.port = _free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.command = [
+            sys.executable,
+            "-m",
+            "engram.service.cli",
+            "serve",
+            "-d",
+            str(data_dir),
+            "--port",
+            str(self.port),
+            "--rate",
+            "0",
+            "--log-level",
+            "warning",
+            "--model" if model else "--no-model",
+        ]
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.ready_s = 0.0
+        self._meta = _request_meta()
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, ready_timeout_s: float) -> str | None:
+        """Start the server and wait for ``/readyz``; None once ready, else why not."""
+        import httpx2
+
+        root = Path(__file__).resolve().parents[1]
+        started = time.perf_counter()
+        with open(self.log, "wb") as stderr:
+            self.proc = subprocess.Popen(
+                self.command,
+                cwd=root,
+                env=_cli_env(ENGRAM_HOST_SECRET=self.secret),
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )
+        deadline = time.monotonic() + ready_timeout_s
+        with httpx2.Client(timeout=httpx2.Timeout(120.0)) as http:
+            while True:
+                if self.proc.poll() is not None:
+                    return f"server exited with {self.proc.returncode}: " + self.log.read_text(errors="replace")[-500:]
+                try:
+                    if http.get(self.base + "/readyz").status_code == 200:
+                        break
+                except httpx2.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    return f"not ready after {ready_timeout_s:.0f} s"
+                time.sleep(0.2)
+        self.ready_s = round(time.perf_counter() - started, 1)
+        return None
+
+    def stop(self) -> int | None:
+        """SIGTERM, then SIGKILL after a minute; the exit status."""
+        if self.proc is None:
+            return None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def token(self, claims: dict[str, Any], *, confirmation: dict[str, Any] | None = None) -> str:
+        """A context signed with this server's host secret (a day long)."""
+        from engram.service.mcp.host_context import mint_token
+
+        body = dict(claims) if confirmation is None else {**claims, "confirmation": confirmation}
+        return mint_token(body, self.secret.encode(), ttl_s=24 * 3600)
+
+    def request(self, token: str, tool: str, args: dict[str, Any], rpc_id: int) -> dict[str, Any]:
+        """The keyword arguments of an httpx2 POST that calls ``tool``."""
+        from engram.service.mcp.host_context import HEADER
+
+        body = {
+            "jsonrpc": "2.0",
+            "id": rpc_id,
+            "method": "tools/call",
+            "params": {"name": tool, "_meta": self._meta, "arguments": args},
+        }
+        headers = {
+            HEADER: token,
+            "Accept": "application/json, text/event-stream",
+            "Content-Type": "application/json",
+            "MCP-Protocol-Version": PROTOCOL,
+            "Mcp-Method": "tools/call",
+            "Mcp-Name": tool,
+        }
+        return {"url": self.base + "/mcp", "content": json.dumps(body), "headers": headers}
+
+    def memory(self) -> dict[str, float]:
+        return process_memory(self.pid)
+
+    def open_files(self) -> int:
+        """File descriptors the server holds (files, sockets, pipes)."""
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
+
+
+def answer_of(status: int, text: str) -> tuple[str, dict[str, Any] | None]:
+    """A tools/call answer as (outcome, value): ("ok", value); an error envelope's code
+    (with ``retriable:`` before it when the envelope says so); ``rpc:<code>`` for a
+    JSON-RPC error; ``http:<status>`` for anything else."""
+    if status != 200:
+        return f"http:{status}", None
+    body = json.loads(text)
+    if "error" in body:
+        return f"rpc:{body['error'].get('code')}", None
+    envelope = body["result"]["structuredContent"]
+    if envelope.get("ok"):
+        return "ok", envelope["output"]["value"]
+    error = envelope["error"]
+    return ("retriable:" if error.get("retriable") else "") + str(error.get("code")), None
+
+
 def measure_service(
     data_dir: Path,
     scope: Scope,
@@ -119,97 +248,39 @@ def measure_service(
     import httpx2
 
     from engram.models.tools import CAPTURE, REQUEST_ADMISSION, SEARCH
-    from engram.service.mcp.host_context import HEADER, mint_token
 
-    if model:
-        _seed_model_cache(model_cache, data_dir)
-    secret = secrets.token_hex(32)
-    port = _free_port()
-    root = Path(__file__).resolve().parents[1]
-    env = _cli_env(ENGRAM_HOST_SECRET=secret)
-    command = [
-        sys.executable,
-        "-m",
-        "engram.service.cli",
-        "serve",
-        "-d",
-        str(data_dir),
-        "--port",
-        str(port),
-        "--rate",
-        "0",
-        "--log-level",
-        "warning",
-        "--model" if model else "--no-model",
-    ]
+    server = ServedDirectory(data_dir, model=model, log=data_dir.parent / "service-memory.log", model_cache=model_cache)
     minimum = "lexical_and_semantic" if model else "lexical"
-    base = f"http://127.0.0.1:{port}"
-    log = data_dir.parent / "service-memory.log"
-    started = time.perf_counter()
-    with open(log, "wb") as stderr:
-        proc = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
-    out: dict[str, Any] = {"command": "engram " + " ".join(command[3:]), "searches_profile": minimum}
+    out: dict[str, Any] = {"command": "engram " + " ".join(server.command[3:]), "searches_profile": minimum}
     try:
-        with httpx2.Client(timeout=httpx2.Timeout(120.0)) as http:
-            deadline = time.monotonic() + ready_timeout_s
-            while True:
-                if proc.poll() is not None:
-                    return {
-                        **out,
-                        "skipped": f"server exited with {proc.returncode}: " + log.read_text(errors="replace")[-500:],
-                    }
-                try:
-                    if http.get(base + "/readyz").status_code == 200:
-                        break
-                except httpx2.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    return {**out, "skipped": f"not ready after {ready_timeout_s:.0f} s"}
-                time.sleep(0.2)
-            out["ready_s"] = round(time.perf_counter() - started, 1)
-            out["after_ready"] = process_memory(proc.pid)
-            say(f"service ready in {out['ready_s']} s: {out['after_ready']}")
-            token = mint_token(
-                {
-                    "tenant": scope[0],
-                    "workspace": scope[1],
-                    "principal": "bench:memory",
-                    "agent_id": "engram-bench",
-                    "session": "s-memory",
-                    "purpose": purpose,
-                    "tools": [SEARCH, CAPTURE, REQUEST_ADMISSION],
-                    "confirm": [],
-                },
-                secret.encode(),
-                ttl_s=24 * 3600,
-            )
-            headers = {
-                HEADER: token,
-                "Accept": "application/json, text/event-stream",
-                "Content-Type": "application/json",
-                "MCP-Protocol-Version": PROTOCOL,
+        why_not = server.start(ready_timeout_s)
+        if why_not is not None:
+            return {**out, "skipped": why_not}
+        out["ready_s"] = server.ready_s
+        out["after_ready"] = server.memory()
+        say(f"service ready in {out['ready_s']} s: {out['after_ready']}")
+        token = server.token(
+            {
+                "tenant": scope[0],
+                "workspace": scope[1],
+                "principal": "bench:memory",
+                "agent_id": "engram-bench",
+                "session": "s-memory",
+                "purpose": purpose,
+                "tools": [SEARCH, CAPTURE, REQUEST_ADMISSION],
+                "confirm": [],
             }
-            meta = _request_meta()
-            timings: dict[str, list[float]] = {}
+        )
+        timings: dict[str, list[float]] = {}
+        with httpx2.Client(timeout=httpx2.Timeout(120.0)) as http:
 
             def call(tool: str, args: dict[str, Any], timed_as: str) -> dict[str, Any] | None:
                 """The tool's value, or None when it failed; the call's ms go to ``timed_as``."""
-                body = {
-                    "jsonrpc": "2.0",
-                    "id": sum(map(len, timings.values())),
-                    "method": "tools/call",
-                    "params": {"name": tool, "_meta": meta, "arguments": args},
-                }
                 started_at = time.perf_counter()
-                response = http.post(
-                    base + "/mcp",
-                    content=json.dumps(body),
-                    headers={**headers, "Mcp-Method": "tools/call", "Mcp-Name": tool},
-                )
+                response = http.post(**server.request(token, tool, args, sum(map(len, timings.values()))))
                 timings.setdefault(timed_as, []).append((time.perf_counter() - started_at) * 1000)
-                if response.status_code != 200 or '"ok":true' not in response.text:
-                    return None
-                return response.json()["result"]["structuredContent"]["output"]["value"]
+                outcome, value = answer_of(response.status_code, response.text)
+                return value if outcome == "ok" else None
 
             def search(n: int, timed_as: str) -> bool:
                 args = {
@@ -222,7 +293,7 @@ def measure_service(
 
             answered = sum(search(n, "search") for n in range(searches))
             out["searches"] = {"asked": searches, "answered": answered, "failed": searches - answered}
-            out["after_searches"] = process_memory(proc.pid)
+            out["after_searches"] = server.memory()
             admitted = 0
             for n in range(mutations if capture_args is not None else 0):
                 captured = call(CAPTURE, capture_args(n), "capture")
@@ -235,26 +306,21 @@ def measure_service(
                 )
                 admitted += bool(decided and decided["outcome"]["status"] == "accepted")
                 search(searches + n, "search_after_admission")
-            if capture_args is not None:
-                out["mutations"] = {"rounds": mutations, "admitted": admitted}
-            out["first_calls"] = {
-                name: {
-                    "first_ms": round(ms[0], 1),
-                    "later_p50_ms": round(statistics.median(ms[1:]), 1),
-                    "later_max_ms": round(max(ms[1:]), 1),
-                    "calls": len(ms),
-                }
-                for name, ms in timings.items()
-                if len(ms) > 1
+        if capture_args is not None:
+            out["mutations"] = {"rounds": mutations, "admitted": admitted}
+        out["first_calls"] = {
+            name: {
+                "first_ms": round(ms[0], 1),
+                "later_p50_ms": round(statistics.median(ms[1:]), 1),
+                "later_max_ms": round(max(ms[1:]), 1),
+                "calls": len(ms),
             }
-            out["peak_mb"] = process_memory(proc.pid)["peak_mb"]
+            for name, ms in timings.items()
+            if len(ms) > 1
+        }
+        out["peak_mb"] = server.memory()["peak_mb"]
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        server.stop()
     return out
 
 

@@ -35,7 +35,7 @@ from pydantic_settings import (
 
 from engram.models.device import Device
 from engram.models.errors import ConfigFileMissing  # noqa: F401 - raised and caught here
-from engram.service.store.base import DEFAULT_GROUP
+from engram.service.store.base import DEFAULT_DATABASE_TIMEOUT_MS, DEFAULT_GROUP
 
 ENV_PREFIX = "ENGRAM_"
 CONFIG_ENV = "ENGRAM_CONFIG"
@@ -101,6 +101,15 @@ class Settings(BaseSettings):
         None,
         description="PostgreSQL store shared by several replicas (postgresql://user@host/db); "
         "none: SQLite in the data directory.",
+    )
+    database_timeout_ms: int = Field(
+        DEFAULT_DATABASE_TIMEOUT_MS,
+        ge=1_000,
+        le=600_000,
+        description="PostgreSQL store only: the longest one wait on the database may take (an answer, a "
+        "connection, a pooled connection) before the call answers STORE_UNAVAILABLE (MUTATION_OUTCOME_UNKNOWN "
+        "at a commit) and the connection is closed. Also sets TCP keepalives and tcp_user_timeout, and the "
+        "server's idle_in_transaction_session_timeout (twice this) for this replica's sessions.",
     )
     key_dir: Path | None = Field(
         None,

@@ -73,6 +73,7 @@ def open_engine(
             load_model=settings.load_model,
             background=background,
             database_url=settings.database_url,
+            database_timeout_ms=settings.database_timeout_ms,
             key_dir=settings.key_dir,
             device=settings.device,
             serve_replica=serve_replica,

@@ -56,6 +56,9 @@ def serve(
         LogFormat | None, typer.Option(help=field_help("log_format"), show_default=False, case_sensitive=False)
     ] = None,
     database_url: DatabaseUrl = None,
+    database_timeout_ms: Annotated[
+        int | None, typer.Option(help=field_help("database_timeout_ms"), show_default=False)
+    ] = None,
     key_dir: KeyDir = None,
     group: Annotated[str | None, typer.Option(help=field_help("group"), show_default=False)] = None,
     advertise_url: Annotated[str | None, typer.Option(help=field_help("advertise_url"), show_default=False)] = None,
@@ -82,6 +85,7 @@ def serve(
         log_level=log_level,
         log_format=log_format,
         database_url=database_url,
+        database_timeout_ms=database_timeout_ms,
         key_dir=key_dir,
         group=group,
         advertise_url=advertise_url,

@@ -22,7 +22,7 @@ from .clock import instant, now_ms
 from .context import CallContext
 from .dependencies import Dependencies
 from .gates import check_confirmation, claim_key, needs_confirmation
-from .idempotency import find_replay, intent_hash, reserve
+from .idempotency import after_commit, find_replay, intent_hash, reserve
 from .lifecycle import require_pending
 from .policy import Decision, check_fresh
 from .records import Trust, candidate_aad, evidence_digest, transaction_receipt
@@ -146,9 +146,10 @@ def request_admission(deps: Dependencies, ctx: CallContext, args: AdmissionInput
         # Last before commit: the policy is read again, so a decision taken under a
         # policy replaced meanwhile (or older than the bound) commits nothing.
         check_fresh(policy, receipt, at, now_ms(), deps.policies.admission)
-    if status == "accepted":
-        deps.projector.catch_up(scope)
-    deps.store.purge_freed_pages()
+    with after_commit():
+        if status == "accepted":
+            deps.projector.catch_up(scope)
+        deps.store.purge_freed_pages()
     return result
 
 

@@ -23,7 +23,13 @@ from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH,
 from engram.ranking import Device, Encoder, MiniLMEncoder, Ranker, SemanticUnavailable
 from engram.ranking.encoder import resolve_device
 from engram.service.store import open_store
-from engram.service.store.base import DEFAULT_GROUP, CommitUncertain, SharedStore, StoreUnavailable
+from engram.service.store.base import (
+    DEFAULT_DATABASE_TIMEOUT_MS,
+    DEFAULT_GROUP,
+    CommitUncertain,
+    SharedStore,
+    StoreUnavailable,
+)
 
 from . import admission, capture, export, ingestion, operator, reading, search, secret_scan, transitions
 from . import routing as routing_ops
@@ -83,6 +89,7 @@ class Engine:
         encoder: Encoder | None = None,
         background: bool = False,
         database_url: str | None = None,
+        database_timeout_ms: int = DEFAULT_DATABASE_TIMEOUT_MS,
         key_dir: Path | None = None,
         device: Device | str = Device.AUTO,
         serve_replica: bool = False,
@@ -94,8 +101,9 @@ class Engine:
         projection catch up with the journal (in a thread when `background`).
 
         The store is SQLite in the data directory, or the PostgreSQL database at
-        `database_url` that several replicas share; the data directory then holds only
-        this replica's projections. `key_dir` (default `<data_dir>/keys`) holds the KEK
+        `database_url` that several replicas share (no wait on it longer than
+        `database_timeout_ms`); the data directory then holds only this replica's
+        projections. `key_dir` (default `<data_dir>/keys`) holds the KEK
         files: replicas of one database share it. ``device``: where the model's torch
         backend runs (queries go through ONNX Runtime on the CPU, exported into
         ``data_dir/models`` on first start). ``serve_replica`` (`engram serve` on a
@@ -109,7 +117,7 @@ class Engine:
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(data_dir, 0o700)  # also when a caller created it first, with its umask
-        store = open_store(data_dir / DB_FILE, database_url)
+        store = open_store(data_dir / DB_FILE, database_url, database_timeout_ms=database_timeout_ms)
         shared = store if isinstance(store, SharedStore) else None
         ring = KeyRing(
             Path(key_dir) if key_dir is not None else data_dir / "keys",

@@ -6,18 +6,25 @@ tool is DIGEST_CONFLICT. The reservation and the first result are written in the
 transaction as the effect: a crash leaves either both or neither, so a retry can never
 duplicate an effect or lose one. The key itself is kept only as a digest
 (`key_digest`): an agent may put anything in it, and the store is not the place for it.
+
+Work that follows the commit (projecting an admitted record, purging a forgotten one)
+runs under :func:`after_commit`: a store that fails there fails a call whose effect is
+already durable, and the caller must learn to retry with its key, not that nothing
+happened.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.digests import DigestKind, digest
 from engram.models.scope import Scope
 from engram.models.tools import CAPTURE
-from engram.service.store.base import Transaction
+from engram.service.store.base import CommitUncertain, StoreUnavailable, Transaction
 
 
 def key_digest(key: str) -> str:
@@ -73,3 +80,14 @@ def reserve(
 def rewrite(tx: Transaction, scope: Scope, principal: str, key: str, result: dict[str, Any]) -> None:
     """Replace the first result a reservation replays (a physical outcome now known)."""
     tx.update_reservation(scope, principal, key_digest(key), encode_result(result))
+
+
+@contextmanager
+def after_commit() -> Iterator[None]:
+    """A mutation's work after its commit: the store failing there is
+    MUTATION_OUTCOME_UNKNOWN (CommitUncertain: the retry replays the committed
+    effect), never STORE_UNAVAILABLE, which would say nothing happened."""
+    try:
+        yield
+    except StoreUnavailable as exc:
+        raise CommitUncertain() from exc

@@ -32,6 +32,8 @@ RANKING_EVENTS = frozenset(
     # record_ingested: what bulk loads journaled before they shared admission's writer.
     {"record_accepted", "record_ingested", "record_tombstoned", "record_state_changed"}
 )
+#: The ranking events that can make a record current (a state change can return one).
+ACCEPTING_EVENTS = RANKING_EVENTS - {"record_tombstoned"}
 BATCH = 512
 #: Records per batch while a seed supplies the vectors: nothing waits on an encoder, so
 #: larger batches spend less on the lexical channel's per-batch commit (measured: 20,000
@@ -118,6 +120,17 @@ class Projector:
     def view(self, scope: Scope) -> ProjectionView:
         """The scope's journal head and channel cursors, as of now."""
         return ProjectionView(self.store.scope_cursor(scope), self.ranker.projection_cursor(scope_key(scope)))
+
+    def accepts_pending(self, scope: Scope, after: int, through: int) -> bool:
+        """Whether the scope's journal events after cursor `after`, through `through`,
+        may make a record current (an index that has not applied them may lack it).
+        Removals need no index: search re-checks every candidate against the store."""
+        for event in self.store.events(scope, after=after):
+            if event.cursor > through:
+                return False
+            if event.kind in ACCEPTING_EVENTS:
+                return True
+        return False
 
     def lag(self, scope: Scope) -> dict[str, int]:
         """Journal events each channel has not applied yet."""

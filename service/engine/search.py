@@ -56,6 +56,10 @@ SEMANTIC_LAG_BOUND = 1000
 LEXICAL_LAG_BOUND = 1000
 #: How long a search waits for a short catch-up another call is running.
 CATCH_UP_WAIT_S = 0.25
+#: How long it waits, beyond that, when the events its index has not applied accept
+#: records (another call's catch-up is adding them: slow on a slow disk), before it
+#: answers PROJECTION_STALE rather than rank without them.
+ADDITION_WAIT_S = 5.0
 
 
 def semantic_problem(deps: Dependencies, scope: Scope, view: ProjectionView) -> str | None:
@@ -73,7 +77,13 @@ def require_current_projection(deps: Dependencies, scope: Scope) -> ProjectionVi
     the lexical channel trails the journal and cannot be caught up now (warm-up,
     rebuild, a dropped legacy layout being re-projected, a scope this replica has only
     begun to project). Returns the view the search then works from (one reading of the
-    journal head and the channel cursors)."""
+    journal head and the channel cursors).
+
+    Within the lag bound it may rank on an index another call is catching up, as the
+    store re-check keeps the answer exact for what the index holds; but not when the
+    events the index lacks accept records (an admission acknowledged by its replay, or
+    on another replica, while this replica's catch-up crawls on a slow disk): it waits
+    for that catch-up, and is PROJECTION_STALE if it does not end."""
     projector = deps.projector
     caught_up, view = projector.try_catch_up(scope, CATCH_UP_WAIT_S)
     if caught_up:
@@ -84,6 +94,10 @@ def require_current_projection(deps: Dependencies, scope: Scope) -> ProjectionVi
     bound = 0 if projector.long_projection is not None or never_applied else LEXICAL_LAG_BOUND
     if view.lags.get(LEXICAL, 0) > bound:
         raise ContractError(ErrorCode.PROJECTION_STALE)
+    if projector.accepts_pending(scope, view.cursors[LEXICAL], view.head):
+        caught_up, view = projector.try_catch_up(scope, ADDITION_WAIT_S)
+        if not caught_up:
+            raise ContractError(ErrorCode.PROJECTION_STALE)
     return view
 
 

@@ -26,7 +26,7 @@ from .clock import instant, now_ms
 from .context import CallContext
 from .dependencies import Dependencies
 from .gates import check_confirmation, claim_key
-from .idempotency import find_replay, intent_hash, reserve, rewrite
+from .idempotency import after_commit, find_replay, intent_hash, reserve, rewrite
 from .lifecycle import require_forgettable, require_pending
 from .records import authorization_receipt, scope_key, transaction_receipt
 from .sealing import record_shred, shred_digest, shred_entries
@@ -149,10 +149,11 @@ def withdraw(deps: Dependencies, ctx: CallContext, args: WithdrawInput) -> dict[
     )
     if was_replay:
         return result
-    destroyed = deps.store.purge_freed_pages()
-    return _finish(
-        deps, ctx, args.idempotency_key, {**result, "key_destruction": "complete" if destroyed else "pending"}
-    )
+    with after_commit():
+        destroyed = deps.store.purge_freed_pages()
+        return _finish(
+            deps, ctx, args.idempotency_key, {**result, "key_destruction": "complete" if destroyed else "pending"}
+        )
 
 
 def forget(deps: Dependencies, ctx: CallContext, args: ForgetInput) -> dict[str, Any]:
@@ -181,23 +182,30 @@ def forget(deps: Dependencies, ctx: CallContext, args: ForgetInput) -> dict[str,
     )
     if was_replay:
         return result
-    if deps.store.live_count(ctx.scope) > INLINE_PURGE_LIMIT:
-        # Logically gone at once (search re-checks the store, the projector drops it);
-        # the physical rewrite of a large scope's index runs in the background sweeper.
-        deps.projector.catch_up(ctx.scope)
-        deps.sweeper.schedule(lambda: sweep_pending(deps))
-        return _finish(deps, ctx, args.idempotency_key, result)
-    coverage = invalidate(deps, ctx.scope, [args.record_id], peers_wait_s=PEER_PURGE_WAIT_S)
-    return _finish(
-        deps,
-        ctx,
-        args.idempotency_key,
-        {
-            **result,
-            "projection_invalidation": "complete" if coverage["complete"] else "pending",
-            "coverage_receipt_digest": coverage["receipt_digest"],
-        },
-    )
+    with after_commit():
+        if deps.store.live_count(ctx.scope) > INLINE_PURGE_LIMIT:
+            # Logically gone at once (search re-checks the store, the projector drops it);
+            # the physical rewrite of a large scope's index runs in the background sweeper.
+            deps.sweeper.schedule(lambda: sweep_owed(deps))
+            deps.projector.catch_up(ctx.scope)
+            return _finish(deps, ctx, args.idempotency_key, result)
+        try:
+            coverage = invalidate(deps, ctx.scope, [args.record_id], peers_wait_s=PEER_PURGE_WAIT_S)
+        finally:
+            # Until its purge is done here (an index that cannot be written now: a full
+            # disk), the sweeper keeps trying, so `pending` completes without a restart.
+            if owed(deps):
+                deps.sweeper.schedule(lambda: sweep_owed(deps))
+        return _finish(
+            deps,
+            ctx,
+            args.idempotency_key,
+            {
+                **result,
+                "projection_invalidation": "complete" if coverage["complete"] else "pending",
+                "coverage_receipt_digest": coverage["receipt_digest"],
+            },
+        )
 
 
 def invalidate(deps: Dependencies, scope: Scope, record_ids: list[str], *, peers_wait_s: float = 0.0) -> dict[str, Any]:
@@ -225,14 +233,27 @@ def invalidate(deps: Dependencies, scope: Scope, record_ids: list[str], *, peers
     )
 
 
+def owed(deps: Dependencies) -> dict[Scope, list[str]]:
+    """Records a forget left pending that this process has still to purge (with
+    replicas: this replica's own acknowledgement missing), by scope."""
+    return deps.store.pending_purges() if deps.replica is None else deps.replica.awaiting()
+
+
 def sweep_pending(deps: Dependencies) -> int:
     """Purge every record a forget left pending (with replicas: pending here, on this
     replica's indexes); returns how many scopes were swept."""
-    pending = deps.store.pending_purges() if deps.replica is None else deps.replica.awaiting()
+    pending = owed(deps)
     for scope, record_ids in pending.items():
         invalidate(deps, scope, record_ids)
     deps.store.purge_freed_pages()
     return len(pending)
+
+
+def sweep_owed(deps: Dependencies) -> bool:
+    """The background sweeper's step: sweep, then whether nothing is owed here any more
+    (False: it tries again later)."""
+    sweep_pending(deps)
+    return not owed(deps)
 
 
 SHRED_REASON = "restore:shred-ledger"

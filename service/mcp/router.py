@@ -40,7 +40,7 @@ from engram.service.engine.context import CallContext
 
 from .audit import AuditLog, Durability, audit_digest, audit_text_digest
 from .host_context import HEADER, ContextUnavailable, verify_token
-from .server import new_audit_id
+from .server import ARRIVED_AT, new_audit_id
 
 logger = logging.getLogger("engram.router")
 
@@ -110,13 +110,16 @@ class ScopeRouter:
         if scope["type"] != "http" or scope["path"] not in MCP_PATHS:
             await self.app(scope, receive, send)
             return
+        scope[ARRIVED_AT] = time.monotonic()  # the call's deadline runs from here
         ctx = self._context(scope["headers"])
         targets = None
         if ctx is not None:
-            try:
-                targets = await anyio.to_thread.run_sync(self._destination, ctx.scope)
-            except Exception as exc:  # noqa: BLE001 - the local engine answers (and re-checks the route)
-                logger.warning("route lookup failed: %s", type(exc).__name__)
+            # Within the call's deadline: a store that stopped answering must not hold it longer.
+            with anyio.move_on_after((ctx.deadline_ms or self._default_deadline_ms) / 1000):
+                try:
+                    targets = await anyio.to_thread.run_sync(self._destination, ctx.scope, abandon_on_cancel=True)
+                except Exception as exc:  # noqa: BLE001 - the local engine answers (and re-checks the route)
+                    logger.warning("route lookup failed: %s", type(exc).__name__)
         if not targets:
             await self.app(scope, receive, send)
             return

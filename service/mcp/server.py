@@ -16,7 +16,13 @@ rejections included) leaves one audit line.
 
 Nothing unexpected leaks: an engine exception becomes a STORE_UNAVAILABLE envelope,
 and a middleware turns any other exception into a constant -32603, in both eras (the
-SDK's handshake era would otherwise answer code 0 with the exception text).
+SDK's handshake era would otherwise answer code 0 with the exception text). A store
+that cannot say whether the tenant is opted in (unreachable, or slower than the bound
+of its waits) is no verdict on the context: the call answers STORE_UNAVAILABLE
+(retriable), not -32603, unless it is refused anyway.
+
+The deadline runs from the request's arrival (:data:`ARRIVED_AT`, stamped by the
+scope router in front of the app, which may have spent part of it).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from pydantic import ValidationError
 
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.envelope import envelope_text, failure_envelope, success_envelope
+from engram.models.errors import StoreUnavailable
 from engram.models.tools import MUTATIONS, TOOLS, ToolSpec
 from engram.service.engine.context import CallContext
 
@@ -57,6 +64,11 @@ INTERNAL_ERROR = -32603
 UNKNOWN_TOOL = -32602
 UNKNOWN_TOOL_MESSAGE = "Unknown tool"
 INTERNAL_ERROR_MESSAGE = "Internal server error"
+#: ASGI scope key: `time.monotonic()` when the request arrived, if a layer in front stamped it.
+ARRIVED_AT = "engram.arrived_at"
+#: Past the deadline, how long a tenant check may take to tell a disabled tenant's
+#: refusal (-32603) from a timeout, before the call answers DEADLINE_EXCEEDED.
+LATE_TENANT_CHECK_S = 0.5
 
 INSTRUCTIONS = (
     "Governed memory for durable, cited knowledge (decisions, verified facts, conventions, "
@@ -80,6 +92,13 @@ class Binding(Protocol):
 def new_audit_id() -> str:
     """A fresh random audit id per call (128 bits)."""
     return "aud_" + secrets.token_hex(16)
+
+
+def _arrival(request: Any) -> float:
+    """When the request arrived: the stamp a layer in front left, else now."""
+    scope = getattr(request, "scope", None)
+    stamped = scope.get(ARRIVED_AT) if isinstance(scope, dict) else None
+    return stamped if isinstance(stamped, float) else time.monotonic()
 
 
 @dataclass(frozen=True)
@@ -258,19 +277,19 @@ class ToolFrontEnd:
 
     # ----------------------------------------------------------------- context
 
-    async def _context(self, request: Any) -> CallContext:
-        ctx = self.binding.resolve(request)
-        enabled = await anyio.to_thread.run_sync(self.engine.tenant_enabled, ctx.tenant)
-        if enabled is not True:
-            raise ContextUnavailable("tenant not enabled")
-        return ctx
-
     async def list_tools(self, rctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        """The tools the verified context grants, once its tenant is opted in. A store
+        that cannot say lists them anyway (the grants are the host's, signed; each call
+        checks the tenant again and answers STORE_UNAVAILABLE meanwhile): tools/list has
+        no retriable answer, and -32603 would tell the agent to stop."""
         try:
-            ctx = await self._context(rctx.request)
+            ctx = self.binding.resolve(rctx.request)
+            await self._require_tenant(ctx)
         except ContextUnavailable as exc:
             logger.info("tools/list refused: %s", exc.reason)
             raise MCPError(code=ContextUnavailable.code, message=ContextUnavailable.message) from None
+        except StoreUnavailable:
+            logger.warning("tools/list: the tenant check could not reach the store; listing the granted tools")
         return types.ListToolsResult(tools=[d for name, d in self._definitions.items() if name in ctx.tools])
 
     # ----------------------------------------------------------------- call
@@ -278,7 +297,7 @@ class ToolFrontEnd:
     async def call_tool(
         self, rctx: Any, params: types.CallToolRequestParams
     ) -> dict[str, Any] | types.InputRequiredResult:
-        started = time.monotonic()
+        started = _arrival(rctx.request)
         audit_id = new_audit_id()
         name = params.name
         tool_label = name if name in self.tools else "unknown"
@@ -299,7 +318,13 @@ class ToolFrontEnd:
             # hop; anything else checks it here, before saying why else it refuses.
             tenant_checked = refusal is not None or marked or asks
             if tenant_checked:
-                await self._require_tenant(ctx)
+                try:
+                    await self._require_tenant(ctx)
+                except StoreUnavailable:
+                    if refusal is None:
+                        answer = Answer.of(failure_envelope(ErrorCode.STORE_UNAVAILABLE, audit_id))
+                        await self._record(audit_id, name, answer.code, started, ctx, arguments, answer)
+                        return envelope_result(answer)
             if refusal is not None:
                 raise refusal
         except ContextUnavailable as exc:
@@ -344,10 +369,26 @@ class ToolFrontEnd:
             return exc
         return None
 
-    async def _require_tenant(self, ctx: CallContext) -> None:
-        enabled = await anyio.to_thread.run_sync(self.engine.tenant_enabled, ctx.tenant)
+    async def _require_tenant(self, ctx: CallContext, within_s: float | None = None) -> None:
+        """ContextUnavailable unless the tenant is opted in; StoreUnavailable when the
+        store cannot say (within `within_s` seconds, when given)."""
+        with anyio.move_on_after(within_s) as waited:
+            enabled = await anyio.to_thread.run_sync(self.engine.tenant_enabled, ctx.tenant, abandon_on_cancel=True)
+        if waited.cancelled_caught:
+            raise StoreUnavailable()
         if enabled is not True:
             raise ContextUnavailable("tenant not enabled")
+
+    async def _late_tenant_refusal(self, ctx: CallContext) -> bool:
+        """Past the deadline: whether the tenant is known to be disabled (the call is then
+        refused, not timed out). A store that cannot say promptly is no refusal."""
+        try:
+            await self._require_tenant(ctx, LATE_TENANT_CHECK_S)
+        except ContextUnavailable:
+            return True
+        except StoreUnavailable:
+            pass
+        return False
 
     def _admitted(self, ctx: CallContext, deadline: float, audit_id: str) -> Answer | None:
         """Rate limit and deadline, before the engine: an answer that refuses, or None."""
@@ -370,9 +411,7 @@ class ToolFrontEnd:
             if early is not None:
                 return early
         elif deadline - time.monotonic() <= 0:
-            try:
-                await self._require_tenant(ctx)
-            except ContextUnavailable:
+            if await self._late_tenant_refusal(ctx):
                 return None
             return Answer.of(failure_envelope(ErrorCode.DEADLINE_EXCEEDED, audit_id))
         race = DeadlineRace()
@@ -405,6 +444,8 @@ class ToolFrontEnd:
         if not call.tenant_checked:
             try:
                 enabled = self.engine.tenant_enabled(ctx.tenant)
+            except StoreUnavailable:  # no verdict on the context: retry later
+                return Answer.of(failure_envelope(ErrorCode.STORE_UNAVAILABLE, call.audit_id))
             except Exception as exc:  # noqa: BLE001 - a protocol fault, raised on the loop
                 return TenantCheckFault(exc)
             if enabled is not True:
@@ -433,12 +474,12 @@ class ToolFrontEnd:
     async def _answer_at_deadline(self, race: DeadlineRace, call: WorkerCall) -> Answer:
         """The deadline passed: the worker's answer if it made it just in time, else
         DEADLINE_EXCEEDED, or MUTATION_OUTCOME_UNKNOWN for a mutation already begun (a
-        disabled tenant the worker never checked is refused instead)."""
+        disabled tenant the worker never checked is refused instead: ContextUnavailable)."""
         in_time = race.abandon()
         if in_time is not None:
             return replace(in_time, audited=True)
-        if not race.started and not call.tenant_checked:
-            await self._require_tenant(call.ctx)
+        if not race.started and not call.tenant_checked and await self._late_tenant_refusal(call.ctx):
+            raise ContextUnavailable("tenant not enabled")
         began_mutation = race.started and call.name in MUTATIONS
         code = ErrorCode.MUTATION_OUTCOME_UNKNOWN if began_mutation else ErrorCode.DEADLINE_EXCEEDED
         return Answer.of(failure_envelope(code, call.audit_id))

@@ -3,18 +3,21 @@ PostgreSQL (shared by several replicas), each a file implementing `base.Store`."
 
 from pathlib import Path
 
-from .base import CandidateRow, JournalEvent, RecordRow, Store, StoreUnavailable
+from .base import DEFAULT_DATABASE_TIMEOUT_MS, CandidateRow, JournalEvent, RecordRow, Store, StoreUnavailable
 from .migrations import SchemaTooNew
 from .sqlite import SqliteStore
 
 
-def open_store(sqlite_path: Path, database_url: str | None) -> Store:
-    """The PostgreSQL store at `database_url` when one is given, else SQLite at
-    `sqlite_path` (psycopg is imported only when PostgreSQL is asked for)."""
+def open_store(
+    sqlite_path: Path, database_url: str | None, *, database_timeout_ms: int = DEFAULT_DATABASE_TIMEOUT_MS
+) -> Store:
+    """The PostgreSQL store at `database_url` when one is given (no wait on it longer
+    than `database_timeout_ms`), else SQLite at `sqlite_path` (psycopg is imported only
+    when PostgreSQL is asked for)."""
     if database_url:
         from .postgres import PostgresStore
 
-        return PostgresStore(database_url)
+        return PostgresStore(database_url, timeout_ms=database_timeout_ms)
     return SqliteStore(sqlite_path)
 
 

@@ -18,6 +18,8 @@ from engram.models.scope import Scope
 #: The replica group of a replica started without one (and of every scope a database
 #: held before scopes were routed): one group holding every scope, as before groups.
 DEFAULT_GROUP = "default"
+#: The longest a shared store waits on its database at once (see `PostgresStore`).
+DEFAULT_DATABASE_TIMEOUT_MS = 10_000
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,17 @@ Same protocol and semantics as the SQLite store, over psycopg 3 and a connection
   store-level reads made on that thread inside it use the same snapshot.
 - Errors: any failure before COMMIT is StoreUnavailable (rolled back); a COMMIT whose
   connection broke is CommitUncertain.
+- Bounded waits (``timeout_ms``, the `database_timeout_ms` setting): no wait on the
+  database outlasts it, so a slow, partitioned or half-open network (a peer that
+  stopped answering without closing) fails the call with a retriable code instead of
+  hanging it, and frees the thread and the connection. Each wait for an answer is
+  bounded on the connection itself (then the connection is closed: its protocol state
+  is unknown); connecting is bounded by ``connect_timeout``, a pooled connection's
+  checkout by the pool's timeout; TCP keepalives and ``tcp_user_timeout`` drop a
+  connection whose peer vanished while it was idle. On the server, each session's
+  ``idle_in_transaction_session_timeout`` (twice the bound) ends the transaction of a
+  replica cut off mid-transaction, so the scope lock it held is not held forever.
+  Migrations wait unbounded (a large table takes as long as it takes).
 - `purge_freed_pages` vacuums the tables that held destroyed bytes (wrapped keys, sealed
   bodies), so their dead tuples leave the heap. Like any WAL, PostgreSQL's keeps the old
   row image until the segment is recycled; that image is a data key wrapped under the
@@ -23,6 +34,7 @@ Same protocol and semantics as the SQLite store, over psycopg 3 and a connection
 from __future__ import annotations
 
 import json
+import math
 import secrets
 import threading
 import time
@@ -31,10 +43,12 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from psycopg import sql
+from psycopg import pq, sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
 from .base import (
+    DEFAULT_DATABASE_TIMEOUT_MS,
     DEFAULT_GROUP,
     BackupUnsupported,
     CandidateRow,
@@ -156,7 +170,6 @@ JOURNAL_CHANNEL = "engram_journal"
 # One advisory-lock key space for migrations (scope locks hash the scope into another).
 _MIGRATION_LOCK = 0x656E6772616D  # "engram"
 POOL_SIZE = 8
-POOL_TIMEOUT_S = 10.0
 
 _CANDIDATE_COLUMNS = (
     "tenant, workspace, candidate_id, state, key_id, sealed, record_digest, payload_digest, principal, created_cursor"
@@ -225,6 +238,63 @@ def _scope_of(payload: str) -> Scope:
     return (tenant, workspace)
 
 
+class _BoundedConnection(psycopg.Connection[Any]):
+    """A connection on which no wait for the server's answer lasts longer than
+    ``bound_s`` (None: unbounded). A wait cut short leaves an answer owed on the wire,
+    so the connection is closed: the pool discards it, the thread is free."""
+
+    bound_s: float | None = None
+    timed_out = False  # a wait of this connection outlasted the bound (it is closed)
+
+    def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
+        if timeout is not None or self.bound_s is None:
+            return super().wait(gen, interval, timeout)
+        try:
+            return super().wait(gen, interval, self.bound_s)
+        except psycopg.OperationalError:
+            if self.pgconn.transaction_status == pq.TransactionStatus.ACTIVE:
+                self.timed_out = True
+                self.pgconn.finish()
+            raise
+
+    @contextmanager
+    def unbounded(self) -> Iterator[None]:
+        """Wait as long as the server takes inside the block (schema migrations)."""
+        bound, self.bound_s = self.bound_s, None
+        try:
+            yield
+        finally:
+            self.bound_s = bound
+
+
+def connection_options(url: str, timeout_s: float) -> dict[str, Any]:
+    """libpq parameters that bound connecting and detect a vanished peer, for those the
+    URL does not set itself."""
+    given = conninfo_to_dict(url)
+    probe_s = max(1, round(timeout_s / 4))
+    options: dict[str, Any] = {
+        "connect_timeout": max(2, math.ceil(timeout_s)),  # libpq counts whole seconds, 2 at least
+        "keepalives": 1,
+        "keepalives_idle": probe_s,
+        "keepalives_interval": probe_s,
+        "keepalives_count": 3,
+        "tcp_user_timeout": int(timeout_s * 1000),
+    }
+    return {name: value for name, value in options.items() if name not in given}
+
+
+#: Rows per executemany round trip: each is one bounded wait, however large the batch
+#: (a bulk-ingest transaction, a KEK rotation's rewrap of every key).
+MANY_ROWS = 1000
+
+
+def _execute_many(conn: psycopg.Connection[Any], query: str, rows: Sequence[Sequence[Any]]) -> None:
+    """`executemany` in slices of :data:`MANY_ROWS`."""
+    with conn.cursor() as cur:
+        for start in range(0, len(rows), MANY_ROWS):
+            cur.executemany(query, rows[start : start + MANY_ROWS])
+
+
 class _PgTx:
     """Statements of one transaction on one connection."""
 
@@ -254,11 +324,11 @@ class _PgTx:
         self._scope(scope)
         row = self._one("SELECT cursor, head_digest FROM scopes WHERE tenant=%s AND workspace=%s", scope)
         appended = chained(scope, (row[0], row[1]) if row else (0, None), events)
-        with self.conn.cursor() as cur:
-            cur.executemany(
-                f"INSERT INTO journal (tenant, workspace, {_JOURNAL_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-                [(*scope, *stored_row(e)) for e in appended],
-            )
+        _execute_many(
+            self.conn,
+            f"INSERT INTO journal (tenant, workspace, {_JOURNAL_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+            [(*scope, *stored_row(e)) for e in appended],
+        )
         last = appended[-1]
         self.conn.execute(
             "INSERT INTO scopes VALUES (%s,%s,%s,%s) ON CONFLICT (tenant, workspace)"
@@ -273,8 +343,7 @@ class _PgTx:
         self.put_keys([(key_id, wrapped, kek_id)])
 
     def put_keys(self, rows: Sequence[tuple[str, bytes, str]]) -> None:
-        with self.conn.cursor() as cur:
-            cur.executemany("INSERT INTO keys VALUES (%s,%s,%s)", rows)
+        _execute_many(self.conn, "INSERT INTO keys VALUES (%s,%s,%s)", rows)
 
     def destroy_key(self, key_id: str) -> None:
         self.conn.execute("DELETE FROM keys WHERE key_id=%s", (key_id,))
@@ -320,11 +389,11 @@ class _PgTx:
     def insert_records(self, rows: Sequence[RecordRow]) -> None:
         for scope in {row.scope for row in rows}:
             self._scope(scope)
-        with self.conn.cursor() as cur:
-            cur.executemany(
-                f"INSERT INTO records ({RECORD_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-                [stored_record(row) for row in rows],
-            )
+        _execute_many(
+            self.conn,
+            f"INSERT INTO records ({RECORD_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+            [stored_record(row) for row in rows],
+        )
 
     def set_record_state(self, scope: Scope, record_id: str, state: str, *, drop_body: bool) -> None:
         self._scope(scope)
@@ -426,23 +495,32 @@ class _PgTx:
 
 
 class PostgresStore:
-    """The shared store at a `postgresql://` URL (schema migrated on open)."""
+    """The shared store at a `postgresql://` URL (schema migrated on open); no wait on
+    the database lasts longer than ``timeout_ms`` (see the module's docstring)."""
 
-    def __init__(self, url: str, *, pool_size: int = POOL_SIZE) -> None:
+    def __init__(self, url: str, *, pool_size: int = POOL_SIZE, timeout_ms: int = DEFAULT_DATABASE_TIMEOUT_MS) -> None:
         self.url = url
+        self.timeout_s = timeout_ms / 1000
+        self._options = connection_options(url, self.timeout_s)
         self._local = threading.local()
-        self._listener: psycopg.Connection[Any] | None = None
+        self._listener: _BoundedConnection | None = None
+        self._listener_checked = 0.0
         try:
             self._pool = ConnectionPool(
                 url,
                 min_size=1,
                 max_size=pool_size,
-                kwargs={"autocommit": True},
-                timeout=POOL_TIMEOUT_S,
+                connection_class=_BoundedConnection,
+                kwargs={"autocommit": True, **self._options},
+                configure=self._configure,
+                timeout=self.timeout_s,
+                # Give up a failing reconnection soon: a later checkout starts a fresh one
+                # at once, instead of waiting out a long backoff after the network healed.
+                reconnect_timeout=2 * self.timeout_s,
                 open=True,
                 name="engram",
             )
-            self._pool.wait(timeout=POOL_TIMEOUT_S)
+            self._pool.wait(timeout=self.timeout_s)
         except psycopg.Error as exc:
             raise StoreUnavailable() from exc
         except Exception as exc:  # PoolTimeout on an unreachable server
@@ -450,30 +528,51 @@ class PostgresStore:
         self._migrate()
 
     # connections and transactions ------------------------------------------------------
+    def _configure(self, conn: _BoundedConnection) -> None:
+        """Bound every wait of a new connection, and its server session's idle
+        transactions (a replica cut off mid-transaction releases its scope locks)."""
+        conn.bound_s = self.timeout_s
+        conn.execute(
+            sql.SQL("SET idle_in_transaction_session_timeout = {}").format(sql.Literal(int(2 * self.timeout_s * 1000)))
+        )
+
     @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """This thread's reader connection when inside `reader()`, else one from the pool."""
-        bound = getattr(self._local, "conn", None)
-        if bound is not None:
-            yield bound
-            return
-        try:
+    def _lent(
+        self, first: str, params: tuple[Any, ...] = ()
+    ) -> Iterator[tuple[_BoundedConnection, psycopg.Cursor[Any]]]:
+        """A pooled connection and the cursor of `first`, the statement it runs first.
+
+        A connection found dead at that statement (closed or reset while it sat idle in
+        the pool: a dropped network, a restarted server) is discarded and the statement
+        runs on the next one, so a drop costs no call; one that stayed silent until
+        the bound is not tried again (the network is down, not one connection)."""
+        for attempt in range(POOL_SIZE + 1):
             with self._pool.connection() as conn:
-                yield conn
-        except psycopg.Error as exc:
-            raise StoreUnavailable() from exc
+                try:
+                    cursor = conn.execute(first, params)
+                except psycopg.OperationalError:
+                    if conn.closed and not conn.timed_out and attempt < POOL_SIZE:
+                        continue
+                    raise
+                yield conn, cursor
+                return
 
     def _read(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """One statement's rows: in this thread's transaction or snapshot when inside
+        one, else on a pooled connection."""
         try:
-            with self._connection() as conn:
-                return conn.execute(query, params).fetchall()
+            bound = getattr(self._local, "conn", None)
+            if bound is not None:
+                return bound.execute(query, params).fetchall()
+            with self._lent(query, params) as (_, cursor):
+                return cursor.fetchall()
         except psycopg.Error as exc:
             raise StoreUnavailable() from exc
 
     def _migrate(self) -> None:
         """Apply missing steps under an advisory lock, so replicas starting together
         migrate once."""
-        with self.transaction() as tx:
+        with self.transaction() as tx, tx.conn.unbounded():
             tx.conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             tx.conn.execute(
                 f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} ("
@@ -495,11 +594,7 @@ class PostgresStore:
         Store-level reads made on this thread inside the block use the same connection:
         a writer holding a scope lock never waits for a second pooled connection."""
         try:
-            with self._pool.connection() as conn:
-                try:
-                    conn.execute("BEGIN")
-                except psycopg.Error as exc:
-                    raise StoreUnavailable() from exc
+            with self._lent("BEGIN") as (conn, _):
                 outer = getattr(self._local, "conn", None)
                 self._local.conn = conn  # store-level reads inside see this transaction
                 try:
@@ -529,8 +624,7 @@ class PostgresStore:
             yield _PgTx(self._local.conn, writing=False)  # nested: the outer snapshot
             return
         try:
-            with self._pool.connection() as conn:
-                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            with self._lent("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY") as (conn, _):
                 self._local.conn = conn
                 try:
                     yield _PgTx(conn, writing=False)
@@ -554,8 +648,9 @@ class PostgresStore:
         return [(r[0], bytes(r[1]), r[2]) for r in self._read("SELECT key_id, wrapped, kek_id FROM keys")]
 
     def rewrap_keys(self, rows: list[tuple[str, bytes, str]]) -> None:
-        with self.transaction() as tx, tx.conn.cursor() as cur:
-            cur.executemany(
+        with self.transaction() as tx:
+            _execute_many(
+                tx.conn,
                 "UPDATE keys SET wrapped=%s, kek_id=%s WHERE key_id=%s",
                 [(wrapped, kek_id, key_id) for key_id, wrapped, kek_id in rows],
             )
@@ -847,8 +942,9 @@ class PostgresStore:
         return gone == 1
 
     def ack_purges(self, scope: Scope, record_ids: list[str], replica_id: str) -> None:
-        with self.transaction() as tx, tx.conn.cursor() as cur:
-            cur.executemany(
+        with self.transaction() as tx:
+            _execute_many(
+                tx.conn,
                 "INSERT INTO purge_acks VALUES (%s,%s,%s,%s) ON CONFLICT DO NOTHING",
                 [(*scope, rid, replica_id) for rid in record_ids],
             )
@@ -899,15 +995,24 @@ class PostgresStore:
     def wait_for_journal(self, timeout_s: float) -> set[Scope]:
         """Scopes some replica committed journal events to, waiting up to `timeout_s`
         for the first (LISTEN/NOTIFY on a connection of its own). After (re)connecting
-        the listener every scope counts as woken: events may have come in between."""
+        the listener every scope counts as woken: events may have come in between.
+
+        Silence cannot tell "nothing happened" from a half-open connection that will
+        never deliver again, so a listener that heard nothing for the store's timeout
+        says LISTEN again (a no-op for the server, bounded like every wait): no
+        answer, and it is replaced."""
         if self._listener is None:
+            listener = None
             try:
-                self._listener = psycopg.connect(self.url, autocommit=True)
-                self._listener.execute(f"LISTEN {JOURNAL_CHANNEL}")
+                listener = _BoundedConnection.connect(self.url, autocommit=True, **self._options)
+                listener.bound_s = self.timeout_s
+                listener.execute(f"LISTEN {JOURNAL_CHANNEL}")
             except psycopg.Error:
-                self._listener = None
+                if listener is not None:
+                    listener.close()
                 time.sleep(timeout_s)
                 return set()
+            self._listener, self._listener_checked = listener, time.monotonic()
             return set(self.scopes())
         woken: set[Scope] = set()
         try:
@@ -916,6 +1021,10 @@ class PostgresStore:
             if woken:
                 for note in self._listener.notifies(timeout=0.005):
                     woken.add(_scope_of(note.payload))
+                self._listener_checked = time.monotonic()
+            elif time.monotonic() - self._listener_checked >= self.timeout_s:
+                self._listener.execute(f"LISTEN {JOURNAL_CHANNEL}")
+                self._listener_checked = time.monotonic()
         except psycopg.Error:
             self._listener.close()
             self._listener = None

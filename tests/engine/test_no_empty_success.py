@@ -93,6 +93,30 @@ def test_an_index_that_applied_nothing_of_the_scope_is_stale_while_held(engine) 
     assert search_ids(engine, ctx, "ferry noon") == [rid]
 
 
+def test_a_held_catch_up_of_an_accepted_record_is_waited_for_not_skipped(engine, monkeypatch) -> None:
+    """A slow disk: another call's catch-up holds the projector while it applies a
+    record the journal accepted (acknowledged, maybe, by its replay or by another
+    replica). A search must not rank without it: it waits, and is PROJECTION_STALE when
+    the catch-up does not end; once it ends, the record is found."""
+    from engram.service.engine import search as search_module
+
+    monkeypatch.setattr(search_module, "ADDITION_WAIT_S", 0.5)
+    ctx = context()
+    rid = accept(engine, ctx, "The ferry leaves at noon.")
+    result: dict = {}
+    with engine.deps.projector.exclusive(ctx.scope):
+        worker = threading.Thread(target=lambda: result.update(rid=accept(engine, ctx, "The ferry leaves at dusk.")))
+        worker.start()  # committed at once; its own catch-up waits on the held projector
+        for _ in range(100):
+            if engine.deps.projector.lag(ctx.scope)["lexical"] >= 2:
+                break
+            worker.join(0.1)
+        err = error_of(search, engine, ctx, "ferry leaves")
+        assert err.code is ErrorCode.PROJECTION_STALE and err.retriable
+    worker.join(30)
+    assert set(search_ids(engine, ctx, "ferry leaves")) == {rid, result["rid"]}
+
+
 def test_an_empty_scope_is_an_honest_empty_list(engine) -> None:
     out = search(engine, context(workspace="nothing-here"), "pear trees")
     assert out["records"] == []

@@ -13,7 +13,8 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from mcp_support import ALL_TOOLS, MODES, SECRET, claims, connect, token
 
-from engram.models.codes import ContractError, ErrorCode
+from engram.models.codes import MESSAGES, ContractError, ErrorCode
+from engram.models.errors import StoreUnavailable
 from engram.models.tools import CAPTURE, FORGET, GET, SEARCH, WITHDRAW
 from engram.service.mcp.audit import audit_text_digest
 from engram.service.mcp.host_context import mint_token
@@ -201,6 +202,35 @@ async def test_unexpected_exception_outside_engine_is_clean(fake, fake_engine, m
         del fake_engine.tenant_enabled
     assert info.value.code == -32603
     assert "secret" not in info.value.message and info.value.data is None
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_store_that_cannot_check_the_tenant_is_store_unavailable(fake, fake_engine, mode):
+    """No verdict on the context: a retriable envelope, not -32603 (stop and report).
+    A call refused anyway (another purpose) keeps its refusal; tools/list, which has no
+    retriable answer, lists the granted tools."""
+
+    def unreachable(tenant):
+        raise StoreUnavailable()
+
+    async with connect(fake.url, token(tools=[SEARCH, CAPTURE]), mode) as client:
+        fake_engine.tenant_enabled = unreachable  # type: ignore[method-assign]
+        try:
+            listed = await client.list_tools()
+            read = await client.call_tool(SEARCH, SEARCH_ARGS)
+            write = await client.call_tool(CAPTURE, capture_args())
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool(SEARCH, {**SEARCH_ARGS, "purpose_ref": "purpose:other"})
+        finally:
+            del fake_engine.tenant_enabled
+    for result in (read, write):
+        assert result.structured_content["error"] == {
+            "code": "STORE_UNAVAILABLE",
+            "message": MESSAGES[ErrorCode.STORE_UNAVAILABLE],
+            "retriable": True,
+        }
+    assert (refused.value.code, refused.value.message) == CTX
+    assert sorted(t.name for t in listed.tools) == [CAPTURE, SEARCH]
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -1,6 +1,10 @@
 """kill -9 of PostgreSQL itself mid-storm: every mutation the engine acknowledged is
 there after the server restarts, calls during the outage fail with the contract's
-retriable codes (never a silent success), and the engine recovers without a restart."""
+retriable codes (never a silent success), and the engine recovers without a restart.
+
+A call may also ride the outage out: a statement that finds its pooled connection dead
+before it started runs on a fresh one, which waits (up to the store's bound) for the
+server to come back, so a short outage can pass without any call failing."""
 
 from __future__ import annotations
 
@@ -62,7 +66,7 @@ def test_kill_9_of_postgres_mid_storm_loses_no_acknowledged_mutation(
         for t in threads:
             t.join(60)
         assert before > 0 and len(acknowledged) >= before + 5, "the storm resumed after the restart"
-        assert codes and set(codes) <= OUTAGE_CODES | {ErrorCode.NOT_FOUND}, codes
+        assert set(codes) <= OUTAGE_CODES | {ErrorCode.NOT_FOUND}, codes
         for rid in acknowledged:
             assert engine.execute(GET, ctx, {"record_id": rid, "purpose_ref": PURPOSE})["record"]["record_id"] == rid
         assert all(engine.verify_journal().values())

@@ -82,6 +82,23 @@ def test_schema_is_versioned_and_a_newer_one_refused(database_url: str) -> None:
         PostgresStore(database_url)
 
 
+def test_a_batch_larger_than_one_round_trip_lands_whole(database_url: str) -> None:
+    """Executemany runs in slices (each one bounded wait): every row of a batch of
+    several slices lands, once."""
+    from engram.service.store.postgres import MANY_ROWS
+
+    rows = [(f"k{n:05d}", bytes([n % 256]) * 8, "kek-a") for n in range(2 * MANY_ROWS + 7)]
+    store = PostgresStore(database_url)
+    try:
+        with store.transaction() as tx:
+            tx.put_keys(rows)
+        assert sorted(store.all_wrapped_keys()) == rows
+        store.rewrap_keys([(key_id, wrapped[::-1] + b"!", "kek-b") for key_id, wrapped, _ in rows])
+        assert {kek for _, _, kek in store.all_wrapped_keys()} == {"kek-b"}
+    finally:
+        store.close()
+
+
 def test_one_idempotency_key_raced_across_replicas_commits_once(replicas) -> None:
     a, b = replicas
     ctx = context()
