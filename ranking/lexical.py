@@ -183,6 +183,7 @@ class LexicalIndex:
     def apply(
         self,
         scope_key: str,
+        *,
         upserts: Sequence[IndexDocument],
         removals: Sequence[str],
         through_cursor: int,

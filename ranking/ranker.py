@@ -170,10 +170,10 @@ class Ranker:
     def apply(
         self,
         scope_key: str,
+        *,
         upserts: Sequence[IndexDocument],
         removals: Sequence[str],
         through_cursor: int,
-        *,
         vectors: Sequence[np.ndarray | None] | None = None,
         after_cursor: int | None = None,
     ) -> Applied:
@@ -205,9 +205,11 @@ class Ranker:
                 # Nothing to embed: Tantivy indexes on the apply thread while this one adds
                 # the vectors to the graph (both release the GIL). A batch to embed is
                 # indexed lexically first, so lexical search covers it during the embedding.
-                lexical = self._apply_pool.submit(self._lexical.apply, scope_key, upserts, removals, through_cursor)
+                lexical = self._apply_pool.submit(
+                    self._lexical.apply, scope_key, upserts=upserts, removals=removals, through_cursor=through_cursor
+                )
             else:
-                self._lexical.apply(scope_key, upserts, removals, through_cursor)
+                self._lexical.apply(scope_key, upserts=upserts, removals=removals, through_cursor=through_cursor)
         if not due(SEMANTIC):
             return Applied(0, 0)
         try:
@@ -219,9 +221,9 @@ class Ranker:
                 given[i] = v
             self._semantic.apply(
                 scope_key,
-                removals,
-                [(d.record_id, d.valid_time_ms, v) for d, v in zip(upserts, given) if v is not None],
-                through_cursor,
+                upserts=[(d.record_id, d.valid_time_ms, v) for d, v in zip(upserts, given) if v is not None],
+                removals=removals,
+                through_cursor=through_cursor,
             )
         finally:
             if lexical is not None:

@@ -382,8 +382,9 @@ class SemanticIndex:
     def apply(
         self,
         scope_key: str,
-        removals: Sequence[str],
+        *,
         upserts: Sequence[tuple[str, int, np.ndarray]],
+        removals: Sequence[str],
         through_cursor: int,
     ) -> None:
         """Replace each upserted record's passages, hide removals, move the cursor; save

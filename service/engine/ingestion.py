@@ -247,8 +247,8 @@ def admit(
         if written:
             deps.ranker.apply(
                 scope_key(scope),
-                [batch.records[i].document for i in written],
-                [],
+                upserts=[batch.records[i].document for i in written],
+                removals=[],
                 through_cursor=outcome.last_cursor,
                 vectors=[vectors[i] for i in written] if vectors is not None else None,
                 after_cursor=outcome.first_cursor - 1,

@@ -226,14 +226,14 @@ class Projector:
             upserts.append(index_document(key, rid, body["payload"]))
         seeding = self._seed
         if seeding is None:
-            self.ranker.apply(key, upserts, removals, through_cursor=through, after_cursor=after)
+            self.ranker.apply(key, upserts=upserts, removals=removals, through_cursor=through, after_cursor=after)
             return
         seed, tally = seeding
         vectors = None if seed is None else seed.vectors_for(key, upserts)
         applied = self.ranker.apply(
             key,
-            upserts,
-            removals,
+            upserts=upserts,
+            removals=removals,
             through_cursor=through,
             after_cursor=after,
             vectors=vectors if vectors and any(v is not None for v in vectors) else None,

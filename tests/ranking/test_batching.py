@@ -146,7 +146,7 @@ def test_concurrent_hybrid_searches_rank_as_lone_ones(tmp_path: Path) -> None:
             doc("s", f"r{i}", f"The otter {w} ledger entry {i} balances.")
             for i, w in enumerate(["river", "sea", "night", "bank", "tide", "moss", "stone", "reed"])
         ]
-        ranker.apply("s", docs, [], through_cursor=1)
+        ranker.apply("s", upserts=docs, removals=[], through_cursor=1)
         queries = ["otter river", "sea ledger", "night entry", "tide moss stone"]
 
         def ranked(query: str) -> list[tuple[str, float]]:
@@ -212,7 +212,9 @@ def test_a_batch_of_graph_searches_gives_each_query_its_lone_matches(tmp_path: P
     for name in ("a", "b"):
         vectors = rng.standard_normal((2000, 32)).astype(np.float32)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-        index.apply(name, [], [(f"{name}{i}", 0, vectors[i : i + 1]) for i in range(2000)], 1)
+        index.apply(
+            name, upserts=[(f"{name}{i}", 0, vectors[i : i + 1]) for i in range(2000)], removals=[], through_cursor=1
+        )
         scopes.append(index._scope(name))  # noqa: SLF001
         stored.append(vectors.astype(np.float16).astype(np.float32))  # as the rows hold them
     queries = rng.standard_normal((9, 32)).astype(np.float32)
@@ -259,7 +261,7 @@ def test_concurrent_searches_of_one_scope_share_one_graph_search(tmp_path: Path,
         doc("s", f"r{i}", f"The otter {w} ledger entry {i} balances.")
         for i, w in enumerate(["river", "sea", "night", "bank", "tide", "moss", "stone", "reed"])
     ]
-    writer.apply("s", docs, [], through_cursor=1)
+    writer.apply("s", upserts=docs, removals=[], through_cursor=1)
     queries = ["otter river", "sea ledger", "night entry", "tide moss stone"]
 
     def ranked(ranker: Ranker, query: str) -> list[tuple[str, float]]:

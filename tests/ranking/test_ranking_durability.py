@@ -51,9 +51,11 @@ def test_search_during_a_slow_apply_is_served(tmp_path: Path):
     trails the lexical one; that is no health problem (the engine's lag bound decides)."""
     encoder = SlowEncoder(1.5)
     ranker = Ranker(tmp_path / "idx", encoder)
-    ranker.apply("s", [doc("s", "mem_1", "payment service deploy friday")], [], 1)
+    ranker.apply("s", upserts=[doc("s", "mem_1", "payment service deploy friday")], removals=[], through_cursor=1)
     batch = [doc("s", f"mem_slow{i}", f"slowdoc payment ledger {i}") for i in range(3)]
-    worker = threading.Thread(target=ranker.apply, args=("s", batch, [], 2))
+    worker = threading.Thread(
+        target=ranker.apply, args=("s",), kwargs={"upserts": batch, "removals": [], "through_cursor": 2}
+    )
     worker.start()
     try:
         assert encoder.embedding.wait(10)
@@ -75,8 +77,8 @@ def test_apply_defers_saving_until_a_checkpoint(tmp_path: Path):
     root = tmp_path / "idx"
     ranker = Ranker(root, HashingTestEncoder(), checkpoint_records=5, checkpoint_seconds=3600, checkpoint_spacing=0)
 
-    def apply(*args) -> None:
-        ranker.apply("s", *args)
+    def apply(upserts: list, removals: list[str], through_cursor: int) -> None:
+        ranker.apply("s", upserts=upserts, removals=removals, through_cursor=through_cursor)
         assert ranker.settle(30)  # whatever it made due is saved (in the background)
 
     def on_disk() -> tuple[int, int]:
@@ -110,9 +112,9 @@ def test_crash_reopens_at_the_checkpoint_and_reapplying_heals(tmp_path: Path):
     first = [doc("s", f"mem_{i}", f"alpha note {i}") for i in range(3)]
     later = [doc("s", "mem_3", "beta gamma report"), doc("s", "mem_1", "beta rewritten note")]
     ranker = Ranker(root, HashingTestEncoder(), checkpoint_records=10_000, checkpoint_seconds=3600)
-    ranker.apply("s", first, [], 3)
+    ranker.apply("s", upserts=first, removals=[], through_cursor=3)
     ranker.checkpoint()
-    ranker.apply("s", later, ["mem_2"], 5)  # applied in memory only
+    ranker.apply("s", upserts=later, removals=["mem_2"], through_cursor=5)  # applied in memory only
     assert ranker.projection_cursor("s") == {"lexical": 5, "semantic": 5}
     assert sorted(semantic_ids(ranker, "s", "beta")) == ["mem_0", "mem_1", "mem_3"]
     del ranker  # a crash: no close, no checkpoint
@@ -123,7 +125,7 @@ def test_crash_reopens_at_the_checkpoint_and_reapplying_heals(tmp_path: Path):
     assert reopened.semantic_health("s") is None
     assert sorted(semantic_ids(reopened, "s", "alpha note")) == ["mem_0", "mem_1", "mem_2"]  # as checkpointed
     # The projector re-applies from the lowest cursor; lexical repeats it harmlessly.
-    reopened.apply("s", later, ["mem_2"], 5, after_cursor=3)
+    reopened.apply("s", upserts=later, removals=["mem_2"], through_cursor=5, after_cursor=3)
     assert reopened.projection_cursor("s") == {"lexical": 5, "semantic": 5}
     assert sorted(semantic_ids(reopened, "s", "beta")) == ["mem_0", "mem_1", "mem_3"]
     assert sorted(ids(reopened, "s", "beta", LEXICAL_PROFILE)) == ["mem_1", "mem_3"]  # no duplicates
@@ -140,13 +142,15 @@ def test_purge_reaches_the_disk_with_unsaved_changes_pending(tmp_path: Path):
     ranker = Ranker(root, HashingTestEncoder(), checkpoint_records=10_000, checkpoint_seconds=3600)
     ranker.apply(
         "s",
-        [doc("s", "mem_keep", "payment service notes"), doc("s", "mem_gone", f"the {SECRET} payment incident")],
-        [],
-        2,
+        upserts=[doc("s", "mem_keep", "payment service notes"), doc("s", "mem_gone", f"the {SECRET} payment incident")],
+        removals=[],
+        through_cursor=2,
     )
     ranker.checkpoint()
     assert bytes_under(semantic_dir(root), b"mem_gone")  # in the saved label map
-    ranker.apply("s", [doc("s", "mem_new", "payment ledger")], ["mem_gone"], 3)  # unsaved
+    ranker.apply(
+        "s", upserts=[doc("s", "mem_new", "payment ledger")], removals=["mem_gone"], through_cursor=3
+    )  # unsaved
     assert ranker.purge("s", ["mem_gone"]) is True
     assert bytes_under(tmp_path, SECRET.encode()) == []
     assert bytes_under(tmp_path, b"mem_gone") == []
@@ -182,7 +186,7 @@ def test_bulk_apply_cost_stays_roughly_linear(tmp_path: Path, capsys):
         vectors = rng.normal(size=(size, 1, dim)).astype(np.float32)
         vectors /= np.linalg.norm(vectors, axis=2, keepdims=True)
         started = time.perf_counter()
-        ranker.apply("bulk", docs, [], (b + 1) * size, vectors=list(vectors))
+        ranker.apply("bulk", upserts=docs, removals=[], through_cursor=(b + 1) * size, vectors=list(vectors))
         times.append(time.perf_counter() - started)
     started = time.perf_counter()
     ranker.close()
@@ -205,8 +209,13 @@ def test_reload_and_rebuild_keep_the_vectors_exactly_and_files_stay_private(tmp_
 
     root = tmp_path / "idx"
     ranker = Ranker(root, HashingTestEncoder())
-    ranker.apply("s", [doc("s", f"mem_{i}", f"note {i} about topic{i % 5}") for i in range(40)], [], 40)
-    ranker.apply("s", [], ["mem_7"], 41)  # a hidden label is not read back
+    ranker.apply(
+        "s",
+        upserts=[doc("s", f"mem_{i}", f"note {i} about topic{i % 5}") for i in range(40)],
+        removals=[],
+        through_cursor=40,
+    )
+    ranker.apply("s", upserts=[], removals=["mem_7"], through_cursor=41)  # a hidden label is not read back
     ranker.close()
     names = [f"mem_{i}" for i in range(40)]
     before = ranker.passage_vectors("s", names)
@@ -231,11 +240,11 @@ def test_reload_and_rebuild_keep_the_vectors_exactly_and_files_stay_private(tmp_
 def test_a_save_removes_temporary_files_a_crash_left_behind(tmp_path: Path):
     root = tmp_path / "idx"
     ranker = Ranker(root, HashingTestEncoder())
-    ranker.apply("s", [doc("s", "mem_1", f"{SECRET} note")], [], 1)
+    ranker.apply("s", upserts=[doc("s", "mem_1", f"{SECRET} note")], removals=[], through_cursor=1)
     ranker.checkpoint()
     leftover = semantic_dir(root) / ".vectors-9.bin.crashed.tmp"  # as atomic_write names them
     leftover.write_bytes(SECRET.encode())
-    ranker.apply("s", [doc("s", "mem_2", "another note")], [], 2)
+    ranker.apply("s", upserts=[doc("s", "mem_2", "another note")], removals=[], through_cursor=2)
     ranker.checkpoint()
     assert not leftover.exists()
     ranker.close()
@@ -247,7 +256,7 @@ def test_a_first_checkpoint_cut_before_its_metadata_restarts_the_scope(tmp_path:
     projector replays the journal into it), not as a corrupt index."""
     root = tmp_path / "idx"
     ranker = Ranker(root, HashingTestEncoder())
-    ranker.apply("s", [doc("s", "mem_1", "alpha note one")], [], 1)
+    ranker.apply("s", upserts=[doc("s", "mem_1", "alpha note one")], removals=[], through_cursor=1)
     ranker.close()
     directory = semantic_dir(root)
     (directory / "meta.json").unlink()  # the state a kill between the two writes leaves
@@ -258,7 +267,7 @@ def test_a_first_checkpoint_cut_before_its_metadata_restarts_the_scope(tmp_path:
     assert reopened.semantic_health("s") is None
     assert reopened.projection_cursor("s")["semantic"] == 0
     assert not list(directory.glob("vectors-*.bin")) and not list(directory.glob(".*.tmp"))
-    reopened.apply("s", [doc("s", "mem_1", "alpha note one")], [], 1)
+    reopened.apply("s", upserts=[doc("s", "mem_1", "alpha note one")], removals=[], through_cursor=1)
     assert semantic_ids(reopened, "s", "alpha note one") == ["mem_1"]
     reopened.close()
 
@@ -285,17 +294,21 @@ def test_a_due_checkpoint_is_saved_beside_searches_not_by_the_apply(tmp_path: Pa
     ranker = Ranker(root, HashingTestEncoder(), checkpoint_records=1, checkpoint_seconds=3600, checkpoint_spacing=0)
     saving, release = hold_saves(ranker._semantic)  # noqa: SLF001
 
-    def in_thread(fn, *args) -> tuple[threading.Thread, list]:
+    def in_thread(fn, *args, **kwargs) -> tuple[threading.Thread, list]:
         out: list = []
-        thread = threading.Thread(target=lambda: out.append(fn(*args)), daemon=True)
+        thread = threading.Thread(target=lambda: out.append(fn(*args, **kwargs)), daemon=True)
         thread.start()
         return thread, out
 
-    first, _ = in_thread(ranker.apply, "s", [doc("s", "mem_1", "alpha note one")], [], 1)
+    first, _ = in_thread(
+        ranker.apply, "s", upserts=[doc("s", "mem_1", "alpha note one")], removals=[], through_cursor=1
+    )
     first.join(30)
     assert not first.is_alive()  # answered while its checkpoint waits to be written
     assert saving.wait(30)  # the save is running, on the checkpointer's thread
-    later, _ = in_thread(ranker.apply, "s", [doc("s", "mem_2", "alpha note two")], [], 2)
+    later, _ = in_thread(
+        ranker.apply, "s", upserts=[doc("s", "mem_2", "alpha note two")], removals=[], through_cursor=2
+    )
     later.join(0.2)  # give it time to queue behind the save
     search, found = in_thread(semantic_ids, ranker, "s", "alpha note")
     search.join(30)
@@ -327,11 +340,13 @@ def test_a_walked_scope_is_searched_during_a_save_at_a_new_depth(tmp_path: Path)
         checkpoint_records=1,
         checkpoint_spacing=0,
     )
-    index.apply("s", [], [(f"r{i}", i, vectors[i : i + 1]) for i in range(200)], 1)
+    index.apply("s", upserts=[(f"r{i}", i, vectors[i : i + 1]) for i in range(200)], removals=[], through_cursor=1)
     assert index.settle(30)
     assert index.search("s", vectors[3], 5)[0].record_id == "r3"
     saving, release = hold_saves(index)
-    index.apply("s", [], [(f"r{i}", i, vectors[i : i + 1]) for i in range(200, 300)], 2)  # a deeper graph now
+    index.apply(
+        "s", upserts=[(f"r{i}", i, vectors[i : i + 1]) for i in range(200, 300)], removals=[], through_cursor=2
+    )  # a deeper graph now
     assert saving.wait(30)
     found: list = []
     search = threading.Thread(target=lambda: found.append(index.search("s", vectors[250], 5)), daemon=True)

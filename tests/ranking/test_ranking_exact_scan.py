@@ -32,7 +32,7 @@ def test_a_small_scope_finds_the_true_nearest_records_where_its_graph_misses(tmp
     scanned = SemanticIndex(tmp_path / "scan", 16, graph=SemanticConfig(**POOR_GRAPH, exact_up_to=3000))
     walked = SemanticIndex(tmp_path / "graph", 16, graph=SemanticConfig(**POOR_GRAPH, exact_up_to=2999))
     for index in (scanned, walked):
-        index.apply("s", [], passages, 1)
+        index.apply("s", upserts=passages, removals=[], through_cursor=1)
     graph_misses = 0
     for query in queries:
         similarities = vectors @ query
@@ -48,14 +48,16 @@ def test_a_scope_that_grows_past_the_threshold_is_then_searched_through_its_grap
     config = SemanticConfig(expansion_search=16, exact_up_to=60, rescore_factor=1, rescore_min=0)
     vectors = _vectors(100, 8, 3)
     index = SemanticIndex(tmp_path, 8, graph=config)
-    index.apply("s", [], [(f"r{i}", i, vectors[i : i + 1]) for i in range(60)], 1)
+    index.apply("s", upserts=[(f"r{i}", i, vectors[i : i + 1]) for i in range(60)], removals=[], through_cursor=1)
     assert _top(index.search("s", vectors[5], 3))[0] == "r5"
     graph = index._scope("s").index  # noqa: SLF001 - the usearch index, to read its search depth
     assert graph.expansion_search == config.expansion_search  # scanned: no graph depth was set
-    index.apply("s", [], [(f"r{i}", i, vectors[i : i + 1]) for i in range(60, 100)], 2)
+    index.apply("s", upserts=[(f"r{i}", i, vectors[i : i + 1]) for i in range(60, 100)], removals=[], through_cursor=2)
     assert _top(index.search("s", vectors[70], 3))[0] == "r70"
     # walked, at the depth this size and k ask for (k = 3 + 16 > the configured 16)
     assert index._scope("s").index.expansion_search == max(config.expansion_for(100), 3 + 16)  # noqa: SLF001
-    index.apply("s", [f"r{i}" for i in range(50)], [], 3)  # back to 50 live: scanned again
+    index.apply(
+        "s", upserts=[], removals=[f"r{i}" for i in range(50)], through_cursor=3
+    )  # back to 50 live: scanned again
     hits = index.search("s", vectors[55], 50)
     assert len(hits) == 50 and {h.record_id for h in hits} == {f"r{i}" for i in range(50, 100)}

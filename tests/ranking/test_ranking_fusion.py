@@ -276,7 +276,7 @@ def test_noise_semantic_channel_does_not_pull_hybrid_below_lexical(tmp_path: Pat
         docs.append(doc("s", f"mem_{i:02d}_x", f"The {filler} review mentioned the {rec_a} once."))
         docs.append(doc("s", f"mem_{i:02d}_y", f"A {filler} update about the {rec_b} schedule."))
         labelled.append((f"{rec_a} {rec_b}", f"mem_{i:02d}"))
-    ranker.apply("s", docs, [], 1)
+    ranker.apply("s", upserts=docs, removals=[], through_cursor=1)
     lexical = _mrr(ranker, LEXICAL_PROFILE, labelled)
     hybrid = _mrr(ranker, HYBRID_PROFILE, labelled)
     ranker.close()
@@ -296,7 +296,7 @@ def test_useless_lexical_channel_does_not_pull_hybrid_below_semantic(tmp_path: P
         docs.append(doc("s", f"mem_{i:02d}", f"The {CONCEPTS[a][0]} and the {CONCEPTS[b][0]} were discussed."))
         docs.append(doc("s", f"mem_{i:02d}_x", f"{filler} {filler} notes on the {CONCEPTS[other][0]}."))
         labelled.append((f"{CONCEPTS[a][1]} {CONCEPTS[b][1]} {filler}", f"mem_{i:02d}"))
-    ranker.apply("s", docs, [], 1)
+    ranker.apply("s", upserts=docs, removals=[], through_cursor=1)
     assert _mrr(ranker, LEXICAL_PROFILE, labelled) < 0.2  # the lexical channel only finds distractors
     semantic = _mrr(ranker, SEMANTIC_ONLY, labelled)
     hybrid = _mrr(ranker, HYBRID_PROFILE, labelled)

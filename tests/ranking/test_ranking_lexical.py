@@ -34,14 +34,14 @@ def snapshot(directory: Path) -> dict[str, tuple[int, bytes]]:
 def seed_a(index: LexicalIndex) -> None:
     index.apply(
         "A",
-        [
+        upserts=[
             doc("A", "a1", "deploy the payment service on friday", decision="blue green rollout"),
             doc("A", "a2", "payment cache warms slowly", evidence="cache metrics"),
             doc("A", "a3-purged-zq", f"the {SECRET} payment incident report", context="postmortem"),
             doc("A", "a4", "unrelated note about lunch"),
         ],
-        [],
-        4,
+        removals=[],
+        through_cursor=4,
     )
 
 
@@ -57,9 +57,9 @@ def test_scores_in_one_scope_ignore_other_scopes(tmp_path: Path):
     crowded = LexicalIndex(tmp_path / "crowded")
     crowded.apply(
         "B",
-        [doc("B", f"b{i}", f"payment cache service payment {'filler ' * (i % 9)}") for i in range(300)],
-        [],
-        1,
+        upserts=[doc("B", f"b{i}", f"payment cache service payment {'filler ' * (i % 9)}") for i in range(300)],
+        removals=[],
+        through_cursor=1,
     )
     seed_a(crowded)
     for query in ("payment cache", "payment service friday", "incident"):
@@ -74,12 +74,16 @@ def test_purge_rewrites_only_its_scope(tmp_path: Path):
     root = tmp_path / "lexical"
     index = LexicalIndex(root)
     seed_a(index)
-    index.apply("B", [doc("B", f"b{i}", f"payment ledger entry {i}") for i in range(50)], [], 1)
-    index.apply("B", [doc("B", "b50", "late payment ledger entry")], [], 2)  # two segments
+    index.apply(
+        "B", upserts=[doc("B", f"b{i}", f"payment ledger entry {i}") for i in range(50)], removals=[], through_cursor=1
+    )
+    index.apply(
+        "B", upserts=[doc("B", "b50", "late payment ledger entry")], removals=[], through_cursor=2
+    )  # two segments
     before_b = snapshot(scope_dir(root, "B"))
     assert any(SECRET.encode() in data for _, data in snapshot(scope_dir(root, "A")).values())
 
-    index.apply("A", [], ["a3-purged-zq"], 5)
+    index.apply("A", upserts=[], removals=["a3-purged-zq"], through_cursor=5)
     index.purge("A", ["a3-purged-zq"])
 
     assert snapshot(scope_dir(root, "B")) == before_b
@@ -102,13 +106,17 @@ def test_eviction_and_reopen_keep_documents_and_cursors(tmp_path: Path):
     index = LexicalIndex(root, max_open=2, max_writers=1)
     scopes = [f"s{i}" for i in range(6)]
     for n, scope in enumerate(scopes, start=1):
-        index.apply(scope, [doc(scope, f"{scope}_r", f"alpha note {scope}")], [], n * 10)
+        index.apply(
+            scope, upserts=[doc(scope, f"{scope}_r", f"alpha note {scope}")], removals=[], through_cursor=n * 10
+        )
         assert len(index._entries) <= 2  # noqa: SLF001
         assert len(index._writers) <= 1  # noqa: SLF001
     for n, scope in enumerate(scopes, start=1):  # every scope reopened after eviction
         assert [h.record_id for h in index.search(scope, "alpha", WEIGHTS, 10)] == [f"{scope}_r"]
         assert index.cursor(scope) == n * 10
-        index.apply(scope, [doc(scope, f"{scope}_q", "beta note")], [], n * 10 - 5)  # never backwards
+        index.apply(
+            scope, upserts=[doc(scope, f"{scope}_q", "beta note")], removals=[], through_cursor=n * 10 - 5
+        )  # never backwards
         assert index.cursor(scope) == n * 10
         assert len(index._entries) <= 2  # noqa: SLF001
     index.close()
@@ -128,7 +136,7 @@ def test_concurrent_apply_to_several_scopes(tmp_path: Path):
         try:
             for batch in range(8):
                 docs = [doc(scope, f"{scope}_{batch}_{i}", f"gamma item {i} of {scope}") for i in range(20)]
-                index.apply(scope, docs, [], batch + 1)
+                index.apply(scope, upserts=docs, removals=[], through_cursor=batch + 1)
         except BaseException as exc:  # noqa: BLE001 - surfaced by the assertion below
             errors.append(exc)
 
@@ -158,7 +166,7 @@ def test_unknown_scope_creates_nothing_and_empty_apply_only_moves_the_cursor(tmp
     assert index.search("ghost", "anything at all", WEIGHTS, 10) == []
     assert index.cursor("ghost") == 0
     assert list(root.iterdir()) == []
-    index.apply("quiet", [], ["nothing"], 7)
+    index.apply("quiet", upserts=[], removals=["nothing"], through_cursor=7)
     assert index.cursor("quiet") == 7
     assert not (scope_dir(root, "quiet") / INDEX_DIR).exists()
     assert index.search("quiet", "anything", WEIGHTS, 10) == []
@@ -169,7 +177,7 @@ def test_mixed_up_directory_returns_nothing_of_another_scope(tmp_path: Path):
     root = tmp_path / "lexical"
     index = LexicalIndex(root)
     seed_a(index)
-    index.apply("B", [doc("B", "b1", "payment secrets of tenant b")], [], 1)
+    index.apply("B", upserts=[doc("B", "b1", "payment secrets of tenant b")], removals=[], through_cursor=1)
     index.close()
     shutil.rmtree(scope_dir(root, "A") / INDEX_DIR)
     shutil.copytree(scope_dir(root, "B") / INDEX_DIR, scope_dir(root, "A") / INDEX_DIR)
@@ -188,7 +196,7 @@ def test_reset_drops_every_scope_and_legacy_files_are_removed(tmp_path: Path):
     assert list(root.iterdir()) == [] and not (tmp_path / "lexical_cursors.json").exists()
     assert index.cursor("A") == 0
     seed_a(index)
-    index.apply("B", [doc("B", "b1", "payment")], [], 3)
+    index.apply("B", upserts=[doc("B", "b1", "payment")], removals=[], through_cursor=3)
     index.reset()
     assert list(root.iterdir()) == []
     assert index.cursor("A") == 0 and index.cursor("B") == 0
@@ -220,13 +228,13 @@ def test_a_named_speaker_lifts_what_that_person_said(tmp_path: Path):
     index = LexicalIndex(tmp_path / "lexical")
     index.apply(
         "A",
-        [
+        upserts=[
             doc("A", "said", "Caroline: I went to the support group yesterday."),
             doc("A", "told", "Melanie: Caroline, the support group sounds great!"),
             doc("A", "other", "Melanie: I painted a sunrise by the lake."),
         ],
-        [],
-        3,
+        removals=[],
+        through_cursor=3,
     )
     query = "What did Caroline say about the support group?"
     unweighted = dataclasses.replace(WEIGHTS, field_weights=FieldWeights(speaker=0.0))
@@ -246,7 +254,7 @@ def test_canonical_and_other_ids_come_back_exactly_also_after_a_purge(tmp_path: 
     canonical = [record_words.unpack((i, 2**64 - 1 - i, 7 * i, 2**63 + i)) for i in range(3)]
     index = LexicalIndex(tmp_path / "lexical")
     docs = [doc("A", rid, f"ledger payment note {n}") for n, rid in enumerate([*canonical, "plain-id", "mem_short"])]
-    index.apply("A", docs, [], 1)
+    index.apply("A", upserts=docs, removals=[], through_cursor=1)
     found = {h.record_id for h in index.search("A", "ledger payment", WEIGHTS, 10)}
     assert found == {*canonical, "plain-id", "mem_short"}
     index.purge("A", [canonical[1]])
@@ -276,7 +284,12 @@ def test_short_queries_weigh_each_term_once_long_ones_drop_stop_words(tmp_path: 
     assert terms["ledger"] == pytest.approx(2**WEIGHTS.long_query_count_power)
     only_stop = "to be or not to be " * 5
     assert set(index.query_terms(only_stop, WEIGHTS)) == {"to", "be", "or", "not"}  # nothing else left
-    index.apply("A", [doc("A", "w1", "to be or not to be"), doc("A", "w2", "payment effects report")], [], 1)
+    index.apply(
+        "A",
+        upserts=[doc("A", "w1", "to be or not to be"), doc("A", "w2", "payment effects report")],
+        removals=[],
+        through_cursor=1,
+    )
     assert [h.record_id for h in index.search("A", "the effect of the payment", WEIGHTS, 10)] == ["w2"]
     assert [h.record_id for h in index.search("A", "not to be", WEIGHTS, 10)] == ["w1"]
     index.close()

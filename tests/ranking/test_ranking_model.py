@@ -24,7 +24,7 @@ def test_paraphrase_found_by_hybrid_not_lexical(tmp_path: Path, minilm: MiniLMEn
     ranker = Ranker(tmp_path / "idx", minilm)
     docs = [doc("s", f"mem_d{i}", text) for i, text in enumerate(DISTRACTORS)]
     docs.append(doc("s", "mem_car", "My automobile would not start this morning, so I took the bus."))
-    ranker.apply("s", docs, [], 1)
+    ranker.apply("s", upserts=docs, removals=[], through_cursor=1)
     query = "vehicle ignition failure"
     assert ranker.search("s", query, LEXICAL_PROFILE, valid_as_of_ms=0).candidates == []
     hybrid = ranker.search("s", query, HYBRID_PROFILE, valid_as_of_ms=0).candidates
@@ -38,15 +38,18 @@ def test_purge_with_real_model(tmp_path: Path, minilm: MiniLMEncoder):
     secret = "zyxquorblat"
     ranker.apply(
         "s",
-        [doc("s", "mem_x", f"The {secret} launch codes are in the red binder."), doc("s", "mem_y", DISTRACTORS[0])],
-        [],
-        1,
+        upserts=[
+            doc("s", "mem_x", f"The {secret} launch codes are in the red binder."),
+            doc("s", "mem_y", DISTRACTORS[0]),
+        ],
+        removals=[],
+        through_cursor=1,
     )
     assert (
         ranker.search("s", "where are the launch codes", HYBRID_PROFILE, valid_as_of_ms=0).candidates[0].record_id
         == "mem_x"
     )
-    ranker.apply("s", [], ["mem_x"], 2)
+    ranker.apply("s", upserts=[], removals=["mem_x"], through_cursor=2)
     assert ranker.purge("s", ["mem_x"])
     leftovers = [
         p
@@ -107,7 +110,7 @@ def mrr(ranker: Ranker, queries, profile) -> float:
 def test_identifier_stress_set_hybrid_not_below_lexical(tmp_path: Path, minilm: MiniLMEncoder):
     ranker = Ranker(tmp_path / "idx", minilm)
     docs, queries = stress_collection()
-    ranker.apply("s", docs, [], 1)
+    ranker.apply("s", upserts=docs, removals=[], through_cursor=1)
     lexical = mrr(ranker, queries, LEXICAL_PROFILE)
     hybrid = mrr(ranker, queries, HYBRID_PROFILE)
     print(f"stress MRR lexical={lexical:.3f} hybrid={hybrid:.3f}")

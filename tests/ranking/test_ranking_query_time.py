@@ -90,13 +90,13 @@ def test_when_questions_add_the_words_that_date_an_event(tmp_path: Path):
     # ranks first in plain BM25); the other turn's score does not move.
     index.apply(
         "A",
-        [
+        upserts=[
             doc("A", "named", "Ann: the fair was fun"),
             doc("A", "dated", "Ann: the fair was fun yesterday"),
             *(doc("A", f"other{k}", f"Bob: note {k} on the garden") for k in range(6)),
         ],
-        [],
-        8,
+        removals=[],
+        through_cursor=8,
     )
     query = "When did Ann go to the fair?"
     plain_hits = {h.record_id: h.score for h in index.search("A", query, weights, 10)}

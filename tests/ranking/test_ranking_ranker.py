@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,8 @@ from hypothesis import strategies as st
 from ranking_support import HashingTestEncoder, bytes_under, doc
 
 from engram.ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Ranker, SemanticUnavailable
+from engram.ranking.lexical import LexicalIndex
+from engram.ranking.semantic import SemanticIndex
 
 SECRET = "zyxquorblat"
 
@@ -21,15 +24,20 @@ def ids(ranker: Ranker, scope: str, query: str, profile=HYBRID_PROFILE) -> list[
 def seed(ranker: Ranker) -> None:
     ranker.apply(
         "scopeA",
-        [
+        upserts=[
             doc("scopeA", "mem_a1", "deploy the payment service on friday", decision="use blue green"),
             doc("scopeA", "mem_a2", "error ERR_4411 when the cache warms", source_refs="JIRA-77"),
             doc("scopeA", "mem_a3", f"the {SECRET} incident report", evidence="logs show timeout"),
         ],
-        [],
-        3,
+        removals=[],
+        through_cursor=3,
     )
-    ranker.apply("scopeB", [doc("scopeB", "mem_b1", "payment service secrets for tenant b")], [], 1)
+    ranker.apply(
+        "scopeB",
+        upserts=[doc("scopeB", "mem_b1", "payment service secrets for tenant b")],
+        removals=[],
+        through_cursor=1,
+    )
 
 
 def test_search_finds_by_each_field_and_both_profiles(ranker: Ranker):
@@ -93,8 +101,8 @@ def test_long_and_unicode_queries(ranker: Ranker):
 def test_apply_is_idempotent_and_cursor_never_goes_back(ranker: Ranker):
     seed(ranker)
     batch = [doc("scopeA", "mem_a1", "deploy the payment service on friday")]
-    ranker.apply("scopeA", batch, [], 3)
-    ranker.apply("scopeA", batch, [], 2)
+    ranker.apply("scopeA", upserts=batch, removals=[], through_cursor=3)
+    ranker.apply("scopeA", upserts=batch, removals=[], through_cursor=2)
     assert ranker.projection_cursor("scopeA") == {"lexical": 3, "semantic": 3}
     assert ids(ranker, "scopeA", "payment", LEXICAL_PROFILE) == ["mem_a1"]
     assert ids(ranker, "scopeA", "payment") == ["mem_a1"]  # once, and no unrelated filler
@@ -103,10 +111,12 @@ def test_apply_is_idempotent_and_cursor_never_goes_back(ranker: Ranker):
 
 def test_upsert_replaces_text_and_removal_hides_at_once(ranker: Ranker):
     seed(ranker)
-    ranker.apply("scopeA", [doc("scopeA", "mem_a1", "rollback the checkout service")], [], 4)
+    ranker.apply(
+        "scopeA", upserts=[doc("scopeA", "mem_a1", "rollback the checkout service")], removals=[], through_cursor=4
+    )
     assert ids(ranker, "scopeA", "payment", LEXICAL_PROFILE) == []
     assert ids(ranker, "scopeA", "checkout", LEXICAL_PROFILE) == ["mem_a1"]
-    ranker.apply("scopeA", [], ["mem_a1"], 5)
+    ranker.apply("scopeA", upserts=[], removals=["mem_a1"], through_cursor=5)
     assert "mem_a1" not in ids(ranker, "scopeA", "checkout rollback")
 
 
@@ -114,7 +124,7 @@ def test_purge_leaves_no_byte_of_the_record(tmp_path: Path):
     ranker = Ranker(tmp_path / "idx", HashingTestEncoder())
     seed(ranker)
     assert bytes_under(tmp_path, SECRET.encode())  # stored text is on disk before purge
-    ranker.apply("scopeA", [], ["mem_a3"], 4)
+    ranker.apply("scopeA", upserts=[], removals=["mem_a3"], through_cursor=4)
     assert ranker.purge("scopeA", ["mem_a3"]) is True
     assert bytes_under(tmp_path, SECRET.encode()) == []
     assert bytes_under(tmp_path, b"mem_a3") == []
@@ -174,7 +184,7 @@ def test_reopen_keeps_documents_vectors_and_cursors(tmp_path: Path):
 
 def test_bulk_apply_with_many_documents(ranker: Ranker):
     docs = [doc("bulk", f"mem_{i:05d}", f"note {i} about topic{i % 11}") for i in range(1500)]
-    ranker.apply("bulk", docs, [], 1500)
+    ranker.apply("bulk", upserts=docs, removals=[], through_cursor=1500)
     found = ranker.search("bulk", "topic3", LEXICAL_PROFILE, valid_as_of_ms=0).candidates
     assert {c.record_id for c in found} == {f"mem_{i:05d}" for i in range(1500) if i % 11 == 3}
     capped = ranker.search("bulk", "note", LEXICAL_PROFILE, valid_as_of_ms=0).candidates
@@ -189,14 +199,13 @@ def test_semantic_search_scores_exactly_when_the_graph_cannot_fill_k(tmp_path, m
     import numpy as np
 
     from engram.ranking.profiles import SemanticConfig
-    from engram.ranking.semantic import SemanticIndex
 
     index = SemanticIndex(tmp_path, 8, graph=SemanticConfig(exact_up_to=0))  # always the graph
     rng = np.random.default_rng(0)
     vectors = rng.normal(size=(30, 8)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    index.apply("s", [], [(f"r{i}", 0, vectors[i : i + 1]) for i in range(30)], 1)
-    index.apply("s", [f"r{i}" for i in range(20)], [], 2)
+    index.apply("s", upserts=[(f"r{i}", 0, vectors[i : i + 1]) for i in range(30)], removals=[], through_cursor=1)
+    index.apply("s", upserts=[], removals=[f"r{i}" for i in range(20)], through_cursor=2)
     expected = index.search("s", vectors[25], 5)
     assert index.settle(30)  # no background save of the real index is left to run on the stand-in
     real = index._scope("s").index  # noqa: SLF001
@@ -237,16 +246,16 @@ def test_a_channel_already_through_a_batch_skips_it(tmp_path: Path) -> None:
 
     ranker = Ranker(tmp_path, CountingEncoder())
     docs = [doc("s1", f"r{i}", f"tidal gauge {i}") for i in range(5)]
-    ranker.apply("s1", docs, [], through_cursor=5)
+    ranker.apply("s1", upserts=docs, removals=[], through_cursor=5)
     embedded = CountingEncoder.texts
     assert embedded >= 5
 
-    ranker.apply("s1", docs, [], through_cursor=5, after_cursor=0)  # a replayed batch
+    ranker.apply("s1", upserts=docs, removals=[], through_cursor=5, after_cursor=0)  # a replayed batch
     assert CountingEncoder.texts == embedded
 
     ranker._lexical.reset()  # noqa: SLF001 - the lexical projection lost, semantic intact
     assert ranker.projection_cursor("s1") == {"lexical": 0, "semantic": 5}
-    ranker.apply("s1", docs, [], through_cursor=5, after_cursor=0)
+    ranker.apply("s1", upserts=docs, removals=[], through_cursor=5, after_cursor=0)
     assert CountingEncoder.texts == embedded
     hits = ranker.search("s1", "tidal gauge", LEXICAL_PROFILE, valid_as_of_ms=0).candidates
     assert {c.record_id for c in hits} == {f"r{i}" for i in range(5)}
@@ -331,7 +340,12 @@ def test_concurrent_searches_of_one_scope_agree_with_a_lone_search(tmp_path: Pat
 
     ranker = Ranker(tmp_path / "idx", HashingTestEncoder())
     seed(ranker)
-    ranker.apply("scopeA", [doc("scopeA", f"mem_x{i}", f"payment note {i} about the cache") for i in range(60)], [], 4)
+    ranker.apply(
+        "scopeA",
+        upserts=[doc("scopeA", f"mem_x{i}", f"payment note {i} about the cache") for i in range(60)],
+        removals=[],
+        through_cursor=4,
+    )
     alone = ids(ranker, "scopeA", "payment cache")
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lambda _: ids(ranker, "scopeA", "payment cache"), range(32)))
@@ -343,8 +357,6 @@ def test_a_scope_loading_its_vector_file_does_not_hold_up_another_scopes_search(
     """The first use of scope A reads and checks its vector file; scope B's searches
     meanwhile answer (loads are per scope, not under the index's global lock)."""
     import threading
-
-    from engram.ranking.semantic import SemanticIndex
 
     writer = Ranker(tmp_path / "idx", HashingTestEncoder())
     seed(writer)
@@ -428,7 +440,9 @@ def test_drop_deletes_one_scope_and_leaves_the_others(ranker: Ranker, tmp_path: 
     assert ranker.projection_cursor("scopeA") == {"lexical": 0, "semantic": 0}
     assert ids(ranker, "scopeA", SECRET) == []
     assert ids(ranker, "scopeB", "payment") == ["mem_b1"]  # another scope untouched
-    ranker.apply("scopeA", [doc("scopeA", "mem_a4", "projected again from the journal")], [], 4)
+    ranker.apply(
+        "scopeA", upserts=[doc("scopeA", "mem_a4", "projected again from the journal")], removals=[], through_cursor=4
+    )
     assert ids(ranker, "scopeA", "projected") == ["mem_a4"]
 
 
@@ -455,7 +469,7 @@ def test_precomputed_vectors_apply_both_channels_at_once(ranker: Ranker, monkeyp
     monkeypatch.setattr(ranker._semantic, "apply", semantic)
     docs = [doc("bulk", f"mem_v{i}", f"vector note {i}") for i in range(4)]
     vectors = [np.eye(1, 384, i, dtype=np.float32) for i in range(4)]
-    ranker.apply("bulk", docs, [], 4, vectors=vectors)
+    ranker.apply("bulk", upserts=docs, removals=[], through_cursor=4, vectors=vectors)
     assert ranker.projection_cursor("bulk") == {"lexical": 4, "semantic": 4}
     assert ids(ranker, "bulk", "vector note 2", LEXICAL_PROFILE)[0] == "mem_v2"
 
@@ -469,6 +483,19 @@ def test_a_lexical_failure_beside_precomputed_vectors_fails_the_apply(ranker: Ra
     monkeypatch.setattr(ranker._lexical, "apply", broken)
     with pytest.raises(RuntimeError, match="tantivy failed"):
         ranker.apply(
-            "bulk", [doc("bulk", "mem_v0", "vector note")], [], 1, vectors=[np.eye(1, 384, 0, dtype=np.float32)]
+            "bulk",
+            upserts=[doc("bulk", "mem_v0", "vector note")],
+            removals=[],
+            through_cursor=1,
+            vectors=[np.eye(1, 384, 0, dtype=np.float32)],
         )
     assert ranker.projection_cursor("bulk")["lexical"] == 0
+
+
+@pytest.mark.parametrize("owner", [Ranker, LexicalIndex, SemanticIndex])
+def test_apply_takes_its_batch_by_name(owner) -> None:
+    """The channels list upserts and removals of different shapes: named, a swapped
+    pair cannot pass silently."""
+    params = inspect.signature(owner.apply).parameters
+    for name in ("upserts", "removals", "through_cursor"):
+        assert params[name].kind is inspect.Parameter.KEYWORD_ONLY

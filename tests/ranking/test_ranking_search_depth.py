@@ -34,13 +34,15 @@ def test_a_scope_is_searched_at_the_depth_its_size_calls_for(tmp_path: Path):
     v = rng.normal(size=(80, 8)).astype(np.float32)
     v /= np.linalg.norm(v, axis=1, keepdims=True)
     index = SemanticIndex(tmp_path / "semantic", 8, graph=config)
-    index.apply("small", [], [(f"r{i}", i, v[i : i + 1]) for i in range(10)], 10)
-    index.apply("large", [], [(f"r{i}", i, v[i : i + 1]) for i in range(80)], 80)
+    index.apply("small", upserts=[(f"r{i}", i, v[i : i + 1]) for i in range(10)], removals=[], through_cursor=10)
+    index.apply("large", upserts=[(f"r{i}", i, v[i : i + 1]) for i in range(80)], removals=[], through_cursor=80)
     for scope, live in (("small", 10), ("large", 80)):
         hits = index.search(scope, v[0], 3)
         assert hits[0].record_id == "r0"
         assert index._scope(scope).index.expansion_search == config.expansion_for(live)  # noqa: SLF001
     assert config.expansion_for(10) == 16 and config.expansion_for(80) == 64
-    index.apply("small", [], [(f"s{i}", 10 + i, v[10 + i : 11 + i]) for i in range(50)], 60)
+    index.apply(
+        "small", upserts=[(f"s{i}", 10 + i, v[10 + i : 11 + i]) for i in range(50)], removals=[], through_cursor=60
+    )
     index.search("small", v[0], 3)
     assert index._scope("small").index.expansion_search == config.expansion_for(60) == 48  # noqa: SLF001

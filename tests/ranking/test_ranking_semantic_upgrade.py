@@ -69,7 +69,7 @@ def test_a_scope_built_with_other_graph_parameters_is_rebuilt_when_it_opens(tmp_
     older = SemanticConfig(connectivity=8, expansion_add=40, storage=VectorStorage.F32)
     assert older.graph() != DEFAULT_GRAPH.graph()
     first = SemanticIndex(root, 8, graph=older)
-    first.apply("s", [], [(f"r{i}", i, v[i : i + 1]) for i in range(40)], 7)
+    first.apply("s", upserts=[(f"r{i}", i, v[i : i + 1]) for i in range(40)], removals=[], through_cursor=7)
     first.close()
     generation = json.loads((scope_dir(root) / "meta.json").read_text())["generation"]
 
@@ -138,7 +138,7 @@ def test_a_meta_file_of_the_earlier_layout_opens_and_is_rewritten_streamable(tmp
     v = rng.normal(size=(30, 8)).astype(np.float32)
     v /= np.linalg.norm(v, axis=1, keepdims=True)
     first = SemanticIndex(root, 8)
-    first.apply("s", [], [(f"r{i}", 1_000 + i, v[i : i + 1]) for i in range(30)], 4)
+    first.apply("s", upserts=[(f"r{i}", 1_000 + i, v[i : i + 1]) for i in range(30)], removals=[], through_cursor=4)
     first.close()
     path = scope_dir(root) / "meta.json"
     meta = json.loads(path.read_text())

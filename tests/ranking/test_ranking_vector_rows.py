@@ -75,9 +75,11 @@ def test_a_rewrite_keeps_live_rows_and_zeroes_every_other(tmp_path: Path):
 def test_a_scope_reopens_at_its_checkpoint_with_later_rows_cut_off(tmp_path: Path):
     v = _unit(30, 8, 4)
     index = SemanticIndex(tmp_path, 8, checkpoint_records=10_000, checkpoint_seconds=3600)
-    index.apply("s", [], [(f"r{i}", i, v[i : i + 1]) for i in range(20)], 2)
+    index.apply("s", upserts=[(f"r{i}", i, v[i : i + 1]) for i in range(20)], removals=[], through_cursor=2)
     index.checkpoint()
-    index.apply("s", [], [(f"r{i}", i, v[i : i + 1]) for i in range(20, 30)], 3)  # rows written, not saved
+    index.apply(
+        "s", upserts=[(f"r{i}", i, v[i : i + 1]) for i in range(20, 30)], removals=[], through_cursor=3
+    )  # rows written, not saved
     (directory,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     (rows_file,) = directory.glob("rows-*")
     assert rows_file.stat().st_size == 30 * 8 * 2
@@ -88,7 +90,9 @@ def test_a_scope_reopens_at_its_checkpoint_with_later_rows_cut_off(tmp_path: Pat
     assert reopened.cursor("s") == 2
     assert rows_file.stat().st_size == 20 * 8 * 2
     assert reopened.passage_vectors("s", "r25") is None
-    reopened.apply("s", [], [(f"r{i}", i, v[i : i + 1]) for i in range(20, 30)], 3)  # the projector re-applies
+    reopened.apply(
+        "s", upserts=[(f"r{i}", i, v[i : i + 1]) for i in range(20, 30)], removals=[], through_cursor=3
+    )  # the projector re-applies
     assert [h.record_id for h in reopened.search("s", v[25], 1)] == ["r25"]
     assert np.allclose(reopened.passage_vectors("s", "r25"), v[25:26], atol=1e-3)
 
@@ -96,7 +100,7 @@ def test_a_scope_reopens_at_its_checkpoint_with_later_rows_cut_off(tmp_path: Pat
 def test_a_damaged_rows_file_is_reported_corrupt(tmp_path: Path):
     v = _unit(10, 8, 5)
     index = SemanticIndex(tmp_path, 8)
-    index.apply("s", [], [(f"r{i}", i, v[i : i + 1]) for i in range(10)], 1)
+    index.apply("s", upserts=[(f"r{i}", i, v[i : i + 1]) for i in range(10)], removals=[], through_cursor=1)
     index.close()
     (directory,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     (rows_file,) = directory.glob("rows-*")

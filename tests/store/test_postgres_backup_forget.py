@@ -18,16 +18,11 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
-
-from engine_support import (  # noqa: E402
+from engine_support import (
     FORGET,
     ErrorCode,
     accept,
@@ -43,12 +38,13 @@ from engine_support import (  # noqa: E402
     search_ids,
     withdraw,
 )
-from postgres_support import PostgresCluster  # noqa: E402
+from postgres_support import PostgresCluster
+from typer.testing import CliRunner
 
-from engram.service.cli import app  # noqa: E402
-from engram.service.engine.engine import Engine  # noqa: E402
-from engram.service.engine.sealing import SHRED_LEDGER, copy_key_dir, record_shred, shred_entries  # noqa: E402
-from engram.service.operator.commands import run  # noqa: E402
+from engram.service.cli import app
+from engram.service.engine.engine import Engine
+from engram.service.engine.sealing import SHRED_LEDGER, copy_key_dir, record_shred, shred_entries
+from engram.service.operator.commands import run
 
 MARKER = "quokkamarmalade"  # lower case, unstemmed: the form the lexical index keeps too
 DRAFT_MARKER = "wombatchutney"

@@ -26,12 +26,9 @@ from typing import Any
 import httpx2
 import psycopg
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
-
-from mcp import Client  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
-from rel_support import (  # noqa: E402
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from rel_support import (
     PURPOSE,
     SECRET,
     ReplicaProcess,
@@ -46,10 +43,10 @@ from rel_support import (  # noqa: E402
     value,
 )
 
-from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH  # noqa: E402
-from engram.service.engine.gates import operation_digest  # noqa: E402
-from engram.service.mcp.host_context import HEADER, mint_token  # noqa: E402
-from engram.service.mcp.router import FORWARDED_HEADER  # noqa: E402
+from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH
+from engram.service.engine.gates import operation_digest
+from engram.service.mcp.host_context import HEADER, mint_token
+from engram.service.mcp.router import FORWARDED_HEADER
 
 ROOT = Path(__file__).resolve().parents[2]
 MODE = "auto"

@@ -11,17 +11,12 @@ from __future__ import annotations
 import json
 import logging
 import random
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
-
-from engine_support import (  # noqa: E402
+from engine_support import (
     HashingTestEncoder,
     accept,
     context,
@@ -30,13 +25,14 @@ from engine_support import (  # noqa: E402
     open_engine,
     search_ids,
 )
+from typer.testing import CliRunner
 
-from engram.index_data.ingest import ingest_corpus  # noqa: E402
-from engram.index_data.records import IngestRecord  # noqa: E402
-from engram.ranking import passages  # noqa: E402
-from engram.service.cli import app  # noqa: E402
-from engram.service.engine.records import scope_key  # noqa: E402
-from engram.service.operator.channel import OperatorChannel  # noqa: E402
+from engram.index_data.ingest import ingest_corpus
+from engram.index_data.records import IngestRecord
+from engram.ranking import passages
+from engram.service.cli import app
+from engram.service.engine.records import scope_key
+from engram.service.operator.channel import OperatorChannel
 
 SCOPE = ("acme", "main")
 PURPOSE = "purpose:test"
