@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from engram.ranking.minilm import MINILM_DIM, model_path
+from engram.ranking.native import load_cxx_runtime
 from engram.ranking.storage import atomic_write
 
 if TYPE_CHECKING:  # both are imported when the model loads
@@ -101,6 +102,7 @@ class OnnxMiniLM:
         with self._lock:
             if self._session is not None:
                 return
+            load_cxx_runtime()  # before ONNX Runtime's extension (engram.ranking.native)
             import onnxruntime
             from tokenizers import Tokenizer
 

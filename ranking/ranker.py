@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import NamedTuple, cast
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from engram.ranking.batching import NaturalBatcher
 from engram.ranking.documents import WINDOWING, IndexDocument, passages
@@ -151,12 +150,6 @@ class Ranker:
         #: Called with (stage, seconds) after each search stage: lexical, semantic
         #: (query encoding included), fusion. Set by the engine's owner (metrics).
         self.observe_latency: Callable[[str, float], None] | None = None
-        # The BLAS pool runs one thread. Ranking's numpy products are small (one query
-        # against a few hundred vectors) and gain nothing from threads, while OpenBLAS
-        # workers spin-wait after each call on the cores the encoder's OpenMP threads
-        # need: measured at 100k records, hybrid search p99 113 ms with the default
-        # pool, 34 ms with one thread. Process-wide, as BLAS pools are.
-        threadpool_limits(limits=1, user_api="blas")
 
     # -- projection -------------------------------------------------------------------
 

@@ -74,7 +74,6 @@ meanwhile (it waits on ``_ScopeVectors.changing`` before it asks for the lock al
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import os
 import shutil
@@ -83,34 +82,27 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple, cast
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import numpy as np
-
-try:
-    # usearch's extension links its own copy of the C++ runtime: loaded before the
-    # system's, its locale facets win and onnxruntime (the query encoder) then crashes
-    # on import (measured with usearch 2.26 and onnxruntime 1.31). The system runtime
-    # loaded first, globally, keeps one copy of them for every extension.
-    ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
-except OSError:  # no system C++ runtime: nothing else can then bring a second copy
-    pass
-from usearch.index import Index, Matches, ScalarKind  # noqa: E402 - after the C++ runtime, see above
-from usearch.index import search as exact_search  # noqa: E402
 
 from engram.models.errors import CorruptIndex, SemanticUnavailable  # noqa: F401 - raised and caught here
 from engram.ranking.batching import NaturalBatcher
 from engram.ranking.checkpointer import Checkpointer
 from engram.ranking.hnswlib_file import HnswlibVectors
+from engram.ranking.native import usearch_index
 from engram.ranking.passage_labels import PassageLabels
-from engram.ranking.profiles import HYBRID_PROFILE, SemanticConfig, VectorStorage
+from engram.ranking.profiles import SemanticConfig, VectorStorage
 from engram.ranking.read_write_lock import ReadWriteLock
 from engram.ranking.scope_meta import read_meta, write_meta
 from engram.ranking.storage import atomic_write, atomic_write_json, read_json
 from engram.ranking.vector_rows import VectorRows
 
-assert HYBRID_PROFILE.config.semantic is not None
-DEFAULT_GRAPH: SemanticConfig = HYBRID_PROFILE.config.semantic
+if TYPE_CHECKING:  # loaded through usearch_index(), after the C++ runtime
+    from usearch.index import Index, Matches
+
+#: The shipped hybrid profile's graph (``HYBRID_PROFILE.config.semantic``, tested equal).
+DEFAULT_GRAPH = SemanticConfig()
 # Checkpoint defaults: at most this many applied records (about a second of embedding at
 # most, since each costs a model call, and within the engine's semantic lag bound of
 # 1000 journal events) or this many seconds of applies are lost to a crash and re-applied.
@@ -226,10 +218,10 @@ def _walk(scope: _ScopeVectors, queries: np.ndarray, k: int, walk: int, ef: int)
         index.expansion_search = ef  # type: ignore[misc]  # settable; the stub says read-only
     codes = _codes(queries, index)
     if len(queries) == 1:
-        candidates = [cast(Matches, index.search(codes[0], walk)).keys]
+        candidates = [cast("Matches", index.search(codes[0], walk)).keys]
     else:
         batch = index.search(codes, walk, threads=min(len(queries), GRAPH_THREADS))
-        candidates = [cast(Matches, batch[j]).keys for j in range(len(queries))]
+        candidates = [cast("Matches", batch[j]).keys for j in range(len(queries))]
     out = []
     for query, labels in zip(queries, candidates):
         scores = scope.read(labels) @ query
@@ -249,9 +241,9 @@ def _scan(scope: _ScopeVectors, queries: np.ndarray, k: int) -> list[_Found]:
     scores: list[list[np.ndarray]] = [[] for _ in queries]
     for first, block in scope.rows.chunks():
         want = min(len(block), k + hidden)
-        matches = exact_search(block, queries.astype(block.dtype), want, metric="ip", exact=True)
+        matches = usearch_index().search(block, queries.astype(block.dtype), want, metric="ip", exact=True)
         for j in range(len(queries)):
-            match = matches if isinstance(matches, Matches) else matches[j]
+            match = matches if isinstance(matches, usearch_index().Matches) else matches[j]
             labels[j].append(match.keys.astype(np.uint64) + np.uint64(first))
             scores[j].append(1.0 - match.distances.astype(np.float32))
     out = []
@@ -271,7 +263,7 @@ def _codes(rows: np.ndarray, index: Index) -> np.ndarray:
     times that maps to 127; a larger component is clipped: rescoring reads the exact
     row), else the rows themselves (usearch converts them to its type)."""
     rows = np.atleast_2d(np.asarray(rows, dtype=np.float32))
-    if index.dtype != ScalarKind.I8:
+    if index.dtype != usearch_index().ScalarKind.I8:
         return rows
     scale = 127.0 * np.sqrt(rows.shape[1]) / 5.0
     return np.clip(np.rint(rows * scale), -127, 127).astype(np.int8)
@@ -285,7 +277,7 @@ _ROW_TYPES: dict[VectorStorage, np.dtype] = {
 
 
 def _new_index(dim: int, graph: SemanticConfig) -> Index:
-    return Index(
+    return usearch_index().Index(
         ndim=dim,
         metric="ip",
         dtype=graph.walk.value,
@@ -653,7 +645,7 @@ class SemanticIndex:
                 legacy = HnswlibVectors(path)
                 index = None
             else:
-                index = Index.restore(str(path))
+                index = usearch_index().Index.restore(str(path))
                 if index is None:
                     raise CorruptIndex("vector file is not a vector index")
             state = _ScopeVectors(

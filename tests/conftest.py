@@ -13,6 +13,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from ranking_support import HashingTestEncoder  # noqa: E402
 
+from engram.ranking.native import prepare_process  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """What the `engram` command sets before a sub-command, for the engines the tests
+    build in this process: one BLAS thread, the C++ runtime loaded first."""
+    prepare_process()
+
+
 TOPICS = [
     "postgresql billing ledger serialisable transactions",
     "kubernetes ingress controller certificate rotation",

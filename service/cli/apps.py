@@ -22,6 +22,17 @@ tenant_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(admin, name="admin")
+
+
+@app.callback()
+def _prepare_process() -> None:
+    """Before any sub-command: the process-wide settings of the ranking engines' native
+    libraries (one BLAS thread; the C++ runtime loaded first)."""
+    from engram.ranking.native import prepare_process
+
+    prepare_process()
+
+
 admin.add_typer(tenant_app, name="tenant")
 
 #: Sub-commands other rooms contribute: name -> (module, help). One whose optional

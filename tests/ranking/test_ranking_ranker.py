@@ -499,3 +499,9 @@ def test_apply_takes_its_batch_by_name(owner) -> None:
     params = inspect.signature(owner.apply).parameters
     for name in ("upserts", "removals", "through_cursor"):
         assert params[name].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+def test_the_semantic_default_graph_is_the_hybrid_profiles() -> None:
+    from engram.ranking.semantic import DEFAULT_GRAPH
+
+    assert DEFAULT_GRAPH == HYBRID_PROFILE.config.semantic

@@ -1,0 +1,61 @@
+"""The process-wide settings of the native libraries the ranking engines load.
+
+Why a module of its own: two facts belong to the process, not to any one index, and
+were side effects of importing or constructing one.
+
+- **The C++ runtime.** usearch's extension links its own copy of the C++ runtime.
+  Loaded before the system's, its locale facets win and ONNX Runtime (the query
+  encoder) then crashes on import (usearch 2.26, ONNX Runtime 1.31). The system
+  runtime loaded first, globally, keeps one copy for every extension:
+  :func:`load_cxx_runtime` does it, and both :func:`usearch_index` and the encoder call
+  it before they import their extension, whichever comes first.
+- **The BLAS pool.** Ranking's numpy products are small (one query against a few
+  hundred vectors) and gain nothing from threads, while OpenBLAS workers spin-wait after
+  each call on the cores the encoder's threads need (the hybrid p99 this cost is in
+  eval/RESULTS.md, Query encoder). :func:`prepare_process` asks for one BLAS thread; the process's
+  entry point calls it (the ``engram`` command before any sub-command, the test
+  session), and a program embedding the ranker may call it too.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import sys
+from types import ModuleType
+
+#: The variable OpenBLAS reads for its pool size when it loads.
+BLAS_THREADS_VARIABLE = "OPENBLAS_NUM_THREADS"
+
+
+@functools.cache
+def load_cxx_runtime() -> None:
+    """Load the system's C++ runtime globally, once per process (see the module docstring)."""
+    try:
+        ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
+    except OSError:  # no system C++ runtime: nothing else can then bring a second copy
+        pass
+
+
+def usearch_index() -> ModuleType:
+    """``usearch.index``, imported after the system's C++ runtime."""
+    load_cxx_runtime()
+    import usearch.index
+
+    return usearch.index
+
+
+def prepare_process() -> None:
+    """One BLAS thread for this process, unless the environment names a pool size:
+    before numpy loads through the variable OpenBLAS reads, after it through
+    threadpoolctl. Also loads the C++ runtime first. Idempotent."""
+    load_cxx_runtime()
+    if BLAS_THREADS_VARIABLE in os.environ:
+        return
+    if "numpy" in sys.modules:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=1, user_api="blas")
+    else:
+        os.environ[BLAS_THREADS_VARIABLE] = "1"

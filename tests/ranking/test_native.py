@@ -1,0 +1,60 @@
+"""The ranking engines' process-wide settings are an explicit set-up, not import effects.
+
+Each case runs in a fresh interpreter, since what it checks (the C++ runtime, the BLAS
+pool, the modules loaded) belongs to the process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def run_fresh(code: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=100)
+
+
+def test_importing_the_ranker_changes_nothing_of_the_process() -> None:
+    done = run_fresh(
+        "import json, os, sys\n"
+        "import engram.ranking, engram.ranking.semantic, engram.ranking.onnx_encoder\n"
+        "print(json.dumps(['usearch.index' in sys.modules, 'onnxruntime' in sys.modules,"
+        " os.environ.get('OPENBLAS_NUM_THREADS')]))"
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [False, False, None]
+
+
+@pytest.mark.parametrize("numpy_first", [False, True], ids=["before-numpy", "after-numpy"])
+def test_prepare_process_leaves_one_blas_thread(numpy_first: bool) -> None:
+    done = run_fresh(
+        ("import numpy\n" if numpy_first else "") + "from engram.ranking.native import prepare_process\n"
+        "prepare_process()\n"
+        "import numpy, json\n"
+        "from threadpoolctl import threadpool_info\n"
+        "print(json.dumps([p['num_threads'] for p in threadpool_info() if p['user_api'] == 'blas']))"
+    )
+    assert done.returncode == 0, done.stderr
+    pools = json.loads(done.stdout)
+    assert pools and set(pools) == {1}
+
+
+def test_usearch_then_onnx_runtime_load_in_one_process() -> None:
+    """usearch imported bare, then ONNX Runtime, crashes the interpreter (its own copy of
+    the C++ runtime wins); through the accessor, both load and work."""
+    done = run_fresh(
+        "import numpy as np\n"
+        "from engram.ranking.native import usearch_index\n"
+        "index = usearch_index().Index(ndim=4, metric='ip')\n"
+        "index.add(7, np.ones(4, dtype=np.float32))\n"
+        "import onnxruntime\n"
+        "onnxruntime.SessionOptions()\n"
+        "print(int(index.search(np.ones(4, dtype=np.float32), 1).keys[0]))"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "7"
