@@ -1,0 +1,33 @@
+"""Offline relevance evaluation, benchmarks and their reports (the `eval` extra).
+
+An outer room: it drives the engine and the ranker through their package surfaces
+(``engram.service.engine``, ``engram.ranking``) and the MCP endpoint, and nothing
+imports it but the CLI's plugin table. Its surface is its modules.
+"""
+
+__all__ = [
+    "ann_cli",
+    "ann_compare",
+    "bench",
+    "bench_cli",
+    "cli",
+    "corpus_gen",
+    "extra",
+    "fusion_cli",
+    "fusion_fit",
+    "ingest_log",
+    "locomo",
+    "locomo_cli",
+    "memory",
+    "metrics",
+    "neighbours",
+    "raw_engines",
+    "relevance",
+    "replica_bench",
+    "report",
+    "results",
+    "search_cpu",
+    "service_memory",
+    "shard_plan",
+    "soak",
+]

@@ -64,10 +64,8 @@ import numpy as np
 from engram.index_data.ingest import ingest_corpus
 from engram.index_data.readers import VectorSource, read_beir
 from engram.index_data.records import DEFAULT_PURPOSE, build_payload, record_id_for
-from engram.ranking import HYBRID_PROFILE, passages
-from engram.ranking.ranker import EMBED_BATCH
-from engram.service.engine import CallContext
-from engram.service.engine.records import index_document, scope_key
+from engram.ranking import EMBED_BATCH, HYBRID_PROFILE, passages
+from engram.service.engine import CallContext, index_document, scope_key
 
 from .corpus_gen import CorpusSpec, SyntheticCorpus
 from .ingest_log import IngestLog
@@ -199,7 +197,7 @@ def ingest_size(
     """Generate the corpus and ingest it (figures also kept in ``root/ingest.json``).
     ``resume``: a run stopped during its ingest left ``root``: keep it, and ingest what
     it lacks (records already stored are skipped; the rate is this run's)."""
-    from engram.service.engine.engine import Engine
+    from engram.service.engine import Engine
 
     corpus = SyntheticCorpus(corpus_spec(size, encoder))
     out: dict[str, Any] = {}
@@ -333,7 +331,7 @@ def bench_size(
     hnswlib_up_to: int = 0,
     resume: bool = False,
 ) -> tuple[dict[str, Any], Any]:
-    from engram.service.engine.engine import Engine
+    from engram.service.engine import Engine
 
     root = work / f"n{size}"
     reused = reuse and (root / "ingest.json").is_file() and (root / "vectors.npy").is_file()
@@ -461,7 +459,7 @@ def hnswlib_beside(
 
 def lexical_pass(root: Path, texts: list[str]) -> dict[str, float]:
     """Lexical-profile latency through the engine reopened without the model."""
-    from engram.service.engine.engine import Engine
+    from engram.service.engine import Engine
 
     engine = Engine.open(root / "data", load_model=False)
     try:
@@ -479,7 +477,7 @@ def encoder_bound_ingest(work: Path, encoder: Any, sample: int, say: Callable[[s
     keep the encoder busy, so its wall time is the encoder's busy time); and ingest of
     the same records with the encoder's vectors precomputed (the pipeline's ceiling,
     what it can feed a faster encoder such as a GPU)."""
-    from engram.service.engine.engine import Engine
+    from engram.service.engine import Engine
 
     cran = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cranfield"  # ../shared, when present
     if (cran / "corpus.jsonl").exists():
@@ -811,7 +809,7 @@ def fresh_first_calls(
     which creates the scope when it is empty. The sizes' table above measures first calls
     only on large directories the bench already used."""
     from engram.ranking import MiniLMEncoder
-    from engram.service.engine.engine import Engine
+    from engram.service.engine import Engine
 
     ctx = bench_context()
     queries = ["nightly compaction job replicas shard", "load run note of run"]

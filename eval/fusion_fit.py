@@ -36,11 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from engram.ranking import HYBRID_PROFILE, fuse
-from engram.ranking.lexical import LexicalHit
-from engram.ranking.profiles import FusionConfig, ProfileConfig
-from engram.ranking.query_time import ValidTimeWindow
-from engram.ranking.semantic import SemanticHit
+from engram.ranking import HYBRID_PROFILE, FusionConfig, LexicalHit, ProfileConfig, SemanticHit, ValidTimeWindow, fuse
 
 from .metrics import NDCG10, evaluate, paired_randomization
 

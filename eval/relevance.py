@@ -56,13 +56,17 @@ from engram.index_data.ingest import ingest_corpus
 from engram.index_data.readers import VectorSource, read_beir, with_context
 from engram.index_data.records import DEFAULT_PURPOSE, RefusedRecord, record_id_for
 from engram.models.scope import Scope
-from engram.ranking import HYBRID_PROFILE, Profile
-from engram.ranking.profiles import FieldWeights, FusionConfig, FusionMethod, SemanticConfig, ValidTimeConfig
-from engram.ranking.ranker import ChannelHits
-from engram.service.engine import CallContext
-from engram.service.engine.clock import now_ms
-from engram.service.engine.records import scope_key
-from engram.service.engine.search import CANDIDATE_CAP
+from engram.ranking import (
+    HYBRID_PROFILE,
+    ChannelHits,
+    FieldWeights,
+    FusionConfig,
+    FusionMethod,
+    Profile,
+    SemanticConfig,
+    ValidTimeConfig,
+)
+from engram.service.engine import CANDIDATE_CAP, CallContext, now_ms, scope_key
 
 from .metrics import METRICS, NDCG10, by_category, evaluate, load_qrels, mean_metrics, paired_randomization
 from .raw_engines import RUNS as RAW_RUNS
@@ -234,7 +238,7 @@ def run_relevance(
     whole) and test hybrid against their RRF.
     """
     from engram.ranking import MiniLMEncoder
-    from engram.service.engine.engine import MODELS_DIR, Engine
+    from engram.service.engine import MODELS_DIR, Engine
 
     say = log or (lambda _m: None)
     dataset_dir = Path(dataset_dir)

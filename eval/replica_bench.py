@@ -54,7 +54,7 @@ def replica_bench(
 ) -> dict[str, Any]:
     """Ingest rate and hybrid p50/p99: SQLite (unless not ``sqlite``), PostgreSQL with one
     replica, and two; a new replica's join from the journal and from a seed."""
-    from engram.service.engine.engine import Engine
+    from engram.service.engine import Engine
 
     root = work / f"stores-n{size}"
     root.mkdir(parents=True, exist_ok=True)

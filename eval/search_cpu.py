@@ -121,8 +121,7 @@ def engine_worker(data: Path, queries: int) -> None:
     JSON line, each probe's [wall ms, CPU ms] (the process's CPU, every thread)."""
     from engram.eval.bench import bench_context
     from engram.ranking import HYBRID_PROFILE
-    from engram.service.engine.engine import Engine
-    from engram.service.engine.records import scope_key
+    from engram.service.engine import Engine, scope_key
 
     engine = Engine.open(data)
     try:

@@ -116,7 +116,7 @@ class SoakClients:
         return outcome, value
 
     async def client(self, http: Any, client: int, until: float, t0: float) -> None:
-        from engram.service.engine.gates import operation_digest
+        from engram.service.engine import operation_digest
 
         rng = random.Random(client)
         token = self.server.token(self.claims(client))

@@ -75,7 +75,7 @@ def ingest(
 
     Ingest does not opt TENANT in: agents' calls are refused until `engram admin tenant enable TENANT`.
     """
-    from engram.service.engine.engine import Engine
+    from engram.service.engine import Engine
     from engram.service.settings import load_settings
     from engram.service.store import SchemaTooNew, StoreUnavailable
 

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from engram.models.scope import Scope
-from engram.service.engine.ingestion import BatchOutcome, PreparedBatch, operator_context
+from engram.service.engine import BatchOutcome, PreparedBatch, operator_context
 
 from .readers import VectorSource
 from .records import DEFAULT_PURPOSE, IngestRecord, RefusedRecord, submission

@@ -1,0 +1,18 @@
+"""The contract's data: error codes, envelopes, tool inputs and outputs, digests, scopes.
+
+Plain data and pure functions that every other room may import; it imports none of
+them. Its surface is its modules, each imported by name (``engram.models.codes``).
+"""
+
+__all__ = [
+    "codes",
+    "device",
+    "digests",
+    "encoding",
+    "envelope",
+    "errors",
+    "inputs",
+    "outputs",
+    "scope",
+    "tools",
+]

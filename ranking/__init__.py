@@ -7,27 +7,53 @@ go in, ordered candidates with per-channel contributions come out.
 from engram.ranking.documents import IndexDocument, passages, passages_digest
 from engram.ranking.encoder import Device, DeviceUnavailable, Encoder, MiniLMEncoder
 from engram.ranking.fusion import Contribution, fuse, recency
-from engram.ranking.profiles import HYBRID_PROFILE, LEXICAL_PROFILE, Profile, config_dict_digest
-from engram.ranking.ranker import RankedList, Ranker, VectorSpace
-from engram.ranking.semantic import SemanticUnavailable
+from engram.ranking.lexical import LexicalHit
+from engram.ranking.native import prepare_process
+from engram.ranking.profiles import (
+    HYBRID_PROFILE,
+    LEXICAL_PROFILE,
+    FieldWeights,
+    FusionConfig,
+    FusionMethod,
+    Profile,
+    ProfileConfig,
+    SemanticConfig,
+    ValidTimeConfig,
+    config_dict_digest,
+)
+from engram.ranking.query_time import ValidTimeWindow
+from engram.ranking.ranker import EMBED_BATCH, ChannelHits, RankedList, Ranker, VectorSpace
+from engram.ranking.semantic import SemanticHit, SemanticUnavailable
 
 __all__ = [
+    "EMBED_BATCH",
+    "HYBRID_PROFILE",
+    "LEXICAL_PROFILE",
+    "ChannelHits",
     "Contribution",
     "Device",
     "DeviceUnavailable",
     "Encoder",
-    "HYBRID_PROFILE",
+    "FieldWeights",
+    "FusionConfig",
+    "FusionMethod",
     "IndexDocument",
-    "LEXICAL_PROFILE",
+    "LexicalHit",
     "MiniLMEncoder",
     "Profile",
+    "ProfileConfig",
     "RankedList",
     "Ranker",
+    "SemanticConfig",
+    "SemanticHit",
     "SemanticUnavailable",
+    "ValidTimeConfig",
+    "ValidTimeWindow",
     "VectorSpace",
     "config_dict_digest",
     "fuse",
     "passages",
     "passages_digest",
+    "prepare_process",
     "recency",
 ]

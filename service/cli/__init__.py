@@ -24,9 +24,8 @@ from . import clients  # noqa: F401
 from . import admin  # noqa: F401
 
 # isort: on
-from .apps import ADMIN_PLUGINS, PLUGINS, app
-from .apps import admin as admin_group
-from .common import echo_error
+from . import apps, common
+from .apps import app
 
 __all__ = ["app", "main"]
 
@@ -39,7 +38,7 @@ def _register_plugins(parent: typer.Typer, plugins: dict[str, tuple[str, str]]) 
             if not exc.name or exc.name.split(".")[0] == "engram":
                 raise  # the project's own module: a broken install or rename, never skipped
             # a dependency of an optional extra (`eval`) that is not installed
-            echo_error(f"engram: sub-command {name!r} unavailable ({exc.name} missing)")
+            common.echo_error(f"engram: sub-command {name!r} unavailable ({exc.name} missing)")
             continue
         sub = getattr(module, "app", None)
         if not isinstance(sub, typer.Typer):
@@ -47,8 +46,8 @@ def _register_plugins(parent: typer.Typer, plugins: dict[str, tuple[str, str]]) 
         parent.add_typer(sub, name=name, help=help_text)
 
 
-_register_plugins(app, PLUGINS)
-_register_plugins(admin_group, ADMIN_PLUGINS)
+_register_plugins(app, apps.PLUGINS)
+_register_plugins(apps.admin, apps.ADMIN_PLUGINS)
 
 
 def main() -> None:  # pragma: no cover - console entry for `python -m engram.service.cli`

@@ -113,7 +113,7 @@ def export_kek(
     Whoever holds them can open every data key still wrapped in any backup: store them apart
     from the backups, and delete copies you no longer need.
     """
-    from engram.service.engine.engine import export_keys
+    from engram.service.engine import export_keys
 
     settings = command_settings(data_dir=data_dir, key_dir=store_choice().key_dir)
     key_dir = settings.key_dir or settings.data_dir / "keys"
@@ -139,7 +139,7 @@ def restore(
     """Restore a backup into a new data directory: apply the shred ledger, verify every
     journal chain, rebuild the lexical index (vectors come from the backup)."""
     from engram.models.codes import ContractError
-    from engram.service.engine.engine import Engine
+    from engram.service.engine import Engine
     from engram.service.operator.ownership import DataDirLock, DirectoryHeld
 
     if keys is None and not (source / "keys").is_dir():
@@ -235,7 +235,7 @@ def transition(
     data_dir: DataDir = None,
 ) -> None:
     """Move a record between non-terminal states; only accepted_current is ever disclosed."""
-    from engram.service.engine.lifecycle import OPERATOR_TRANSITIONS
+    from engram.service.engine import OPERATOR_TRANSITIONS
 
     if operation not in OPERATOR_TRANSITIONS:
         echo_error(f"engram: unknown operation {operation!r}; one of {', '.join(OPERATOR_TRANSITIONS)}")
@@ -372,7 +372,7 @@ def route_move(
     group still serves, then the route flips, then the old group deletes its index files.
     Exits 1 when GROUP has no live replica or did not finish projecting in time (the move
     stays under way; rerun to resume)."""
-    from engram.service.engine.routing import NoLiveReplica
+    from engram.service.engine import NoLiveReplica
 
     with operator_engine(data_dir) as engine:
         try:

@@ -28,7 +28,7 @@ app.add_typer(admin, name="admin")
 def _prepare_process() -> None:
     """Before any sub-command: the process-wide settings of the ranking engines' native
     libraries (one BLAS thread; the C++ runtime loaded first)."""
-    from engram.ranking.native import prepare_process
+    from engram.ranking import prepare_process
 
     prepare_process()
 

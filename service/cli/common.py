@@ -63,7 +63,7 @@ def open_engine(
     """The engine the settings describe (data directory, store, keys, model, replica
     group); a database this release cannot read exits 2 with the reason."""
     from engram.ranking import DeviceUnavailable
-    from engram.service.engine.engine import Engine
+    from engram.service.engine import Engine
     from engram.service.settings import advertised_url
     from engram.service.store import SchemaTooNew
 

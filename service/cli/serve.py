@@ -105,7 +105,7 @@ def serve(
 def _refuse_unservable(settings: Any) -> None:
     """Exit 2 on settings no server can run with: replica groups without a shared
     store, or a seed directory `engram admin export-vectors` did not write."""
-    from engram.service.engine.seed import HEADER as SEED_HEADER
+    from engram.service.engine import SEED_HEADER
     from engram.service.store.base import DEFAULT_GROUP
 
     if settings.group != DEFAULT_GROUP and not settings.database_url:

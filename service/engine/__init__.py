@@ -1,6 +1,37 @@
-"""The memory engine: lifecycle, admission, idempotency, gates, sealing, search."""
+"""The memory engine: lifecycle, admission, idempotency, gates, sealing, search.
 
+What the outer rooms (the CLI, bulk ingestion, evaluation) may use is declared here;
+they never import the engine's modules directly.
+"""
+
+from .clock import now_ms
 from .context import CallContext, Confirmation
-from .engine import Engine
+from .engine import MODELS_DIR, Engine, export_keys
+from .gates import operation_digest
+from .ingestion import BatchOutcome, PreparedBatch, Submission, identify, operator_context
+from .lifecycle import OPERATOR_TRANSITIONS
+from .records import index_document, scope_key
+from .routing import NoLiveReplica
+from .search import CANDIDATE_CAP
+from .seed import HEADER as SEED_HEADER
 
-__all__ = ["CallContext", "Confirmation", "Engine"]
+__all__ = [
+    "CANDIDATE_CAP",
+    "MODELS_DIR",
+    "OPERATOR_TRANSITIONS",
+    "SEED_HEADER",
+    "BatchOutcome",
+    "CallContext",
+    "Confirmation",
+    "Engine",
+    "NoLiveReplica",
+    "PreparedBatch",
+    "Submission",
+    "export_keys",
+    "identify",
+    "index_document",
+    "now_ms",
+    "operation_digest",
+    "operator_context",
+    "scope_key",
+]

@@ -2,4 +2,22 @@
 
 Thin by design (DESIGN.md): verify the host context, check grants and purpose, call the
 engine in a worker thread, wrap the envelope. No business rule lives here.
+
+Its surface is its modules, each imported by name.
 """
+
+__all__ = [
+    "app",
+    "audit",
+    "body_limit",
+    "client_config",
+    "duplicate_keys",
+    "elicitation",
+    "host_context",
+    "local_context",
+    "metrics",
+    "rate_limit",
+    "router",
+    "server",
+    "stdio",
+]

@@ -6,4 +6,12 @@ index writers on one directory lose data), and must never be reachable over MCP.
 server holds an exclusive lock on its data directory and listens on a Unix socket in
 it (mode 0600, peers checked to be the owner); admin commands go through that socket
 while a server is up, and take the lock themselves when none is.
+
+Its surface is its modules, each imported by name.
 """
+
+__all__ = [
+    "channel",
+    "commands",
+    "ownership",
+]

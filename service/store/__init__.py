@@ -1,11 +1,16 @@
 """The store: the only room that speaks SQL. SQLite (embedded, the default) or
 PostgreSQL (shared by several replicas), each a file implementing `base.Store`."""
 
-from pathlib import Path
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from .base import DEFAULT_DATABASE_TIMEOUT_MS, CandidateRow, JournalEvent, RecordRow, Store, StoreUnavailable
 from .migrations import SchemaTooNew
 from .sqlite import SqliteStore
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def open_store(
@@ -22,6 +27,7 @@ def open_store(
 
 
 __all__ = [
+    "DEFAULT_DATABASE_TIMEOUT_MS",
     "CandidateRow",
     "JournalEvent",
     "RecordRow",
