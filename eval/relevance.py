@@ -47,8 +47,8 @@ import os
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -210,6 +210,188 @@ def _progress(enabled: bool):  # noqa: ANN202
     return bar
 
 
+@dataclass(frozen=True)
+class _Collection:
+    """A collection as one run reads it: its documents, its judged queries, and the map
+    from the record ids ingestion gives its documents back to their own ids."""
+
+    name: str
+    scope: Scope
+    docs: list[Any]
+    queries: dict[str, Any]
+    qrels: dict[str, dict[str, int]]
+    judged: list[str]
+    rid_to_doc: dict[str, str]
+
+    @property
+    def key(self) -> str:
+        return scope_key(self.scope)
+
+    def texts(self) -> Iterator[tuple[str, str]]:
+        """(query id, query text) of every judged query, in order."""
+        for qid in self.judged:
+            yield qid, _query_text(self.queries[qid])
+
+
+@dataclass
+class _Runs:
+    """What the runs of one collection gather: each channel's ranked document ids per
+    query, the profile each ran under, timings, and the hybrid's channel hits."""
+
+    runs: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    receipts: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, Any] = field(default_factory=dict)
+    hits: dict[str, Any] = field(default_factory=dict)
+
+    def run_queries(
+        self,
+        collection: _Collection,
+        channel: str,
+        progress: bool,
+        ask: Callable[[str, str], list[str]],
+        after: Callable[[str, str], None] | None = None,
+    ) -> None:
+        """Ask every judged query through ``ask(qid, text)`` (record ids, best first),
+        timing each, and keep the run under ``channel`` as document ids; ``after`` runs
+        untimed after each query."""
+        bar = _progress(progress)
+        try:
+            task = bar.add_task(f"{collection.name} {channel}", total=len(collection.judged)) if bar else None
+            samples, run = [], {}
+            for qid, text in collection.texts():
+                t = time.perf_counter()
+                ids = ask(qid, text)
+                samples.append(time.perf_counter() - t)
+                run[qid] = [collection.rid_to_doc.get(r, r) for r in ids]
+                if after is not None:
+                    after(qid, text)
+                if bar:
+                    bar.advance(task)
+            self.runs[channel] = run
+            self.timings[channel] = _latency(samples)
+        finally:
+            if bar:
+                bar.stop()
+
+
+def _load_collection(dataset_dir: Path, split: str, context_turns: int) -> _Collection:
+    name = dataset_dir.name
+    scope = eval_scope(name if context_turns <= 0 else f"{name}-ctx{context_turns}")
+    docs = list(with_context(read_beir(dataset_dir, name), context_turns))
+    queries = load_queries(dataset_dir)
+    qrels = load_qrels(dataset_dir / "qrels" / f"{split}.tsv")
+    rid_to_doc: dict[str, str] = {}
+    for doc in docs:
+        try:
+            rid_to_doc[record_id_for(scope, doc)] = doc.external_id
+        except RefusedRecord:
+            pass
+    judged = [q for q in queries if q in qrels]
+    return _Collection(name, scope, docs, queries, qrels, judged, rid_to_doc)
+
+
+def _model_runs(
+    engine: Any, collection: _Collection, channels: Sequence[str], gathered: _Runs, *, progress: bool, save_hits: bool
+) -> None:
+    """The channels that need the model (semantic, hybrid) and, beside hybrid, the
+    naive RRF of its two channels, through ``engine``."""
+    ctx = eval_context(collection.scope)
+    key = collection.key
+    model_runs = [c for c in ("semantic", "hybrid") if c in channels]
+
+    def keep_hits(qid: str, text: str) -> None:
+        gathered.hits[qid] = _hits_json(engine.ranker.channel_hits(key, text, HYBRID_PROFILE), collection.rid_to_doc)
+
+    for channel in model_runs + (["naive_rrf"] if "hybrid" in channels else []):
+        if channel == "hybrid":
+
+            def ask(qid: str, text: str, channel: str = channel) -> list[str]:
+                ids, receipt = engine_search(engine, ctx, text, "lexical_and_semantic")
+                gathered.receipts.setdefault(
+                    channel, {"profile": receipt.get("profile"), "channels": receipt.get("channels")}
+                )
+                return ids
+
+        else:
+            profile = SEMANTIC_ONLY if channel == "semantic" else NAIVE_RRF
+            # naive RRF sees the candidates a search gives fusion (CANDIDATE_CAP)
+            cap = DEPTH if channel == "semantic" else CANDIDATE_CAP
+
+            def ask(
+                qid: str, text: str, channel: str = channel, profile: Profile = profile, cap: int = cap
+            ) -> list[str]:
+                ranked = engine.ranker.search(key, text, profile, valid_as_of_ms=now_ms(), candidate_cap=cap)
+                gathered.receipts.setdefault(channel, {"profile": profile.name, "channels": list(ranked.channels)})
+                return [c.record_id for c in ranked.candidates[:DEPTH]]
+
+        gathered.run_queries(
+            collection, channel, progress, ask, keep_hits if save_hits and channel == "hybrid" else None
+        )
+
+
+def _lexical_run(data_dir: Path, collection: _Collection, gathered: _Runs, *, progress: bool) -> None:
+    """The lexical channel: a model-less engine on the same directory, the engine's own
+    lexical profile."""
+    from engram.service.engine import Engine
+
+    engine = Engine.open(data_dir, load_model=False)
+    ctx = eval_context(collection.scope)
+
+    def ask(_qid: str, text: str) -> list[str]:
+        ids, receipt = engine_search(engine, ctx, text, "lexical")
+        gathered.receipts.setdefault(
+            "lexical", {"profile": receipt.get("profile"), "channels": receipt.get("channels")}
+        )
+        return ids
+
+    try:
+        gathered.run_queries(collection, "lexical", progress, ask)
+    finally:
+        engine.close()
+
+
+def _reports(
+    collection: _Collection, dataset_dir: Path, gathered: _Runs, *, split: str, context_turns: int, save_hits: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(report, details) from the gathered runs: the metrics per channel and baseline, the
+    paired tests, the categories when the queries carry them."""
+    judged, runs = collection.judged, gathered.runs
+    qrels = {q: collection.qrels[q] for q in judged}
+    per_query = {c: evaluate(qrels, runs[c]) for c in (*CHANNELS, *BASELINES) if c in runs}
+    report_json = {
+        "dataset": collection.name,
+        "docs": len(collection.docs),
+        "queries": len(judged),
+        "channels": {c: mean_metrics(per_query[c]) for c in CHANNELS if c in per_query},
+        "baselines": {c: mean_metrics(per_query[c]) for c in BASELINES if c in per_query},
+        "significance": {
+            f"hybrid_vs_{c}": paired_randomization(
+                [per_query["hybrid"][q][NDCG10] for q in judged], [per_query[c][q][NDCG10] for q in judged]
+            )
+            for c in PAIRED
+            if "hybrid" in per_query and c in per_query
+        },
+        "split": split,
+        "context_turns": context_turns,
+        "timings": gathered.timings,
+    }
+    sections = by_category(per_query, load_query_categories(dataset_dir), paired=PAIRED)
+    if sections:  # only a collection whose queries carry categories reports them
+        report_json["categories"] = sections
+    details = {
+        "dataset": collection.name,
+        "scope": list(collection.scope),
+        "profiles": gathered.receipts,
+        "metrics": list(METRICS),
+        "per_query": per_query,
+        "runs": runs,
+        "environment": {"cpu_count": os.cpu_count()},
+    }
+    if save_hits:
+        details["hits"] = {"collection": label(report_json), "qrels": qrels, "queries": gathered.hits}
+    return report_json, details
+
+
 def run_relevance(
     dataset_dir: Path,
     data_dir: Path,
@@ -242,141 +424,44 @@ def run_relevance(
 
     say = log or (lambda _m: None)
     dataset_dir = Path(dataset_dir)
-    name = dataset_dir.name
     unknown = [c for c in channels if c not in CHANNELS]
     if unknown:
         raise ValueError(f"unknown channels: {unknown}")
-    scope = eval_scope(name if context_turns <= 0 else f"{name}-ctx{context_turns}")
-    key = scope_key(scope)
-    docs = list(with_context(read_beir(dataset_dir, name), context_turns))
-    queries = load_queries(dataset_dir)
-    qrels = load_qrels(dataset_dir / "qrels" / f"{split}.tsv")
-    judged = [q for q in queries if q in qrels]
-    rid_to_doc: dict[str, str] = {}
-    for doc in docs:
-        try:
-            rid_to_doc[record_id_for(scope, doc)] = doc.external_id
-        except RefusedRecord:
-            pass
-    timings: dict[str, Any] = {}
-    runs: dict[str, dict[str, list[str]]] = {}
-    receipts: dict[str, Any] = {}
-    hits: dict[str, Any] = {}
+    collection = _load_collection(dataset_dir, split, context_turns)
+    name = collection.name
+    gathered = _Runs()
 
-    needs_model = any(c in ("semantic", "hybrid") for c in channels)
     if raw_anchors and encoder is None:  # the raw runs embed with the engine's own model
         encoder = MiniLMEncoder(Path(data_dir) / MODELS_DIR)
     t0 = time.perf_counter()
     engine = Engine.open(data_dir, encoder=encoder) if encoder is not None else Engine.open(data_dir)
-    timings["engine_open_s"] = round(time.perf_counter() - t0, 3)
+    gathered.timings["engine_open_s"] = round(time.perf_counter() - t0, 3)
     try:
-        say(f"[{name}] ingesting {len(docs)} documents into {scope[0]}/{scope[1]}")
+        say(f"[{name}] ingesting {len(collection.docs)} documents into {collection.scope[0]}/{collection.scope[1]}")
         source = VectorSource.load(vectors) if vectors is not None else None
         report = ingest_corpus(
-            engine, scope, docs, vectors=source, batch_size=batch_size, progress=progress, total=len(docs)
+            engine,
+            collection.scope,
+            collection.docs,
+            vectors=source,
+            batch_size=batch_size,
+            progress=progress,
+            total=len(collection.docs),
         )
-        timings["ingest"] = report.as_dict()
-        ctx = eval_context(scope)
-        bar = _progress(progress)
-        try:
-            if needs_model:
-                model_runs = [c for c in ("semantic", "hybrid") if c in channels]
-                for channel in model_runs + (["naive_rrf"] if "hybrid" in channels else []):
-                    task = bar.add_task(f"{name} {channel}", total=len(judged)) if bar else None
-                    samples, run = [], {}
-                    for qid in judged:
-                        text = _query_text(queries[qid])
-                        t = time.perf_counter()
-                        if channel == "hybrid":
-                            ids, receipt = engine_search(engine, ctx, text, "lexical_and_semantic")
-                            receipts.setdefault(
-                                channel, {"profile": receipt.get("profile"), "channels": receipt.get("channels")}
-                            )
-                        else:
-                            profile = SEMANTIC_ONLY if channel == "semantic" else NAIVE_RRF
-                            # naive RRF sees the candidates a search gives fusion (CANDIDATE_CAP)
-                            cap = DEPTH if channel == "semantic" else CANDIDATE_CAP
-                            ranked = engine.ranker.search(
-                                key, text, profile, valid_as_of_ms=now_ms(), candidate_cap=cap
-                            )
-                            ids = [c.record_id for c in ranked.candidates[:DEPTH]]
-                            receipts.setdefault(channel, {"profile": profile.name, "channels": list(ranked.channels)})
-                        samples.append(time.perf_counter() - t)
-                        run[qid] = [rid_to_doc.get(r, r) for r in ids]
-                        if save_hits and channel == "hybrid":
-                            hits[qid] = _hits_json(engine.ranker.channel_hits(key, text, HYBRID_PROFILE), rid_to_doc)
-                        if bar:
-                            bar.advance(task)
-                    runs[channel] = run
-                    timings[channel] = _latency(samples)
-        finally:
-            if bar:
-                bar.stop()
+        gathered.timings["ingest"] = report.as_dict()
+        if any(c in ("semantic", "hybrid") for c in channels):
+            _model_runs(engine, collection, channels, gathered, progress=progress, save_hits=save_hits)
         if raw_anchors:
             say(f"[{name}] the raw engines alone (BM25, exact MiniLM, their RRF)")
             t = time.perf_counter()
             plain = [(doc.external_id, doc.text) for doc in read_beir(dataset_dir, name)]
-            runs.update(raw_runs(plain, {q: _query_text(queries[q]) for q in judged}, encoder))
-            timings["raw_engines_s"] = round(time.perf_counter() - t, 3)
+            gathered.runs.update(raw_runs(plain, dict(collection.texts()), encoder))
+            gathered.timings["raw_engines_s"] = round(time.perf_counter() - t, 3)
     finally:
         engine.close()
-
     if "lexical" in channels:
-        # A model-less engine on the same directory: the engine's own lexical profile.
-        lexical_engine = Engine.open(data_dir, load_model=False)
-        bar = _progress(progress)
-        try:
-            task = bar.add_task(f"{name} lexical", total=len(judged)) if bar else None
-            samples, run = [], {}
-            for qid in judged:
-                text = _query_text(queries[qid])
-                t = time.perf_counter()
-                ids, receipt = engine_search(lexical_engine, ctx, text, "lexical")
-                samples.append(time.perf_counter() - t)
-                receipts.setdefault("lexical", {"profile": receipt.get("profile"), "channels": receipt.get("channels")})
-                run[qid] = [rid_to_doc.get(r, r) for r in ids]
-                if bar:
-                    bar.advance(task)
-            runs["lexical"] = run
-            timings["lexical"] = _latency(samples)
-        finally:
-            if bar:
-                bar.stop()
-            lexical_engine.close()
-
-    per_query = {c: evaluate({q: qrels[q] for q in judged}, runs[c]) for c in (*CHANNELS, *BASELINES) if c in runs}
-    report_json = {
-        "dataset": name,
-        "docs": len(docs),
-        "queries": len(judged),
-        "channels": {c: mean_metrics(per_query[c]) for c in CHANNELS if c in per_query},
-        "baselines": {c: mean_metrics(per_query[c]) for c in BASELINES if c in per_query},
-        "significance": {
-            f"hybrid_vs_{c}": paired_randomization(
-                [per_query["hybrid"][q][NDCG10] for q in judged], [per_query[c][q][NDCG10] for q in judged]
-            )
-            for c in PAIRED
-            if "hybrid" in per_query and c in per_query
-        },
-        "split": split,
-        "context_turns": context_turns,
-        "timings": timings,
-    }
-    sections = by_category(per_query, load_query_categories(dataset_dir), paired=PAIRED)
-    if sections:  # only a collection whose queries carry categories reports them
-        report_json["categories"] = sections
-    details = {
-        "dataset": name,
-        "scope": list(scope),
-        "profiles": receipts,
-        "metrics": list(METRICS),
-        "per_query": per_query,
-        "runs": runs,
-        "environment": {"cpu_count": os.cpu_count()},
-    }
-    if save_hits:
-        details["hits"] = {"collection": label(report_json), "qrels": {q: qrels[q] for q in judged}, "queries": hits}
-    return report_json, details
+        _lexical_run(data_dir, collection, gathered, progress=progress)
+    return _reports(collection, dataset_dir, gathered, split=split, context_turns=context_turns, save_hits=save_hits)
 
 
 def _hits_json(hits: ChannelHits, rid_to_doc: dict[str, str]) -> dict[str, Any]:
