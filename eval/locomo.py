@@ -31,6 +31,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from engram.models.errors import EnrichError
+
 #: LoCoMo's question categories (Maharana et al., 2024), by the number its file gives.
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 #: How LoCoMo writes a session's date and time: "1:56 pm on 8 May, 2023".
@@ -38,10 +40,6 @@ SESSION_DATE_FORMAT = "%I:%M %p on %d %B, %Y"
 QUERY_ID = re.compile(r"^.+:q(?P<index>\d+)$")
 TURN_ID = re.compile(r"^.+:D(?P<session>\d+):\d+$")
 SESSION_DATE_KEY = re.compile(r"^session_(?P<session>\d+)_date_time$")
-
-
-class EnrichError(ValueError):
-    """The inputs do not fit together (no sample for a conversation, an unknown session)."""
 
 
 @dataclass(frozen=True)

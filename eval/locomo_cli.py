@@ -44,7 +44,9 @@ def locomo_enrich(
     question's LoCoMo category (single-hop, multi-hop, temporal, open-domain, adversarial)
     as metadata.category. A conversation is paired with the LoCoMo sample whose questions
     its queries are."""
-    from .locomo import EnrichError, enrich, read_samples
+    from engram.models.errors import EnrichError
+
+    from .locomo import enrich, read_samples
 
     missing = [str(p) for p in (*locomo, beir) if not p.exists()]
     if missing:

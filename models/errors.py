@@ -24,7 +24,8 @@ such.
     ├── ChannelAbsent            no server answers on the operator socket
     ├── OperatorFailure          the server ran an operator command and it failed
     ├── NoLiveReplica            a scope's target replica group has no live replica
-    └── RefusedRecord            a source document that cannot become a record (also ValueError)
+    ├── RefusedRecord            a source document that cannot become a record (also ValueError)
+    └── EnrichError              LoCoMo's JSON and a BEIR conversation do not fit together (also ValueError)
 """
 
 from __future__ import annotations
@@ -138,3 +139,9 @@ class NoLiveReplica(EngramError):
 # Bulk ingestion
 class RefusedRecord(EngramError, ValueError):
     """A source document that cannot become a record (empty, oversized, secret...)."""
+
+
+# Evaluation
+class EnrichError(EngramError, ValueError):
+    """LoCoMo's JSON and a conversation in BEIR layout do not fit together (no sample for
+    the conversation, an unknown session, a date not in LoCoMo's form)."""
