@@ -210,13 +210,28 @@ class ServedDirectory:
         return len(os.listdir(f"/proc/{self.pid}/fd"))
 
 
-def answer_of(status: int, text: str) -> tuple[str, dict[str, Any] | None]:
-    """A tools/call answer as (outcome, value): ("ok", value); an error envelope's code
-    (with ``retriable:`` before it when the envelope says so); ``rpc:<code>`` for a
-    JSON-RPC error; ``http:<status>`` for anything else."""
-    if status != 200:
-        return f"http:{status}", None
-    body = json.loads(text)
+def _rpc_body(response: Any) -> dict[str, Any]:
+    """The JSON-RPC response a POST answered: the body itself, or, when the server
+    committed the answer to an event stream (a call still running after the SDK's
+    keepalive interval answers as ``text/event-stream``), its one response message."""
+    if not response.headers.get("content-type", "").startswith("text/event-stream"):
+        return json.loads(response.text)
+    for frame in response.text.replace("\r\n", "\n").split("\n\n"):
+        data = "\n".join(line[5:].lstrip() for line in frame.split("\n") if line.startswith("data:"))
+        if data:
+            message = json.loads(data)
+            if "result" in message or "error" in message:
+                return message
+    raise ValueError("an event stream without a response message")
+
+
+def answer_of(response: Any) -> tuple[str, dict[str, Any] | None]:
+    """A tools/call answer (an HTTP response) as (outcome, value): ("ok", value); an
+    error envelope's code (with ``retriable:`` before it when the envelope says so);
+    ``rpc:<code>`` for a JSON-RPC error; ``http:<status>`` for anything else."""
+    if response.status_code != 200:
+        return f"http:{response.status_code}", None
+    body = _rpc_body(response)
     if "error" in body:
         return f"rpc:{body['error'].get('code')}", None
     envelope = body["result"]["structuredContent"]
@@ -279,7 +294,7 @@ def measure_service(
                 started_at = time.perf_counter()
                 response = http.post(**server.request(token, tool, args, sum(map(len, timings.values()))))
                 timings.setdefault(timed_as, []).append((time.perf_counter() - started_at) * 1000)
-                outcome, value = answer_of(response.status_code, response.text)
+                outcome, value = answer_of(response)
                 return value if outcome == "ok" else None
 
             def search(n: int, timed_as: str) -> bool:

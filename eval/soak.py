@@ -109,7 +109,7 @@ class SoakClients:
         started = time.monotonic()
         try:
             response = await http.post(**self.server.request(token, tool, args, next(self._ids)))
-            outcome, value = answer_of(response.status_code, response.text)
+            outcome, value = answer_of(response)
         except Exception as exc:  # noqa: BLE001 - a transport failure is an error of the run
             outcome, value = f"exception:{type(exc).__name__}", None
         self.tally.calls.append(Call(round(started - t0, 3), operation, time.monotonic() - started, outcome))
@@ -160,7 +160,7 @@ class SoakClients:
                 }
                 signed = self.server.token(self.claims(client), confirmation=confirmation)
                 outcome, _ = await self.call(http, signed, FORGET, args, "forget", t0)
-                if outcome == "ok":
+                if outcome in ("ok", "ALREADY_TERMINAL"):  # the latter: an earlier try, unanswered, took effect
                     self.tally.forgotten.append(record_id)
                 else:
                     mine.insert(0, record_id)  # not known forgotten: it must still be readable
@@ -193,12 +193,12 @@ class SoakClients:
                 response = http.post(
                     **self.server.request(token, GET, {"record_id": record_id, "purpose_ref": PURPOSE}, 0)
                 )
-                missing += answer_of(response.status_code, response.text)[0] != "ok"
+                missing += answer_of(response)[0] != "ok"
             for record_id in self.tally.forgotten:
                 response = http.post(
                     **self.server.request(token, GET, {"record_id": record_id, "purpose_ref": PURPOSE}, 0)
                 )
-                resurrected += answer_of(response.status_code, response.text)[0] != "NOT_FOUND"
+                resurrected += answer_of(response)[0] != "NOT_FOUND"
         return {
             "admitted_current": len(self.tally.admitted),
             "admitted_not_readable": missing,

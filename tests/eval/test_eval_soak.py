@@ -46,3 +46,23 @@ def test_windows_count_errors_apart_from_retriable_answers() -> None:
     assert (second["calls"], second["errors"], second["retriable"]) == (3, 2, 0)
     assert set(first["latency"]) == {"get"} and first["latency"]["get"]["n"] == 2
     assert set(second["latency"]) == {"forget"}  # only answered calls are timed
+
+
+def test_an_answer_committed_to_an_event_stream_is_read() -> None:
+    """A call still running after the MCP SDK's keepalive interval is answered as
+    `text/event-stream` (a ping comment, then the response as one message event): the
+    harness reads it as it reads a JSON body, not as a failure."""
+    import httpx2
+
+    from engram.eval.service_memory import answer_of
+
+    envelope = {"ok": True, "output": {"value": {"record_id": "mem_1"}}}
+    message = {"jsonrpc": "2.0", "id": 3, "result": {"structuredContent": envelope}}
+    stream = f": ping\r\n\r\nevent: message\r\ndata: {json.dumps(message)}\r\n\r\n"
+    as_stream = httpx2.Response(200, headers={"content-type": "text/event-stream"}, text=stream)
+    as_json = httpx2.Response(200, headers={"content-type": "application/json"}, text=json.dumps(message))
+    assert answer_of(as_stream) == answer_of(as_json) == ("ok", {"record_id": "mem_1"})
+    failed = {"jsonrpc": "2.0", "id": 4, "error": {"code": -32603, "message": "x"}}
+    assert answer_of(
+        httpx2.Response(200, headers={"content-type": "text/event-stream"}, text=f"data: {json.dumps(failed)}\n\n")
+    ) == ("rpc:-32603", None)
