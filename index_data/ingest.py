@@ -350,6 +350,8 @@ def ingest_corpus(
     )
     pipeline.run(records, batch_size)
     engine.catch_up(scope)
+    if report.ingested:
+        engine.refresh_statistics()
     report.cursor_after = engine.scope_cursor(scope)
     report.seconds = time.perf_counter() - started
     return report

@@ -329,6 +329,10 @@ class Engine:
         """Bring the scope's indexes up to its journal (heals an interrupted load)."""
         self.deps.projector.catch_up(scope)
 
+    def refresh_statistics(self) -> None:
+        """After a bulk load: the store's query planner statistics brought up to date."""
+        self.deps.store.refresh_statistics()
+
     def scope_cursor(self, scope: Scope) -> int:
         """The scope's journal head."""
         return self.deps.store.scope_cursor(scope)

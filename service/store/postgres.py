@@ -1068,6 +1068,15 @@ class PostgresStore:
             return False
         return True
 
+    def refresh_statistics(self) -> None:
+        """ANALYZE the tables a bulk load fills. Until autovacuum gets to them, a table
+        loaded in one go has no statistics, and the planner read a page's candidates
+        through the wrong index, filtering the whole scope (eval/RESULTS.md, Stores and
+        replicas)."""
+        with self._pool.connection() as conn:
+            for table in ("records", "keys", "journal", "candidates"):
+                conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
+
     def footprint(self) -> dict[str, int]:
         """Bytes per table (heap, TOAST and indexes: pg_total_relation_size)."""
         return {

@@ -631,6 +631,14 @@ class SqliteStore:
                 return False
         return busy == 0
 
+    def refresh_statistics(self) -> None:
+        """SQLite's own advice after a change to the data: ``PRAGMA optimize``, which
+        analyses only the tables whose statistics it finds stale, within a bounded
+        effort."""
+        with self._write_lock:
+            self._writer.execute("PRAGMA analysis_limit=1000")
+            self._writer.execute("PRAGMA optimize")
+
     def footprint(self) -> dict[str, int]:
         """Bytes per table from SQLite's page statistics (dbstat): every page of the
         table's b-tree and of its indexes, free space in them included."""

@@ -407,3 +407,23 @@ def test_ingest_runs_on_postgresql_like_on_sqlite(tmp_path: Path, encoder, postg
         assert result.exit_code == 0, result.output
         exports.append(out.read_bytes())
     assert exports[0] == exports[1] and exports[0].count(b"\n") == 30
+
+
+def test_a_bulk_load_leaves_the_planner_statistics_of_postgresql(tmp_path: Path, encoder, postgres_cluster):
+    """A table loaded in one go has no statistics until autovacuum runs, and the planner
+    then read a page's candidates by scanning the scope; ingestion analyses the tables."""
+    import psycopg
+
+    from engram.service.engine import Engine
+
+    url = postgres_cluster.create_database("analyse")
+    eng = Engine.open(tmp_path / "pg", encoder=encoder, database_url=url)
+    try:
+        ingest_corpus(eng, SCOPE, corpus(), batch_size=8, progress=False, purpose_ref=PURPOSE)
+    finally:
+        eng.close()
+    with psycopg.connect(url) as conn:
+        analysed = conn.execute(
+            "SELECT relname FROM pg_stat_user_tables WHERE last_analyze IS NOT NULL ORDER BY relname"
+        ).fetchall()
+    assert {"candidates", "journal", "keys", "records"} <= {name for (name,) in analysed}
