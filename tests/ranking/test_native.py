@@ -58,3 +58,32 @@ def test_usearch_then_onnx_runtime_load_in_one_process() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "7"
+
+
+def test_prepare_process_caps_the_malloc_arenas() -> None:
+    """After a multi-threaded Tantivy write, glibc reports its arenas (malloc_info): at
+    most the cap once the process is prepared, against one per writer thread and more
+    without it."""
+    probe = (
+        "import ctypes, sys, tempfile\n"
+        "{prepare}"
+        "import tantivy\n"
+        "builder = tantivy.SchemaBuilder(); builder.add_text_field('body', stored=True)\n"
+        "index = tantivy.Index(builder.build(), path=tempfile.mkdtemp())\n"
+        "writer = index.writer(heap_size=60_000_000, num_threads=4)\n"
+        "for i in range(40_000):\n"
+        "    writer.add_document(tantivy.Document(body=f'document {{i}} with words {{i * 7}}'))\n"
+        "writer.commit(); writer.wait_merging_threads()\n"
+        "libc = ctypes.CDLL('libc.so.6'); libc.fopen.restype = ctypes.c_void_p\n"
+        "path = tempfile.mktemp(); stream = ctypes.c_void_p(libc.fopen(path.encode(), b'w'))\n"
+        "libc.malloc_info(0, stream); libc.fclose(stream)\n"
+        "print(open(path).read().count('<heap nr='))"
+    )
+    if not hasattr(__import__("ctypes").CDLL("libc.so.6"), "malloc_info"):
+        pytest.skip("not glibc: no malloc arenas to count")
+    prepared = run_fresh(probe.format(prepare="from engram.ranking.native import prepare_process; prepare_process()\n"))
+    bare = run_fresh(probe.format(prepare=""))
+    assert prepared.returncode == 0 and bare.returncode == 0, prepared.stderr + bare.stderr
+    from engram.ranking.native import MALLOC_ARENAS
+
+    assert int(prepared.stdout) <= MALLOC_ARENAS < int(bare.stdout)
