@@ -491,12 +491,17 @@ MIDDLE_TRIM = 5
 
 def scan_dir(root: Path, needles: Iterable[str]) -> dict[str, list[str]]:
     """Which files under `root` hold which needle (raw UTF-8 bytes and UTF-16 forms); a
-    needle of ``MIDDLE_FROM`` characters or more is looked for by its middle."""
+    needle of ``MIDDLE_FROM`` characters or more is looked for by its middle. A live
+    server may delete a file between the listing and its reading (Tantivy collecting a
+    merged segment): a file gone holds nothing."""
     found: dict[str, list[str]] = {}
     cores = {n: n[MIDDLE_TRIM:-MIDDLE_TRIM] if len(n) >= MIDDLE_FROM else n for n in needles}
     forms = {n: [core.encode("utf-8"), core.encode("utf-16-le")] for n, core in cores.items()}
     for path in sorted(p for p in Path(root).rglob("*") if p.is_file()):
-        data = path.read_bytes()
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            continue
         for needle, encodings in forms.items():
             if any(e in data for e in encodings):
                 found.setdefault(needle, []).append(str(path.relative_to(root)))
