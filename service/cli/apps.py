@@ -22,18 +22,17 @@ tenant_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(admin, name="admin")
+admin.add_typer(tenant_app, name="tenant")
 
 
 @app.callback()
 def _prepare_process() -> None:
-    """Before any sub-command: the process-wide settings of the ranking engines' native
-    libraries (one BLAS thread; the C++ runtime loaded first)."""
+    """Before any sub-command: the process-wide settings of the native libraries
+    (`engram.ranking.native.prepare_process`)."""
     from engram.ranking import prepare_process
 
     prepare_process()
 
-
-admin.add_typer(tenant_app, name="tenant")
 
 #: Sub-commands other rooms contribute: name -> (module, help). One whose optional
 #: dependencies (the `eval` extra) are missing is reported and left out; a module of the
