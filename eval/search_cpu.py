@@ -59,9 +59,11 @@ def _import_path(tree: Path, work: Path, name: str) -> str:
     root = work / "import-roots" / name
     (root / "engram").mkdir(parents=True, exist_ok=True)
     for room in ROOMS:
-        link = root / "engram" / room
+        link, target = root / "engram" / room, Path(tree).resolve() / room
+        if link.is_symlink() and link.readlink() != target:  # an earlier run's tree
+            link.unlink()
         if not link.is_symlink():
-            link.symlink_to(Path(tree).resolve() / room, target_is_directory=True)
+            link.symlink_to(target, target_is_directory=True)
     return str(root)
 
 
