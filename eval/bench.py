@@ -13,7 +13,7 @@ process:
   the engine with the model, lexical on the same directory reopened without the model
   (the engine's lexical profile);
 * the raw engines alone on the same indexes and queries, asked for what the engine
-  asks of them: the encoder on one query, Tantivy's search for the lexical channel's
+  asks of them: the encoder on one query (at the profile's query precision), Tantivy's search for the lexical channel's
   query at the profile's candidate depth (analysis included, no stored-field reads) and
   the HNSW index's (usearch) ``search`` at the semantic depth and the profile's search
   expansion (plus k=10 for reference); and the ratios engine / sum of raw parts;
@@ -64,7 +64,7 @@ import numpy as np
 from engram.index_data.ingest import ingest_corpus
 from engram.index_data.readers import VectorSource, read_beir
 from engram.index_data.records import DEFAULT_PURPOSE, build_payload, record_id_for
-from engram.ranking import EMBED_BATCH, HYBRID_PROFILE, passages
+from engram.ranking import EMBED_BATCH, HYBRID_PROFILE, encode_queries, passages
 from engram.service.engine import CallContext, index_document, scope_key
 
 from .corpus_gen import CorpusSpec, SyntheticCorpus
@@ -376,7 +376,8 @@ def bench_size(
             texts,
         ),
         "lexical_channel": (lambda q: raw.lexical_channel(q, lexical_k), texts),
-        "raw_encoder_query": (lambda q: encoder.encode([q]), texts),
+        # The encoder as the profile runs it on a query (its query precision).
+        "raw_encoder_query": (lambda q: encode_queries(encoder, [q], config.semantic.query_precision), texts),
         "raw_tantivy_candidates": (lambda q: raw.tantivy(q, lexical_k), texts),
         "raw_hnsw_candidates": (lambda v: raw.knn(v, semantic_k, max(expansion, semantic_k)), vectors_q),
         "raw_hnsw_k10_ef128": (lambda v: raw.knn(v, 10, 128), vectors_q),

@@ -135,12 +135,18 @@ def engine_worker(data: Path, queries: int) -> None:
         assert config.semantic is not None and encoder is not None
         raw = ranker.raw_engines(key, HYBRID_PROFILE)
         texts = _queries(queries)
-        vectors = [encoder.encode([q]) for q in texts]
+        # The encoder as the profile runs it on a query; a tree without a query
+        # precision encodes queries as passages.
+        precision = getattr(config.semantic, "query_precision", None)
+        encode_query = (
+            (lambda q: encoder.encode_queries([q], precision)) if precision else (lambda q: encoder.encode([q]))
+        )
+        vectors = [encode_query(q) for q in texts]
         args = [_search_args(q) for q in texts]
         probes: dict[str, Callable[[int], Any]] = {
             "engine_hybrid": lambda i: engine.execute("engram_memory_search", ctx, args[i]),
             "ranker_hybrid": lambda i: ranker.search(key, texts[i], HYBRID_PROFILE, valid_as_of_ms=2_000_000_000_000),
-            "raw_encoder": lambda i: encoder.encode([texts[i]]),
+            "raw_encoder": lambda i: encode_query(texts[i]),
             "raw_tantivy": lambda i: raw.tantivy(texts[i], config.lexical.cap),
             "raw_scan": lambda i: raw.knn(vectors[i], config.semantic.cap, None),
         }

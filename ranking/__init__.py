@@ -5,7 +5,7 @@ go in, ordered candidates with per-channel contributions come out.
 """
 
 from engram.ranking.documents import IndexDocument, passages, passages_digest
-from engram.ranking.encoder import Device, DeviceUnavailable, Encoder, MiniLMEncoder
+from engram.ranking.encoder import Device, DeviceUnavailable, Encoder, MiniLMEncoder, encode_queries
 from engram.ranking.fusion import Contribution, fuse, recency
 from engram.ranking.lexical import LexicalHit
 from engram.ranking.native import prepare_process
@@ -17,6 +17,7 @@ from engram.ranking.profiles import (
     FusionMethod,
     Profile,
     ProfileConfig,
+    QueryPrecision,
     SemanticConfig,
     ValidTimeConfig,
     config_dict_digest,
@@ -42,6 +43,7 @@ __all__ = [
     "MiniLMEncoder",
     "Profile",
     "ProfileConfig",
+    "QueryPrecision",
     "RankedList",
     "Ranker",
     "SemanticConfig",
@@ -51,6 +53,7 @@ __all__ = [
     "ValidTimeWindow",
     "VectorSpace",
     "config_dict_digest",
+    "encode_queries",
     "fuse",
     "passages",
     "passages_digest",

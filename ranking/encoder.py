@@ -29,6 +29,7 @@ import numpy as np
 from engram.models.device import Device
 from engram.models.errors import DeviceUnavailable  # noqa: F401 - raised and caught here
 from engram.ranking.minilm import MINILM_DIM, model_path
+from engram.ranking.profiles import QueryPrecision
 
 if TYPE_CHECKING:
     from engram.ranking.onnx_encoder import OnnxMiniLM
@@ -57,6 +58,21 @@ class Encoder(Protocol):
     dim: int
 
     def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+@runtime_checkable
+class QueryEncoder(Encoder, Protocol):
+    """An encoder with a query path of its own, at the precision a profile names."""
+
+    def encode_queries(self, texts: Sequence[str], precision: QueryPrecision) -> np.ndarray: ...
+
+
+def encode_queries(encoder: Encoder, texts: Sequence[str], precision: QueryPrecision) -> np.ndarray:
+    """``texts`` encoded as queries: through the encoder's query path where it has one,
+    else as passages are (an encoder without one has a single precision)."""
+    if isinstance(encoder, QueryEncoder):
+        return encoder.encode_queries(texts, precision)
+    return encoder.encode(texts)
 
 
 def encoder_id(encoder: Encoder | None) -> str | None:
@@ -149,7 +165,8 @@ class TorchMiniLM:
 class MiniLMEncoder:
     """The service's all-MiniLM-L6-v2: ONNX Runtime for small batches (queries, single
     captures), torch for bulk and on a GPU; the same vectors either way (cosine >= 0.999,
-    tested).
+    tested). Queries asked for at ``QueryPrecision.INT8`` run through the int8 copy of
+    the ONNX graph (torch, without ONNX Runtime, has only float32).
 
     ``cache_dir``: where the ONNX export is kept (the service passes its data directory);
     without one, or when the export cannot be made, every batch goes through torch.
@@ -175,6 +192,7 @@ class MiniLMEncoder:
         self._loaded = False
         self._bulk_on_torch = True  # settled by load()
         self.onnx: OnnxMiniLM | None = None  # once loaded
+        self.onnx_int8: OnnxMiniLM | None = None  # once loaded: the query path at int8
 
     def load(self) -> None:
         """Load (exporting on first start) and warm every backend this process will use,
@@ -192,11 +210,26 @@ class MiniLMEncoder:
                     self.onnx = onnx
                 except Exception as exc:  # noqa: BLE001 - torch remains: serve through it
                     logger.warning("ONNX query encoder unavailable, using torch: %s", exc)
+                else:
+                    self.onnx_int8 = self._load_int8()
             self._bulk_on_torch = self.onnx is None or not self._torch_on_cpu()
             if self._bulk_on_torch:
                 self.torch.load()
                 self.torch.encode(["warm up"])
             self._loaded = True
+
+    def _load_int8(self) -> OnnxMiniLM | None:
+        from engram.ranking.onnx_encoder import OnnxMiniLM
+
+        assert self._cache_dir is not None  # only called where the float32 graph loaded
+        try:
+            onnx = OnnxMiniLM(self._cache_dir, QueryPrecision.INT8)
+            onnx.load()
+            onnx.encode(["warm up"])
+        except Exception as exc:  # noqa: BLE001 - float32 queries remain
+            logger.warning("int8 query encoder unavailable, encoding queries at float32: %s", exc)
+            return None
+        return onnx
 
     def _torch_on_cpu(self) -> bool:
         """Whether the torch backend would run on the CPU (then ONNX Runtime serves bulk
@@ -211,6 +244,13 @@ class MiniLMEncoder:
     def backend(self) -> str:
         """Which backend small batches use: "onnx" or "torch"."""
         return "torch" if self.onnx is None else "onnx"
+
+    def encode_queries(self, texts: Sequence[str], precision: QueryPrecision) -> np.ndarray:
+        if not self._loaded:
+            self.load()
+        if precision is QueryPrecision.INT8 and self.onnx_int8 is not None and len(texts) <= self._small_batch:
+            return self.onnx_int8.encode(texts)
+        return self.encode(texts)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         if not self._loaded:

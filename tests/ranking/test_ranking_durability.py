@@ -23,7 +23,7 @@ def ids(ranker: Ranker, scope: str, query: str, profile=HYBRID_PROFILE) -> list[
 
 
 def semantic_ids(ranker: Ranker, scope: str, query: str) -> list[str]:
-    vector = ranker._query_vector(query)  # noqa: SLF001 - the semantic channel alone
+    vector = ranker._encode([query])  # noqa: SLF001 - the semantic channel alone
     return [h.record_id for h in ranker._semantic.search(scope, vector, 50)]  # noqa: SLF001
 
 

@@ -15,7 +15,8 @@ import pytest
 
 from engram.ranking import Device, DeviceUnavailable, MiniLMEncoder
 from engram.ranking.encoder import TorchMiniLM, choose_device, resolve_device
-from engram.ranking.onnx_encoder import OnnxMiniLM, export_file
+from engram.ranking.onnx_encoder import OnnxMiniLM, export_file, quantized_file
+from engram.ranking.profiles import QueryPrecision
 
 SAMPLE = [
     "vehicle ignition failure",
@@ -141,6 +142,47 @@ def test_damaged_export_is_made_again(tmp_path: Path):
     onnx = OnnxMiniLM(tmp_path)
     onnx.load()
     assert onnx.encode(["hello"]).shape == (1, 384)
+
+
+@pytest.mark.model
+def test_int8_query_graph_is_made_once_and_stays_close_to_float32(backends, cache_dir: Path):
+    onnx, _ = backends
+    int8 = OnnxMiniLM(cache_dir, QueryPrecision.INT8)
+    int8.load()
+    stamp = quantized_file(cache_dir).stat().st_mtime_ns
+    again = OnnxMiniLM(cache_dir, QueryPrecision.INT8)
+    again.load()
+    assert quantized_file(cache_dir).stat().st_mtime_ns == stamp  # cached, not quantised again
+    queries = SAMPLE[:5]
+    exact, quantised = onnx.encode(queries), int8.encode(queries)
+    assert np.abs(exact - quantised).max() > 1e-3  # another graph, not the float32 one
+    assert cosines(quantised, exact).min() >= 0.97
+    assert np.allclose(np.linalg.norm(quantised, axis=1), 1.0, atol=1e-5)
+    # The nearest of a few passages stays the nearest.
+    passages = onnx.encode(["ignition coil failure in a car", "ledger isolation levels", "bone growth and x-rays"])
+    assert ((exact @ passages.T).argmax(1)[[0, 3, 4]] == (quantised @ passages.T).argmax(1)[[0, 3, 4]]).all()
+
+
+@pytest.mark.model
+def test_service_encoder_encodes_queries_at_the_precision_asked(backends, cache_dir: Path):
+    onnx, _ = backends
+    encoder = MiniLMEncoder(cache_dir, device=Device.CPU)
+    queries = SAMPLE[:3]
+    assert np.array_equal(encoder.encode_queries(queries, QueryPrecision.FLOAT32), encoder.encode(queries))
+    assert encoder.onnx_int8 is not None
+    assert np.array_equal(encoder.encode_queries(queries, QueryPrecision.INT8), encoder.onnx_int8.encode(queries))
+    assert not np.array_equal(encoder.encode(queries), encoder.onnx_int8.encode(queries))
+    assert np.array_equal(encoder.encode(queries), onnx.encode(queries))  # passages stay float32
+
+
+@pytest.mark.model
+def test_damaged_int8_graph_is_made_again(backends, cache_dir: Path, tmp_path: Path):
+    export_file(tmp_path).write_bytes(export_file(cache_dir).read_bytes())
+    quantized_file(tmp_path).write_bytes(b"not a model")
+    int8 = OnnxMiniLM(tmp_path, QueryPrecision.INT8)
+    int8.load()
+    assert quantized_file(tmp_path).stat().st_size > 1_000_000
+    assert int8.encode(["hello"]).shape == (1, 384)
 
 
 @pytest.mark.model

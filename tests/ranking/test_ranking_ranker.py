@@ -505,3 +505,41 @@ def test_the_semantic_default_graph_is_the_hybrid_profiles() -> None:
     from engram.ranking.semantic import DEFAULT_GRAPH
 
     assert DEFAULT_GRAPH == HYBRID_PROFILE.config.semantic
+
+
+def test_queries_are_encoded_at_the_profiles_precision_and_passages_at_full(tmp_path: Path) -> None:
+    """A profile names its query precision; the ranker asks the encoder's query path for
+    it, and never uses that path for passages."""
+    import dataclasses
+
+    from engram.ranking.profiles import QueryPrecision
+
+    class RecordingEncoder(HashingTestEncoder):
+        def __init__(self) -> None:
+            self.asked: list[tuple[str, QueryPrecision | None]] = []
+
+        def encode(self, texts):
+            self.asked += [(t, None) for t in texts]
+            return super().encode(texts)
+
+        def encode_queries(self, texts, precision):
+            self.asked += [(t, precision) for t in texts]
+            return super().encode(texts)
+
+    encoder = RecordingEncoder()
+    ranker = Ranker(tmp_path, encoder)
+    seed(ranker)
+    assert encoder.asked and all(precision is None for _, precision in encoder.asked)  # passages
+    assert HYBRID_PROFILE.config.semantic is not None
+    float32 = dataclasses.replace(
+        HYBRID_PROFILE,
+        config=dataclasses.replace(
+            HYBRID_PROFILE.config,
+            semantic=dataclasses.replace(HYBRID_PROFILE.config.semantic, query_precision=QueryPrecision.FLOAT32),
+        ),
+    )
+    for profile in (HYBRID_PROFILE, float32):
+        encoder.asked.clear()
+        assert ids(ranker, "scopeA", "payment cache", profile)
+        assert encoder.asked == [("payment cache", profile.config.semantic.query_precision)]
+    assert HYBRID_PROFILE.config.semantic.query_precision is QueryPrecision.INT8
