@@ -213,3 +213,23 @@ def test_engine_refuses_a_named_device_the_machine_lacks(tmp_path: Path):
     with pytest.raises(DeviceUnavailable):
         Engine.open(tmp_path / "data", device=Device.CUDA)
     assert not (tmp_path / "data").exists()  # refused before anything was created
+
+
+@pytest.mark.model
+def test_queries_fall_back_to_float32_when_the_int8_graph_cannot_be_made(
+    backends, cache_dir: Path, tmp_path: Path, monkeypatch, caplog
+):
+    import engram.ranking.onnx_encoder as onnx_module
+
+    def refuse(source: Path, destination: Path) -> None:
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(onnx_module, "quantize", refuse)
+    export_file(tmp_path).write_bytes(export_file(cache_dir).read_bytes())
+    encoder = MiniLMEncoder(tmp_path, device=Device.CPU)
+    with caplog.at_level("WARNING", logger="engram.encoder"):
+        encoder.load()
+    assert encoder.onnx is not None and encoder.onnx_int8 is None
+    assert "int8 query encoder unavailable" in caplog.text
+    queries = SAMPLE[:2]
+    assert np.array_equal(encoder.encode_queries(queries, QueryPrecision.INT8), encoder.encode(queries))
