@@ -13,10 +13,11 @@ process:
   the engine with the model, lexical on the same directory reopened without the model
   (the engine's lexical profile);
 * the raw engines alone on the same indexes and queries, asked for what the engine
-  asks of them: the encoder on one query (at the profile's query precision), Tantivy's search for the lexical channel's
-  query at the profile's candidate depth (analysis included, no stored-field reads) and
-  the HNSW index's (usearch) ``search`` at the semantic depth and the profile's search
-  expansion (plus k=10 for reference); and the ratios engine / sum of raw parts;
+  asks of them: the encoder on one query (at the profile's query precision), Tantivy's
+  search for the lexical channel's query at the profile's candidate depth (analysis
+  included, no stored-field reads) and the HNSW index's (usearch) ``search`` at the
+  semantic depth and the profile's search expansion (plus k=10 for reference); and the
+  ratios engine / sum of raw parts;
 * HNSW recall@10 against exact numpy brute force over all vectors, at several ``ef``
   (16 to 4096, and the ef the profile gives an index of that size), and, at sizes up to
   ``hnswlib_up_to``, the same for hnswlib (the engine before usearch) built over the
