@@ -11,11 +11,11 @@ the tokenizers library, truncated at the model's 256-token window, as
 sentence-transformers does; the vectors match the torch ones to within 1e-6 (tested).
 
 Queries may run through a quantised copy of that graph (``QueryPrecision.INT8``): its
-MatMul weights stored as int8 per output channel (ONNX Runtime's dynamic quantisation;
-activations are quantised per run), made once from the float32 export beside it, and run
-on one thread. What it saves in CPU, how close its vectors stay to the float32 ones and
-what that does to relevance on every dev collection are in eval/RESULTS.md ("Query
-encoder").
+weights (matrix products and embedding tables) stored as int8 per output channel (ONNX
+Runtime's dynamic quantisation; activations are quantised per run), made once from the
+float32 export beside it, and run on one thread. What it saves in CPU and memory, how
+close its vectors stay to the float32 ones and what that does to relevance on every dev
+collection are in eval/RESULTS.md ("Query encoder").
 """
 
 from __future__ import annotations
@@ -53,22 +53,25 @@ def export_file(cache_dir: Path) -> Path:
     return Path(cache_dir) / f"all-minilm-l6-v2-{version}-r{EXPORT_REVISION}.onnx"
 
 
+# Bump when the quantisation recipe changes: files made by another are ignored.
+QUANTIZE_REVISION = 2
+
+
 def quantized_file(cache_dir: Path) -> Path:
     """Where the int8 copy of :func:`export_file` lives under ``cache_dir``."""
     source = export_file(cache_dir)
-    return source.with_name(source.stem + "-int8.onnx")
+    return source.with_name(f"{source.stem}-int8-q{QUANTIZE_REVISION}.onnx")
 
 
 def quantize(source: Path, destination: Path) -> None:
-    """Write ``source`` with its MatMul weights quantised to int8 per output channel."""
+    """Write ``source`` with its weights quantised to int8 per output channel: the
+    matrix products' and the embedding tables' (every op type ONNX Runtime's dynamic
+    quantisation covers)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     with _without_preprocessing_advice():
         atomic_write(
-            destination,
-            lambda tmp: quantize_dynamic(
-                source, tmp, per_channel=True, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"]
-            ),
+            destination, lambda tmp: quantize_dynamic(source, tmp, per_channel=True, weight_type=QuantType.QInt8)
         )
 
 
