@@ -92,7 +92,7 @@ class VectorStorage(enum.StrEnum):
 class QueryPrecision(enum.StrEnum):
     """The weights a query is encoded with. Passages are always embedded at full
     precision (their vectors are the index, and seeds carry them between replicas);
-    ``INT8`` runs the query through the same model with its matrix weights quantised per
+    ``INT8`` runs the query through the same model with its weights quantised per
     channel (ranking.onnx_encoder), for less CPU a query (eval/RESULTS.md)."""
 
     FLOAT32 = "float32"
