@@ -210,7 +210,7 @@ class ServedDirectory:
         return len(os.listdir(f"/proc/{self.pid}/fd"))
 
 
-def _rpc_body(response: Any) -> dict[str, Any]:
+def rpc_body(response: Any) -> dict[str, Any]:
     """The JSON-RPC response a POST answered: the body itself, or, when the server
     committed the answer to an event stream (a call still running after the SDK's
     keepalive interval answers as ``text/event-stream``), its one response message."""
@@ -231,7 +231,7 @@ def answer_of(response: Any) -> tuple[str, dict[str, Any] | None]:
     ``rpc:<code>`` for a JSON-RPC error; ``http:<status>`` for anything else."""
     if response.status_code != 200:
         return f"http:{response.status_code}", None
-    body = _rpc_body(response)
+    body = rpc_body(response)
     if "error" in body:
         return f"rpc:{body['error'].get('code')}", None
     envelope = body["result"]["structuredContent"]

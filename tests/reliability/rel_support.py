@@ -36,6 +36,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
 from mcp_support import SECRET, ServerThread, free_port  # noqa: E402,F401
 
+from engram.eval.service_memory import rpc_body  # noqa: E402
 from engram.models.codes import MESSAGES, RETRIABLE, ErrorCode  # noqa: E402
 from engram.models.tools import TOOLS  # noqa: E402
 from engram.service.engine.gates import operation_digest  # noqa: E402
@@ -389,12 +390,9 @@ _MODERN_META = {
 
 
 def parse_rpc_body(response: httpx.Response) -> Any:
-    text = response.text
-    if response.headers.get("content-type", "").startswith("text/event-stream"):
-        datas = [line[5:].strip() for line in text.splitlines() if line.startswith("data:")]
-        datas = [d for d in datas if d]
-        return json.loads(datas[-1]) if datas else None
-    return json.loads(text) if text.strip() else None
+    """The JSON-RPC message a POST answered (JSON, or the response in an event stream),
+    None for an empty body."""
+    return rpc_body(response) if response.text.strip() else None
 
 
 class RawRpc:
