@@ -112,7 +112,8 @@ class SemanticConfig:
     graph grows: ``expansion_search`` up to ``expansion_reference`` live passages, then
     scaled by (live / reference) ** ``expansion_growth`` (``expansion_for``); a search
     asking for more candidates searches at least that deep. A scope of at most
-    ``exact_up_to`` live passages is not walked but scanned: every vector scored.
+    ``exact_up_to`` live passages is not walked but scanned: every code scored, the best
+    ``rescore_for(k)`` rescored exactly.
     """
 
     # Candidates handed to fusion (nearest neighbours asked of the index).
@@ -125,20 +126,21 @@ class SemanticConfig:
     expansion_growth: float = 0.9
     storage: VectorStorage = VectorStorage.F16  # the exact rows, on disk
     walk: VectorStorage = VectorStorage.I8  # the graph's codes, in memory
-    # A walk for k candidates returns max(k * rescore_factor, rescore_min) of them to be
-    # scored exactly (chosen in eval/RESULTS.md); the walk's depth is at least that.
+    # A search for k passages rescores max(k * rescore_factor, rescore_min) candidates
+    # exactly (chosen in eval/RESULTS.md); a walk's depth is at least that.
     rescore_factor: int = 2
     rescore_min: int = 512
-    # A scope of at most this many live passages is searched by scoring every vector
-    # (exact, recall 1) instead of walking the graph: up to here the scan is also the
-    # faster of the two (chosen in eval/RESULTS.md). 0 always walks the graph.
+    # A scope of at most this many live passages finds its candidates by scoring every
+    # code instead of walking the graph: no neighbour is missed for want of a path, and
+    # up to here the scan is also the faster of the two (chosen in eval/RESULTS.md).
+    # 0 always walks the graph.
     exact_up_to: int = 15_000
     # The query encoder's weights (chosen in eval/RESULTS.md); queries only, so a change
     # rebuilds nothing.
     query_precision: QueryPrecision = QueryPrecision.INT8
 
-    def scans_exactly(self, live_passages: int) -> bool:
-        """Whether an index of ``live_passages`` vectors is searched by an exact scan."""
+    def scans(self, live_passages: int) -> bool:
+        """Whether an index of ``live_passages`` vectors is scanned (every code scored)."""
         return live_passages <= self.exact_up_to
 
     def rescore_for(self, k: int) -> int:
@@ -335,6 +337,9 @@ def _config_digest(config: ProfileConfig) -> str:
 # Int8 queries (hybrid v15): the query is encoded by the int8 copy of the model's graph
 # (SemanticConfig.query_precision), for less CPU a search; every dev collection and
 # conversation within noise of v14 (eval/RESULTS.md, Query encoder).
+# Scanned codes (hybrid v16): a scope of at most exact_up_to passages finds the candidates
+# it rescores by scoring every int8 code in memory, not every float16 row read from disk
+# (eval/RESULTS.md, Semantic engine).
 TIME_LEXICAL = LexicalConfig(when_terms_weight=0.5, field_weights=FieldWeights(speaker=0.5))
 TIME_WINDOW = ValidTimeConfig(window_boost=0.5)
 LEXICAL_PROFILE = Profile(
@@ -344,7 +349,7 @@ LEXICAL_PROFILE = Profile(
 )
 HYBRID_PROFILE = Profile(
     name="lexical_and_semantic",
-    version="15",
+    version="16",
     config=ProfileConfig(
         channels=(LEXICAL, SEMANTIC),
         semantic=SemanticConfig(),

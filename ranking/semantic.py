@@ -10,17 +10,21 @@ in memory, the usearch graph holds each passage as a compact code (int8, one byt
 dimension, scaled so a unit vector's components span the byte's range: 384 bytes for
 MiniLM's 384 dimensions against 768 for float16), which is all a walk needs to find
 candidates; on disk, :mod:`ranking.vector_rows` keeps the exact rows (float16), from
-which the walk's candidates are scored exactly (``SemanticConfig.rescore_for``: at least
+which the candidates are scored exactly (``SemanticConfig.rescore_for``: at least
 twice as many as asked for), and which every other exact read uses: similarities of
-lexical-only candidates, the exact scan of small scopes, purges, rebuilds and exports.
+lexical-only candidates, purges, rebuilds and exports.
 Why this form and these parameters (and not one sign bit per dimension, which at a
 million vectors lost most of the true neighbours among near-ties): measured in
 ``eval/RESULTS.md`` (``engram bench``).
 
 A scope of at most ``SemanticConfig.exact_up_to`` live passages (most agents' memories)
-is not walked but scanned: usearch's exact search scores every row read back from disk
-(its float16 kernels), which finds the true nearest neighbours. A graph that reaches
-fewer vectors than asked for (after many deletions) is scanned the same way.
+is not walked but scanned: usearch's exact search scores every code in memory, and the
+best codes' rows are rescored exactly, as a walk's candidates are. Only the codes'
+rounding then stands between the scan and the true nearest neighbours, where a walk
+also misses neighbours the graph does not lead to; a scope of at most
+``rescore_for(k)`` passages rescores every row, so its answer is exact. A graph that
+reaches fewer vectors than asked for (after many deletions) is scanned, every row
+rescored.
 
 usearch holds the GIL while it searches, so concurrent searches of one scope would take
 turns on one core: they share one multi-threaded graph search (or scan) instead, batched
@@ -182,23 +186,23 @@ class _ScopeVectors:
 
 
 class _GraphSearch(NamedTuple):
-    """One caller's query of a scope: a float32 vector, how many passages, and the
-    graph's search depth (ef), or ``exact`` to score every row instead."""
+    """One caller's query of a scope: a float32 vector, how many passages, how many
+    candidates to rescore, and the graph's search depth (ef), or ``exact`` to score every
+    code instead of walking."""
 
     scope: _ScopeVectors
     vector: np.ndarray
     k: int
-    walk: int = 0  # candidates the walk hands to rescoring
+    walk: int = 0  # candidates handed to rescoring
     ef: int = 0
     exact: bool = False
 
 
 def _graph_searches(requests: Sequence[_GraphSearch]) -> list[_Found]:
     """Each request's passages: alone, one plain search; together, one multi-threaded
-    walk (or one pass of the rows) per scope, depth and kind (the same passages each
-    query gets alone). usearch keeps one search depth per index, not per query, so each
-    group sets its own before it walks; a scope's batches run one at a time
-    (:mod:`ranking.batching`)."""
+    search per scope, depth and kind (the same passages each query gets alone). usearch
+    keeps one search depth per index, not per query, so each group of walks sets its
+    own before it walks; a scope's batches run one at a time (:mod:`ranking.batching`)."""
     groups: dict[tuple[int, int, int, int, bool], list[int]] = {}
     for i, request in enumerate(requests):
         groups.setdefault((id(request.scope), request.k, request.walk, request.ef, request.exact), []).append(i)
@@ -206,54 +210,32 @@ def _graph_searches(requests: Sequence[_GraphSearch]) -> list[_Found]:
     for rows in groups.values():
         scope, _, k, walk, ef, exact = requests[rows[0]]
         queries = np.stack([requests[i].vector for i in rows])
-        answers = _scan(scope, queries, k) if exact else _walk(scope, queries, k, walk, ef)
-        found.update(zip(rows, answers))
+        found.update(zip(rows, _search(scope, queries, k, walk, ef, exact)))
     return [found[i] for i in range(len(requests))]
 
 
-def _walk(scope: _ScopeVectors, queries: np.ndarray, k: int, walk: int, ef: int) -> list[_Found]:
-    """The graph's ``walk`` candidates of each query, rescored exactly: the best ``k``."""
+def _search(scope: _ScopeVectors, queries: np.ndarray, k: int, walk: int, ef: int, exact: bool) -> list[_Found]:
+    """Each query's ``walk`` candidates from the graph's codes, rescored exactly from the
+    rows: the best ``k``. The candidates are those of the best code scores, found by a
+    walk at depth ``ef`` or, when ``exact``, by scoring every code (usearch's exact
+    search, in memory: the graph holds live passages only)."""
     index = scope.index
-    if index.expansion_search != ef:
+    if walk == 0:
+        return [_Found(np.zeros(0, np.uint64), np.zeros(0, np.float32)) for _ in queries]
+    if not exact and index.expansion_search != ef:
         index.expansion_search = ef  # type: ignore[misc]  # settable; the stub says read-only
     codes = _codes(queries, index)
     if len(queries) == 1:
-        candidates = [cast("Matches", index.search(codes[0], walk)).keys]
+        candidates = [cast("Matches", index.search(codes[0], walk, exact=exact, threads=1)).keys]
     else:
-        batch = index.search(codes, walk, threads=min(len(queries), GRAPH_THREADS))
+        batch = index.search(codes, walk, exact=exact, threads=min(len(queries), GRAPH_THREADS))
         candidates = [cast("Matches", batch[j]).keys for j in range(len(queries))]
     out = []
-    for query, labels in zip(queries, candidates):
+    for query, keys in zip(queries, candidates):
+        labels = np.sort(keys)  # in file order: consecutive rows are read at once
         scores = scope.read(labels) @ query
-        best = np.argsort(-scores, kind="stable")[:k]
+        best = np.argsort(-scores, kind="stable")[:k]  # equal scores: the lower label first
         out.append(_Found(labels[best], scores[best]))
-    return out
-
-
-def _scan(scope: _ScopeVectors, queries: np.ndarray, k: int) -> list[_Found]:
-    """The ``k`` live passages of the best exact inner product with each query, scoring
-    every row (usearch's exact search, a chunk of rows at a time)."""
-    if scope.rows is None:
-        empty = _Found(np.zeros(0, np.uint64), np.zeros(0, np.float32))
-        return [empty for _ in queries]
-    hidden = scope.rows.count - scope.live_count  # rows whose label is hidden or retired
-    labels: list[list[np.ndarray]] = [[] for _ in queries]
-    scores: list[list[np.ndarray]] = [[] for _ in queries]
-    for first, block in scope.rows.chunks():
-        want = min(len(block), k + hidden)
-        matches = usearch_index().search(block, queries.astype(block.dtype), want, metric="ip", exact=True)
-        for j in range(len(queries)):
-            match = matches if isinstance(matches, usearch_index().Matches) else matches[j]
-            labels[j].append(match.keys.astype(np.uint64) + np.uint64(first))
-            scores[j].append(1.0 - match.distances.astype(np.float32))
-    out = []
-    owner = scope.labels.owner
-    for found, similarity in zip(labels, scores):
-        every, values = np.concatenate(found), np.concatenate(similarity)
-        live = np.fromiter((owner(label) is not None for label in every.tolist()), dtype=bool, count=len(every))
-        every, values = every[live], values[live]
-        best = np.argsort(-values, kind="stable")[:k]
-        out.append(_Found(every[best], values[best]))
     return out
 
 
@@ -509,15 +491,12 @@ class SemanticIndex:
 
     def _search_locked(self, state: _ScopeVectors, query: np.ndarray, k: int, limit: int) -> list[SemanticHit]:
         vector = query.reshape(-1).astype(np.float32, copy=False)
-        if self._graph.scans_exactly(state.live_count):
-            found = state.searches.submit(_GraphSearch(state, vector, k, exact=True))
-        else:
-            walk = min(self._graph.rescore_for(k), state.live_count)
-            found = state.searches.submit(_GraphSearch(state, vector, k, walk=walk, ef=self._ef(state, walk)))
+        found = state.searches.submit(self._request(state, vector, k))
         if len(found.labels) < k:
             # After many deletions the graph may reach fewer than k live elements;
             # the live set is then small enough to score exactly, all of it.
-            found = state.searches.submit(_GraphSearch(state, vector, state.live_count, exact=True))
+            live = state.live_count
+            found = state.searches.submit(_GraphSearch(state, vector, live, walk=live, exact=True))
         labels = found.labels.tolist()
         similarities = found.similarities.astype(np.float64).tolist()
         best: dict[str, float] = {}
@@ -529,6 +508,15 @@ class SemanticIndex:
         ranked = sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit]
         times = state.labels.valid_times([record_id for record_id, _ in ranked])
         return [SemanticHit(r, s, t) for (r, s), t in zip(ranked, times)]
+
+    def _request(self, state: _ScopeVectors, vector: np.ndarray, k: int) -> _GraphSearch:
+        """The search for ``k`` passages the profile asks of this scope as it is now: its
+        candidates for rescoring (``rescore_for(k)``) from every code when the scope is
+        scanned, else from a walk at the scope's depth."""
+        walk = min(self._graph.rescore_for(k), state.live_count)
+        if self._graph.scans(state.live_count):
+            return _GraphSearch(state, vector, k, walk=walk, exact=True)
+        return _GraphSearch(state, vector, k, walk=walk, ef=self._ef(state, walk))
 
     def similarities(self, scope_key: str, query: np.ndarray, record_ids: Sequence[str]) -> dict[str, float]:
         """Exact best-passage similarity for each known record (used to explain and fuse)."""
@@ -543,18 +531,15 @@ class SemanticIndex:
 
     def raw_knn(self, scope_key: str, queries: np.ndarray, k: int, ef: int | None) -> np.ndarray:
         """The vector index alone, for benchmarks: labels of each query row's ``k`` best
-        passages from a graph walk at ``ef`` rescored exactly (the profile's number of
-        candidates for ``k``, the walk at least that deep), or from an exact scan of
-        every row when ``ef`` is None (passage labels, no aggregation per record);
+        passages, rescored exactly from the profile's number of candidates for ``k``,
+        found by a graph walk at ``ef`` (the walk at least that deep) or, when ``ef`` is
+        None, by scoring every code (passage labels, no aggregation per record);
         ``label_record`` names them."""
         state = self._scope(scope_key)
         rows = np.atleast_2d(queries).astype(np.float32, copy=False)
+        walk = min(self._graph.rescore_for(k), state.live_count)
         with state.changing, state.lock.write():
-            if ef is None:
-                found = _scan(state, rows, k)
-            else:
-                walk = min(self._graph.rescore_for(k), state.live_count)
-                found = _walk(state, rows, k, walk, max(ef, walk))
+            found = _search(state, rows, k, walk, 0 if ef is None else max(ef, walk), ef is None)
         return np.stack([f.labels for f in found])
 
     def raw_bulk_probe(self, dim: int) -> Callable[[np.ndarray], None]:

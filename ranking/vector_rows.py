@@ -7,8 +7,7 @@ positioned read (``os.pread``) per run of consecutive labels: what is read that 
 stays in the kernel's page cache, shared and reclaimable, where memory-mapped pages a
 process touched would count in its resident memory and grow with every search (measured:
 ``eval/RESULTS.md``, "Semantic engine"). The same rows serve every other exact read: the
-similarities of lexical-only candidates, the exact scan of small scopes, purges and
-rebuilds, exports.
+similarities of lexical-only candidates, purges and rebuilds, exports.
 
 Layout: ``rows-<generation>.f16`` (or ``.f32``) holds label L's vector at byte L x the
 row size. Labels are handed out in order and never reused, so applying appends. The file
@@ -33,7 +32,7 @@ from engram.ranking.storage import atomic_write
 
 #: Rows hashed together: a checkpoint re-hashes only the blocks written since the last.
 BLOCK_ROWS = 1 << 16
-#: Rows read at a time by a scan or a rewrite (a few MiB, whatever the scope's size).
+#: Rows read at a time by a rewrite (a few MiB, whatever the scope's size).
 READ_ROWS = 8_192
 
 

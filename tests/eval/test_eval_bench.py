@@ -90,7 +90,7 @@ def test_tiny_bench_run(tmp_path: Path, encoder):
     assert per["total"] == per["text"] + per["beyond_text"] and per["total"] >= sum(per["tables"].values()) - 10
     assert "Store bytes per record at 400" in (out / "report.md").read_text()
     assert "hnswlib over the same vectors at 400" in (out / "report.md").read_text()
-    assert "searches an index of this size by an exact scan" in (out / "report.md").read_text()
+    assert "searches an index of this size by scanning every code" in (out / "report.md").read_text()
     load = result["load"]
     assert "skipped" not in load, load
     assert load["bare_http_search_hybrid"]["n"] == 12  # every bare JSON-RPC search answered ok

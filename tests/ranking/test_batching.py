@@ -202,7 +202,7 @@ def test_the_real_model_gives_a_batched_query_its_lone_vector(minilm) -> None:
 
 def test_a_batch_of_graph_searches_gives_each_query_its_lone_matches(tmp_path: Path) -> None:
     """Queries of two scopes at two depths and two search depths (ef), graph walks
-    rescored exactly and exact scans, searched as one batch: each gets exactly the
+    and scans of every code, all rescored exactly, searched as one batch: each gets exactly the
     passages and similarities a lone search of its scope gives it."""
     from engram.ranking.profiles import SemanticConfig
     from engram.ranking.semantic import SemanticIndex, _graph_searches, _GraphSearch

@@ -1,4 +1,5 @@
-"""A small scope's semantic search is an exact scan of every vector; past
+"""A small scope's semantic search scores every code and rescores the best exactly, so
+it finds the nearest records a walk of its graph misses; past
 ``SemanticConfig.exact_up_to`` live passages it walks the HNSW graph."""
 
 from __future__ import annotations
@@ -61,3 +62,23 @@ def test_a_scope_that_grows_past_the_threshold_is_then_searched_through_its_grap
     )  # back to 50 live: scanned again
     hits = index.search("s", vectors[55], 50)
     assert len(hits) == 50 and {h.record_id for h in hits} == {f"r{i}" for i in range(50, 100)}
+
+
+def test_a_scan_reads_from_disk_only_the_rows_it_rescores(tmp_path: Path, monkeypatch):
+    """The scan scores the codes in memory: of the rows on disk it reads only the
+    candidates it rescores, and still finds the true nearest records."""
+    from engram.ranking.vector_rows import VectorRows
+
+    config = SemanticConfig(storage=VectorStorage.F32, exact_up_to=3000, rescore_factor=2, rescore_min=0)
+    vectors, queries = _vectors(3000, 16, 4), _vectors(5, 16, 5)
+    index = SemanticIndex(tmp_path, 16, graph=config)
+    index.apply("s", upserts=[(f"r{i}", i, vectors[i : i + 1]) for i in range(3000)], removals=[], through_cursor=1)
+    read = []
+    real_read = VectorRows.read
+    monkeypatch.setattr(VectorRows, "read", lambda self, labels: read.append(len(labels)) or real_read(self, labels))
+    for query in queries:
+        hits = index.search("s", query, 10)
+        truth = np.argsort(-(vectors @ query), kind="stable")[:10]
+        assert [h.record_id for h in hits] == [f"r{i}" for i in truth]
+    # one passage a record: a search for 10 records asks for 10 + 16 passages
+    assert read == [config.rescore_for(10 + 16)] * len(queries)

@@ -217,8 +217,8 @@ def test_semantic_search_scores_exactly_when_the_graph_cannot_fill_k(tmp_path, m
         ndim = real.ndim
         dtype = real.dtype
 
-        def search(self, query, k, exact=False):
-            found = real.search(query, k, exact=exact)
+        def search(self, query, k, exact=False, threads=0):
+            found = real.search(query, k, exact=exact, threads=threads)
             if exact:
                 return found
             return types.SimpleNamespace(keys=found.keys[:2], distances=found.distances[:2])
