@@ -6,8 +6,12 @@ walk's candidates are then scored exactly from these rows. Rows are read back wi
 positioned read (``os.pread``) per run of consecutive labels: what is read that way
 stays in the kernel's page cache, shared and reclaimable, where memory-mapped pages a
 process touched would count in its resident memory and grow with every search (measured:
-``eval/RESULTS.md``, "Semantic engine"). The same rows serve every other exact read: the
-similarities of lexical-only candidates, purges and rebuilds, exports.
+``eval/RESULTS.md``, "Semantic engine"). A small file (at most :data:`MAP_BYTES`: a
+scope small enough to be scanned) is the exception, read through a memory map: a search
+of it reads hundreds of rows a few rows apart, where a system call per run cost more
+than the lookups, and what stays resident is at most the small file, in file-backed pages
+the kernel may reclaim. The same rows serve every other exact read: the similarities of
+lexical-only candidates, purges and rebuilds, exports.
 
 Layout: ``rows-<generation>.f16`` (or ``.f32``) holds label L's vector at byte L x the
 row size. Labels are handed out in order and never reused, so applying appends. The file
@@ -22,6 +26,7 @@ rows only (every other row zero); once meta.json names it, the old one is delete
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -34,6 +39,9 @@ from engram.ranking.storage import atomic_write
 BLOCK_ROWS = 1 << 16
 #: Rows read at a time by a rewrite (a few MiB, whatever the scope's size).
 READ_ROWS = 8_192
+#: A file of at most this many bytes is read through a memory map: 16 MiB holds the
+#: 15,000 float16 rows of the largest scope the shipped profile scans.
+MAP_BYTES = 16 << 20
 
 
 class VectorRows:
@@ -49,6 +57,7 @@ class VectorRows:
         self._hashes = list(hashes)  # sha256 of each block, as far as ``_hashed`` rows
         self._hashed = count
         self._fd = os.open(path, os.O_RDWR)
+        self._mapped: np.ndarray | None = None  # the file's rows through a memory map
 
     @classmethod
     def create(cls, path: Path, dim: int, dtype: np.dtype) -> VectorRows:
@@ -99,6 +108,11 @@ class VectorRows:
         wanted = np.asarray(labels, dtype=np.int64).reshape(-1)
         if not len(wanted):
             return np.zeros((0, self.dim), np.float32)
+        if self.count * self.row_bytes <= MAP_BYTES:
+            if wanted.max() >= self.count:
+                raise ValueError("vector rows file is shorter than the labels read")
+            return self._map()[wanted].astype(np.float32)
+        self._mapped = None  # grown past the mapped size: positioned reads from now on
         starts = np.flatnonzero(np.diff(wanted, prepend=wanted[0] - 2) != 1)
         lengths = np.diff(starts, append=len(wanted))
         size, fd = self.row_bytes, self._fd
@@ -108,6 +122,16 @@ class VectorRows:
         if len(data) != len(wanted) * size:
             raise ValueError("vector rows file is shorter than the labels read")
         return np.frombuffer(data, self.dtype).reshape(len(wanted), self.dim).astype(np.float32)
+
+    def _map(self) -> np.ndarray:
+        """The rows through a memory map of the file, mapped again once rows were added
+        past it (a map sees every write within it: both are the kernel's page cache)."""
+        mapped = self._mapped
+        if mapped is None or len(mapped) < self.count:
+            data = mmap.mmap(self._fd, self.count * self.row_bytes, prot=mmap.PROT_READ)
+            mapped = np.frombuffer(data, self.dtype).reshape(self.count, self.dim)
+            self._mapped = mapped  # an earlier map is unmapped once no read holds it
+        return mapped
 
     def chunks(self, rows: int = READ_ROWS) -> Iterator[tuple[int, np.ndarray]]:
         """(first label, rows in the stored type) over the whole file, in order."""
@@ -146,6 +170,7 @@ class VectorRows:
         return list(self._hashes)
 
     def close(self) -> None:
+        self._mapped = None
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

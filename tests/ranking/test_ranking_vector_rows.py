@@ -33,6 +33,39 @@ def test_rows_read_back_by_label_in_any_order(tmp_path: Path):
     rows.close()
 
 
+def test_a_small_file_read_through_its_map_sees_every_later_write(tmp_path: Path, monkeypatch):
+    """Reads through the memory map of a small file give what positioned reads give,
+    after rows are appended past the map, rewritten within it, or added as zeros; a file
+    grown past MAP_BYTES is read with positioned reads from then on."""
+    v = _unit(40, 8, 5)
+    rows = VectorRows.create(tmp_path / "rows-1.f32", 8, np.dtype(np.float32))
+
+    def both(labels: list[int]) -> np.ndarray:
+        mapped = rows.read(labels)
+        monkeypatch.setattr(vector_rows, "MAP_BYTES", 0)
+        positioned = rows.read(labels)
+        monkeypatch.undo()
+        assert np.array_equal(mapped, positioned)
+        return mapped
+
+    rows.write(0, v[:10])
+    assert np.array_equal(both([3, 0, 9]), v[[3, 0, 9]])
+    rows.write(10, v[10:20])  # appended past the map
+    assert np.array_equal(both([19, 2]), v[[19, 2]])
+    rows.write(5, v[30:31])  # rewritten within it
+    assert np.array_equal(both([5]), v[30:31])
+    rows.extend_to(25)  # rows of labels never written: zero
+    assert np.array_equal(both([24, 19]), np.vstack([np.zeros((1, 8), np.float32), v[19:20]]))
+    with pytest.raises(ValueError):
+        rows.read([25])  # past the file
+    monkeypatch.setattr(vector_rows, "MAP_BYTES", 25 * 8 * 4)  # exactly the file: still mapped
+    rows.read([0])
+    rows.write(25, v[25:26])  # one row past MAP_BYTES
+    assert np.array_equal(rows.read([25, 1]), v[[25, 1]])
+    assert rows._mapped is None  # noqa: SLF001 - the map is dropped
+    rows.close()
+
+
 def test_open_cuts_rows_past_the_checkpoint_and_checks_every_block(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(vector_rows, "BLOCK_ROWS", 16)
     v = _unit(60, 8, 2)
