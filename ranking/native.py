@@ -56,6 +56,14 @@ def usearch_index() -> ModuleType:
     return usearch.index
 
 
+def numkong() -> ModuleType:
+    """``numkong`` (usearch's SIMD kernels), imported after the system's C++ runtime."""
+    load_cxx_runtime()
+    import numkong
+
+    return numkong
+
+
 def limit_malloc_arenas() -> None:
     """Cap glibc's malloc arenas (see the module docstring); nothing elsewhere, or
     when the environment names the limit (glibc read it at start)."""

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engram.ranking.native import numkong
 from engram.ranking.storage import atomic_write
 
 #: Rows hashed together: a checkpoint re-hashes only the blocks written since the last.
@@ -111,7 +112,7 @@ class VectorRows:
         if self.count * self.row_bytes <= MAP_BYTES:
             if wanted.max() >= self.count:
                 raise ValueError("vector rows file is shorter than the labels read")
-            return self._map()[wanted].astype(np.float32)
+            return _float32(self._map()[wanted])
         self._mapped = None  # grown past the mapped size: positioned reads from now on
         starts = np.flatnonzero(np.diff(wanted, prepend=wanted[0] - 2) != 1)
         lengths = np.diff(starts, append=len(wanted))
@@ -121,7 +122,7 @@ class VectorRows:
         )
         if len(data) != len(wanted) * size:
             raise ValueError("vector rows file is shorter than the labels read")
-        return np.frombuffer(data, self.dtype).reshape(len(wanted), self.dim).astype(np.float32)
+        return _float32(np.frombuffer(data, self.dtype).reshape(len(wanted), self.dim))
 
     def _map(self) -> np.ndarray:
         """The rows through a memory map of the file, mapped again once rows were added
@@ -190,3 +191,12 @@ class VectorRows:
                 offset += len(data)
             hashes.append(digest.hexdigest())
         return hashes
+
+
+def _float32(rows: np.ndarray) -> np.ndarray:
+    """``rows`` as float32. A float16 row is widened by NumKong (the SIMD kernels usearch
+    computes with): numpy's float16 cast is scalar code, several times the cost
+    (eval/RESULTS.md, Semantic engine); the widening is exact either way."""
+    if rows.dtype == np.float16:
+        return np.asarray(numkong().astype(rows, "float32"))
+    return rows.astype(np.float32)
