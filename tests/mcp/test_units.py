@@ -170,3 +170,21 @@ def test_wire_result_matches_the_sdk_model_dump(version, ok):
     assert json.dumps(via_wire) == json.dumps(via_model)
     assert via_wire["structuredContent"] == json.loads(via_wire["content"][0]["text"]) == envelope
     assert via_wire["isError"] is (not ok)
+
+
+def test_an_envelope_text_is_its_compact_json_whatever_writes_it():
+    """orjson writes the text content; a value it cannot write (a numpy scalar, an
+    integer past 64 bits) is written by the standard library instead, never refused."""
+    import numpy as np
+
+    from engram.models.codes import ErrorCode
+    from engram.models.envelope import envelope_text, success_envelope
+
+    value = {"text": 'caf\u00e9 \u2028 "q"\n', "score": 1e-06, "n": 2**53 - 1, ErrorCode.RATE_LIMITED: [True, None]}
+    text = envelope_text(success_envelope(value, "aud_" + "0" * 32))
+    assert json.loads(text)["output"]["value"] == value  # the StrEnum key written as its value
+    assert ", " not in text and ": " not in text and "\u00e9" in text  # compact, UTF-8 unescaped
+    for unusual in (np.float64(0.25), 2**70):
+        assert json.loads(envelope_text(success_envelope({"x": unusual}, "aud_" + "0" * 32)))["output"]["value"] == {
+            "x": unusual
+        }
