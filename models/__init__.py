@@ -6,6 +6,7 @@ them. Its surface is its modules, each imported by name (``engram.models.codes``
 
 __all__ = [
     "codes",
+    "compact_json",
     "device",
     "digests",
     "encoding",

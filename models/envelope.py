@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, Generic, Literal, TypeVar
 
-import orjson
 from pydantic import BaseModel, ConfigDict
 
+from . import compact_json
 from .codes import MESSAGES, RETRIABLE, ErrorCode
 
 SCHEMA_VERSION = 1
@@ -68,14 +67,8 @@ AUDIT_ID_LENGTH = len(AUDIT_ID_PREFIX) + 32  # aud_ + 32 lowercase hex
 
 
 def envelope_text(envelope: dict[str, Any]) -> str:
-    """The one JSON text of an envelope: compact, UTF-8, as sent in the text content.
-    Written by orjson (a search's page is tens of kilobytes, written twice a call); a
-    value orjson does not write (a numpy scalar, an integer past 64 bits) by the
-    standard library's json, as before."""
-    try:
-        return orjson.dumps(envelope, option=orjson.OPT_NON_STR_KEYS).decode("utf-8")
-    except TypeError:  # orjson.JSONEncodeError
-        return json.dumps(envelope, ensure_ascii=False, separators=(",", ":"))
+    """The one JSON text of an envelope: compact, UTF-8, as sent in the text content."""
+    return compact_json.dumps(envelope).decode("utf-8")
 
 
 def success_size(value: dict[str, Any]) -> int:

@@ -16,10 +16,12 @@ every byte it ever wrote.
 
 from __future__ import annotations
 
-import json
 import zlib
 from typing import Any
 
+import orjson
+
+from engram.models import compact_json
 from engram.models.errors import CorruptPacked  # noqa: F401 - raised and caught here
 
 #: First byte of a value packed against the version-1 dictionary.
@@ -57,7 +59,7 @@ _DICTIONARY_V1 = "".join(
 
 def pack(value: dict[str, Any]) -> bytes:
     """``value`` as compact JSON deflated against the current dictionary."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    text = compact_json.dumps(value, sort_keys=True)
     deflate = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zdict=_DICTIONARY_V1)
     return bytes((PACKED_V1,)) + deflate.compress(text) + deflate.flush()
 
@@ -75,7 +77,7 @@ def unpack(data: bytes) -> dict[str, Any]:
         text = inflate.decompress(data[1:]) + inflate.flush()
         if not inflate.eof:
             raise CorruptPacked("truncated")
-        value = json.loads(text)
+        value = orjson.loads(text)
     except (zlib.error, ValueError) as exc:
         raise CorruptPacked(str(exc)) from exc
     if not isinstance(value, dict):
