@@ -537,8 +537,8 @@ class SemanticIndex:
         ``label_record`` names them."""
         state = self._scope(scope_key)
         rows = np.atleast_2d(queries).astype(np.float32, copy=False)
-        walk = min(self._graph.rescore_for(k), state.live_count)
         with state.changing, state.lock.write():
+            walk = min(self._graph.rescore_for(k), state.live_count)
             found = _search(state, rows, k, walk, 0 if ef is None else max(ef, walk), ef is None)
         return np.stack([f.labels for f in found])
 
