@@ -21,6 +21,11 @@ were side effects of importing or constructing one.
   rewrites a scope's index on every forget grew by megabytes a minute without leaking.
   :func:`prepare_process` caps the arenas at :data:`MALLOC_ARENAS` (the figures are in
   eval/RESULTS.md, Reliability), unless ``MALLOC_ARENA_MAX`` names a number.
+- **Open files.** Every scope keeps its vector rows file open, and a small one mapped as
+  well (:mod:`ranking.vector_rows`: a map holds a descriptor of its own), beside its
+  Tantivy segments: under the soft limit many systems start a process with (1,024), a
+  process would run out of descriptors at a few hundred scopes. :func:`prepare_process`
+  raises the soft limit to the hard one.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import resource
 import sys
 from types import ModuleType
 
@@ -78,12 +84,23 @@ def limit_malloc_arenas() -> None:
         mallopt(_M_ARENA_MAX, MALLOC_ARENAS)
 
 
+def raise_open_files_limit() -> None:
+    """The soft limit on open files raised to the hard limit (see the module docstring)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):  # a platform that refuses: keep the soft limit
+            pass
+
+
 def prepare_process() -> None:
     """One BLAS thread for this process, unless the environment names a pool size:
     before numpy loads through the variable OpenBLAS reads, after it through
-    threadpoolctl. Also caps the malloc arenas and loads the C++ runtime first.
-    Idempotent."""
+    threadpoolctl. Also caps the malloc arenas, raises the open-files limit and loads the
+    C++ runtime first. Idempotent."""
     limit_malloc_arenas()
+    raise_open_files_limit()
     load_cxx_runtime()
     if BLAS_THREADS_VARIABLE in os.environ:
         return

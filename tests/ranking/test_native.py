@@ -87,3 +87,22 @@ def test_prepare_process_caps_the_malloc_arenas() -> None:
     from engram.ranking.native import MALLOC_ARENAS
 
     assert int(prepared.stdout) <= MALLOC_ARENAS < int(bare.stdout)
+
+
+def test_prepare_process_raises_the_open_files_limit_to_the_hard_one() -> None:
+    import resource
+
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] <= 256:
+        pytest.skip("a hard limit this low leaves no lower soft limit to raise")
+    probe = (
+        "import json, resource\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard))\n"
+        "from engram.ranking.native import prepare_process\n"
+        "prepare_process()\n"
+        "print(json.dumps([*resource.getrlimit(resource.RLIMIT_NOFILE), hard]))"
+    )
+    done = run_fresh(probe)
+    assert done.returncode == 0, done.stderr
+    soft, now_hard, hard = json.loads(done.stdout)
+    assert soft == now_hard == hard and hard > 256
