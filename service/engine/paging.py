@@ -34,6 +34,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+import orjson
+
+from engram.models import compact_json
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.digests import DigestKind, digest
 from engram.ranking import Contribution, Profile, RankedList, config_dict_digest
@@ -119,7 +122,8 @@ def _created_ms(snapshot_id: str) -> int | None:
 
 def _encode_snapshot(snap: Snapshot) -> str:
     ranked = snap.ranked
-    return json.dumps(
+    window = ranked.query_time.window
+    return compact_json.dumps(
         {
             "profile": ranked.profile.as_dict(),
             "channels": list(ranked.channels),
@@ -128,14 +132,13 @@ def _encode_snapshot(snap: Snapshot) -> str:
             "system_as_of": snap.system_as_of,
             "valid_as_of_ms": snap.valid_as_of_ms,
             "tenant": snap.tenant,
-            "query_time": [ranked.query_time.asks_when, ranked.query_time.window],
-        },
-        separators=(",", ":"),
-    )
+            "query_time": [ranked.query_time.asks_when, None if window is None else list(window)],
+        }
+    ).decode("utf-8")
 
 
 def _decode_snapshot(snapshot_id: str, body: str) -> Snapshot:
-    fields = json.loads(body)
+    fields = orjson.loads(body)
     asks_when, window = fields.get("query_time") or (False, None)  # a snapshot from before query time
     ranked = RankedList(
         profile=Profile.from_dict(fields["profile"]),

@@ -423,11 +423,19 @@ def test_a_fused_list_reads_back_from_a_shared_snapshot_with_the_same_digests() 
         HYBRID_PROFILE.config,
         1_700_000_000_000,
     )
+    from engram.ranking.query_time import QueryTime, ValidTimeWindow
+
+    window = ValidTimeWindow(1_699_920_000_000, 1_700_006_400_000, "on 14 November 2023", "day")
     ranked = RankedList(
-        profile=HYBRID_PROFILE, channels=("lexical", "semantic"), candidates=fused, candidate_ids=sorted(fused.ids)
+        profile=HYBRID_PROFILE,
+        channels=("lexical", "semantic"),
+        candidates=fused,
+        candidate_ids=sorted(fused.ids),
+        query_time=QueryTime(True, window),
     )
     snap = SnapshotCache().put("acme", ranked, 7, 1_700_000_000_000)
     again = _decode_snapshot(snap.snapshot_id, _encode_snapshot(snap))
+    assert again.ranked.query_time == QueryTime(True, window)
     assert again.ranked.candidates == list(fused) and len(fused) == 3
     assert list(again.ranked.ordered_ids) == list(ranked.ordered_ids) == [c.record_id for c in fused]
     assert again.digests == snap.digests
