@@ -10,9 +10,9 @@ script measures, at the capacity bench's 10k corpus:
   same queries handed to each in turn (the order alternating query by query); each
   runs, per query, the engine's hybrid search (``Engine.execute``), the ranker alone
   and the raw engines the bench divides by (the ONNX encoder, Tantivy at the lexical
-  depth, usearch's exact scan at the semantic depth). CPU per call is the process's
-  CPU time around each call (every thread: ONNX Runtime's pool and the lexical thread
-  count), beside wall time;
+  depth, usearch's scan of every code at the semantic depth, rescored as the engine
+  rescores). CPU per call is the process's CPU time around each call (every thread:
+  ONNX Runtime's pool and the lexical thread count), beside wall time;
 * ``mcp``: one ``engram serve`` per tree given (each on its own copy of the directory),
   a bare JSON-RPC client (protocol 2026-07-28, no SDK on the client side) alternating
   call by call between them; the server's CPU per call is read from
