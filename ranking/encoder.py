@@ -22,7 +22,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -60,18 +60,14 @@ class Encoder(Protocol):
     def encode(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
-@runtime_checkable
-class QueryEncoder(Encoder, Protocol):
-    """An encoder with a query path of its own, at the precision a profile names."""
-
-    def encode_queries(self, texts: Sequence[str], precision: QueryPrecision) -> np.ndarray: ...
-
-
 def encode_queries(encoder: Encoder, texts: Sequence[str], precision: QueryPrecision) -> np.ndarray:
-    """``texts`` encoded as queries: through the encoder's query path where it has one,
-    else as passages are (an encoder without one has a single precision)."""
-    if isinstance(encoder, QueryEncoder):
-        return encoder.encode_queries(texts, precision)
+    """``texts`` encoded as queries: through the encoder's query path
+    (``encode_queries(texts, precision)``) where it has one, else as passages are (an
+    encoder without one has a single precision). Looked up as an attribute, not through
+    a runtime-checked protocol, which would inspect every member on each query batch."""
+    query_path = getattr(encoder, "encode_queries", None)
+    if query_path is not None:
+        return cast(np.ndarray, query_path(texts, precision))
     return encoder.encode(texts)
 
 
