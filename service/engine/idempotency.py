@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from engram.models import compact_json
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.digests import DigestKind, digest
 from engram.models.scope import Scope
@@ -61,7 +62,7 @@ def find_replay(
 def encode_result(result: dict[str, Any]) -> str:
     # Key order is kept (not sorted): a replay must serialise to the same bytes as the
     # first answer, and JSON objects decode in the order they were written.
-    return json.dumps(result, separators=(",", ":"), ensure_ascii=False)
+    return compact_json.dumps(result).decode("utf-8")
 
 
 def reserve(
