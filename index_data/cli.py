@@ -54,6 +54,16 @@ def ingest(
             help="Batches each pipeline queue holds (prepared awaiting the encoder, embedded awaiting the writer).",
         ),
     ] = 2,
+    processes: Annotated[
+        int | None,
+        typer.Option(
+            "--processes",
+            min=0,
+            help="Worker processes that examine batches (secret scan, digests) beside the writer; 0 = none. "
+            "Default: one when there is a second core and the load is large enough to repay its start.",
+            show_default=False,
+        ),
+    ] = None,
     purpose: Annotated[str, typer.Option("--purpose", help="purpose_ref written in each payload.")] = "purpose:ingest",
     model: Annotated[
         bool, typer.Option("--model/--no-model", help="Load the embedding model (default: yes unless --vectors).")
@@ -119,6 +129,7 @@ def ingest(
             progress=progress,
             purpose_ref=purpose,
             total=count_lines(dataset),
+            processes=processes,
         )
         opted_in = engine.tenant_enabled(tenant)
     finally:

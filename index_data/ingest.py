@@ -8,10 +8,12 @@ into submissions and keeps the encoder busy.
 
 Pipeline: three stages joined by bounded queues (``depth`` batches each), so batch N+1 is
 embedded while batch N is sealed, committed and indexed, and batch N+2 is being prepared
-(secret scan, digests, which records exist). The stages run in threads: the encoder
-(torch), Tantivy and usearch release the GIL while they work. With precomputed vectors
-the middle stage only slices them, and the pipeline runs at its own ceiling. A failure
-in any stage stops the others and is raised here; whatever committed stays committed.
+(secret scan and digests, in a worker process where there is a spare core: see
+:mod:`index_data.examiners`; then which records exist). The stages run in threads: the
+encoder (torch), Tantivy and usearch release the GIL while they work. With precomputed
+vectors the middle stage only slices them, and the pipeline runs at its own ceiling. A
+failure in any stage (or worker) stops the others and is raised here; whatever committed
+stays committed.
 
 Idempotent and resumable: each document's record id is bound to a deterministic pseudo
 candidate id (``ingest_`` + sha256(scope, external_id)); records already present (in any
@@ -38,8 +40,9 @@ import numpy as np
 from engram.models.scope import Scope
 from engram.service.engine import BatchOutcome, PreparedBatch, operator_context
 
+from .examiners import Examined, Examiner, chunks, default_processes
 from .readers import VectorSource
-from .records import DEFAULT_PURPOSE, IngestRecord, RefusedRecord, submission
+from .records import DEFAULT_PURPOSE, IngestRecord
 
 
 @dataclass
@@ -205,8 +208,7 @@ class _Pipeline:
     scope: Scope
     source: VectorSource | None
     embedding: bool
-    purpose_ref: str
-    scan_secrets: bool
+    examiner: Examiner
     operator: Any
     report: IngestReport
     bar: _Progress
@@ -220,33 +222,25 @@ class _Pipeline:
         self.to_write: queue.Queue[Any] = queue.Queue(maxsize=self.depth)
 
     def feed(self, records: Iterable[IngestRecord], batch_size: int) -> None:
-        """Cut ``records`` into batches and prepare each (on the calling thread)."""
-        chunk: list[tuple[int, IngestRecord]] = []
-        for ordinal, record in enumerate(records):
-            chunk.append((ordinal, record))
-            if len(chunk) >= batch_size:
-                if not self.stages.put(self.to_embed, self.prepare(chunk)):
-                    return
-                chunk = []
-        if chunk and not self.stages.stop.is_set():
-            self.stages.put(self.to_embed, self.prepare(chunk))
+        """Cut ``records`` into batches, have each examined and prepare it (on the
+        calling thread)."""
+        examined = self.examiner.map(chunks(records, batch_size))
+        while not self.stages.stop.is_set():
+            t = time.perf_counter()
+            item = next(examined, None)
+            if item is None:
+                break
+            batch = self.prepare(item)
+            self.report.prepare_seconds += time.perf_counter() - t
+            if not self.stages.put(self.to_embed, batch):
+                return
         self.stages.put(self.to_embed, _DONE)
 
-    def prepare(self, chunk: list[tuple[int, IngestRecord]]) -> _Batch:
-        """Submissions of a chunk, refused documents counted, then the engine's batch
-        preparation (secret scan, digests, which records exist)."""
-        t = time.perf_counter()
-        subs, ordinals, local = [], [], Counter[str]()
-        for ordinal, record in chunk:
-            try:
-                subs.append(submission(self.scope, record, self.purpose_ref))
-            except RefusedRecord as exc:
-                local[str(exc)] += 1
-                continue
-            ordinals.append(ordinal)
-        prepared = self.engine.prepare_batch(self.scope, subs, scan_secrets=self.scan_secrets)
-        self.report.prepare_seconds += time.perf_counter() - t
-        return _Batch([ordinals[r.position] for r in prepared.records], len(chunk), local, prepared)
+    def prepare(self, examined: Examined) -> _Batch:
+        """The engine's preparation of an examined batch (which records exist)."""
+        prepared = self.engine.prepare_batch(examined.batch)
+        ordinals = [examined.ordinals[r.position] for r in prepared.records]
+        return _Batch(ordinals, examined.seen, examined.refused, prepared)
 
     def vectors_stage(self) -> None:
         """Each batch's passage vectors: sliced from the source, or embedded."""
@@ -291,6 +285,7 @@ class _Pipeline:
             self.stages.stop.set()
             raise
         finally:
+            self.examiner.close()
             for thread in threads:
                 thread.join()
             self.bar.close()
@@ -312,6 +307,7 @@ def ingest_corpus(
     total: int | None = None,
     principal: str | None = None,
     on_batch: Callable[[IngestReport], None] | None = None,
+    processes: int | None = None,
 ) -> IngestReport:
     """Load ``records`` into ``scope`` as accepted, operator-ingested records.
 
@@ -320,9 +316,14 @@ def ingest_corpus(
     gives one row per passage window). Without them the engine's encoder embeds each
     batch in the middle stage (an engine without a model projects lexically only, and its
     semantic channel reports itself behind). ``depth``: batches each queue holds.
+    ``processes``: worker processes that examine batches (secret scan, digests) beside
+    the writer; 0 examines them on the calling thread; None chooses
+    (:func:`~index_data.examiners.default_processes`).
     """
     if batch_size < 1 or depth < 1:
         raise ValueError("batch_size and depth must be positive")
+    if processes is not None and processes < 0:
+        raise ValueError("processes must not be negative")
     source = VectorSource(np.asarray(vectors)) if isinstance(vectors, np.ndarray) else vectors
     embedding = source is None and engine.encoder is not None
     report = IngestReport(
@@ -338,8 +339,13 @@ def ingest_corpus(
         scope=scope,
         source=source,
         embedding=embedding,
-        purpose_ref=purpose_ref,
-        scan_secrets=scan_secrets,
+        examiner=Examiner(
+            scope,
+            purpose_ref,
+            scan_secrets,
+            processes=default_processes(total) if processes is None else processes,
+            ahead=depth,
+        ),
         operator=operator_context(
             scope, principal or f"operator:{_user()}", "ingest_" + uuid.uuid4().hex[:16], purpose_ref
         ),

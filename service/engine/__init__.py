@@ -8,7 +8,7 @@ from .clock import now_ms
 from .context import CallContext, Confirmation
 from .engine import MODELS_DIR, Engine, export_keys
 from .gates import operation_digest
-from .ingestion import BatchOutcome, PreparedBatch, Submission, identify, operator_context
+from .ingestion import BatchOutcome, ExaminedBatch, PreparedBatch, Submission, examine, identify, operator_context
 from .lifecycle import OPERATOR_TRANSITIONS
 from .records import index_document, scope_key
 from .routing import NoLiveReplica
@@ -24,9 +24,11 @@ __all__ = [
     "CallContext",
     "Confirmation",
     "Engine",
+    "ExaminedBatch",
     "NoLiveReplica",
     "PreparedBatch",
     "Submission",
+    "examine",
     "export_keys",
     "identify",
     "index_document",

@@ -302,12 +302,11 @@ class Engine:
         self.deps.ranker.observe_latency = observe
 
     # -- the operator surface (never reachable through MCP) ----------------------------------
-    def prepare_batch(
-        self, scope: Scope, submissions: Sequence[ingestion.Submission], *, scan_secrets: bool = True
-    ) -> ingestion.PreparedBatch:
-        """Batch admission, step one (writes nothing): refuse secrets, compute digests and
-        set aside records the scope already has (see :mod:`service.engine.ingestion`)."""
-        return ingestion.prepare(self.deps, scope, submissions, scan_secrets=scan_secrets)
+    def prepare_batch(self, batch: ingestion.ExaminedBatch) -> ingestion.PreparedBatch:
+        """Batch admission, step two (writes nothing): set aside the examined records the
+        scope already has. Step one, :func:`examine` (secret scan, digests), needs no
+        engine (see :mod:`service.engine.ingestion`)."""
+        return ingestion.prepare(self.deps, batch)
 
     def embed_batch(self, batch: ingestion.PreparedBatch) -> list[np.ndarray] | None:
         """Passage vectors for a prepared batch, as its admission would compute them;
@@ -321,7 +320,7 @@ class Engine:
     def admit_batch(
         self, batch: ingestion.PreparedBatch, operator: CallContext, *, vectors: Sequence[np.ndarray] | None = None
     ) -> ingestion.BatchOutcome:
-        """Batch admission, step two: accept the prepared records in one transaction
+        """Batch admission, step three: accept the prepared records in one transaction
         through the agent path's record writer, then project them into both indexes."""
         return ingestion.admit(self.deps, batch, operator, vectors=vectors)
 

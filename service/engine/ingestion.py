@@ -9,14 +9,16 @@ and one authorisation receipt cover the batch, and each record is written by
 so a loaded record differs from an admitted one only in what it states: trust class
 ``operator-ingested`` and the operator's receipts.
 
-Two steps, so a caller can overlap them with embedding (see ``index_data.ingest``):
-:func:`prepare` (no write: secret scan, digests, which records exist already) and
-:func:`admit` (one store transaction, then both indexes, holding the projector's lock so
-a concurrent catch-up cannot interleave). Both work per batch, not per record: the secret
-scan scans each distinct string of the batch once, the transaction checks the batch's
-ids and payloads in two statements and writes its keys, journal events and records in
-one statement each, and the indexes take the batch in one Tantivy commit and one usearch
-add (side by side when the vectors are precomputed).
+Three steps, so a caller can overlap them with embedding and spread them over processes
+(see ``index_data.ingest``): :func:`examine` (pure: secret scan, digests, index
+documents; it reads nothing, so a worker process can run it), :func:`prepare` (which
+records the store has already) and :func:`admit` (one store transaction, then both
+indexes, holding the projector's lock so a concurrent catch-up cannot interleave). Each
+works per batch, not per record: the secret scan scans each distinct string of the batch
+once, the transaction checks the batch's ids and payloads in two statements and writes
+its keys, journal events and records in one statement each, and the indexes take the
+batch in one Tantivy commit and one usearch add (side by side when the vectors are
+precomputed).
 
 The record id is bound to the submission's ``candidate_id``, so a caller that derives it
 deterministically (bulk ingest: from the source document's id) gets idempotent,
@@ -96,6 +98,17 @@ class PreparedRecord:
 
 
 @dataclass
+class ExaminedBatch:
+    """A batch after :func:`examine`: the records it may write (not yet checked against
+    the store) and what it refused or found twice. Plain data, so it crosses processes."""
+
+    scope: Scope
+    records: list[PreparedRecord]
+    refused: Counter[str] = field(default_factory=Counter)
+    skipped: int = 0  # twice in this batch
+
+
+@dataclass
 class PreparedBatch:
     """A batch after :func:`prepare`: the records to write and what was set aside."""
 
@@ -130,14 +143,12 @@ def identify(scope: Scope, submission: Submission) -> tuple[str, str, str, str]:
     return p_digest, e_digest, r_digest, record_id(r_digest)
 
 
-def prepare(
-    deps: Dependencies, scope: Scope, submissions: Sequence[Submission], *, scan_secrets: bool = True
-) -> PreparedBatch:
-    """Scan, digest and de-duplicate a batch; writes nothing. The secret scan is the
-    agent path's rule (every kept string, keys included), each distinct string of the
-    batch scanned once."""
+def examine(scope: Scope, submissions: Sequence[Submission], *, scan_secrets: bool = True) -> ExaminedBatch:
+    """Scan, digest and de-duplicate a batch, reading and writing nothing. The secret
+    scan is the agent path's rule (every kept string, keys included), each distinct
+    string of the batch scanned once."""
     key = scope_key(scope)
-    batch = PreparedBatch(scope, [])
+    batch = ExaminedBatch(scope, [])
     candidates: dict[str, PreparedRecord] = {}
     verdicts = (
         find_secret_each(
@@ -157,11 +168,20 @@ def prepare(
         candidates[rid] = PreparedRecord(
             position, sub, p_digest, e_digest, r_digest, rid, index_document(key, rid, sub.payload)
         )
-    with deps.store.reader() as snapshot:
-        existing = snapshot.present_records(scope, list(candidates))
-    batch.skipped += len(existing)
-    batch.records = [r for rid, r in candidates.items() if rid not in existing]
+    batch.records = list(candidates.values())
     return batch
+
+
+def prepare(deps: Dependencies, batch: ExaminedBatch) -> PreparedBatch:
+    """Set aside the examined records the scope holds already (in any state)."""
+    with deps.store.reader() as snapshot:
+        existing = snapshot.present_records(batch.scope, [r.record_id for r in batch.records])
+    return PreparedBatch(
+        batch.scope,
+        [r for r in batch.records if r.record_id not in existing],
+        Counter(batch.refused),
+        batch.skipped + len(existing),
+    )
 
 
 def operator_context(scope: Scope, principal: str, session: str, purpose_ref: str) -> CallContext:

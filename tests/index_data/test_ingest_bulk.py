@@ -214,6 +214,64 @@ def test_the_same_content_twice_is_one_record_in_one_batch_or_two(engine, batch_
     assert live_count(engine) == 4
 
 
+def test_batches_examined_in_a_worker_process_load_the_same_records(tmp_path: Path, encoder):
+    """A load whose batches are examined in a worker process (payloads, secret scan,
+    digests) writes the same records, refuses the same documents and is as idempotent
+    as one examined on the loading thread."""
+    from engram.service.engine import Engine
+
+    records = [
+        IngestRecord("empty", "   ", "kb:e"),
+        IngestRecord("secret", "deploy key AKIAIOSFODNN7EXAMPLE with password=hunter2hunter2", "kb:s"),
+        *[IngestRecord(f"twin{i}", "ledger note kept twice", "kb:twin", locator_value="twin") for i in range(2)],
+        *corpus(40),
+    ]
+    loaded = {}
+    for processes in (0, 1):
+        eng = Engine.open(tmp_path / f"p{processes}", encoder=encoder)
+        try:
+            report = ingest_corpus(
+                eng, SCOPE, records, batch_size=7, progress=False, purpose_ref=PURPOSE, processes=processes
+            )
+            again = ingest_corpus(
+                eng, SCOPE, records, batch_size=7, progress=False, purpose_ref=PURPOSE, processes=processes
+            )
+            assert (again.ingested, again.skipped_existing) == (0, 42)  # the twin again too
+            assert eng.verify_journal() == {"acme/kb": True}
+            ids = sorted(r.record_id for r in eng.deps.store.live_records(SCOPE))
+            loaded[processes] = (report.ingested, report.skipped_existing, report.refused, report.batches, ids)
+        finally:
+            eng.close()
+    assert loaded[0] == loaded[1]
+    assert loaded[1][:4] == (41, 1, {"empty": 1, "secret": 1}, 7)
+
+
+def test_a_failing_worker_process_stops_the_load(tmp_path: Path, encoder):
+    """A batch the worker cannot examine fails the load with the worker's error: nothing
+    from it or after it is written, and a rerun finishes the load."""
+    from engram.service.engine import Engine
+
+    broken = IngestRecord("broken", "ledger note", "kb:b", valid_time_ms="not a time")  # type: ignore[arg-type]
+    eng = Engine.open(tmp_path / "d", encoder=encoder)
+    try:
+        with pytest.raises(ValueError):
+            ingest_corpus(
+                eng,
+                SCOPE,
+                [*corpus(10), broken, *corpus(30)[10:]],
+                batch_size=10,
+                progress=False,
+                purpose_ref=PURPOSE,
+                processes=1,
+            )
+        assert live_count(eng) <= 10  # at most the batch before the broken one
+        report = ingest_corpus(eng, SCOPE, corpus(30), batch_size=10, progress=False, purpose_ref=PURPOSE, processes=1)
+        assert report.ingested + report.skipped_existing == 30 and live_count(eng) == 30
+        assert eng.verify_journal() == {"acme/kb": True}
+    finally:
+        eng.close()
+
+
 def test_precomputed_vectors_one_row_and_passage_offsets(engine, encoder):
     records = corpus(12)
     vectors = encoder.encode([r.text for r in records])
