@@ -97,7 +97,9 @@ def _dumps_form(value: Any) -> Any:
     NFC strings (both write them raw and escape the same control characters), ASCII keys
     (UTF-16 and code-point order agree there), safe integers, booleans, null, and floats
     whose shortest round-trip digits both write in plain decimal notation; an integral
-    float becomes the int JCS writes for it. Anything else takes the full path.
+    float becomes the int JCS writes for it, and any other finite non-zero float (such as
+    a similarity rounded to -5e-06, which JCS writes ``-0.000005``) goes in as JCS's own
+    bytes for that number (an ``orjson.Fragment``). Anything else takes the full path.
 
     A container comes back as itself unless something inside it had to change (an
     integral float), so a value that is already in form is checked, not copied.
@@ -120,6 +122,8 @@ def _dumps_form(value: Any) -> Any:
             return int(value)
         if _FIXED_FLOATS[0] <= abs(value) < _FIXED_FLOATS[1] and not value.is_integer():
             return value
+        if math.isfinite(value) and value != 0.0:  # -0.0 and the non-finite: refused on the full path
+            return orjson.Fragment(rfc8785.dumps(value))
         raise _NeedsFullCanonicaliser
     if value is None or kind is bool:
         return value
@@ -134,8 +138,20 @@ def _formed_members(container: Any, members: Any, copy: Any, *, keyed: bool) -> 
     for slot, item in members:
         if keyed and not (isinstance(slot, str) and slot.isascii()):
             raise _NeedsFullCanonicaliser
-        if type(item) is str and item.isascii():
-            continue  # ids and plain text: no call per item
+        # The common leaves already in form, without a call per item (what _dumps_form
+        # returns unchanged): ids and plain text, safe ints, plain decimal floats, null.
+        kind = type(item)
+        if kind is str:
+            if item.isascii():
+                continue
+        elif kind is float:
+            if _FIXED_FLOATS[0] <= abs(item) < _FIXED_FLOATS[1] and not item.is_integer():
+                continue
+        elif kind is int:
+            if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
+                continue
+        elif item is None:
+            continue
         formed = _dumps_form(item)
         if formed is not item:
             if changed is None:

@@ -194,6 +194,10 @@ wide_docs = st.recursive(
                 2.0**53,
                 2.0**53 + 2,
                 0.1 + 0.2,
+                -5e-06,  # a similarity rounded to six places: written by JCS's own number bytes
+                1e-7,
+                1e21,
+                5e-324,
                 '"\\\n\x7f\u2028',
                 "cafe\u0301",
                 "\U0001f600",
