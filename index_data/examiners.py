@@ -17,15 +17,14 @@ corpus larger than memory streams through as before.
 from __future__ import annotations
 
 import multiprocessing
-import os
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from types import TracebackType
 
 from engram.models.scope import Scope
+from engram.ranking import usable_cores
 from engram.service.engine import ExaminedBatch, examine
 
 from .records import IngestRecord, RefusedRecord, submission
@@ -59,13 +58,6 @@ def examine_chunk(scope: Scope, purpose_ref: str, scan_secrets: bool, chunk: Chu
     return Examined(ordinals, len(chunk), refused, examine(scope, subs, scan_secrets=scan_secrets))
 
 
-def cores() -> int:
-    """The cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 #: The smallest load examined in a worker process: a worker's start costs about a second
 #: of imports, the time examining this many records takes.
 PROCESSES_FROM = 5_000
@@ -75,7 +67,7 @@ def default_processes(total: int | None) -> int:
     """Worker processes for a load of ``total`` records (None: not known): one where
     there is a second core and at least :data:`PROCESSES_FROM` records, none otherwise.
     One keeps ahead of the writer, which is then the limit."""
-    if cores() < 2 or (total is not None and total < PROCESSES_FROM):
+    if usable_cores() < 2 or (total is not None and total < PROCESSES_FROM):
         return 0
     return 1
 
@@ -111,14 +103,6 @@ class Examiner:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-
-    def __enter__(self) -> Examiner:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 def chunks(records: Iterable[IngestRecord], size: int) -> Iterator[Chunk]:

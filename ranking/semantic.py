@@ -79,7 +79,6 @@ meanwhile (it waits on ``_ScopeVectors.changing`` before it asks for the lock al
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import threading
 import time
@@ -94,7 +93,7 @@ from engram.models.errors import CorruptIndex, SemanticUnavailable  # noqa: F401
 from engram.ranking.batching import NaturalBatcher
 from engram.ranking.checkpointer import Checkpointer
 from engram.ranking.hnswlib_file import HnswlibVectors
-from engram.ranking.native import usearch_index
+from engram.ranking.native import usable_cores, usearch_index
 from engram.ranking.passage_labels import PassageLabels
 from engram.ranking.profiles import SemanticConfig, VectorStorage
 from engram.ranking.read_write_lock import ReadWriteLock
@@ -126,7 +125,7 @@ LOAD_CHUNK = 16_384
 # on up to this many of usearch's threads (it holds the GIL while it searches, so
 # threads of our own would take turns; see ranking.batching).
 GRAPH_BATCH = 16
-GRAPH_THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+GRAPH_THREADS = usable_cores()
 
 
 class SemanticHit(NamedTuple):
