@@ -1232,16 +1232,31 @@ def find_secret_each(values: Iterable[Any]) -> list[str | None]:
     return out
 
 
-def _strings(value: Any) -> Iterable[str]:
+def _strings(value: Any) -> list[str]:
+    """Every string in ``value``, keys included, depth first in order (a key before its
+    item). A list rather than a generator: a generator per nested member cost more than
+    scanning the strings (bulk ingest examines hundreds of members a record)."""
+    out: list[str] = []
+    _collect_strings(value, out)
+    return out
+
+
+def _collect_strings(value: Any, out: list[str]) -> None:
     if isinstance(value, str):
-        yield value
+        out.append(value)
     elif isinstance(value, dict):
         for key, item in value.items():
-            yield from _strings(key)
-            yield from _strings(item)
+            _collect_strings(key, out)
+            if type(item) is str:
+                out.append(item)
+            else:
+                _collect_strings(item, out)
     elif isinstance(value, (list, tuple)):
         for item in value:
-            yield from _strings(item)
+            if type(item) is str:
+                out.append(item)
+            else:
+                _collect_strings(item, out)
 
 
 def refuse_secrets(value: Any) -> None:
