@@ -1,19 +1,21 @@
 """Bulk ingestion: load a corpus into a scope as accepted records, as a pipeline.
 
-The records are written by the engine's batch admission (``Engine.prepare_batch`` and
-``Engine.admit_batch``, see :mod:`service.engine.ingestion`): the same record writer as an
+The records are written by the engine's batch admission (``examine``,
+``Engine.prepare_batch`` and ``Engine.bulk_load``, see :mod:`service.engine.ingestion`):
+the same record writer as an
 agent's admitted capture, on whatever store the engine runs, with trust class
 ``operator-ingested`` and the operator's receipts. This module turns source documents
 into submissions and keeps the encoder busy.
 
-Pipeline: three stages joined by bounded queues (``depth`` batches each), so batch N+1 is
-embedded while batch N is sealed, committed and indexed, and batch N+2 is being prepared
-(secret scan and digests, in a worker process where there is a spare core: see
+Pipeline: four stages joined by bounded queues (``depth`` batches each), so batch N is
+indexed while batch N+1 is sealed and committed, batch N+2 embedded and batch N+3
+prepared (secret scan and digests, in a worker process where there is a spare core: see
 :mod:`index_data.examiners`; then which records exist). The stages run in threads: the
 encoder (torch), Tantivy and usearch release the GIL while they work. With precomputed
-vectors the middle stage only slices them, and the pipeline runs at its own ceiling. A
-failure in any stage (or worker) stops the others and is raised here; whatever committed
-stays committed.
+vectors the embedding stage only slices them, and the pipeline runs at its own ceiling.
+The scope is held for the whole load (``Engine.bulk_load``), so no catch-up interleaves
+with a batch committed but not yet indexed. A failure in any stage (or worker) stops the
+others and is raised here; whatever committed stays committed.
 
 Idempotent and resumable: each document's record id is bound to a deterministic pseudo
 candidate id (``ingest_`` + sha256(scope, external_id)); records already present (in any
@@ -38,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from engram.models.scope import Scope
-from engram.service.engine import BatchOutcome, PreparedBatch, operator_context
+from engram.service.engine import BulkLoad, CommittedBatch, PreparedBatch, operator_context
 
 from .examiners import Examined, Examiner, chunks, default_processes
 from .readers import VectorSource
@@ -109,6 +111,7 @@ class _Batch:
     refused: Counter[str]
     prepared: PreparedBatch
     vectors: list[np.ndarray] | None = None
+    committed: CommittedBatch | None = None
 
 
 _DONE = object()
@@ -209,6 +212,7 @@ class _Pipeline:
     source: VectorSource | None
     embedding: bool
     examiner: Examiner
+    load: BulkLoad
     operator: Any
     report: IngestReport
     bar: _Progress
@@ -220,6 +224,7 @@ class _Pipeline:
     def __post_init__(self) -> None:
         self.to_embed: queue.Queue[Any] = queue.Queue(maxsize=self.depth)
         self.to_write: queue.Queue[Any] = queue.Queue(maxsize=self.depth)
+        self.to_index: queue.Queue[Any] = queue.Queue(maxsize=self.depth)
 
     def feed(self, records: Iterable[IngestRecord], batch_size: int) -> None:
         """Cut ``records`` into batches, have each examined and prepare it (on the
@@ -256,10 +261,20 @@ class _Pipeline:
         self.stages.put(self.to_write, _DONE)
 
     def write_stage(self) -> None:
-        """Each batch admitted (sealed, committed, indexed) and counted."""
-        report = self.report
+        """Each batch sealed and committed, in one transaction."""
         for batch in self.stages.items(self.to_write):
-            outcome: BatchOutcome = self.engine.admit_batch(batch.prepared, self.operator, vectors=batch.vectors)
+            batch.committed = self.load.commit(batch.prepared, self.operator)
+            if not self.stages.put(self.to_index, batch):
+                return
+        self.stages.put(self.to_index, _DONE)
+
+    def index_stage(self) -> None:
+        """Each committed batch indexed (Tantivy and usearch), in commit order, and counted."""
+        report = self.report
+        for batch in self.stages.items(self.to_index):
+            committed: CommittedBatch = batch.committed
+            self.load.index(committed, vectors=batch.vectors)
+            outcome = committed.outcome
             report.store_seconds += outcome.store_seconds
             report.index_seconds += outcome.index_seconds
             report.ingested += len(outcome.accepted)
@@ -278,6 +293,7 @@ class _Pipeline:
         threads = [
             self.stages.run("ingest-vectors", self.vectors_stage),
             self.stages.run("ingest-write", self.write_stage),
+            self.stages.run("ingest-index", self.index_stage),
         ]
         try:
             self.feed(records, batch_size)
@@ -334,27 +350,29 @@ def ingest_corpus(
     started = time.perf_counter()
     engine.catch_up(scope)  # heal a previous run that committed a batch but did not project it
     report.cursor_before = engine.scope_cursor(scope)
-    pipeline = _Pipeline(
-        engine=engine,
-        scope=scope,
-        source=source,
-        embedding=embedding,
-        examiner=Examiner(
-            scope,
-            purpose_ref,
-            scan_secrets,
-            processes=default_processes(total) if processes is None else processes,
-            ahead=depth,
-        ),
-        operator=operator_context(
-            scope, principal or f"operator:{_user()}", "ingest_" + uuid.uuid4().hex[:16], purpose_ref
-        ),
-        report=report,
-        bar=_Progress(progress, total, f"ingest {scope[0]}/{scope[1]}"),
-        on_batch=on_batch,
-        depth=depth,
-    )
-    pipeline.run(records, batch_size)
+    with engine.bulk_load(scope) as load:
+        pipeline = _Pipeline(
+            engine=engine,
+            scope=scope,
+            source=source,
+            embedding=embedding,
+            examiner=Examiner(
+                scope,
+                purpose_ref,
+                scan_secrets,
+                processes=default_processes(total) if processes is None else processes,
+                ahead=depth,
+            ),
+            load=load,
+            operator=operator_context(
+                scope, principal or f"operator:{_user()}", "ingest_" + uuid.uuid4().hex[:16], purpose_ref
+            ),
+            report=report,
+            bar=_Progress(progress, total, f"ingest {scope[0]}/{scope[1]}"),
+            on_batch=on_batch,
+            depth=depth,
+        )
+        pipeline.run(records, batch_size)
     engine.catch_up(scope)
     if report.ingested:
         engine.refresh_statistics()

@@ -8,7 +8,17 @@ from .clock import now_ms
 from .context import CallContext, Confirmation
 from .engine import MODELS_DIR, Engine, export_keys
 from .gates import operation_digest
-from .ingestion import BatchOutcome, ExaminedBatch, PreparedBatch, Submission, examine, identify, operator_context
+from .ingestion import (
+    BatchOutcome,
+    BulkLoad,
+    CommittedBatch,
+    ExaminedBatch,
+    PreparedBatch,
+    Submission,
+    examine,
+    identify,
+    operator_context,
+)
 from .lifecycle import OPERATOR_TRANSITIONS
 from .records import index_document, scope_key
 from .routing import NoLiveReplica
@@ -21,7 +31,9 @@ __all__ = [
     "OPERATOR_TRANSITIONS",
     "SEED_HEADER",
     "BatchOutcome",
+    "BulkLoad",
     "CallContext",
+    "CommittedBatch",
     "Confirmation",
     "Engine",
     "ExaminedBatch",

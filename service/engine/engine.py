@@ -11,7 +11,7 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -317,12 +317,15 @@ class Engine:
         except SemanticUnavailable:
             return None
 
-    def admit_batch(
-        self, batch: ingestion.PreparedBatch, operator: CallContext, *, vectors: Sequence[np.ndarray] | None = None
-    ) -> ingestion.BatchOutcome:
-        """Batch admission, step three: accept the prepared records in one transaction
-        through the agent path's record writer, then project them into both indexes."""
-        return ingestion.admit(self.deps, batch, operator, vectors=vectors)
+    @contextlib.contextmanager
+    def bulk_load(self, scope: Scope) -> Iterator[ingestion.BulkLoad]:
+        """Batch admission, steps three and four: the scope held for a load (no catch-up
+        of it interleaves), whose ``commit`` accepts prepared records in one transaction
+        through the agent path's record writer and whose ``index`` projects them into
+        both indexes, in commit order (a batch may be committed while the one before it
+        is indexed)."""
+        with self.deps.projector.exclusive(scope):
+            yield ingestion.BulkLoad(self.deps, scope)
 
     def catch_up(self, scope: Scope) -> None:
         """Bring the scope's indexes up to its journal (heals an interrupted load)."""

@@ -9,16 +9,17 @@ and one authorisation receipt cover the batch, and each record is written by
 so a loaded record differs from an admitted one only in what it states: trust class
 ``operator-ingested`` and the operator's receipts.
 
-Three steps, so a caller can overlap them with embedding and spread them over processes
-(see ``index_data.ingest``): :func:`examine` (pure: secret scan, digests, index
-documents; it reads nothing, so a worker process can run it), :func:`prepare` (which
-records the store has already) and :func:`admit` (one store transaction, then both
-indexes, holding the projector's lock so a concurrent catch-up cannot interleave). Each
-works per batch, not per record: the secret scan scans each distinct string of the batch
-once, the transaction checks the batch's ids and payloads in two statements and writes
-its keys, journal events and records in one statement each, and the indexes take the
-batch in one Tantivy commit and one usearch add (side by side when the vectors are
-precomputed).
+Four steps, so a caller can overlap them with embedding and with each other, and spread
+them over processes (see ``index_data.ingest``): :func:`examine` (pure: secret scan,
+digests, index documents; it reads nothing, so a worker process can run it),
+:func:`prepare` (which records the store has already), then, inside a
+:class:`BulkLoad` (the scope held so that no catch-up interleaves), ``commit`` (one
+store transaction) and ``index`` (both indexes), a batch committed while the one before
+it is indexed. Each works per batch, not per record: the secret scan scans each distinct
+string of the batch once, the transaction checks the batch's ids and payloads in two
+statements and writes its keys, journal events and records in one statement each, and
+the indexes take the batch in one Tantivy commit and one usearch add (side by side when
+the vectors are precomputed).
 
 The record id is bound to the submission's ``candidate_id``, so a caller that derives it
 deterministically (bulk ingest: from the source document's id) gets idempotent,
@@ -196,22 +197,37 @@ def operator_context(scope: Scope, principal: str, session: str, purpose_ref: st
     )
 
 
-def admit(
-    deps: Dependencies, batch: PreparedBatch, operator: CallContext, *, vectors: Sequence[np.ndarray] | None = None
-) -> BatchOutcome:
-    """Accept a prepared batch: one transaction, then both indexes (``vectors``: one array
-    of passage vectors per prepared record; without them the ranker embeds)."""
-    if vectors is not None and len(vectors) != len(batch.records):
-        raise ValueError("vectors must hold one array per prepared record")
-    scope = batch.scope
-    outcome = BatchOutcome(skipped=batch.skipped, refused=Counter(batch.refused))
-    if not batch.records:
-        return outcome
-    actor = {"principal": operator.principal, "agent_id": operator.agent_id, "session": operator.session}
-    with deps.projector.exclusive(scope):
-        t0 = time.perf_counter()
+@dataclass
+class CommittedBatch:
+    """A batch after :meth:`BulkLoad.commit`: what the transaction wrote, and the
+    positions (in the prepared batch) of the records it wrote, in order."""
+
+    batch: PreparedBatch
+    outcome: BatchOutcome
+    written: list[int]
+
+
+class BulkLoad:
+    """A scope held for a bulk load (:meth:`Engine.bulk_load`): no catch-up of the scope
+    interleaves with its batches, so a caller may commit one batch while it indexes the
+    batch before. Batches are indexed in the order they were committed."""
+
+    def __init__(self, deps: Dependencies, scope: Scope) -> None:
+        self._deps = deps
+        self.scope = scope
+
+    def commit(self, batch: PreparedBatch, operator: CallContext) -> CommittedBatch:
+        """Accept a prepared batch in one store transaction (nothing indexed yet)."""
+        if batch.scope != self.scope:
+            raise ValueError("the batch belongs to another scope")
+        outcome = BatchOutcome(skipped=batch.skipped, refused=Counter(batch.refused))
         written: list[int] = []
-        with deps.store.transaction() as tx:
+        if not batch.records:
+            return CommittedBatch(batch, outcome, written)
+        scope = self.scope
+        actor = {"principal": operator.principal, "agent_id": operator.agent_id, "session": operator.session}
+        t0 = time.perf_counter()
+        with self._deps.store.transaction() as tx:
             at = now_ms()
             auth = authorization_receipt(operator, INGEST_TOOL, at)
             recorded_at = instant(at)
@@ -259,19 +275,26 @@ def admit(
                         "issued_at": instant(at),
                     },
                 )
-                events = accept_records(deps.vault, tx, scope, accepted, decision, [auth], at)
+                events = accept_records(self._deps.vault, tx, scope, accepted, decision, [auth], at)
                 outcome.accepted = [a.record_id for a in accepted]
                 outcome.first_cursor, outcome.last_cursor = events[0].cursor, events[-1].cursor
-        t1 = time.perf_counter()
-        outcome.store_seconds = t1 - t0
-        if written:
-            deps.ranker.apply(
-                scope_key(scope),
-                upserts=[batch.records[i].document for i in written],
+        outcome.store_seconds = time.perf_counter() - t0
+        return CommittedBatch(batch, outcome, written)
+
+    def index(self, committed: CommittedBatch, *, vectors: Sequence[np.ndarray] | None = None) -> None:
+        """Project a committed batch into both indexes (``vectors``: one array of passage
+        vectors per prepared record; without them the ranker embeds)."""
+        batch, outcome = committed.batch, committed.outcome
+        if vectors is not None and len(vectors) != len(batch.records):
+            raise ValueError("vectors must hold one array per prepared record")
+        t0 = time.perf_counter()
+        if committed.written:
+            self._deps.ranker.apply(
+                scope_key(self.scope),
+                upserts=[batch.records[i].document for i in committed.written],
                 removals=[],
                 through_cursor=outcome.last_cursor,
-                vectors=[vectors[i] for i in written] if vectors is not None else None,
+                vectors=[vectors[i] for i in committed.written] if vectors is not None else None,
                 after_cursor=outcome.first_cursor - 1,
             )
-        outcome.index_seconds = time.perf_counter() - t1
-    return outcome
+        outcome.index_seconds = time.perf_counter() - t0

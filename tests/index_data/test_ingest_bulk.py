@@ -63,12 +63,14 @@ def test_ingest_resumes_after_a_crash_between_commit_and_index(engine, monkeypat
     monkeypatch.setattr(ranker, "apply", flaky)
     with pytest.raises(RuntimeError):
         ingest_corpus(engine, SCOPE, corpus(), batch_size=10, progress=False, purpose_ref=PURPOSE)
-    assert live_count(engine) == 20  # two batches committed
+    # The second batch committed; the third may have too, beside its failing index.
+    committed = live_count(engine)
+    assert committed in (20, 30)
     assert ranker.projection_cursor(scope_key(SCOPE))["lexical"] == 10  # only one projected
     monkeypatch.setattr(ranker, "apply", real_apply)
 
     report = ingest_corpus(engine, SCOPE, corpus(), batch_size=10, progress=False, purpose_ref=PURPOSE)
-    assert report.ingested == 10 and report.skipped_existing == 20
+    assert report.ingested == 30 - committed and report.skipped_existing == committed
     assert live_count(engine) == 30
     assert engine.deps.store.scope_cursor(SCOPE) == 30  # one event per record, no duplicate
     assert ranker.projection_cursor(scope_key(SCOPE)) == {"lexical": 30, "semantic": 30}
@@ -417,10 +419,14 @@ def test_a_failing_stage_stops_the_load_and_a_rerun_finishes(engine):
         ingest_corpus(
             engine, SCOPE, corpus(30), batch_size=10, progress=False, purpose_ref=PURPOSE, on_batch=fail_after_first
         )
-    assert live_count(engine) == 10  # the first batch committed, nothing after the failure
+    # The first batch was indexed; the writer may have committed the next ones ahead of it.
+    committed = live_count(engine)
+    assert committed in (10, 20, 30)
+    assert engine.deps.ranker.projection_cursor(scope_key(SCOPE))["lexical"] == 10
     report = ingest_corpus(engine, SCOPE, corpus(30), batch_size=10, progress=False, purpose_ref=PURPOSE)
-    assert (report.ingested, report.skipped_existing) == (20, 10)
+    assert (report.ingested, report.skipped_existing) == (30 - committed, committed)
     assert engine.deps.ranker.projection_cursor(scope_key(SCOPE)) == {"lexical": 30, "semantic": 30}
+    assert engine.verify_journal() == {"acme/kb": True}
 
 
 def test_ingest_runs_on_postgresql_like_on_sqlite(tmp_path: Path, encoder, postgres_cluster):
