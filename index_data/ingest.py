@@ -272,7 +272,8 @@ class _Pipeline:
         """Each committed batch indexed (Tantivy and usearch), in commit order, and counted."""
         report = self.report
         for batch in self.stages.items(self.to_index):
-            committed: CommittedBatch = batch.committed
+            committed = batch.committed
+            assert committed is not None  # set by the write stage
             self.load.index(committed, vectors=batch.vectors)
             outcome = committed.outcome
             report.store_seconds += outcome.store_seconds
