@@ -11,12 +11,17 @@ records the store holds already, writes and indexes. Measured: ``eval/RESULTS.md
 (Capacity, Ingest).
 
 Batches come back in the order they were cut, a bounded number ahead of the writer, so a
-corpus larger than memory streams through as before.
+corpus larger than memory streams through as before. A worker ends with the loading
+process, however that ends (a SIGKILL included): it would otherwise wait for work on its
+queue forever, and keep the start method's server process alive with it.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
+import os
+import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -72,6 +77,19 @@ def default_processes(total: int | None) -> int:
     return 1
 
 
+def _end_with_loader() -> None:
+    """In a worker, at its start: exit as soon as the loading process has ended."""
+    loader = multiprocessing.parent_process()
+    if loader is None:
+        return
+
+    def watch() -> None:
+        multiprocessing.connection.wait([loader.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="engram-loader-watch", daemon=True).start()
+
+
 class Examiner:
     """Examines chunks in order: in ``processes`` worker processes, or inline with none."""
 
@@ -83,7 +101,7 @@ class Examiner:
             methods = multiprocessing.get_all_start_methods()
             # Not fork: the loading process runs threads (the indexes', the pipeline's).
             context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-            self._pool = ProcessPoolExecutor(max_workers=processes, mp_context=context)
+            self._pool = ProcessPoolExecutor(max_workers=processes, mp_context=context, initializer=_end_with_loader)
 
     def map(self, chunks: Iterable[Chunk]) -> Iterator[Examined]:
         """Each chunk examined, in order; at most ``ahead`` chunks in flight."""

@@ -274,6 +274,49 @@ def test_a_failing_worker_process_stops_the_load(tmp_path: Path, encoder):
         eng.close()
 
 
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
+def test_the_examining_worker_ends_with_a_killed_load(tmp_path: Path):
+    """SIGKILL of the loading process ends its examining worker (and the start method's
+    server) too, instead of leaving them waiting for work forever."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    mark = f"ENGRAM_TEST_MARK={uuid.uuid4().hex}".encode()
+
+    def marked() -> set[int]:
+        pids = set()
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if mark in (entry / "environ").read_bytes().split(b"\0"):
+                        pids.add(int(entry.name))
+                except OSError:
+                    continue  # ended, or not ours to read
+        return pids
+
+    name, value = mark.decode().split("=")
+    loader = subprocess.Popen(
+        [sys.executable, str(Path(__file__).parent / "ingest_kill_worker.py"), str(tmp_path / "d")],
+        stdout=subprocess.PIPE,
+        env={**os.environ, name: value},
+    )
+    try:
+        assert loader.stdout is not None and loader.stdout.readline().strip() == b"ready"
+        helpers = marked() - {loader.pid}
+        assert helpers  # the worker (and the forkserver) run beside the loader
+    finally:
+        loader.send_signal(signal.SIGKILL)
+        loader.wait()
+    deadline = time.monotonic() + 60
+    while marked() & helpers and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not marked() & helpers
+
+
 def test_precomputed_vectors_one_row_and_passage_offsets(engine, encoder):
     records = corpus(12)
     vectors = encoder.encode([r.text for r in records])
