@@ -210,11 +210,13 @@ class CommittedBatch:
 class BulkLoad:
     """A scope held for a bulk load (:meth:`Engine.bulk_load`): no catch-up of the scope
     interleaves with its batches, so a caller may commit one batch while it indexes the
-    batch before. Batches are indexed in the order they were committed."""
+    batch before. Batches are indexed in the order they were committed (a batch indexed
+    after a later one is refused: the indexes would skip it as a gap)."""
 
     def __init__(self, deps: Dependencies, scope: Scope) -> None:
         self._deps = deps
         self.scope = scope
+        self._indexed_through = 0  # the journal cursor of the last batch indexed
 
     def commit(self, batch: PreparedBatch, operator: CallContext) -> CommittedBatch:
         """Accept a prepared batch in one store transaction (nothing indexed yet)."""
@@ -289,6 +291,8 @@ class BulkLoad:
             raise ValueError("vectors must hold one array per prepared record")
         t0 = time.perf_counter()
         if committed.written:
+            if outcome.first_cursor <= self._indexed_through:
+                raise ValueError("batches are indexed in the order they were committed")
             self._deps.ranker.apply(
                 scope_key(self.scope),
                 upserts=[batch.records[i].document for i in committed.written],
@@ -297,4 +301,5 @@ class BulkLoad:
                 vectors=[vectors[i] for i in committed.written] if vectors is not None else None,
                 after_cursor=outcome.first_cursor - 1,
             )
+            self._indexed_through = outcome.last_cursor
         outcome.index_seconds = time.perf_counter() - t0

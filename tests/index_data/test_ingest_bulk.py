@@ -274,6 +274,26 @@ def test_a_failing_worker_process_stops_the_load(tmp_path: Path, encoder):
         eng.close()
 
 
+def test_a_bulk_load_indexes_batches_in_commit_order(engine):
+    """A batch indexed after a later one is refused (the indexes would skip it as a gap);
+    in order, both are indexed."""
+    from engram.index_data.examiners import chunks, examine_chunk
+    from engram.service.engine import operator_context
+
+    operator = operator_context(SCOPE, "operator:test", "ingest_test", PURPOSE)
+    first, second = (
+        engine.prepare_batch(examine_chunk(SCOPE, PURPOSE, True, chunk).batch) for chunk in chunks(corpus(20), 10)
+    )
+    with engine.bulk_load(SCOPE) as load:
+        one, two = load.commit(first, operator), load.commit(second, operator)
+        load.index(two)
+        with pytest.raises(ValueError, match="commit order|order they were committed"):
+            load.index(one)
+    assert engine.deps.ranker.projection_cursor(scope_key(SCOPE))["lexical"] == 0  # the second was a gap
+    engine.catch_up(SCOPE)
+    assert engine.deps.ranker.projection_cursor(scope_key(SCOPE)) == {"lexical": 20, "semantic": 20}
+
+
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
 def test_the_examining_worker_ends_with_a_killed_load(tmp_path: Path):
     """SIGKILL of the loading process ends its examining worker (and the start method's
