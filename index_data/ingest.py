@@ -208,7 +208,6 @@ class _Pipeline:
     queues; each stage method runs in its own thread except :meth:`feed`."""
 
     engine: Any
-    scope: Scope
     source: VectorSource | None
     embedding: bool
     examiner: Examiner
@@ -354,7 +353,6 @@ def ingest_corpus(
     with engine.bulk_load(scope) as load:
         pipeline = _Pipeline(
             engine=engine,
-            scope=scope,
             source=source,
             embedding=embedding,
             examiner=Examiner(

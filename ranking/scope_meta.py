@@ -25,13 +25,15 @@ from pathlib import Path
 from typing import Any
 
 import ijson
-import orjson
+
+from engram.models import compact_json
 
 #: The layout this module writes (absent in files of earlier releases).
 FORMAT = 2
 RECORDS = "records"
-#: Rows serialised at a time by :func:`write_meta`: a slice is one ``orjson.dumps`` (a
-#: tenth of a millisecond holding the GIL), while a background save runs beside searches.
+#: Rows serialised at a time by :func:`write_meta`: a slice is one orjson write
+#: (``models.compact_json``: a tenth of a millisecond holding the GIL), while a
+#: background save runs beside searches.
 META_SLICE = 2_048
 
 Row = tuple[str, list[int], int]
@@ -49,7 +51,8 @@ class SavedMeta:
 def write_meta(path: Path, header: dict[str, Any], records: Iterable[Row]) -> None:
     """``header`` (keys sorted, ``format`` added) then ``"records"`` as
     ``[record_id, labels, valid_time]`` rows, compact, written a slice of rows at a time
-    (by orjson: the standard library took thirteen times as long, holding the GIL)."""
+    (by ``models.compact_json``, orjson: the standard library took thirteen times as
+    long, holding the GIL)."""
     if RECORDS in header:
         raise ValueError("the header cannot hold the rows")
     head = json.dumps({**header, "format": FORMAT}, sort_keys=True, separators=(",", ":"))
@@ -58,7 +61,7 @@ def write_meta(path: Path, header: dict[str, Any], records: Iterable[Row]) -> No
         rows = iter(records)
         first = True
         while chunk := list(itertools.islice(rows, META_SLICE)):
-            out.write((b"" if first else b",") + orjson.dumps(chunk)[1:-1])
+            out.write((b"" if first else b",") + compact_json.dumps(chunk)[1:-1])
             first = False
         out.write(b"]}")
 
