@@ -94,8 +94,10 @@ def _dump_forget_restore(
         _, draft = capture(a, ctx, f"{DRAFT_MARKER} is a pending draft about harbour pilots.")
         for replica in (a, b):
             assert set(search_ids(replica, ctx, "harbour pilots")) == {kept, doomed}
-            # the grep below can see the record's text in a replica's index files
-            assert files_containing(replica.deps.data_dir, MARKER.encode()) != []
+        # The scan below can see the record's text in a replica's index files: in
+        # Tantivy's stored fields, where LZ4 keeps a word literal unless an earlier run
+        # of 4 bytes (a random record id's) matches part of it, about one block in 2,000.
+        assert any(files_containing(replica.deps.data_dir, MARKER.encode()) for replica in (a, b))
 
         dump = tmp_path / "engram.dump"
         _pg(source, "pg_dump", "--format=custom", f"--file={dump}", database_url)
