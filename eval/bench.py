@@ -647,6 +647,9 @@ def load_run(
         "transport": "MCP streamable HTTP on loopback (SDK client, protocol auto; clients in a child process)",
         "single_client_search_hybrid": percentiles(driven["single"]),
         "bare_http_search_hybrid": percentiles(driven["bare"]),
+        "bare_http_server_cpu_ms_per_search": round(1000 * driven["bare_server_cpu_s"] / len(driven["bare"]), 2)
+        if driven["bare"]
+        else None,
         "clients": clients,
         "steps_planned": per_client * clients,
         "calls_completed": total,
@@ -677,6 +680,7 @@ def drive_clients(
     }
     errors: Counter[str] = Counter()
     admitted: list[str] = []
+    server = os.getppid()  # the bench process, which serves (uvicorn in a thread)
 
     async def call(client_obj: Any, sink: list[float], tool: str, args: dict[str, Any]) -> dict[str, Any] | None:
         t = time.perf_counter()
@@ -729,11 +733,13 @@ def drive_clients(
                     if adm and adm["outcome"]["status"] == "accepted":
                         admitted.append(adm["outcome"]["record_id"])
 
-    async def sequential_searches() -> tuple[list[float], list[float]]:
+    async def sequential_searches() -> tuple[list[float], list[float], float]:
         """One host alone, without contention: each query through the SDK client, then
         as a plain JSON-RPC POST (protocol 2026-07-28, one request per exchange, no SDK
         on the client side: what the server itself costs), taking turns so that load
-        drift weighs on both alike."""
+        drift weighs on both alike. Also returns the server's CPU seconds over the plain
+        POSTs (read from ``/proc`` around each: whole ticks, so only their mean means
+        anything)."""
         import mcp_types
 
         version = "2026-07-28"
@@ -752,6 +758,7 @@ def drive_clients(
         }
         sdk: list[float] = []
         bare: list[float] = []
+        bare_server_cpu_s = 0.0
         async with (
             connected(tokens[-1]) as mcp_client,
             httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120.0)) as http,
@@ -765,23 +772,24 @@ def drive_clients(
                     "method": "tools/call",
                     "params": {"name": "engram_memory_search", "_meta": meta, "arguments": args},
                 }
-                t = time.perf_counter()
+                server_cpu, t = process_cpu_s(server), time.perf_counter()
                 response = await http.post(url, content=json.dumps(body))
                 elapsed = time.perf_counter() - t
                 if response.status_code != 200 or '"ok":true' not in response.text:
                     errors[f"bare-http:{response.status_code}"] += 1
                 elif n >= 3:
                     bare.append(elapsed)
-        return sdk, bare
+                    bare_server_cpu_s += process_cpu_s(server) - server_cpu
+        return sdk, bare, bare_server_cpu_s
 
     async def main() -> dict[str, Any]:
-        single, bare = await sequential_searches()
-        server = os.getppid()  # the bench process, which serves (uvicorn in a thread)
+        single, bare, bare_server_cpu_s = await sequential_searches()
         server_cpu, client_cpu, t = process_cpu_s(server), time.process_time(), time.perf_counter()
         await asyncio.gather(*(one_client(c) for c in range(len(tokens) - 1)))
         return {
             "single": single,
             "bare": bare,
+            "bare_server_cpu_s": bare_server_cpu_s,
             "wall_s": time.perf_counter() - t,
             "server_cpu_s": process_cpu_s(server) - server_cpu,
             "client_cpu_s": time.process_time() - client_cpu,
@@ -1145,6 +1153,12 @@ def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
                     f"p99 {sample['p99_ms']:.1f} ms; {first[f'{key}_over_raw_sum']} x the raw engines' "
                     f"sum, {first[f'{key}_over_engine']} x the engine's own hybrid p50.",
                 ]
+        if load.get("bare_http_server_cpu_ms_per_search") is not None:
+            lines += [
+                "",
+                f"Server CPU per hybrid search (the bare HTTP client's calls, every thread of the "
+                f"serving process): {load['bare_http_server_cpu_ms_per_search']:.2f} ms.",
+            ]
         lines += ["", "## Load run"]
         if "server_cpu_ms_per_call" in load:
             lines += [

@@ -94,6 +94,8 @@ def test_tiny_bench_run(tmp_path: Path, encoder):
     load = result["load"]
     assert "skipped" not in load, load
     assert load["bare_http_search_hybrid"]["n"] == 12  # every bare JSON-RPC search answered ok
+    assert load["bare_http_server_cpu_ms_per_search"] > 0  # twelve searches, read in whole ticks
+    assert "Server CPU per hybrid search" in (out / "report.md").read_text()
     assert load["admitted_not_readable"] == 0 and load["calls_completed"] > 0 and not load["errors"]
     assert load["server_cpu_ms_per_call"] > 0 and load["client_cpu_ms_per_call"] > 0
     assert load["cpu_bound_calls_per_s"] > 0 and "CPU per call: server" in (out / "report.md").read_text()
