@@ -133,6 +133,13 @@ class Settings(BaseSettings):
         description="Directory written by `engram admin export-vectors` on a live replica: a new replica "
         "takes each current record's vectors from it when its passage texts match, and embeds only the rest.",
     )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="Serving processes behind the one port (shared store only): each a replica with its own "
+        "projections under <data-dir>/workers/<i>, so memory grows with their number.",
+    )
     log_level: LogLevel = Field(LogLevel.INFO, description="Log threshold of engram.* and the HTTP server.")
     log_format: LogFormat = Field(LogFormat.TEXT, description="Log lines as text or as one JSON object each.")
 

@@ -7,7 +7,7 @@ import contextlib
 import gc
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -63,6 +63,7 @@ def serve(
     group: Annotated[str | None, typer.Option(help=field_help("group"), show_default=False)] = None,
     advertise_url: Annotated[str | None, typer.Option(help=field_help("advertise_url"), show_default=False)] = None,
     seed_vectors: Annotated[Path | None, typer.Option(help=field_help("seed_vectors"), show_default=False)] = None,
+    workers: Annotated[int | None, typer.Option(help=field_help("workers"), show_default=False)] = None,
 ) -> None:
     """Serve the six memory tools over MCP (streamable HTTP at /mcp, or --stdio).
 
@@ -90,26 +91,43 @@ def serve(
         group=group,
         advertise_url=advertise_url,
         seed_vectors=seed_vectors,
+        workers=workers,
     )
     from engram.service.logs import configure_logging
 
     configure_logging(settings.log_level, settings.log_format)
     _refuse_unservable(settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if stdio and settings.workers > 1:
+        echo_error("engram: --workers serves HTTP; --stdio is one process for one host")
+        raise typer.Exit(2)
     if stdio:
         _serve_stdio(settings)
+    elif settings.workers > 1:
+        from .workers import Supervisor
+
+        with _holding_data_dir(settings.data_dir):
+            status = Supervisor(settings, _host_secret(settings.data_dir), settings.workers).run()
+        if status:
+            raise typer.Exit(status)
     else:
-        _serve_http(settings)
+        serve_http(settings, _host_secret(settings.data_dir))
 
 
 def _refuse_unservable(settings: Any) -> None:
-    """Exit 2 on settings no server can run with: replica groups without a shared
-    store, or a seed directory `engram admin export-vectors` did not write."""
+    """Exit 2 on settings no server can run with: replica groups or several workers
+    without a shared store, or a seed directory `engram admin export-vectors` did not write."""
     from engram.service.engine import SEED_HEADER
     from engram.service.store.base import DEFAULT_GROUP
 
     if settings.group != DEFAULT_GROUP and not settings.database_url:
         echo_error("engram: --group needs a shared store (--database-url): an embedded store is one process, no groups")
+        raise typer.Exit(2)
+    if settings.workers > 1 and not settings.database_url:
+        echo_error(
+            "engram: --workers needs a shared store (--database-url): an embedded store is one process; "
+            "several workers are several replicas of one database"
+        )
         raise typer.Exit(2)
     if settings.seed_vectors is not None and not (settings.seed_vectors / SEED_HEADER).is_file():
         echo_error(f"engram: {settings.seed_vectors} is not a seed written by `engram admin export-vectors`")
@@ -143,14 +161,15 @@ def _serve_stdio(settings: Any) -> None:
             engine.close()
 
 
-def _serve_http(settings: Any) -> None:
-    """Streamable HTTP under uvicorn; the engine warms up in the background, and
-    /readyz answers 503 until it is ready."""
+def serve_http(settings: Any, secret: bytes, *, on_listening: Callable[[], None] | None = None) -> None:
+    """Streamable HTTP under uvicorn. Alone, the engine warms up in the background and
+    /readyz answers 503 until it is ready. As one of `--workers` (``on_listening``
+    given), the process listens on the shared address (SO_REUSEPORT) only once its
+    engine is ready, then calls ``on_listening``."""
     import uvicorn
 
     from engram.service.mcp.app import create_app
 
-    secret = _host_secret(settings.data_dir)
     if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.allowed_hosts:
         echo_error("engram: warning: non-loopback host without --allowed-host: DNS-rebinding protection is off")
     with _holding_data_dir(settings.data_dir):
@@ -158,11 +177,18 @@ def _serve_http(settings: Any) -> None:
         _collect_less_once_ready(engine)
         _warn_tenants_not_opted_in(engine)
         application = create_app(engine, settings, host_secret=secret, close_engine=True)
+        # log_config=None: uvicorn's loggers propagate to the handler configured above.
+        logs = {"log_config": None, "log_level": settings.log_level.value}
         with _operator_channel(engine, settings.data_dir):
-            # log_config=None: uvicorn's loggers propagate to the handler configured above.
-            uvicorn.run(
-                application, host=settings.host, port=settings.port, log_config=None, log_level=settings.log_level.value
-            )
+            if on_listening is None:
+                uvicorn.run(application, host=settings.host, port=settings.port, **logs)
+                return
+            from .workers import listening_socket
+
+            engine.wait_ready()
+            sock = listening_socket(settings.host, settings.port)
+            on_listening()
+            uvicorn.Server(uvicorn.Config(application, **logs)).run(sockets=[sock])
 
 
 def _host_secret(data_dir: Path) -> bytes:

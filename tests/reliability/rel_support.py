@@ -38,7 +38,7 @@ from mcp_support import SECRET, ServerThread, free_port  # noqa: E402,F401
 
 from engram.eval.service_memory import rpc_body  # noqa: E402
 from engram.models.codes import MESSAGES, RETRIABLE, ErrorCode  # noqa: E402
-from engram.models.tools import TOOLS  # noqa: E402
+from engram.models.tools import CAPTURE, REQUEST_ADMISSION, SEARCH, TOOLS  # noqa: E402
 from engram.service.engine.gates import operation_digest  # noqa: E402
 from engram.service.mcp.host_context import HEADER, mint_token  # noqa: E402
 
@@ -151,6 +151,33 @@ class ReplicaProcess(ServerProcess):
             ready_timeout_s=120.0,
             env={**os.environ, "ENGRAM_HOST_SECRET": SECRET.decode(), "PYTHONPATH": str(ROOT)},
         )
+
+
+def enable_tenant(database_url: str, key_dir: Path, operator_dir: Path, tenant: str = "acme") -> None:
+    """One operator command on a new database before its servers start: migrates the
+    schema, creates the KEK in ``key_dir`` and opts ``tenant`` in."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engram.service.cli",
+            "admin",
+            "--database-url",
+            database_url,
+            "--key-dir",
+            str(key_dir),
+            "tenant",
+            "enable",
+            tenant,
+            "--data-dir",
+            str(operator_dir),
+        ],
+        check=True,
+        capture_output=True,
+        cwd=str(ROOT),
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
 
 
 def env_int(name: str, default: int) -> int:
@@ -387,6 +414,25 @@ _MODERN_META = {
     "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
     "io.modelcontextprotocol/clientCapabilities": {},
 }
+
+
+def run_on(server: ServerProcess, tool: str, args: dict[str, Any], token: str | None = None) -> dict[str, Any]:
+    """One call to ``server`` through the MCP SDK client, on a connection of its own."""
+    return asyncio.run(call(server.url, token or ctx_token(), "auto", tool, args))
+
+
+def accept_on(server: ServerProcess, text: str) -> str:
+    """Capture ``text`` and admit it through ``server``; the record id."""
+    cap = value(run_on(server, CAPTURE, capture_args(text)))
+    out = value(run_on(server, REQUEST_ADMISSION, {"candidate_id": cap["candidate_id"], "idempotency_key": key("adm")}))
+    assert out["outcome"]["status"] == "accepted", out
+    return out["outcome"]["record_id"]
+
+
+def search_ids(server: ServerProcess, query: str, **extra: Any) -> tuple[list[str], str | None]:
+    """The record ids of one page of ``query`` through ``server``, and its next cursor."""
+    out = value(run_on(server, SEARCH, {"query": query, "purpose_ref": PURPOSE, **extra}))
+    return [r["record"]["record_id"] for r in out["records"]], out.get("next_page_cursor")
 
 
 def parse_rpc_body(response: httpx.Response) -> Any:

@@ -11,10 +11,6 @@ keep their own data directories for their indexes.
 
 from __future__ import annotations
 
-import asyncio
-import os
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -27,18 +23,20 @@ from rel_support import (  # noqa: E402
     PURPOSE,
     SECRET,
     ReplicaProcess,
-    call,
+    accept_on,
     capture_args,
     claims,
     code,
-    ctx_token,
+    enable_tenant,
     key,
+    run_on,
     scan_dir,
+    search_ids,
     unique_token,
     value,
 )
 
-from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH  # noqa: E402
+from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION  # noqa: E402
 from engram.service.engine.gates import operation_digest  # noqa: E402
 from engram.service.mcp.host_context import mint_token  # noqa: E402
 
@@ -51,30 +49,7 @@ def cluster(postgres_cluster, tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("replicas")
     url = postgres_cluster.create_database("replicas")
     keys = root / "keys"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    # One operator command first: migrates the schema, creates the KEK, opts acme in.
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "engram.service.cli",
-            "admin",
-            "--database-url",
-            url,
-            "--key-dir",
-            str(keys),
-            "tenant",
-            "enable",
-            "acme",
-            "--data-dir",
-            str(root / "operator"),
-        ],
-        check=True,
-        capture_output=True,
-        cwd=str(ROOT),
-        env=env,
-        timeout=120,
-    )
+    enable_tenant(url, keys, root / "operator")
     replicas = [ReplicaProcess(name, root, url, keys).launch() for name in ("a", "b", "c")]
     try:
         for r in replicas:
@@ -86,7 +61,7 @@ def cluster(postgres_cluster, tmp_path_factory: pytest.TempPathFactory):
 
 
 def run(replica: ReplicaProcess, tool: str, args: dict[str, Any], token: str | None = None) -> dict[str, Any]:
-    return asyncio.run(call(replica.url, token or ctx_token(), MODE, tool, args))
+    return run_on(replica, tool, args, token)
 
 
 def confirmed(tool: str, args: dict[str, Any], target: str, ref: str) -> str:
@@ -105,18 +80,6 @@ def confirmed(tool: str, args: dict[str, Any], target: str, ref: str) -> str:
         SECRET,
         ttl_s=3600,
     )
-
-
-def accept_on(replica: ReplicaProcess, text: str) -> str:
-    cap = value(run(replica, CAPTURE, capture_args(text)))
-    out = value(run(replica, REQUEST_ADMISSION, {"candidate_id": cap["candidate_id"], "idempotency_key": key("adm")}))
-    assert out["outcome"]["status"] == "accepted", out
-    return out["outcome"]["record_id"]
-
-
-def search_ids(replica: ReplicaProcess, query: str, **extra: Any) -> tuple[list[str], str | None]:
-    out = value(run(replica, SEARCH, {"query": query, "purpose_ref": PURPOSE, **extra}))
-    return [r["record"]["record_id"] for r in out["records"]], out.get("next_page_cursor")
 
 
 def test_read_your_writes_across_replicas(cluster) -> None:
