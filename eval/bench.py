@@ -56,7 +56,7 @@ import time
 import unicodedata
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -664,10 +664,21 @@ def load_run(
 
 
 def drive_clients(
-    url: str, header: str, tokens: list[str], texts: list[str], per_client: int, run: str
+    url: str,
+    header: str,
+    tokens: list[str],
+    texts: list[str],
+    per_client: int,
+    run: str,
+    server_pids: Sequence[int] = (),
+    hybrid: bool = True,
 ) -> dict[str, Any]:
     """The client side of :func:`load_run` (runs in a child process): the last token's
-    client searches alone first, then one client per other token runs the mixed load."""
+    client searches alone first, then one client per other token runs the mixed load.
+
+    ``server_pids``: the serving processes whose CPU is read (default: the parent, which
+    serves in :func:`load_run`). ``hybrid`` false (a server without the model): every
+    search asks for the lexical profile."""
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
@@ -680,7 +691,11 @@ def drive_clients(
     }
     errors: Counter[str] = Counter()
     admitted: list[str] = []
-    server = os.getppid()  # the bench process, which serves (uvicorn in a thread)
+    pids = list(server_pids) or [os.getppid()]  # by default the bench process (uvicorn in a thread)
+    hybrid_profile = "lexical_and_semantic" if hybrid else "lexical"
+
+    def server_cpu_s() -> float:
+        return sum(process_cpu_s(pid) for pid in pids)
 
     async def call(client_obj: Any, sink: list[float], tool: str, args: dict[str, Any]) -> dict[str, Any] | None:
         t = time.perf_counter()
@@ -712,7 +727,7 @@ def drive_clients(
                         mcp_client,
                         latencies["search_hybrid"],
                         "engram_memory_search",
-                        search_args(query, "lexical_and_semantic"),
+                        search_args(query, hybrid_profile),
                     )
                 elif roll < 8:
                     await call(
@@ -764,7 +779,7 @@ def drive_clients(
             httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120.0)) as http,
         ):
             for n, query in enumerate([*texts[:3], *texts]):
-                args = search_args(query, "lexical_and_semantic")
+                args = search_args(query, hybrid_profile)
                 await call(mcp_client, sdk if n >= 3 else [], "engram_memory_search", args)
                 body = {
                     "jsonrpc": "2.0",
@@ -772,26 +787,26 @@ def drive_clients(
                     "method": "tools/call",
                     "params": {"name": "engram_memory_search", "_meta": meta, "arguments": args},
                 }
-                server_cpu, t = process_cpu_s(server), time.perf_counter()
+                server_cpu, t = server_cpu_s(), time.perf_counter()
                 response = await http.post(url, content=json.dumps(body))
                 elapsed = time.perf_counter() - t
                 if response.status_code != 200 or '"ok":true' not in response.text:
                     errors[f"bare-http:{response.status_code}"] += 1
                 elif n >= 3:
                     bare.append(elapsed)
-                    bare_server_cpu_s += process_cpu_s(server) - server_cpu
+                    bare_server_cpu_s += server_cpu_s() - server_cpu
         return sdk, bare, bare_server_cpu_s
 
     async def main() -> dict[str, Any]:
         single, bare, bare_server_cpu_s = await sequential_searches()
-        server_cpu, client_cpu, t = process_cpu_s(server), time.process_time(), time.perf_counter()
+        server_cpu, client_cpu, t = server_cpu_s(), time.process_time(), time.perf_counter()
         await asyncio.gather(*(one_client(c) for c in range(len(tokens) - 1)))
         return {
             "single": single,
             "bare": bare,
             "bare_server_cpu_s": bare_server_cpu_s,
             "wall_s": time.perf_counter() - t,
-            "server_cpu_s": process_cpu_s(server) - server_cpu,
+            "server_cpu_s": server_cpu_s() - server_cpu,
             "client_cpu_s": time.process_time() - client_cpu,
         }
 

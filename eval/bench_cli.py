@@ -112,7 +112,8 @@ def bench(
             "--database-url",
             envvar="ENGRAM_DATABASE_URL",
             help="Also compare stores at the first size: ingest rate and hybrid p50/p99 on SQLite, and on this "
-            "PostgreSQL database with one replica and with two (OUT/stores.json); each run uses a new scope.",
+            "PostgreSQL database with one replica and with two; with --load, also the load run against "
+            "`engram serve --workers` 1 and 2 on it (OUT/stores.json); each run uses a new scope.",
         ),
     ] = None,
 ) -> None:
@@ -174,11 +175,18 @@ def bench(
 
             from engram.ranking import MiniLMEncoder
 
-            from .replica_bench import replica_bench
+            from .replica_bench import WorkersLoad, replica_bench
 
             encoder = MiniLMEncoder(scratch / "models")
             stores = replica_bench(
-                size_list[0], scratch, encoder, database_url, queries=queries, batch_size=batch_size, say=say
+                size_list[0],
+                scratch,
+                encoder,
+                database_url,
+                queries=queries,
+                batch_size=batch_size,
+                say=say,
+                workers_load=WorkersLoad(clients, calls, scratch / "models") if load else None,
             )
             stores["loadavg"] = result["environment"]["loadavg_at_start"]
             (out / "stores.json").write_text(json.dumps(stores, indent=2) + "\n")

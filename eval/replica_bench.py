@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,19 @@ from .corpus_gen import SyntheticCorpus
 REEMBED_UP_TO = 5_000
 #: The probe of two PostgreSQL replicas answering in turn.
 TWO_REPLICAS = "postgres-two-replicas"
+#: `engram serve --workers N` load runs, in this order (ABBA, so drift weighs on both).
+WORKER_COUNTS = (1, 2, 2, 1)
+WORKERS_READY_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class WorkersLoad:
+    """The load run against `engram serve --workers`: concurrent clients, client steps in
+    all, and the query encoder's export to give the served directories (or None)."""
+
+    clients: int
+    calls: int
+    model_cache: Path | None = None
 
 
 def replica_bench(
@@ -51,9 +65,13 @@ def replica_bench(
     batch_size: int | None,
     say: Callable[[str], None] = print,
     sqlite: bool = True,
+    workers_load: WorkersLoad | None = None,
 ) -> dict[str, Any]:
     """Ingest rate and hybrid p50/p99: SQLite (unless not ``sqlite``), PostgreSQL with one
-    replica, and two; a new replica's join from the journal and from a seed."""
+    replica, and two; a new replica's join from the journal and from a seed; with
+    ``workers_load``, the load run against `engram serve --workers` 1
+    and 2 on the database (:func:`serve_workers_load`)."""
+    from engram.ranking import MiniLMEncoder
     from engram.service.engine import Engine
 
     root = work / f"stores-n{size}"
@@ -138,5 +156,115 @@ def replica_bench(
     second.close()
     for engine in opened.values():
         engine.close()
+    if workers_load is not None:
+        model = isinstance(encoder, MiniLMEncoder)
+        entry["workers"] = serve_workers_load(
+            root / "postgres", database_url, scope, texts, workers_load, model=model, say=say
+        )
     say(f"[stores n={size}] {out}")
     return out
+
+
+def serve_workers_load(
+    root: Path,
+    database_url: str,
+    scope: tuple[str, str],
+    texts: list[str],
+    load: WorkersLoad,
+    *,
+    model: bool,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """`engram serve --workers N` on the database (its key files under ``root/keys``),
+    one and two workers in the order of :data:`WORKER_COUNTS`, each a new server on new
+    directories: the load run of `engram bench` against it (one host's sequential
+    searches, then ``load.clients`` concurrent SDK clients for about ``load.calls``
+    steps; the clients in a child process), its CPU read from every process of the server, and how
+    many calls each worker took (its audit lines)."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    from engram.models.tools import TOOLS
+    from engram.service.mcp.audit import AUDIT_FILE
+    from engram.service.mcp.host_context import HEADER
+
+    from .bench import cpu_per_call, drive_clients
+    from .service_memory import ServedDirectory
+
+    run = uuid.uuid4().hex[:8]
+    clients, per_client = load.clients, max(1, load.calls // load.clients)
+    rows: list[dict[str, Any]] = []
+    for turn, count in enumerate(WORKER_COUNTS):
+        data_dir = root / f"served-{turn}"
+        served = ServedDirectory(
+            data_dir,
+            model=model,
+            log=root / f"served-{turn}.log",
+            model_cache=load.model_cache,
+            extra=["--workers", str(count), "--database-url", database_url, "--key-dir", str(root / "keys")]
+            + ["--log-level", "info"],
+        )
+        say(f"[stores] engram serve --workers {count}: {clients} clients x {per_client} steps")
+        why_not = served.start(WORKERS_READY_TIMEOUT_S)
+        if why_not is None and count > 1:
+            why_not = _wait_logged(served.log, f"with {count} workers", WORKERS_READY_TIMEOUT_S)
+        if why_not is not None:
+            served.stop()
+            rows.append({"workers": count, "skipped": why_not})
+            continue
+        tokens = [
+            served.token(
+                {
+                    "tenant": scope[0],
+                    "workspace": scope[1],
+                    "principal": f"load-{c}",
+                    "agent_id": f"agent-{c}",
+                    "session": f"s-{c}",
+                    "purpose": PURPOSE,
+                    "tools": sorted(TOOLS),
+                    "confirm": [],
+                }
+            )
+            for c in range(clients + 1)
+        ]
+        try:
+            with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
+                driven = pool.submit(
+                    drive_clients, served.base + "/mcp", HEADER, tokens, texts, per_client, run, served.pids(), model
+                ).result()
+        finally:
+            served.stop()
+        total = sum(len(v) for v in driven["latencies"].values())
+        audits = sorted(data_dir.glob(f"workers/*/{AUDIT_FILE}")) if count > 1 else [data_dir / AUDIT_FILE]
+        rows.append(
+            {
+                "workers": count,
+                "calls_completed": total,
+                "wall_s": round(driven["wall_s"], 2),
+                "throughput_calls_per_s": round(total / driven["wall_s"], 2) if driven["wall_s"] else 0.0,
+                **cpu_per_call(driven["server_cpu_s"], driven["client_cpu_s"], total),
+                "bare_http_search": percentiles(driven["bare"]),
+                "latency": {k: percentiles(v) for k, v in driven["latencies"].items() if v},
+                "errors": driven["errors"],
+                "calls_per_worker": [len(path.read_bytes().splitlines()) for path in audits],
+            }
+        )
+    out: dict[str, Any] = {"runs": rows}
+    rates = {
+        n: [r["throughput_calls_per_s"] for r in rows if r["workers"] == n and "skipped" not in r]
+        for n in set(WORKER_COUNTS)
+    }
+    if all(rates.values()):
+        one, two = (sum(rates[n]) / len(rates[n]) for n in (1, 2))
+        out["two_over_one_calls_per_s"] = round(two / one, 3) if one else None
+    return out
+
+
+def _wait_logged(log: Path, text: str, timeout_s: float) -> str | None:
+    """None once ``text`` shows in ``log``, else why not."""
+    deadline = time.monotonic() + timeout_s
+    while text not in log.read_text(errors="replace"):
+        if time.monotonic() > deadline:
+            return f"{text!r} not logged after {timeout_s:.0f} s"
+        time.sleep(0.2)
+    return None

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +103,9 @@ class ServedDirectory:
     ``log``), asked over plain JSON-RPC POSTs to ``/mcp`` (protocol 2026-07-28, one
     request per exchange). The bench's lone-server run and its soak both drive it."""
 
-    def __init__(self, data_dir: Path, *, model: bool, log: Path, model_cache: Path | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, *, model: bool, log: Path, model_cache: Path | None = None, extra: Sequence[str] = ()
+    ) -> None:
         self.data_dir, self.model, self.log = data_dir, model, log
         if model:
             _seed_model_cache(model_cache, data_dir)
@@ -124,6 +126,7 @@ class ServedDirectory:
             "--log-level",
             "warning",
             "--model" if model else "--no-model",
+            *extra,
         ]
         self.proc: subprocess.Popen[bytes] | None = None
         self.ready_s = 0.0
@@ -133,6 +136,11 @@ class ServedDirectory:
     def pid(self) -> int:
         assert self.proc is not None
         return self.proc.pid
+
+    def pids(self) -> list[int]:
+        """The server's process and its children (the workers of `--workers N`)."""
+        children = Path(f"/proc/{self.pid}/task/{self.pid}/children").read_text().split()
+        return [self.pid, *map(int, children)]
 
     def start(self, ready_timeout_s: float) -> str | None:
         """Start the server and wait for ``/readyz``; None once ready, else why not."""

@@ -1,16 +1,26 @@
 """The store benchmark runs end to end on a tiny corpus (hashing encoder, real
-PostgreSQL): both stores ingest, a second replica opens on the database, and every
-latency series has all its queries."""
+PostgreSQL): both stores ingest, a second replica opens on the database, every latency
+series has all its queries, and the load run drives `engram serve --workers` 1 and 2
+(without the model: lexical searches) with every call answered."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from engram.eval.replica_bench import replica_bench
+from engram.eval.replica_bench import WORKER_COUNTS, WorkersLoad, replica_bench
 
 
 def test_store_bench_on_a_tiny_corpus(tmp_path: Path, database_url: str, encoder) -> None:
-    out = replica_bench(120, tmp_path, encoder, database_url, queries=12, batch_size=50, say=lambda _m: None)
+    out = replica_bench(
+        120,
+        tmp_path,
+        encoder,
+        database_url,
+        queries=12,
+        batch_size=50,
+        say=lambda _m: None,
+        workers_load=WorkersLoad(clients=2, calls=20),
+    )
     assert out["sqlite"]["ingest_records_per_s"] > 0 and out["postgres"]["ingest_records_per_s"] > 0
     assert out["postgres"]["second_replica_catch_up_s"] >= 0
     for lat in (
@@ -20,3 +30,12 @@ def test_store_bench_on_a_tiny_corpus(tmp_path: Path, database_url: str, encoder
     ):
         assert lat["n"] == 12 and lat["p99_ms"] >= lat["p50_ms"] > 0
     assert out["postgres_over_sqlite_p50"] > 0
+    workers = out["postgres"]["workers"]
+    assert [run["workers"] for run in workers["runs"]] == list(WORKER_COUNTS)
+    for run in workers["runs"]:
+        assert run["errors"] == {}, run
+        assert run["calls_completed"] >= 20 and run["throughput_calls_per_s"] > 0
+        assert run["server_cpu_ms_per_call"] > 0
+        # Every call of the run is in some worker's audit log (the sequential searches too).
+        assert len(run["calls_per_worker"]) == run["workers"] and sum(run["calls_per_worker"]) >= run["calls_completed"]
+    assert workers["two_over_one_calls_per_s"] > 0
