@@ -25,10 +25,10 @@ How:
   worker is given the query encoder's export the data directory or worker 0 holds, so
   no worker exports the model again.
 * A worker that exits is started again, after one second, doubling to 30 while it keeps
-  exiting within a minute of its start. One that exits with status 2 before it was
-  ever ready (a setting it refuses) stops the supervisor with status 2. SIGTERM or
-  SIGINT stops every worker (SIGTERM, then SIGKILL after 20 seconds) and then the
-  supervisor.
+  exiting within a minute of its start. One that exits before it was first ready (a
+  setting it refuses) stops the supervisor with its status. SIGTERM or SIGINT stops
+  every worker (SIGTERM, then SIGKILL after 20 seconds) and then the supervisor; a
+  worker whose supervisor was killed stops itself.
 
 Each worker holds the whole projection of the scopes it serves, so memory grows with the
 number of workers, as it does with replicas on separate machines.
@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
+import os
 import shutil
 import signal
 import socket
@@ -65,6 +66,7 @@ RESTART_MAX_DELAY_S = 30.0
 STEADY_RUN_S = 60.0
 STOP_GRACE_S = 20.0
 POLL_S = 0.2
+ORPHAN_POLL_S = 1.0
 EXIT_REFUSED = 2
 
 
@@ -100,10 +102,19 @@ def _run_worker(settings: Settings, secret: bytes, ready: ProcessEvent) -> None:
 
     configure_logging(settings.log_level, settings.log_format)
     settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    threading.Thread(target=_stop_when_orphaned, args=(os.getppid(),), name="engram-parent-watch", daemon=True).start()
     try:
         serve_http(settings, secret, on_listening=ready.set)
     except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
+
+
+def _stop_when_orphaned(parent: int) -> None:
+    """Stop this worker (SIGTERM to itself: the server shuts down cleanly) once the
+    supervisor is gone, killed without the chance to stop its workers."""
+    while os.getppid() == parent:
+        time.sleep(ORPHAN_POLL_S)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 @dataclass

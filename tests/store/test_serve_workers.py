@@ -2,7 +2,7 @@
 its one port: every call answered alike whichever worker takes it (read-your-writes, a
 page cursor, a forget gone from every worker's answers and index files), both workers
 taking calls, a worker killed with SIGKILL started again with nothing acknowledged lost,
-and the settings it refuses.
+workers that stop once their supervisor is killed, and the settings it refuses.
 
 Each call opens a connection of its own, so the kernel's SO_REUSEPORT hash spreads the
 calls over the workers; which worker took a call is read from the audit log in each
@@ -157,6 +157,24 @@ def test_a_killed_worker_starts_again_and_nothing_acknowledged_is_lost(workers: 
     made += [accept_on(workers, f"Acknowledged after the restart {word} {i}") for i in range(2)]
     for _ in range(6):  # new connections, over both workers
         assert sorted(search_ids(workers, word, limit=50)[0]) == sorted(made)
+
+
+def test_workers_stop_themselves_when_the_supervisor_is_killed(postgres_cluster, tmp_path: Path) -> None:
+    url = postgres_cluster.create_database("orphans")
+    enable_tenant(url, tmp_path / "keys", tmp_path / "operator")
+    server = Workers(tmp_path, url, tmp_path / "keys")
+    try:
+        server.start()
+        server.wait_for(lambda: "with 2 workers" in server.log.read_text())
+        pids = [pid for _, pid in server.ready_pids()]
+        assert len(pids) == 2 and all(_alive(pid) for pid in pids)
+        server.kill()  # SIGKILL: the supervisor cannot stop its workers
+        deadline = time.monotonic() + 30
+        while any(_alive(pid) for pid in pids):
+            assert time.monotonic() < deadline, "a worker outlived its supervisor"
+            time.sleep(0.1)
+    finally:
+        server.stop()
 
 
 def _alive(pid: int) -> bool:
