@@ -113,7 +113,8 @@ def bench(
             envvar="ENGRAM_DATABASE_URL",
             help="Also compare stores at the first size: ingest rate and hybrid p50/p99 on SQLite, and on this "
             "PostgreSQL database with one replica and with two; with --load, also the load run against "
-            "`engram serve --workers` 1 and 2 on it (OUT/stores.json); each run uses a new scope.",
+            "`engram serve --workers` 1 and 2 on it (OUT/stores.json). Use an empty database for each run: its "
+            "key files stay in the scratch directory.",
         ),
     ] = None,
 ) -> None:

@@ -157,9 +157,15 @@ def replica_bench(
     for engine in opened.values():
         engine.close()
     if workers_load is not None:
-        model = isinstance(encoder, MiniLMEncoder)
         entry["workers"] = serve_workers_load(
-            root / "postgres", database_url, scope, texts, workers_load, model=model, say=say
+            root / "postgres",
+            database_url,
+            scope,
+            texts,
+            workers_load,
+            seed=root / "postgres" / "seed",
+            model=isinstance(encoder, MiniLMEncoder),
+            say=say,
         )
     say(f"[stores n={size}] {out}")
     return out
@@ -172,12 +178,14 @@ def serve_workers_load(
     texts: list[str],
     load: WorkersLoad,
     *,
+    seed: Path,
     model: bool,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
     """`engram serve --workers N` on the database (its key files under ``root/keys``),
     one and two workers in the order of :data:`WORKER_COUNTS`, each a new server on new
-    directories: the load run of `engram bench` against it (one host's sequential
+    directories starting from ``seed`` (a new replica would otherwise embed every record
+    again): the load run of `engram bench` against it (one host's sequential
     searches, then ``load.clients`` concurrent SDK clients for about ``load.calls``
     steps; the clients in a child process), its CPU read from every process of the server, and how
     many calls each worker took (its audit lines)."""
@@ -202,6 +210,7 @@ def serve_workers_load(
             log=root / f"served-{turn}.log",
             model_cache=load.model_cache,
             extra=["--workers", str(count), "--database-url", database_url, "--key-dir", str(root / "keys")]
+            + ["--seed-vectors", str(seed)]
             + ["--log-level", "info"],
         )
         say(f"[stores] engram serve --workers {count}: {clients} clients x {per_client} steps")
