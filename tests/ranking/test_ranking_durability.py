@@ -114,6 +114,9 @@ def test_crash_reopens_at_the_checkpoint_and_reapplying_heals(tmp_path: Path):
     ranker = Ranker(root, HashingTestEncoder(), checkpoint_records=10_000, checkpoint_seconds=3600)
     ranker.apply("s", upserts=first, removals=[], through_cursor=3)
     ranker.checkpoint()
+    # The first apply made a save due, queued on the background thread; a crash would
+    # end that thread too, so it must be done before the later apply.
+    assert ranker.settle(60)
     ranker.apply("s", upserts=later, removals=["mem_2"], through_cursor=5)  # applied in memory only
     assert ranker.projection_cursor("s") == {"lexical": 5, "semantic": 5}
     assert sorted(semantic_ids(ranker, "s", "beta")) == ["mem_0", "mem_1", "mem_3"]

@@ -110,6 +110,9 @@ def test_a_scope_reopens_at_its_checkpoint_with_later_rows_cut_off(tmp_path: Pat
     index = SemanticIndex(tmp_path, 8, checkpoint_records=10_000, checkpoint_seconds=3600)
     index.apply("s", upserts=[(f"r{i}", i, v[i : i + 1]) for i in range(20)], removals=[], through_cursor=2)
     index.checkpoint()
+    # The first apply made a save due, queued on the background thread; a crash would
+    # end that thread too, so it must be done before the rows below are written.
+    assert index.settle(60)
     index.apply(
         "s", upserts=[(f"r{i}", i, v[i : i + 1]) for i in range(20, 30)], removals=[], through_cursor=3
     )  # rows written, not saved
