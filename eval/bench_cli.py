@@ -74,6 +74,14 @@ def bench(
             "its recall@10, ms and bytes beside the engine's index (0: never; needs the eval extra).",
         ),
     ] = 100_000,
+    raw_bulk: Annotated[
+        bool,
+        typer.Option(
+            "--raw-bulk/--no-raw-bulk",
+            help="After each size's ingest, have the raw engines (Tantivy, usearch) index the same batches alone and "
+            "report the ingest's rate against theirs. Skip it on a very large size: it takes about as long again.",
+        ),
+    ] = True,
     service_searches: Annotated[
         int,
         typer.Option(
@@ -166,6 +174,7 @@ def bench(
             load=load,
             reuse=reuse,
             hnswlib_up_to=hnswlib_up_to,
+            raw_bulk=raw_bulk,
             service_searches=service_searches,
             fresh=fresh,
             say=say,

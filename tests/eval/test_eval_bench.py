@@ -158,3 +158,22 @@ def test_a_bench_directory_is_opted_in_once_ingested(tmp_path: Path, encoder):
         assert reopened.tenants_not_opted_in() == []
     finally:
         reopened.close()
+
+
+def test_a_size_without_the_raw_bulk_pass_reports_the_ingest_alone(tmp_path: Path, encoder):
+    entry, engine = bench_size(
+        200,
+        tmp_path,
+        encoder,
+        queries=5,
+        batch_size=None,
+        progress=False,
+        reuse=False,
+        say=lambda _m: None,
+        raw_bulk=False,
+    )
+    engine.close()
+    assert entry["ingest"]["ingested"] == 200 and entry["ingest_records_per_s"] > 0
+    assert "raw_bulk_index" not in entry and "ingest_over_raw_bulk_index" not in entry
+    kept = json.loads((Path(entry["_root"]) / "ingest.json").read_text())
+    assert "raw_bulk_index" not in kept and kept["ingest"]["ingested"] == 200
