@@ -66,6 +66,7 @@ import numpy as np
 from engram.index_data.ingest import ingest_corpus
 from engram.index_data.readers import VectorSource, read_beir
 from engram.index_data.records import DEFAULT_PURPOSE, build_payload, record_id_for
+from engram.models.tools import TOOLS
 from engram.ranking import EMBED_BATCH, HYBRID_PROFILE, encode_queries, passages
 from engram.service.engine import CallContext, index_document, scope_key
 
@@ -262,6 +263,21 @@ def ingest_size(
     out["store_bytes_per_record"] = store_bytes_per_record(engine, corpus, size)
     (root / "ingest.json").write_text(json.dumps(out, indent=2) + "\n")
     return out, vectors, engine
+
+
+def load_claims(scope: tuple[str, str], client: int) -> dict[str, Any]:
+    """The host context of load client ``client`` on ``scope``: its own principal, agent
+    and session, every tool, nothing to confirm."""
+    return {
+        "tenant": scope[0],
+        "workspace": scope[1],
+        "principal": f"load-{client}",
+        "agent_id": f"agent-{client}",
+        "session": f"s-{client}",
+        "purpose": PURPOSE,
+        "tools": sorted(TOOLS),
+        "confirm": [],
+    }
 
 
 def raw_bulk_index(
@@ -592,7 +608,6 @@ def load_run(
     try:
         import uvicorn
 
-        from engram.models.tools import TOOLS
         from engram.service.mcp.app import create_app
         from engram.service.mcp.host_context import HEADER, mint_token
         from engram.service.settings import Settings
@@ -619,16 +634,7 @@ def load_run(
     per_client = max(1, calls // clients)
     tokens = [
         mint_token(
-            {
-                "tenant": BENCH_SCOPE[0],
-                "workspace": BENCH_SCOPE[1],
-                "principal": f"load-{c}",
-                "agent_id": f"agent-{c}",
-                "session": f"s-{c}",
-                "purpose": PURPOSE,
-                "tools": sorted(TOOLS),
-                "confirm": [],
-            },
+            load_claims(BENCH_SCOPE, c),
             secret,
             ttl_s=3600,
         )

@@ -192,11 +192,10 @@ def serve_workers_load(
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    from engram.models.tools import TOOLS
     from engram.service.mcp.audit import AUDIT_FILE
     from engram.service.mcp.host_context import HEADER
 
-    from .bench import cpu_per_call, drive_clients
+    from .bench import cpu_per_call, drive_clients, load_claims
     from .service_memory import ServedDirectory
 
     run = uuid.uuid4().hex[:8]
@@ -221,21 +220,7 @@ def serve_workers_load(
             served.stop()
             rows.append({"workers": count, "skipped": why_not})
             continue
-        tokens = [
-            served.token(
-                {
-                    "tenant": scope[0],
-                    "workspace": scope[1],
-                    "principal": f"load-{c}",
-                    "agent_id": f"agent-{c}",
-                    "session": f"s-{c}",
-                    "purpose": PURPOSE,
-                    "tools": sorted(TOOLS),
-                    "confirm": [],
-                }
-            )
-            for c in range(clients + 1)
-        ]
+        tokens = [served.token(load_claims(scope, c)) for c in range(clients + 1)]
         try:
             with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
                 driven = pool.submit(

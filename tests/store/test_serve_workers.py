@@ -22,8 +22,7 @@ from pathlib import Path
 import pytest
 from rel_support import (  # noqa: E402
     PURPOSE,
-    SECRET,
-    ServerProcess,
+    ReplicaProcess,
     accept_on,
     confirmed_token,
     enable_tenant,
@@ -41,39 +40,12 @@ ROOT = Path(__file__).resolve().parents[2]
 READY_LINE = re.compile(r"worker (\d+) ready \(pid (\d+)\)")
 
 
-class Workers(ServerProcess):
-    """`engram serve --workers 2 --database-url URL` (no model, no rate limit)."""
+class Workers(ReplicaProcess):
+    """`engram serve --workers 2 --database-url URL` (no model, no rate limit), its
+    supervisor logging each worker's start (at info)."""
 
     def __init__(self, root: Path, database_url: str, key_dir: Path) -> None:
-        self.data_dir = root / "data"
-        super().__init__(
-            lambda port: [
-                sys.executable,
-                "-m",
-                "engram.service.cli",
-                "serve",
-                "--workers",
-                "2",
-                "--no-model",
-                "--rate",
-                "0",
-                "--port",
-                str(port),
-                "--data-dir",
-                str(self.data_dir),
-                "--database-url",
-                database_url,
-                "--key-dir",
-                str(key_dir),
-                "--log-level",
-                "info",  # the supervisor logs each worker's start at info
-            ],
-            root / "serve.log",
-            cwd=ROOT,
-            name="workers",
-            ready_timeout_s=120.0,
-            env={**os.environ, "ENGRAM_HOST_SECRET": SECRET.decode(), "PYTHONPATH": str(ROOT)},
-        )
+        super().__init__("data", root, database_url, key_dir, "--workers", "2", "--log-level", "info")
 
     def ready_pids(self) -> list[tuple[int, int]]:
         """(worker, pid) of every "ready" line logged so far, in order."""
