@@ -6,8 +6,7 @@ through :func:`index_data.ingest.ingest_corpus` (the real operator path: digests
 journal, both indexes), and the raw engines alone index the same batches on fresh
 indexes (Tantivy adds each batch's documents and commits once, usearch adds its vectors in
 one call; skipped with ``raw_bulk=False``): the ingest rate over theirs, and the CPU
-seconds of both. Then, in the same
-process:
+seconds of both. Then, in the same process:
 
 * search latency (p50/p95/p99) through ``engine.execute("engram_memory_search")``:
   hybrid (``lexical_and_semantic``, includes encoding the query with the real model) on
@@ -632,14 +631,7 @@ def load_run(
             return {"skipped": "uvicorn did not start"}
         time.sleep(0.05)
     per_client = max(1, calls // clients)
-    tokens = [
-        mint_token(
-            load_claims(BENCH_SCOPE, c),
-            secret,
-            ttl_s=3600,
-        )
-        for c in range(clients + 1)
-    ]
+    tokens = [mint_token(load_claims(BENCH_SCOPE, c), secret, ttl_s=3600) for c in range(clients + 1)]
     say(f"MCP over HTTP: {len(texts)} sequential searches, then {clients} clients x {per_client} steps")
     try:
         with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
