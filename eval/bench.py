@@ -241,7 +241,7 @@ def ingest_size(
     out["ingest"] = {**report.as_dict(), "cpu_seconds": round(ingest_cpu_s, 2)}
     out["ingest_records_per_s"] = round(report.ingested_per_s, 1)
     out["rss_mb"] = {"before_ingest": rss_before, "after_ingest": rss_mb(), "peak_during_ingest": peak_rss_mb()}
-    ingested = f"[n={size}] ingest {report.ingested_per_s:,.0f} rec/s ({ingest_cpu_s:.1f} CPU s)"
+    rate_line = f"[n={size}] ingest {report.ingested_per_s:,.0f} rec/s ({ingest_cpu_s:.1f} CPU s)"
     if raw_bulk:
         raw = raw_bulk_index(engine, corpus, vectors, batch, root / "raw-lexical")
         out["raw_bulk_index"] = raw
@@ -250,11 +250,11 @@ def ingest_size(
             round(ingest_cpu_s / raw["cpu_seconds"], 2) if raw["cpu_seconds"] else None
         )
         say(
-            f"{ingested}, raw engines' bulk indexing of the same batches {raw['records_per_s']:,.0f} rec/s "
+            f"{rate_line}, raw engines' bulk indexing of the same batches {raw['records_per_s']:,.0f} rec/s "
             f"({raw['cpu_seconds']:.1f} CPU s): ingest / raw {out['ingest_over_raw_bulk_index']}"
         )
     else:
-        say(f"{ingested} (the raw engines' bulk pass skipped)")
+        say(f"{rate_line} (the raw engines' bulk pass skipped)")
     # A checkpoint still being written holds the previous generation and the new one on
     # disk at once: the footprint is read once it is done.
     engine.ranker.settle()
