@@ -12,7 +12,6 @@ however many records one decision accepts.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +19,7 @@ from engram.models.scope import Scope
 from engram.service.store.base import JournalEvent, NewEvent, RecordRow, Transaction
 
 from .clock import instant, parse_instant
-from .records import Trust, record_aad, record_id
+from .records import Trust, record_aad
 from .sealing import BodyVault
 
 RECORD_ACCEPTED = "record_accepted"
@@ -34,6 +33,7 @@ class Acceptance:
 
     candidate_id: str
     record_digest: str
+    record_id: str  # derived from record_digest (records.record_id); the caller has it already
     payload_digest: str
     evidence_digest: str
     payload: dict[str, Any]
@@ -43,10 +43,6 @@ class Acceptance:
     actor: dict[str, str]
     recorded_at: str
     authorization_receipt_digest: str
-
-    @functools.cached_property
-    def record_id(self) -> str:
-        return record_id(self.record_digest)
 
 
 def record_row(

@@ -25,7 +25,7 @@ from .gates import check_confirmation, claim_key, needs_confirmation
 from .idempotency import after_commit, find_replay, intent_hash, reserve
 from .lifecycle import require_pending
 from .policy import Decision, check_fresh
-from .records import Trust, candidate_aad, evidence_digest, transaction_receipt
+from .records import Trust, candidate_aad, evidence_digest, record_id, transaction_receipt
 from .sealing import SealBroken
 from .secret_scan import refuse_secrets
 
@@ -72,6 +72,7 @@ def settle(
         acceptance = Acceptance(
             candidate_id=candidate.candidate_id,
             record_digest=candidate.record_digest,
+            record_id=record_id(candidate.record_digest),
             payload_digest=candidate.payload_digest,
             evidence_digest=evidence_digest(body["evidence"]),
             payload=body["payload"],

@@ -254,6 +254,7 @@ class BulkLoad:
                     Acceptance(
                         candidate_id=sub.candidate_id,
                         record_digest=prepared.record_digest,
+                        record_id=prepared.record_id,
                         payload_digest=prepared.payload_digest,
                         evidence_digest=prepared.evidence_digest,
                         payload=sub.payload,
