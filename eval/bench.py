@@ -237,7 +237,8 @@ def ingest_size(
         purpose_ref=PURPOSE,
         on_batch=IngestLog(size, root, say),
     )
-    ingest_cpu_s = process_cpu_s(os.getpid()) - cpu
+    # The loading process's CPU, and its writing worker's where it had one.
+    ingest_cpu_s = process_cpu_s(os.getpid()) - cpu + report.worker_cpu_seconds
     out["ingest"] = {**report.as_dict(), "cpu_seconds": round(ingest_cpu_s, 2)}
     out["ingest_records_per_s"] = round(report.ingested_per_s, 1)
     out["rss_mb"] = {"before_ingest": rss_before, "after_ingest": rss_mb(), "peak_during_ingest": peak_rss_mb()}

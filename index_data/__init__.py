@@ -6,9 +6,9 @@ nothing imports it but the CLI's plugin table. Its surface is its modules.
 
 __all__ = [
     "cli",
-    "examiners",
     "export",
     "ingest",
     "readers",
     "records",
+    "writer",
 ]

@@ -51,16 +51,16 @@ def ingest(
         typer.Option(
             "--depth",
             min=1,
-            help="Batches each pipeline queue holds (prepared awaiting the encoder, embedded awaiting the writer).",
+            help="Batches each pipeline queue holds (written awaiting the encoder, embedded awaiting the indexes).",
         ),
     ] = 2,
-    processes: Annotated[
-        int | None,
+    worker: Annotated[
+        bool | None,
         typer.Option(
-            "--processes",
-            min=0,
-            help="Worker processes that examine batches (secret scan, digests) beside the writer; 0 = none. "
-            "Default: one when there is a second core and the load is large enough to repay its start.",
+            "--worker/--no-worker",
+            help="Write the batches (secret scan, digests, sealing, the store's transaction) in a worker "
+            "process, beside the indexing. Default: when there is a second core and the load is large "
+            "enough to repay the worker's start.",
             show_default=False,
         ),
     ] = None,
@@ -129,7 +129,7 @@ def ingest(
             progress=progress,
             purpose_ref=purpose,
             total=count_lines(dataset),
-            processes=processes,
+            worker=worker,
         )
         opted_in = engine.tenant_enabled(tenant)
     finally:

@@ -1,21 +1,20 @@
 """Bulk ingestion: load a corpus into a scope as accepted records, as a pipeline.
 
 The records are written by the engine's batch admission (``examine``,
-``Engine.prepare_batch`` and ``Engine.bulk_load``, see :mod:`service.engine.ingestion`):
-the same record writer as an
-agent's admitted capture, on whatever store the engine runs, with trust class
-``operator-ingested`` and the operator's receipts. This module turns source documents
-into submissions and keeps the encoder busy.
+``Engine.batch_writer`` and ``Engine.bulk_load``, see :mod:`service.engine.ingestion`):
+the same record writer as an agent's admitted capture, on whatever store the engine
+runs, with trust class ``operator-ingested`` and the operator's receipts. This module
+turns source documents into submissions and keeps the encoder busy.
 
-Pipeline: four stages joined by bounded queues (``depth`` batches each), so batch N is
-indexed while batch N+1 is sealed and committed, batch N+2 embedded and batch N+3
-prepared (secret scan and digests, in a worker process where there is a spare core: see
-:mod:`index_data.examiners`; then which records exist). The stages run in threads: the
-encoder (torch), Tantivy and usearch release the GIL while they work. With precomputed
-vectors the embedding stage only slices them, and the pipeline runs at its own ceiling.
-The scope is held for the whole load (``Engine.bulk_load``), so no catch-up interleaves
-with a batch committed but not yet indexed. A failure in any stage (or worker) stops the
-others and is raised here; whatever committed stays committed.
+Pipeline: three stages joined by bounded queues (``depth`` batches each), so batch N is
+indexed while batch N+1 is embedded and batch N+2 written (examined, checked against
+the store, sealed and committed, in a worker process where there is a spare core: see
+:mod:`index_data.writer`). The stages run in threads: the encoder (torch), Tantivy and
+usearch release the GIL while they work. With precomputed vectors the embedding stage
+only slices them, and the pipeline runs at its own ceiling. The scope is held for the
+whole load (``Engine.bulk_load``), so no catch-up interleaves with a batch committed but
+not yet indexed. A failure in any stage (or the worker) stops the others and is raised
+here; whatever committed stays committed, and is indexed by the next catch-up.
 
 Idempotent and resumable: each document's record id is bound to a deterministic pseudo
 candidate id (``ingest_`` + sha256(scope, external_id)); records already present (in any
@@ -40,11 +39,11 @@ from typing import Any
 import numpy as np
 
 from engram.models.scope import Scope
-from engram.service.engine import BulkLoad, CommittedBatch, PreparedBatch, operator_context
+from engram.service.engine import BulkLoad, CommittedBatch, operator_context
 
-from .examiners import Examined, Examiner, chunks, default_processes
 from .readers import VectorSource
 from .records import DEFAULT_PURPOSE, IngestRecord
+from .writer import Load, Writer, Written, chunks, default_worker
 
 
 @dataclass
@@ -60,7 +59,8 @@ class IngestReport:
     cursor_before: int = 0
     cursor_after: int = 0
     seconds: float = 0.0
-    prepare_seconds: float = 0.0
+    write_seconds: float = 0.0  # the feeding thread waiting for written batches
+    worker_cpu_seconds: float = 0.0  # the writing worker process's, where there is one
     embed_seconds: float = 0.0
     store_seconds: float = 0.0
     index_seconds: float = 0.0
@@ -85,7 +85,8 @@ class IngestReport:
             "cursor_before": self.cursor_before,
             "cursor_after": self.cursor_after,
             "seconds": round(self.seconds, 3),
-            "prepare_seconds": round(self.prepare_seconds, 3),
+            "write_seconds": round(self.write_seconds, 3),
+            "worker_cpu_seconds": round(self.worker_cpu_seconds, 3),
             "embed_seconds": round(self.embed_seconds, 3),
             "store_seconds": round(self.store_seconds, 3),
             "index_seconds": round(self.index_seconds, 3),
@@ -104,14 +105,13 @@ def _user() -> str:
 
 @dataclass
 class _Batch:
-    """One batch on its way through the pipeline."""
+    """One written batch on its way to the indexes."""
 
-    ordinals: list[int]  # source position of each submission in ``prepared``
+    ordinals: list[int]  # source position of each written record
     seen: int
     refused: Counter[str]
-    prepared: PreparedBatch
+    committed: CommittedBatch
     vectors: list[np.ndarray] | None = None
-    committed: CommittedBatch | None = None
 
 
 _DONE = object()
@@ -204,15 +204,14 @@ class _Progress:
 
 @dataclass
 class _Pipeline:
-    """One ingestion run's three stages (prepare, vectors, write), joined by bounded
+    """One ingestion run's three stages (write, vectors, index), joined by bounded
     queues; each stage method runs in its own thread except :meth:`feed`."""
 
     engine: Any
     source: VectorSource | None
     embedding: bool
-    examiner: Examiner
+    writer: Writer
     load: BulkLoad
-    operator: Any
     report: IngestReport
     bar: _Progress
     on_batch: Callable[[IngestReport], None] | None
@@ -222,29 +221,23 @@ class _Pipeline:
 
     def __post_init__(self) -> None:
         self.to_embed: queue.Queue[Any] = queue.Queue(maxsize=self.depth)
-        self.to_write: queue.Queue[Any] = queue.Queue(maxsize=self.depth)
         self.to_index: queue.Queue[Any] = queue.Queue(maxsize=self.depth)
 
     def feed(self, records: Iterable[IngestRecord], batch_size: int) -> None:
-        """Cut ``records`` into batches, have each examined and prepare it (on the
-        calling thread)."""
-        examined = self.examiner.map(chunks(records, batch_size))
+        """Cut ``records`` into batches and have each written (on the calling thread)."""
+        written = self.writer.map(chunks(records, batch_size))
         while not self.stages.stop.is_set():
             t = time.perf_counter()
-            item = next(examined, None)
+            item: Written | None = next(written, None)
             if item is None:
                 break
-            batch = self.prepare(item)
-            self.report.prepare_seconds += time.perf_counter() - t
+            self.report.write_seconds += time.perf_counter() - t
+            if self.writer.in_worker:
+                self.report.worker_cpu_seconds += item.cpu_seconds
+            batch = _Batch(item.ordinals, item.seen, item.refused, item.committed)
             if not self.stages.put(self.to_embed, batch):
                 return
         self.stages.put(self.to_embed, _DONE)
-
-    def prepare(self, examined: Examined) -> _Batch:
-        """The engine's preparation of an examined batch (which records exist)."""
-        prepared = self.engine.prepare_batch(examined.batch)
-        ordinals = [examined.ordinals[r.position] for r in prepared.records]
-        return _Batch(ordinals, examined.seen, examined.refused, prepared)
 
     def vectors_stage(self) -> None:
         """Each batch's passage vectors: sliced from the source, or embedded."""
@@ -252,17 +245,9 @@ class _Pipeline:
             t = time.perf_counter()
             if self.source is not None:
                 batch.vectors = [self.source.get(o) for o in batch.ordinals]
-            elif self.embedding and batch.prepared.records:
-                batch.vectors = self.engine.embed_batch(batch.prepared)
+            elif self.embedding and batch.committed.documents:
+                batch.vectors = self.engine.embed_batch(batch.committed)
             self.report.embed_seconds += time.perf_counter() - t
-            if not self.stages.put(self.to_write, batch):
-                return
-        self.stages.put(self.to_write, _DONE)
-
-    def write_stage(self) -> None:
-        """Each batch sealed and committed, in one transaction."""
-        for batch in self.stages.items(self.to_write):
-            batch.committed = self.load.commit(batch.prepared, self.operator)
             if not self.stages.put(self.to_index, batch):
                 return
         self.stages.put(self.to_index, _DONE)
@@ -272,7 +257,6 @@ class _Pipeline:
         report = self.report
         for batch in self.stages.items(self.to_index):
             committed = batch.committed
-            assert committed is not None  # set by the write stage
             self.load.index(committed, vectors=batch.vectors)
             outcome = committed.outcome
             report.store_seconds += outcome.store_seconds
@@ -292,7 +276,6 @@ class _Pipeline:
         """The stages to the end; the first failure of any stage is raised here."""
         threads = [
             self.stages.run("ingest-vectors", self.vectors_stage),
-            self.stages.run("ingest-write", self.write_stage),
             self.stages.run("ingest-index", self.index_stage),
         ]
         try:
@@ -301,7 +284,7 @@ class _Pipeline:
             self.stages.stop.set()
             raise
         finally:
-            self.examiner.close()
+            self.writer.close()
             for thread in threads:
                 thread.join()
             self.bar.close()
@@ -323,7 +306,7 @@ def ingest_corpus(
     total: int | None = None,
     principal: str | None = None,
     on_batch: Callable[[IngestReport], None] | None = None,
-    processes: int | None = None,
+    worker: bool | None = None,
 ) -> IngestReport:
     """Load ``records`` into ``scope`` as accepted, operator-ingested records.
 
@@ -332,14 +315,12 @@ def ingest_corpus(
     gives one row per passage window). Without them the engine's encoder embeds each
     batch in the middle stage (an engine without a model projects lexically only, and its
     semantic channel reports itself behind). ``depth``: batches each queue holds.
-    ``processes``: worker processes that examine batches (secret scan, digests) beside
-    the writer; 0 examines them on the calling thread; None chooses
-    (:func:`~index_data.examiners.default_processes`).
+    ``worker``: write the batches (examine, seal, commit) in a worker process, beside
+    the indexing; False writes them on the calling thread; None chooses
+    (:func:`~index_data.writer.default_worker`).
     """
     if batch_size < 1 or depth < 1:
         raise ValueError("batch_size and depth must be positive")
-    if processes is not None and processes < 0:
-        raise ValueError("processes must not be negative")
     source = VectorSource(np.asarray(vectors)) if isinstance(vectors, np.ndarray) else vectors
     embedding = source is None and engine.encoder is not None
     report = IngestReport(
@@ -355,17 +336,20 @@ def ingest_corpus(
             engine=engine,
             source=source,
             embedding=embedding,
-            examiner=Examiner(
-                scope,
-                purpose_ref,
-                scan_secrets,
-                processes=default_processes(total) if processes is None else processes,
+            writer=Writer(
+                engine,
+                Load(
+                    scope,
+                    purpose_ref,
+                    scan_secrets,
+                    operator_context(
+                        scope, principal or f"operator:{_user()}", "ingest_" + uuid.uuid4().hex[:16], purpose_ref
+                    ),
+                ),
+                worker=default_worker(total) if worker is None else worker,
                 ahead=depth,
             ),
             load=load,
-            operator=operator_context(
-                scope, principal or f"operator:{_user()}", "ingest_" + uuid.uuid4().hex[:16], purpose_ref
-            ),
             report=report,
             bar=_Progress(progress, total, f"ingest {scope[0]}/{scope[1]}"),
             on_batch=on_batch,

@@ -72,9 +72,11 @@ class Engine:
         *,
         serve_replica: bool = False,
         seed_vectors: Path | None = None,
+        writer_spec: ingestion.WriterSpec | None = None,
     ) -> None:
         self.deps = deps
         self._encoder = encoder
+        self._writer_spec = writer_spec
         self._ready = threading.Event()
         self._serve_replica = serve_replica and deps.replica is not None
         self._seed_vectors = seed_vectors
@@ -145,7 +147,10 @@ class Engine:
             replica=Replica(shared, replica_id, group, advertise_url) if shared is not None else None,
             routing=routing,
         )
-        engine = cls(deps, encoder, serve_replica=serve_replica, seed_vectors=seed_vectors)
+        writer_spec = ingestion.WriterSpec(
+            data_dir / DB_FILE, database_url, database_timeout_ms, ring.key_dir, ring.retire_grace_s
+        )
+        engine = cls(deps, encoder, serve_replica=serve_replica, seed_vectors=seed_vectors, writer_spec=writer_spec)
         if background:
             threading.Thread(target=engine._warm_up, name="engram-warm-up", daemon=True).start()
         else:
@@ -302,16 +307,24 @@ class Engine:
         self.deps.ranker.observe_latency = observe
 
     # -- the operator surface (never reachable through MCP) ----------------------------------
-    def prepare_batch(self, batch: ingestion.ExaminedBatch) -> ingestion.PreparedBatch:
-        """Batch admission, step two (writes nothing): set aside the examined records the
-        scope already has. Step one, :func:`examine` (secret scan, digests), needs no
-        engine (see :mod:`service.engine.ingestion`)."""
-        return ingestion.prepare(self.deps, batch)
+    def batch_writer(self) -> ingestion.BatchWriter:
+        """Batch admission, steps two and three, on this engine's store: ``prepare`` (which
+        examined records the scope has already) and ``commit`` (one transaction). Step
+        one, :func:`examine` (secret scan, digests), needs no engine (see
+        :mod:`service.engine.ingestion`)."""
+        return ingestion.BatchWriter(self.deps.store, self.deps.vault)
 
-    def embed_batch(self, batch: ingestion.PreparedBatch) -> list[np.ndarray] | None:
-        """Passage vectors for a prepared batch, as its admission would compute them;
-        None when the semantic channel cannot embed (the batch is then projected
-        lexically and the semantic channel reports itself behind)."""
+    def writer_spec(self) -> ingestion.WriterSpec:
+        """Where a worker process opens a :class:`~.ingestion.BatchWriter` of its own on
+        this engine's store and KEKs (:meth:`~.ingestion.BatchWriter.open`)."""
+        if self._writer_spec is None:
+            raise RuntimeError("this engine was not opened from a data directory")
+        return self._writer_spec
+
+    def embed_batch(self, batch: ingestion.CommittedBatch) -> list[np.ndarray] | None:
+        """Passage vectors for a committed batch's records, as their admission would
+        compute them; None when the semantic channel cannot embed (the batch is then
+        projected lexically and the semantic channel reports itself behind)."""
         try:
             return self.deps.ranker.embed(batch.documents)
         except SemanticUnavailable:
@@ -319,11 +332,10 @@ class Engine:
 
     @contextlib.contextmanager
     def bulk_load(self, scope: Scope) -> Iterator[ingestion.BulkLoad]:
-        """Batch admission, steps three and four: the scope held for a load (no catch-up
-        of it interleaves), whose ``commit`` accepts prepared records in one transaction
-        through the agent path's record writer and whose ``index`` projects them into
-        both indexes, in commit order (a batch may be committed while the one before it
-        is indexed)."""
+        """Batch admission, step four: the scope held for a load (no catch-up of it
+        interleaves), whose ``index`` projects committed batches into both indexes, in
+        commit order (a batch may be committed, by :meth:`batch_writer` or by a writer in
+        another process, while the one before it is indexed)."""
         with self.deps.projector.exclusive(scope):
             yield ingestion.BulkLoad(self.deps, scope)
 

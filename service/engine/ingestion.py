@@ -11,15 +11,17 @@ so a loaded record differs from an admitted one only in what it states: trust cl
 
 Four steps, so a caller can overlap them with embedding and with each other, and spread
 them over processes (see ``index_data.ingest``): :func:`examine` (pure: secret scan,
-digests, index documents; it reads nothing, so a worker process can run it),
-:func:`prepare` (which records the store has already), then, inside a
-:class:`BulkLoad` (the scope held so that no catch-up interleaves), ``commit`` (one
-store transaction) and ``index`` (both indexes), a batch committed while the one before
-it is indexed. Each works per batch, not per record: the secret scan scans each distinct
-string of the batch once, the transaction checks the batch's ids and payloads in two
-statements and writes its keys, journal events and records in one statement each, and
-the indexes take the batch in one Tantivy commit and one usearch add (side by side when
-the vectors are precomputed).
+digests, index documents; it reads nothing), then a :class:`BatchWriter`'s ``prepare``
+(which records the store has already) and ``commit`` (one store transaction), then,
+inside a :class:`BulkLoad` (the scope held so that no catch-up interleaves), ``index``
+(both indexes), a batch committed while the one before it is indexed. The first three
+need only the store and the KEKs, so a worker process can run them on its own
+connection (:meth:`BatchWriter.open`, from the engine's :class:`WriterSpec`), and the
+loading process only indexes. Each works per batch, not per record: the secret scan
+scans each distinct string of the batch once, the transaction checks the batch's ids and
+payloads in two statements and writes its keys, journal events and records in one
+statement each, and the indexes take the batch in one Tantivy commit and one usearch add
+(side by side when the vectors are precomputed).
 
 The record id is bound to the submission's ``candidate_id``, so a caller that derives it
 deterministically (bulk ingest: from the source document's id) gets idempotent,
@@ -37,6 +39,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,6 +47,8 @@ import numpy as np
 from engram.models.digests import DigestKind, digest, seal_receipt
 from engram.models.scope import Scope
 from engram.ranking import IndexDocument
+from engram.service.store import open_store
+from engram.service.store.base import Store
 
 from .acceptance import DEFAULT_RETENTION, Acceptance, accept_records
 from .clock import instant, now_ms
@@ -59,6 +64,7 @@ from .records import (
     record_id,
     scope_key,
 )
+from .sealing import BodyVault, KeyRing
 from .secret_scan import find_secret_each
 
 INGEST_TOOL = "engram_operator_ingest"
@@ -118,10 +124,6 @@ class PreparedBatch:
     refused: Counter[str] = field(default_factory=Counter)
     skipped: int = 0  # already present in the scope, or twice in this batch
 
-    @property
-    def documents(self) -> list[IndexDocument]:
-        return [r.document for r in self.records]
-
 
 @dataclass
 class BatchOutcome:
@@ -173,18 +175,6 @@ def examine(scope: Scope, submissions: Sequence[Submission], *, scan_secrets: bo
     return batch
 
 
-def prepare(deps: Dependencies, batch: ExaminedBatch) -> PreparedBatch:
-    """Set aside the examined records the scope holds already (in any state)."""
-    with deps.store.reader() as snapshot:
-        existing = snapshot.present_records(batch.scope, [r.record_id for r in batch.records])
-    return PreparedBatch(
-        batch.scope,
-        [r for r in batch.records if r.record_id not in existing],
-        Counter(batch.refused),
-        batch.skipped + len(existing),
-    )
-
-
 def operator_context(scope: Scope, principal: str, session: str, purpose_ref: str) -> CallContext:
     """The operator's own context, for the batch's authorisation receipt."""
     return CallContext(
@@ -199,37 +189,69 @@ def operator_context(scope: Scope, principal: str, session: str, purpose_ref: st
 
 @dataclass
 class CommittedBatch:
-    """A batch after :meth:`BulkLoad.commit`: what the transaction wrote, and the
-    positions (in the prepared batch) of the records it wrote, in order."""
+    """What one commit wrote in ``scope``: the outcome, and each written record's
+    position in the prepared batch and its index document, in journal order. Plain data,
+    so it crosses processes."""
 
-    batch: PreparedBatch
+    scope: Scope
     outcome: BatchOutcome
     written: list[int]
+    documents: list[IndexDocument]
 
 
-class BulkLoad:
-    """A scope held for a bulk load (:meth:`Engine.bulk_load`): no catch-up of the scope
-    interleaves with its batches, so a caller may commit one batch while it indexes the
-    batch before. Batches are indexed in the order they were committed (a batch indexed
-    after a later one is refused: the indexes would skip it as a gap)."""
+@dataclass(frozen=True)
+class WriterSpec:
+    """Where a :class:`BatchWriter` in another process finds the engine's store (the
+    SQLite file, or the PostgreSQL database) and its KEKs: ``Engine.writer_spec``."""
 
-    def __init__(self, deps: Dependencies, scope: Scope) -> None:
-        self._deps = deps
-        self.scope = scope
-        self._indexed_through = 0  # the journal cursor of the last batch indexed
+    sqlite_path: Path
+    database_url: str | None
+    database_timeout_ms: int
+    key_dir: Path
+    retire_grace_s: float
+
+
+class BatchWriter:
+    """Batch admission's middle steps over a store and a vault: ``prepare`` (which
+    examined records the scope holds already) and ``commit`` (one transaction).
+
+    The engine's own (``Engine.batch_writer``), or one a worker process opens on its
+    own connection from the engine's :class:`WriterSpec` (:meth:`open`), so that sealing
+    and writing leave the loading process."""
+
+    def __init__(self, store: Store, vault: BodyVault) -> None:
+        self._store = store
+        self._vault = vault
+
+    @classmethod
+    def open(cls, spec: WriterSpec) -> BatchWriter:
+        """A writer on a store connection and key ring of its own, for a worker process
+        (they end with it)."""
+        store = open_store(spec.sqlite_path, spec.database_url, database_timeout_ms=spec.database_timeout_ms)
+        ring = KeyRing(spec.key_dir, retire_grace_s=spec.retire_grace_s)
+        return cls(store, BodyVault(ring, store))
+
+    def prepare(self, batch: ExaminedBatch) -> PreparedBatch:
+        """Set aside the examined records the scope holds already (in any state)."""
+        with self._store.reader() as snapshot:
+            existing = snapshot.present_records(batch.scope, [r.record_id for r in batch.records])
+        return PreparedBatch(
+            batch.scope,
+            [r for r in batch.records if r.record_id not in existing],
+            Counter(batch.refused),
+            batch.skipped + len(existing),
+        )
 
     def commit(self, batch: PreparedBatch, operator: CallContext) -> CommittedBatch:
-        """Accept a prepared batch in one store transaction (nothing indexed yet)."""
-        if batch.scope != self.scope:
-            raise ValueError("the batch belongs to another scope")
+        """Accept a prepared batch in one store transaction (nothing indexed)."""
         outcome = BatchOutcome(skipped=batch.skipped, refused=Counter(batch.refused))
         written: list[int] = []
         if not batch.records:
-            return CommittedBatch(batch, outcome, written)
-        scope = self.scope
+            return CommittedBatch(batch.scope, outcome, written, [])
+        scope = batch.scope
         actor = {"principal": operator.principal, "agent_id": operator.agent_id, "session": operator.session}
         t0 = time.perf_counter()
-        with self._deps.store.transaction() as tx:
+        with self._store.transaction() as tx:
             at = now_ms()
             auth = authorization_receipt(operator, INGEST_TOOL, at)
             recorded_at = instant(at)
@@ -278,28 +300,43 @@ class BulkLoad:
                         "issued_at": instant(at),
                     },
                 )
-                events = accept_records(self._deps.vault, tx, scope, accepted, decision, [auth], at)
+                events = accept_records(self._vault, tx, scope, accepted, decision, [auth], at)
                 outcome.accepted = [a.record_id for a in accepted]
                 outcome.first_cursor, outcome.last_cursor = events[0].cursor, events[-1].cursor
         outcome.store_seconds = time.perf_counter() - t0
-        return CommittedBatch(batch, outcome, written)
+        return CommittedBatch(scope, outcome, written, [batch.records[i].document for i in written])
+
+
+class BulkLoad:
+    """A scope held for a bulk load (:meth:`Engine.bulk_load`): no catch-up of the scope
+    interleaves with its batches, so a caller may commit one batch (through a
+    :class:`BatchWriter`, here or in another process) while it indexes the batch before.
+    Batches are indexed in the order they were committed (a batch indexed after a later
+    one is refused: the indexes would skip it as a gap)."""
+
+    def __init__(self, deps: Dependencies, scope: Scope) -> None:
+        self._deps = deps
+        self.scope = scope
+        self._indexed_through = 0  # the journal cursor of the last batch indexed
 
     def index(self, committed: CommittedBatch, *, vectors: Sequence[np.ndarray] | None = None) -> None:
         """Project a committed batch into both indexes (``vectors``: one array of passage
-        vectors per prepared record; without them the ranker embeds)."""
-        batch, outcome = committed.batch, committed.outcome
-        if vectors is not None and len(vectors) != len(batch.records):
-            raise ValueError("vectors must hold one array per prepared record")
+        vectors per written record; without them the ranker embeds)."""
+        outcome = committed.outcome
+        if committed.scope != self.scope:
+            raise ValueError("the batch belongs to another scope")
+        if vectors is not None and len(vectors) != len(committed.documents):
+            raise ValueError("vectors must hold one array per written record")
         t0 = time.perf_counter()
         if committed.written:
             if outcome.first_cursor <= self._indexed_through:
                 raise ValueError("batches are indexed in the order they were committed")
             self._deps.ranker.apply(
                 scope_key(self.scope),
-                upserts=[batch.records[i].document for i in committed.written],
+                upserts=committed.documents,
                 removals=[],
                 through_cursor=outcome.last_cursor,
-                vectors=[vectors[i] for i in committed.written] if vectors is not None else None,
+                vectors=list(vectors) if vectors is not None else None,
                 after_cursor=outcome.first_cursor - 1,
             )
             self._indexed_through = outcome.last_cursor

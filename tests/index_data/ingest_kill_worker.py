@@ -1,7 +1,7 @@
 """A load that waits after its first batch, for a test to kill it with SIGKILL.
 
 Run as `python ingest_kill_worker.py DATA_DIR`: ingests generated records with their
-batches examined in a worker process, prints "ready" once the first batch is written (the
+batches written in a worker process, prints "ready" once the first batch is written (the
 worker is running by then) and waits there.
 """
 
@@ -25,7 +25,7 @@ def main() -> None:
         time.sleep(600)
 
     ingest_corpus(
-        engine, ("acme", "kb"), records, batch_size=50, progress=False, processes=1, on_batch=wait_after_first
+        engine, ("acme", "kb"), records, batch_size=50, progress=False, worker=True, on_batch=wait_after_first
     )
 
 

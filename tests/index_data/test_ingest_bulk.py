@@ -216,10 +216,12 @@ def test_the_same_content_twice_is_one_record_in_one_batch_or_two(engine, batch_
     assert live_count(engine) == 4
 
 
-def test_batches_examined_in_a_worker_process_load_the_same_records(tmp_path: Path, encoder):
-    """A load whose batches are examined in a worker process (payloads, secret scan,
-    digests) writes the same records, refuses the same documents and is as idempotent
-    as one examined on the loading thread."""
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_batches_written_in_a_worker_process_load_the_same_records(tmp_path: Path, encoder, store, request):
+    """A load whose batches are written in a worker process (payloads, secret scan,
+    digests, sealing, the transaction) writes the same records, refuses the same
+    documents, is as idempotent and is as searchable as one written on the loading
+    thread."""
     from engram.service.engine import Engine
 
     records = [
@@ -229,23 +231,35 @@ def test_batches_examined_in_a_worker_process_load_the_same_records(tmp_path: Pa
         *corpus(40),
     ]
     loaded = {}
-    for processes in (0, 1):
-        eng = Engine.open(tmp_path / f"p{processes}", encoder=encoder)
+    for worker in (False, True):
+        url = request.getfixturevalue("postgres_cluster").create_database() if store == "postgres" else None
+        eng = Engine.open(tmp_path / f"worker-{worker}", encoder=encoder, database_url=url)
         try:
             report = ingest_corpus(
-                eng, SCOPE, records, batch_size=7, progress=False, purpose_ref=PURPOSE, processes=processes
+                eng, SCOPE, records, batch_size=7, progress=False, purpose_ref=PURPOSE, worker=worker
             )
-            again = ingest_corpus(
-                eng, SCOPE, records, batch_size=7, progress=False, purpose_ref=PURPOSE, processes=processes
-            )
+            again = ingest_corpus(eng, SCOPE, records, batch_size=7, progress=False, purpose_ref=PURPOSE, worker=worker)
             assert (again.ingested, again.skipped_existing) == (0, 42)  # the twin again too
+            assert (report.worker_cpu_seconds > 0) is worker  # the worker's CPU, counted apart
             assert eng.verify_journal() == {"acme/kb": True}
             ids = sorted(r.record_id for r in eng.deps.store.live_records(SCOPE))
-            loaded[processes] = (report.ingested, report.skipped_existing, report.refused, report.batches, ids)
+            found = [
+                hit["record"]
+                for hit in eng.execute(
+                    "engram_memory_search",
+                    ctx(),
+                    {"query": "ingress certificate rotation", "purpose_ref": PURPOSE, "limit": 5},
+                )["records"]
+            ]
+            for hit in found:  # each body sealed by the writer opens in the engine
+                got = eng.execute("engram_memory_get", ctx(), {"record_id": hit["record_id"], "purpose_ref": PURPOSE})
+                assert got["record"]["components"] == hit["components"]
+            hits = [hit["record_id"] for hit in found]
+            loaded[worker] = (report.ingested, report.skipped_existing, report.refused, report.batches, ids, hits)
         finally:
             eng.close()
-    assert loaded[0] == loaded[1]
-    assert loaded[1][:4] == (41, 1, {"empty": 1, "secret": 1}, 7)
+    assert loaded[False] == loaded[True]
+    assert loaded[True][:4] == (41, 1, {"empty": 1, "secret": 1}, 7)
 
 
 def test_a_failing_worker_process_stops_the_load(tmp_path: Path, encoder):
@@ -264,10 +278,10 @@ def test_a_failing_worker_process_stops_the_load(tmp_path: Path, encoder):
                 batch_size=10,
                 progress=False,
                 purpose_ref=PURPOSE,
-                processes=1,
+                worker=True,
             )
         assert live_count(eng) <= 10  # at most the batch before the broken one
-        report = ingest_corpus(eng, SCOPE, corpus(30), batch_size=10, progress=False, purpose_ref=PURPOSE, processes=1)
+        report = ingest_corpus(eng, SCOPE, corpus(30), batch_size=10, progress=False, purpose_ref=PURPOSE, worker=True)
         assert report.ingested + report.skipped_existing == 30 and live_count(eng) == 30
         assert eng.verify_journal() == {"acme/kb": True}
     finally:
@@ -277,15 +291,16 @@ def test_a_failing_worker_process_stops_the_load(tmp_path: Path, encoder):
 def test_a_bulk_load_indexes_batches_in_commit_order(engine):
     """A batch indexed after a later one is refused (the indexes would skip it as a gap);
     in order, both are indexed."""
-    from engram.index_data.examiners import chunks, examine_chunk
+    from engram.index_data.writer import chunks, examine_chunk
     from engram.service.engine import operator_context
 
     operator = operator_context(SCOPE, "operator:test", "ingest_test", PURPOSE)
+    writer = engine.batch_writer()
     first, second = (
-        engine.prepare_batch(examine_chunk(SCOPE, PURPOSE, True, chunk).batch) for chunk in chunks(corpus(20), 10)
+        writer.prepare(examine_chunk(SCOPE, PURPOSE, True, chunk).batch) for chunk in chunks(corpus(20), 10)
     )
     with engine.bulk_load(SCOPE) as load:
-        one, two = load.commit(first, operator), load.commit(second, operator)
+        one, two = writer.commit(first, operator), writer.commit(second, operator)
         load.index(two)
         with pytest.raises(ValueError, match="commit order|order they were committed"):
             load.index(one)
@@ -295,9 +310,10 @@ def test_a_bulk_load_indexes_batches_in_commit_order(engine):
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
-def test_the_examining_worker_ends_with_a_killed_load(tmp_path: Path):
-    """SIGKILL of the loading process ends its examining worker (and the start method's
-    server) too, instead of leaving them waiting for work forever."""
+def test_the_writing_worker_ends_with_a_killed_load(tmp_path: Path):
+    """SIGKILL of the loading process ends its writing worker (and the start method's
+    server) too, instead of leaving them waiting for work forever; what they committed
+    is indexed when the data directory opens again."""
     import os
     import signal
     import subprocess
@@ -335,6 +351,17 @@ def test_the_examining_worker_ends_with_a_killed_load(tmp_path: Path):
     while marked() & helpers and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not marked() & helpers
+
+    from engram.service.engine import Engine
+
+    eng = Engine.open(tmp_path / "d", load_model=False)
+    try:
+        cursor = eng.scope_cursor(SCOPE)
+        assert cursor >= 50 and cursor % 50 == 0  # whole batches: the first, and any the worker wrote ahead
+        assert live_count(eng) == cursor and eng.verify_journal() == {"acme/kb": True}
+        assert eng.deps.ranker.projection_cursor(scope_key(SCOPE))["lexical"] == cursor
+    finally:
+        eng.close()
 
 
 def test_precomputed_vectors_one_row_and_passage_offsets(engine, encoder):

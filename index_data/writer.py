@@ -1,0 +1,201 @@
+"""Writing a load's batches (examine, check, seal, commit), in a worker process.
+
+Why a process: writing a batch is pure Python around short calls into SQLite or
+PostgreSQL: building each record's payload, the contract's secret scan, the digests and
+index documents, then sealing each body, packing it and the journal's event, chaining
+the events' digests, one transaction. In the loading process it takes turns for one
+interpreter lock with the stage that indexes the batch before, and the two together were
+one core of Python (``eval/RESULTS.md``, Capacity). A worker process writes through its
+own store connection and key ring (``BatchWriter.open``, from the engine's
+``WriterSpec``) on another core, and only what indexing needs comes back: each written
+record's index document and position, the journal span, the counts.
+
+One worker, so batches are committed in the order they were cut, which is the order
+they must be indexed in, a bounded number ahead of the indexing (a crash leaves the
+indexes behind the journal, which the next catch-up heals, as for a batch committed
+inline). A load stops at its first failed batch: the worker writes none of the batches
+sent after it. A worker ends with the loading process, however that ends (a SIGKILL
+included): it would otherwise wait for work on its queue forever, and keep the start
+method's server process alive with it; a transaction it had open is rolled back.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+
+from engram.models.scope import Scope
+from engram.ranking import usable_cores
+from engram.service.engine import BatchWriter, CallContext, CommittedBatch, Engine, ExaminedBatch, WriterSpec, examine
+
+from .records import IngestRecord, RefusedRecord, submission
+
+#: Source records cut into one batch, each with its position in the source.
+Chunk = list[tuple[int, IngestRecord]]
+
+
+@dataclass(frozen=True)
+class Examined:
+    """One examined batch: each submission's source position (``ordinals[position]``),
+    how many source records the batch held, those refused before the engine (empty,
+    oversized), and the engine's examination of the rest."""
+
+    ordinals: list[int]
+    seen: int
+    refused: Counter[str]
+    batch: ExaminedBatch
+
+
+@dataclass(frozen=True)
+class Written:
+    """One written batch: the source position of each written record (in journal
+    order), how many source records the batch held, those refused before the engine,
+    what the commit wrote, and the CPU seconds writing it took (its thread's)."""
+
+    ordinals: list[int]
+    seen: int
+    refused: Counter[str]
+    committed: CommittedBatch
+    cpu_seconds: float
+
+
+@dataclass(frozen=True)
+class Load:
+    """What every batch of one load is written with: its scope, the purpose its payloads
+    name, whether the secret scan runs, and the operator's context for its receipts."""
+
+    scope: Scope
+    purpose_ref: str
+    scan_secrets: bool
+    operator: CallContext
+
+
+def examine_chunk(scope: Scope, purpose_ref: str, scan_secrets: bool, chunk: Chunk) -> Examined:
+    """Submissions of ``chunk`` (a refused document counted), then :func:`examine`."""
+    subs, ordinals, refused = [], [], Counter[str]()
+    for ordinal, record in chunk:
+        try:
+            subs.append(submission(scope, record, purpose_ref))
+        except RefusedRecord as exc:
+            refused[str(exc)] += 1
+            continue
+        ordinals.append(ordinal)
+    return Examined(ordinals, len(chunk), refused, examine(scope, subs, scan_secrets=scan_secrets))
+
+
+def write_chunk(writer: BatchWriter, load: Load, chunk: Chunk) -> Written:
+    """``chunk`` examined, the records the scope holds already set aside, and the rest
+    committed in one transaction."""
+    cpu = time.thread_time()
+    examined = examine_chunk(load.scope, load.purpose_ref, load.scan_secrets, chunk)
+    prepared = writer.prepare(examined.batch)
+    committed = writer.commit(prepared, load.operator)
+    ordinals = [examined.ordinals[prepared.records[i].position] for i in committed.written]
+    return Written(ordinals, examined.seen, examined.refused, committed, time.thread_time() - cpu)
+
+
+#: The smallest load written in a worker process: a worker's start costs about a second
+#: of imports, the time writing this many records takes.
+WORKER_FROM = 5_000
+
+
+def default_worker(total: int | None) -> bool:
+    """Whether a load of ``total`` records (None: not known) is written in a worker
+    process: where there is a second core and at least :data:`WORKER_FROM` records."""
+    return usable_cores() >= 2 and (total is None or total >= WORKER_FROM)
+
+
+#: The worker process's own writer, opened by :func:`_start_worker`.
+_writer: BatchWriter | None = None
+#: Set once a chunk failed in this worker: the chunks sent after it are not written.
+_failed = False
+
+
+class EarlierBatchFailed(RuntimeError):
+    """A chunk sent after one that failed: the load stops at its first failure."""
+
+
+def _start_worker(spec: WriterSpec) -> None:
+    """In a worker, at its start: its own writer, and an exit as soon as the loading
+    process has ended."""
+    global _writer
+    _writer = BatchWriter.open(spec)
+    loader = multiprocessing.parent_process()
+    if loader is None:
+        return
+
+    def watch() -> None:
+        multiprocessing.connection.wait([loader.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="engram-loader-watch", daemon=True).start()
+
+
+def _write_in_worker(load: Load, chunk: Chunk) -> Written:
+    global _failed
+    assert _writer is not None  # opened by the pool's initializer
+    if _failed:
+        raise EarlierBatchFailed("an earlier batch of this load failed")
+    try:
+        return write_chunk(_writer, load, chunk)
+    except BaseException:
+        _failed = True
+        raise
+
+
+class Writer:
+    """Writes chunks in order: in one worker process, or on the calling thread."""
+
+    def __init__(self, engine: Engine, load: Load, *, worker: bool, ahead: int) -> None:
+        self._ahead = max(1, ahead)
+        self._pool: ProcessPoolExecutor | None = None
+        self.in_worker = worker  # whether the chunks are written in a worker process
+        if worker:
+            methods = multiprocessing.get_all_start_methods()
+            # Not fork: the loading process runs threads (the indexes', the pipeline's).
+            context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+            self._pool = ProcessPoolExecutor(
+                max_workers=1, mp_context=context, initializer=_start_worker, initargs=(engine.writer_spec(),)
+            )
+            self._work: Callable[[Chunk], Written] = partial(_write_in_worker, load)
+        else:
+            self._work = partial(write_chunk, engine.batch_writer(), load)
+
+    def map(self, chunks: Iterable[Chunk]) -> Iterator[Written]:
+        """Each chunk written, in order; at most ``ahead`` chunks in flight."""
+        if self._pool is None:
+            yield from map(self._work, chunks)
+            return
+        pending: deque[Future[Written]] = deque()
+        for chunk in chunks:
+            pending.append(self._pool.submit(self._work, chunk))
+            if len(pending) > self._ahead:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+    def close(self) -> None:
+        """Stop the worker; chunks not yet started are dropped."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+def chunks(records: Iterable[IngestRecord], size: int) -> Iterator[Chunk]:
+    """``records`` cut into chunks of ``size``, each record with its source position."""
+    chunk: Chunk = []
+    for ordinal, record in enumerate(records):
+        chunk.append((ordinal, record))
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
