@@ -32,6 +32,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 
+from engram.models.errors import LoadStopped
 from engram.models.scope import Scope
 from engram.ranking import usable_cores
 from engram.service.engine import BatchWriter, CallContext, CommittedBatch, Engine, ExaminedBatch, WriterSpec, examine
@@ -119,10 +120,6 @@ _writer: BatchWriter | None = None
 _failed = False
 
 
-class EarlierBatchFailed(RuntimeError):
-    """A chunk sent after one that failed: the load stops at its first failure."""
-
-
 def _start_worker(spec: WriterSpec) -> None:
     """In a worker, at its start: its own writer, and an exit as soon as the loading
     process has ended."""
@@ -143,7 +140,7 @@ def _write_in_worker(load: Load, chunk: Chunk) -> Written:
     global _failed
     assert _writer is not None  # opened by the pool's initializer
     if _failed:
-        raise EarlierBatchFailed("an earlier batch of this load failed")
+        raise LoadStopped("an earlier batch of this load failed")
     try:
         return write_chunk(_writer, load, chunk)
     except BaseException:

@@ -25,6 +25,7 @@ such.
     ├── OperatorFailure          the server ran an operator command and it failed
     ├── NoLiveReplica            a scope's target replica group has no live replica
     ├── RefusedRecord            a source document that cannot become a record (also ValueError)
+    ├── LoadStopped              a load's batch sent after one that failed: not written
     └── EnrichError              LoCoMo's JSON and a BEIR conversation do not fit together (also ValueError)
 """
 
@@ -139,6 +140,11 @@ class NoLiveReplica(EngramError):
 # Bulk ingestion
 class RefusedRecord(EngramError, ValueError):
     """A source document that cannot become a record (empty, oversized, secret...)."""
+
+
+class LoadStopped(EngramError):
+    """A batch of a bulk load sent after one that failed: a load stops at its first
+    failure, so it is not written."""
 
 
 # Evaluation
