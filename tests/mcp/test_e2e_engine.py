@@ -296,9 +296,11 @@ async def test_audit_log_never_holds_content_real_engine(real):
     assert marker not in raw and "PostgreSQL" not in raw
 
 
-def test_readyz_real_engine(real):
+async def test_readyz_real_engine(real):
     import httpx
 
+    # Its own search: the module's other tests may run in another test worker.
+    value(await call(real.url, ctx_token(), "auto", SEARCH, {"query": "ledger", "purpose_ref": PURPOSE}))
     response = httpx.get(real.base + "/readyz")
     body = response.json()
     # Without a model the engine reports the semantic channel down (its choice): 503 + reason.
