@@ -70,9 +70,9 @@ class Engine:
         deps: Dependencies,
         encoder: Encoder | None,
         *,
+        writer_spec: ingestion.WriterSpec,
         serve_replica: bool = False,
         seed_vectors: Path | None = None,
-        writer_spec: ingestion.WriterSpec | None = None,
     ) -> None:
         self.deps = deps
         self._encoder = encoder
@@ -150,7 +150,7 @@ class Engine:
         writer_spec = ingestion.WriterSpec(
             data_dir / DB_FILE, database_url, database_timeout_ms, ring.key_dir, ring.retire_grace_s
         )
-        engine = cls(deps, encoder, serve_replica=serve_replica, seed_vectors=seed_vectors, writer_spec=writer_spec)
+        engine = cls(deps, encoder, writer_spec=writer_spec, serve_replica=serve_replica, seed_vectors=seed_vectors)
         if background:
             threading.Thread(target=engine._warm_up, name="engram-warm-up", daemon=True).start()
         else:
@@ -317,8 +317,6 @@ class Engine:
     def writer_spec(self) -> ingestion.WriterSpec:
         """Where a worker process opens a :class:`~.ingestion.BatchWriter` of its own on
         this engine's store and KEKs (:meth:`~.ingestion.BatchWriter.open`)."""
-        if self._writer_spec is None:
-            raise RuntimeError("this engine was not opened from a data directory")
         return self._writer_spec
 
     def embed_batch(self, batch: ingestion.CommittedBatch) -> list[np.ndarray] | None:
