@@ -681,13 +681,21 @@ def drive_clients(
     run: str,
     server_pids: Sequence[int] = (),
     hybrid: bool = True,
+    sequential: bool = True,
+    first_client: int = 0,
+    start_together: Any = None,
 ) -> dict[str, Any]:
     """The client side of :func:`load_run` (runs in a child process): the last token's
     client searches alone first, then one client per other token runs the mixed load.
 
     ``server_pids``: the serving processes whose CPU is read (default: the parent, which
     serves in :func:`load_run`). ``hybrid`` false (a server without the model): every
-    search asks for the lexical profile."""
+    search asks for the lexical profile. When the clients are split over several
+    processes: ``sequential`` false skips the searches alone (the last token is then
+    unused), ``first_client`` numbers this process's clients after the others' (each
+    client's mix of calls and its captures follow from its number), and
+    ``start_together`` is a barrier (a multiprocessing manager's) the processes and their
+    parent wait at before the mixed load; ``ended`` is when this process's load ended."""
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
@@ -726,8 +734,9 @@ def drive_clients(
             async with Client(streamable_http_client(url, http_client=http), mode="auto") as mcp_client:
                 yield mcp_client
 
-    async def one_client(client: int) -> None:
-        async with connected(tokens[client]) as mcp_client:
+    async def one_client(index: int) -> None:
+        client = first_client + index
+        async with connected(tokens[index]) as mcp_client:
             for i in range(per_client):
                 roll = (client * 7919 + i) % 10
                 query = texts[(client * 31 + i) % len(texts)]
@@ -807,7 +816,9 @@ def drive_clients(
         return sdk, bare, bare_server_cpu_s
 
     async def main() -> dict[str, Any]:
-        single, bare, bare_server_cpu_s = await sequential_searches()
+        single, bare, bare_server_cpu_s = await sequential_searches() if sequential else ([], [], 0.0)
+        if start_together is not None:
+            await asyncio.to_thread(start_together.wait)
         server_cpu, client_cpu, t = server_cpu_s(), time.process_time(), time.perf_counter()
         await asyncio.gather(*(one_client(c) for c in range(len(tokens) - 1)))
         return {
@@ -817,6 +828,7 @@ def drive_clients(
             "wall_s": time.perf_counter() - t,
             "server_cpu_s": server_cpu_s() - server_cpu,
             "client_cpu_s": time.process_time() - client_cpu,
+            "ended": time.time(),
         }
 
     return {**asyncio.run(main()), "latencies": latencies, "errors": dict(errors), "admitted": admitted}

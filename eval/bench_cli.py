@@ -125,6 +125,24 @@ def bench(
             "key files stay in the scratch directory.",
         ),
     ] = None,
+    worker_counts: Annotated[
+        str | None,
+        typer.Option(
+            "--worker-counts",
+            help="With --database-url and the load run: the `engram serve --workers N` servers started in turn, "
+            "comma-separated N [default: 1,2,2,1].",
+            show_default=False,
+        ),
+    ] = None,
+    client_processes: Annotated[
+        int,
+        typer.Option(
+            "--client-processes",
+            min=1,
+            help="Processes the --workers load run's clients are split over (one process tops out at one core: "
+            "on a machine of many cores, give many workers several).",
+        ),
+    ] = 1,
 ) -> None:
     """Run the benchmark for each size and write OUT/bench.json, OUT/report.md, OUT/cost_growth.png."""
     import shutil
@@ -138,6 +156,7 @@ def bench(
 
     console = Console(stderr=True)
     size_list = [int(s.replace("_", "")) for s in sizes.split(",") if s.strip()]
+    counts = _counts(worker_counts) if worker_counts else None
     scratch = work or out / "work"
     say = lambda m: console.print(m, markup=False, highlight=False)  # noqa: E731
     if soak:
@@ -196,7 +215,15 @@ def bench(
                 queries=queries,
                 batch_size=batch_size,
                 say=say,
-                workers_load=WorkersLoad(clients, calls, scratch / "models") if load else None,
+                workers_load=WorkersLoad(
+                    clients,
+                    calls,
+                    scratch / "models",
+                    **({"worker_counts": counts} if counts else {}),
+                    client_processes=client_processes,
+                )
+                if load
+                else None,
             )
             stores["loadavg"] = result["environment"]["loadavg_at_start"]
             (out / "stores.json").write_text(json.dumps(stores, indent=2) + "\n")
@@ -204,3 +231,14 @@ def bench(
         if not (keep or reuse or resume):
             shutil.rmtree(scratch, ignore_errors=True)
     console.print((out / "report.md").read_text() if (out / "report.md").exists() else "no report", markup=False)
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    """``--worker-counts``: comma-separated positive integers."""
+    try:
+        counts = tuple(int(n) for n in text.split(",") if n.strip())
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1:
+        raise typer.BadParameter(f"expected comma-separated worker counts such as 1,2,2,1, got {text!r}")
+    return counts

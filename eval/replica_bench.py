@@ -40,7 +40,8 @@ from .corpus_gen import SyntheticCorpus
 REEMBED_UP_TO = 5_000
 #: The probe of two PostgreSQL replicas answering in turn.
 TWO_REPLICAS = "postgres-two-replicas"
-#: `engram serve --workers N` load runs, in this order (ABBA, so drift weighs on both).
+#: `engram serve --workers N` load runs by default, in this order (ABBA, so drift weighs
+#: on both).
 WORKER_COUNTS = (1, 2, 2, 1)
 WORKERS_READY_TIMEOUT_S = 300.0
 
@@ -48,11 +49,16 @@ WORKERS_READY_TIMEOUT_S = 300.0
 @dataclass(frozen=True)
 class WorkersLoad:
     """The load run against `engram serve --workers`: concurrent clients, client steps in
-    all, and the query encoder's export to give the served directories (or None)."""
+    all, the query encoder's export to give the served directories (or None), the
+    servers' worker counts in the order they run, and the processes the clients are
+    split over (one client process tops out at a core: on a machine of many cores, many
+    workers need several)."""
 
     clients: int
     calls: int
     model_cache: Path | None = None
+    worker_counts: tuple[int, ...] = WORKER_COUNTS
+    client_processes: int = 1
 
 
 def replica_bench(
@@ -183,25 +189,22 @@ def serve_workers_load(
     say: Callable[[str], None],
 ) -> dict[str, Any]:
     """`engram serve --workers N` on the database (its key files under ``root/keys``),
-    one and two workers in the order of :data:`WORKER_COUNTS`, each a new server on new
-    directories starting from ``seed`` (a new replica would otherwise embed every record
-    again): the load run of `engram bench` against it (one host's sequential
-    searches, then ``load.clients`` concurrent SDK clients for about ``load.calls``
-    steps; the clients in a child process), its CPU read from every process of the server, and how
-    many calls each worker took (its audit lines)."""
-    from concurrent.futures import ProcessPoolExecutor
-    from multiprocessing import get_context
-
+    for each of ``load.worker_counts`` in turn, each a new server on new directories
+    starting from ``seed`` (a new replica would otherwise embed every record again): the
+    load run of `engram bench` against it (one host's sequential searches, then
+    ``load.clients`` concurrent SDK clients for about ``load.calls`` steps, in
+    ``load.client_processes`` child processes: :func:`drive_client_processes`), its CPU
+    read from every process of the server, and how many calls each worker took (its
+    audit lines)."""
     from engram.service.mcp.audit import AUDIT_FILE
-    from engram.service.mcp.host_context import HEADER
 
-    from .bench import cpu_per_call, drive_clients, load_claims
+    from .bench import cpu_per_call, load_claims
     from .service_memory import ServedDirectory
 
     run = uuid.uuid4().hex[:8]
     clients, per_client = load.clients, max(1, load.calls // load.clients)
     rows: list[dict[str, Any]] = []
-    for turn, count in enumerate(WORKER_COUNTS):
+    for turn, count in enumerate(load.worker_counts):
         data_dir = root / f"served-{turn}"
         served = ServedDirectory(
             data_dir,
@@ -222,10 +225,9 @@ def serve_workers_load(
             continue
         tokens = [served.token(load_claims(scope, c)) for c in range(clients + 1)]
         try:
-            with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
-                driven = pool.submit(
-                    drive_clients, served.base + "/mcp", HEADER, tokens, texts, per_client, run, served.pids(), model
-                ).result()
+            driven = drive_client_processes(
+                served.base + "/mcp", tokens, texts, per_client, run, served.pids(), model, load.client_processes
+            )
         finally:
             served.stop()
         total = sum(len(v) for v in driven["latencies"].values())
@@ -243,15 +245,85 @@ def serve_workers_load(
                 "calls_per_worker": [len(path.read_bytes().splitlines()) for path in audits],
             }
         )
-    out: dict[str, Any] = {"runs": rows}
+    out: dict[str, Any] = {"runs": rows, "client_processes": load.client_processes}
     rates = {
         n: [r["throughput_calls_per_s"] for r in rows if r["workers"] == n and "skipped" not in r]
-        for n in set(WORKER_COUNTS)
+        for n in sorted(set(load.worker_counts))
     }
-    if all(rates.values()):
-        one, two = (sum(rates[n]) / len(rates[n]) for n in (1, 2))
-        out["two_over_one_calls_per_s"] = round(two / one, 3) if one else None
+    means = {n: sum(v) / len(v) for n, v in rates.items() if v}
+    if means.get(1):
+        # The mean calls/s of each worker count's runs over one worker's.
+        out["calls_per_s_over_one_worker"] = {str(n): round(mean / means[1], 3) for n, mean in means.items()}
     return out
+
+
+def drive_client_processes(
+    url: str,
+    tokens: list[str],
+    texts: list[str],
+    per_client: int,
+    run: str,
+    server_pids: list[int],
+    model: bool,
+    processes: int,
+) -> dict[str, Any]:
+    """The client side of one load run: the last token's host searches alone (in a child
+    process), then the other tokens' clients, split over ``processes`` child processes
+    that start their mixed load together. The server's CPU is read here, from the
+    common start to the last process's end, which is also the run's wall time."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    from engram.service.mcp.host_context import HEADER
+
+    from .bench import drive_clients, process_cpu_s
+
+    spawn = get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
+        alone = pool.submit(
+            drive_clients, url, HEADER, tokens[-1:], texts, per_client, run, server_pids, model
+        ).result()
+    loaders = tokens[:-1]
+    size = -(-len(loaders) // max(1, min(processes, len(loaders))))
+    shares = [(first, loaders[first : first + size]) for first in range(0, len(loaders), size)]
+    with spawn.Manager() as manager, ProcessPoolExecutor(max_workers=len(shares), mp_context=spawn) as pool:
+        barrier = manager.Barrier(len(shares) + 1, timeout=WORKERS_READY_TIMEOUT_S)
+        futures = [
+            pool.submit(
+                drive_clients,
+                url,
+                HEADER,
+                [*share, tokens[-1]],
+                texts,
+                per_client,
+                run,
+                server_pids,
+                model,
+                sequential=False,
+                first_client=first,
+                start_together=barrier,
+            )
+            for first, share in shares
+        ]
+        barrier.wait()
+        started, server_cpu = time.time(), sum(process_cpu_s(pid) for pid in server_pids)
+        parts = [future.result() for future in futures]
+        server_cpu = sum(process_cpu_s(pid) for pid in server_pids) - server_cpu
+    latencies: dict[str, list[float]] = {}
+    errors: dict[str, int] = dict(alone["errors"])
+    for part in parts:
+        for kind, samples in part["latencies"].items():
+            latencies.setdefault(kind, []).extend(samples)
+        for code, n in part["errors"].items():
+            errors[code] = errors.get(code, 0) + n
+    return {
+        "bare": alone["bare"],
+        "latencies": latencies,
+        "errors": errors,
+        "wall_s": max(part["ended"] for part in parts) - started,
+        "server_cpu_s": server_cpu,
+        "client_cpu_s": sum(part["client_cpu_s"] for part in parts),
+    }
 
 
 def _wait_logged(log: Path, text: str, timeout_s: float) -> str | None:
