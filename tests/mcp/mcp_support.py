@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx2
 import uvicorn
+from host_secret_support import SECRET  # noqa: F401 - the suite imports it from here too
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -20,7 +21,6 @@ from engram.models.tools import CAPTURE, TOOLS
 from engram.service.engine.context import CallContext
 from engram.service.mcp.host_context import HEADER, mint_token
 
-SECRET = b"test-host-secret-0123456789abcdef-0123456789"
 ALL_TOOLS = sorted(TOOLS)
 MODES = ("auto", "legacy")
 DIGEST = "sha256:" + "ab" * 32

@@ -19,7 +19,8 @@ TESTS = Path(__file__).resolve().parents[1]
 sys.path[1:1] = [str(TESTS / "mcp"), str(TESTS / "engine"), str(TESTS / "ranking")]
 
 import uvicorn  # noqa: E402
-from rel_support import SECRET, HashingTestEncoder  # noqa: E402
+from host_secret_support import SECRET  # noqa: E402
+from ranking_support import HashingTestEncoder  # noqa: E402
 
 from engram.service.engine.engine import Engine  # noqa: E402
 from engram.service.mcp.app import create_app  # noqa: E402
