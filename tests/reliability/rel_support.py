@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -77,16 +78,19 @@ class ServerProcess:
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + self.ready_timeout_s
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited {self.proc.returncode}: {self.log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
+        # One client for every poll: a new one per request builds an SSL context each
+        # time, which took a good part of a core from the server starting beside it.
+        with httpx.Client(timeout=1) as http:
+            while time.monotonic() < deadline:
+                assert self.proc is not None
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"{self.name} exited {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+                try:
+                    if http.get(f"http://127.0.0.1:{self.port}/readyz").status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.05)
         raise RuntimeError(f"{self.name} did not become ready")
 
     def start(self) -> ServerProcess:
@@ -326,8 +330,18 @@ def check_envelope(tool: str, result: Any) -> dict[str, Any]:
         assert err["code"] in KNOWN_CODES, err
         code = ErrorCode(err["code"])
         assert err == {"code": code.value, "message": MESSAGES[code], "retriable": code in RETRIABLE}, err
-    jsonschema.validate(env, TOOLS[tool].output_schema)
+    _output_validator(tool).validate(env)
     return env
+
+
+@functools.cache
+def _output_validator(tool: str) -> Any:
+    """The tool's output schema's validator, the schema itself checked once
+    (``jsonschema.validate`` checks it on every call: most of a storm's checking time)."""
+    schema = TOOLS[tool].output_schema
+    validator = jsonschema.validators.validator_for(schema)
+    validator.check_schema(schema)
+    return validator(schema)
 
 
 def check_protocol_error(exc: MCPError, *canaries: str) -> tuple[int, str]:
