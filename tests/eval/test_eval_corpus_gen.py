@@ -34,3 +34,11 @@ def test_text_is_zipfian_and_deterministic():
     assert freqs[0] > 10 * freqs[100]  # a heavy head, a long tail
     texts, qv = SyntheticCorpus(spec).queries(4)
     assert len(texts) == 4 and qv.shape == (4, 16)
+
+
+def test_written_vectors_are_the_chunks_vectors(tmp_path):
+    """write_vectors skips making the texts; every row must still be the vector the
+    records' chunks carry (the ingest pairs them by position), the last chunk short."""
+    corpus = SyntheticCorpus(CorpusSpec(size=2500, dim=32, topics=8, vocab_size=1500))
+    written = corpus.write_vectors(str(tmp_path / "v.npy"), chunk=1000, dtype=np.float32)
+    assert np.array_equal(written, np.vstack([v for _, v in corpus.chunks(1000)]))
