@@ -237,9 +237,9 @@ class LexicalIndex:
                 raise
             del searcher
             # Closing the writer finishes merges and releases old segment files, which
-            # garbage collection (by a fresh writer) then deletes.
+            # the fresh writer's garbage collection then deletes.
             self._close_writer(entry)
-            self._live_writer(entry).garbage_collect_files()
+            self._live_writer(entry)
             index.reload()
 
     def reset(self) -> None:
@@ -484,6 +484,11 @@ class LexicalIndex:
         assert entry.index is not None
         if entry.writer is None:
             entry.writer = entry.index.writer(WRITER_HEAP_BYTES, 1)
+            # A process killed inside a commit leaves files its meta.json never named,
+            # such as a deletes file named by the opstamp the next commit reuses (which
+            # then fails: FileAlreadyExists). Tantivy registers each file before writing
+            # it, so collecting garbage before the first commit removes them.
+            entry.writer.garbage_collect_files()
         victims: list[_Scope] = []
         with self._writers_lock:
             self._writers[entry.key] = entry

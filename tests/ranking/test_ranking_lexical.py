@@ -293,3 +293,28 @@ def test_short_queries_weigh_each_term_once_long_ones_drop_stop_words(tmp_path: 
     assert [h.record_id for h in index.search("A", "the effect of the payment", WEIGHTS, 10)] == ["w2"]
     assert [h.record_id for h in index.search("A", "not to be", WEIGHTS, 10)] == ["w1"]
     index.close()
+
+
+def test_a_commit_cut_before_its_metadata_does_not_block_the_next(tmp_path: Path):
+    """A kill between writing a deletes file and saving meta.json leaves that file
+    behind; the reopened index reuses the opstamp in its name for its next commit,
+    which must still succeed (and the deleted record be gone)."""
+    root = tmp_path / "lexical"
+    index = LexicalIndex(root)
+    seed_a(index)
+    index.close()
+    directory = scope_dir(root, "A") / INDEX_DIR
+    committed_meta = (directory / "meta.json").read_bytes()
+    cut = LexicalIndex(root)  # a writer starting from the committed opstamp, as after a restart
+    cut.apply("A", upserts=[], removals=["a4"], through_cursor=5)
+    cut.close()
+    orphans = {p.name for p in directory.glob("*.del")}
+    assert orphans  # the cut commit's deletes file
+    (directory / "meta.json").write_bytes(committed_meta)  # as if killed before the metadata was saved
+
+    reopened = LexicalIndex(root)
+    assert {r for r, _ in scored(reopened, "A", "lunch")} == {"a4"}  # the cut commit never happened
+    reopened.apply("A", upserts=[], removals=["a4"], through_cursor=5)
+    assert scored(reopened, "A", "lunch") == []
+    assert {r for r, _ in scored(reopened, "A", "payment")} == {"a1", "a2", "a3-purged-zq"}
+    reopened.close()
