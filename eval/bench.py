@@ -56,9 +56,9 @@ import time
 import unicodedata
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -69,7 +69,7 @@ from engram.models.tools import TOOLS
 from engram.ranking import EMBED_BATCH, HYBRID_PROFILE, encode_queries, passages
 from engram.service.engine import CallContext, index_document, scope_key
 
-from .corpus_gen import CorpusSpec, SyntheticCorpus
+from .corpus_gen import CHUNK, CorpusSpec, SyntheticCorpus
 from .ingest_log import IngestLog
 from .memory import peak_rss_mb, reset_peak_rss, rss_mb
 from .neighbours import exact_top_k, recall_at_10
@@ -79,6 +79,9 @@ BENCH_SCOPE = ("bench", "synthetic")
 # The raw scan of every code is timed up to this size (at 10M it reads 3.8 GB a query).
 EXACT_SCAN_PROBE_UP_TO = 1_000_000
 PURPOSE = DEFAULT_PURPOSE
+T = TypeVar("T")
+#: The clock ``--ingest-for`` stops the feed by (a test gives the feed one of its own).
+clock = time.monotonic
 
 
 # -- small measuring tools ------------------------------------------------------------------
@@ -196,12 +199,20 @@ def ingest_size(
     say: Callable[[str], None],
     resume: bool = False,
     raw_bulk: bool = True,
+    ingest_minutes: float | None = None,
 ) -> tuple[dict[str, Any], np.ndarray, Any]:
     """Generate the corpus and ingest it (figures also kept in ``root/ingest.json``).
     ``resume``: a run stopped during its ingest left ``root``: keep it, and ingest what
-    it lacks (records already stored are skipped; the rate is this run's).
+    it lacks (the rate is this run's). The records stored are a prefix of the corpus
+    (batches commit in order, and a load stops at its first failed batch), so the feed
+    starts at the chunk where that prefix ends: at millions of records, examining every
+    stored record again only to skip it took about as long as storing it.
     ``raw_bulk``: then have the raw engines index the same batches, for the ratio (at
-    10M records that pass takes hours of its own)."""
+    10M records that pass takes hours of its own).
+    ``ingest_minutes``: stop feeding the corpus after this long; what was stored is
+    indexed and checkpointed, and the vectors returned are that prefix's, so the rest of
+    the run measures the size reached (``stopped_at``), and a later ``resume`` continues
+    it with nothing to embed again."""
     from engram.service.engine import Engine
 
     corpus = SyntheticCorpus(corpus_spec(size, encoder))
@@ -224,19 +235,33 @@ def ingest_size(
     reset_peak_rss()
     rss_before = rss_mb()
     engine = Engine.open(root / "data", encoder=encoder)
-    say(f"[n={size}] ingest with precomputed vectors, batch {batch}")
+    first = 0
+    if out.get("resumed"):
+        stored = stored_records(engine)
+        first = stored - stored % CHUNK
+        out["resumed_at"] = first
+    say(f"[n={size}] ingest with precomputed vectors, batch {batch}" + (f", from record {first:,}" if first else ""))
+    records = corpus.records(first=first)
+    if ingest_minutes is not None:
+        records = until(clock() + ingest_minutes * 60, records)
     cpu = process_cpu_s(os.getpid())
     report = ingest_corpus(
         engine,
         BENCH_SCOPE,
-        corpus.records(),
-        vectors=VectorSource(vectors),
+        records,
+        vectors=VectorSource(vectors[first:]),
         batch_size=batch,
         progress=progress,
-        total=size,
+        total=size - first,
         purpose_ref=PURPOSE,
         on_batch=IngestLog(size, root, say),
     )
+    reached = first + report.seen
+    if reached < size:
+        say(f"[n={size}] ingest stopped after {ingest_minutes} min at {reached:,} records: measuring that size")
+        out["stopped_at"] = reached
+        vectors = vectors[:reached]
+        engine.ranker.checkpoint()  # a later --resume then starts with nothing to embed
     # The loading process's CPU, and its writing worker's where it had one.
     ingest_cpu_s = process_cpu_s(os.getpid()) - cpu + report.worker_cpu_seconds
     out["ingest"] = {**report.as_dict(), "cpu_seconds": round(ingest_cpu_s, 2)}
@@ -260,9 +285,22 @@ def ingest_size(
     # disk at once: the footprint is read once it is done.
     engine.ranker.settle()
     out["disk_mb"] = {**disk_breakdown(root / "data"), "vectors_npy_mb": du_mb(root / "vectors.npy")}
-    out["store_bytes_per_record"] = store_bytes_per_record(engine, corpus, size)
+    out["store_bytes_per_record"] = store_bytes_per_record(engine, corpus, len(vectors))
     (root / "ingest.json").write_text(json.dumps(out, indent=2) + "\n")
     return out, vectors, engine
+
+
+def stored_records(engine: Any) -> int:
+    """Records of the bench's scope in the store, in any state."""
+    return sum(sum(s.counts.records.values()) for s in engine.scope_stats() if tuple(s.scope) == BENCH_SCOPE)
+
+
+def until(deadline: float, items: Iterable[T]) -> Iterator[T]:
+    """``items`` until :data:`clock` passes ``deadline``."""
+    for item in items:
+        if clock() >= deadline:
+            return
+        yield item
 
 
 def load_claims(scope: tuple[str, str], client: int) -> dict[str, Any]:
@@ -294,8 +332,8 @@ def raw_bulk_index(
     seconds = {"tantivy": 0.0, "usearch": 0.0}
     cpu = 0.0
     done = 0
-    records = corpus.records()
-    while chunk := [r for _, r in zip(range(batch), records)]:
+    records = zip(range(len(vectors)), corpus.records())  # the records the ingest stored
+    while chunk := [r for _, (_, r) in zip(range(batch), records)]:
         documents = [
             index_document(key, record_id_for(BENCH_SCOPE, r, PURPOSE), build_payload(r, PURPOSE)[0]) for r in chunk
         ]
@@ -357,6 +395,7 @@ def bench_size(
     hnswlib_up_to: int = 0,
     resume: bool = False,
     raw_bulk: bool = True,
+    ingest_minutes: float | None = None,
 ) -> tuple[dict[str, Any], Any]:
     from engram.service.engine import Engine
 
@@ -365,17 +404,26 @@ def bench_size(
     if reused:
         say(f"[n={size}] reusing the corpus ingested in {root}")
         ingested = json.loads((root / "ingest.json").read_text())
-        vectors = np.load(root / "vectors.npy", mmap_mode="r")
+        vectors = np.load(root / "vectors.npy", mmap_mode="r")[: ingested.get("stopped_at", size)]
         engine = Engine.open(root / "data", encoder=encoder)
     else:
         ingested, vectors, engine = ingest_size(
-            size, root, encoder, batch_size=batch_size, progress=progress, say=say, resume=resume, raw_bulk=raw_bulk
+            size,
+            root,
+            encoder,
+            batch_size=batch_size,
+            progress=progress,
+            say=say,
+            resume=resume,
+            raw_bulk=raw_bulk,
+            ingest_minutes=ingest_minutes,
         )
     # Opted in at once, so the directory serves agents' calls (the MCP runs, the lone
     # server, and whoever opens it after the bench) however the run goes on or ends.
     engine.set_tenant_enabled(BENCH_SCOPE[0], True)
     out: dict[str, Any] = {
-        "size": size,
+        "size": len(vectors),  # what is measured: fewer than ``size`` when the ingest was stopped
+        "corpus_size": size,
         "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
         "reused_ingest": reused,
         **ingested,
@@ -409,7 +457,7 @@ def bench_size(
         "raw_hnsw_candidates": (lambda v: raw.knn(v, semantic_k, max(expansion, semantic_k)), vectors_q),
         "raw_hnsw_k10_ef128": (lambda v: raw.knn(v, 10, 128), vectors_q),
     }
-    if size <= EXACT_SCAN_PROBE_UP_TO:  # past it, every probe reads gigabytes of rows
+    if len(vectors) <= EXACT_SCAN_PROBE_UP_TO:  # past it, every probe reads gigabytes of rows
         probes["raw_exact_scan_candidates"] = (lambda v: raw.knn(v, semantic_k, None), vectors_q)
     torch_backend = getattr(encoder, "torch", None)  # the bulk backend, for reference
     if torch_backend is not None:
@@ -439,7 +487,7 @@ def bench_size(
             recall[f"ef{ef}"] = {"recall@10": recall_at_10(labels, exact), "ms_per_query_batched": round(per_q, 3)}
     out["hnsw_recall"] = recall
     out.setdefault("rss_mb", {})["after_search"] = rss_mb()
-    if aligned and size <= hnswlib_up_to and importlib.util.find_spec("hnswlib") is not None:
+    if aligned and len(vectors) <= hnswlib_up_to and importlib.util.find_spec("hnswlib") is not None:
         say(f"[n={size}] hnswlib over the same vectors, beside the engine's index")
         out["hnswlib_beside"] = hnswlib_beside(vectors, sample, exact, efs, root)
     return out | {
@@ -915,6 +963,7 @@ def run_bench(
     say: Callable[[str], None] = print,
     resume: bool = False,
     raw_bulk: bool = True,
+    ingest_minutes: float | None = None,
 ) -> dict[str, Any]:
     from engram.ranking import MiniLMEncoder
 
@@ -952,6 +1001,7 @@ def run_bench(
             hnswlib_up_to=hnswlib_up_to,
             resume=resume,
             raw_bulk=raw_bulk,
+            ingest_minutes=ingest_minutes,
         )
         texts, root = entry.pop("_texts"), Path(entry.pop("_root"))
         try:
@@ -1121,6 +1171,13 @@ def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
     if result["sizes"]:
         depths = result["sizes"][0]["depths"]
         lines += ["", f"Candidate depths: lexical {depths['lexical']}, semantic {depths['semantic']}."]
+    for e in result["sizes"]:
+        if e.get("corpus_size", e["size"]) != e["size"]:
+            lines += [
+                "",
+                f"The ingest of a {e['corpus_size']:,}-record corpus was stopped (--ingest-for) at "
+                f"{e['size']:,} records: that row measures those.",
+            ]
     lines += service_memory_markdown(result["sizes"])
     lines += fresh_first_calls_markdown(result.get("fresh_first_calls", []))
     enc = result.get("encoder_bound_ingest")

@@ -64,6 +64,17 @@ def bench(
             "skipped, and the ingest rate is this run's (implies --keep).",
         ),
     ] = False,
+    ingest_for: Annotated[
+        float | None,
+        typer.Option(
+            "--ingest-for",
+            min=0,
+            metavar="MINUTES",
+            help="Stop feeding each size's ingest after this many minutes: what was stored is indexed, checkpointed "
+            "and measured as that size (reported as stopped_at), and a later --resume continues it with nothing to "
+            "embed again. For a corpus larger than one sitting (implies --keep).",
+        ),
+    ] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bars while ingesting.")] = True,
     hnswlib_up_to: Annotated[
         int,
@@ -198,6 +209,7 @@ def bench(
             fresh=fresh,
             say=say,
             resume=resume,
+            ingest_minutes=ingest_for,
         )
         if database_url:
             import json
@@ -228,7 +240,7 @@ def bench(
             stores["loadavg"] = result["environment"]["loadavg_at_start"]
             (out / "stores.json").write_text(json.dumps(stores, indent=2) + "\n")
     finally:
-        if not (keep or reuse or resume):
+        if not (keep or reuse or resume or ingest_for is not None):
             shutil.rmtree(scratch, ignore_errors=True)
     console.print((out / "report.md").read_text() if (out / "report.md").exists() else "no report", markup=False)
 

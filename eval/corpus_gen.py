@@ -64,6 +64,9 @@ _ONSETS = [
 #: The uniform doubles ``SyntheticCorpus._texts`` draws a word: whether it is background, its
 #: topic slot, its rank in the topic and its rank in the background.
 _TEXT_DRAWS = 4
+#: Records a chunk generates at once. Each chunk draws from a generator seeded by where
+#: it starts, so the records and vectors of a corpus are those of chunks of this size.
+CHUNK = 10_000
 _VOWELS = ["a", "e", "i", "o", "u", "ai", "ea", "io", "ou"]
 _CODAS = ["", "n", "r", "s", "t", "l", "m", "x", "nd", "st"]
 
@@ -157,10 +160,13 @@ class SyntheticCorpus:
 
     # -- public -------------------------------------------------------------------------
 
-    def chunks(self, chunk: int = 10_000) -> Iterator[tuple[list[IngestRecord], np.ndarray]]:
-        """(records, vectors [n, dim]) in order, ``chunk`` at a time."""
+    def chunks(self, chunk: int = CHUNK, first: int = 0) -> Iterator[tuple[list[IngestRecord], np.ndarray]]:
+        """(records, vectors [n, dim]) in order, ``chunk`` at a time, from record ``first``
+        (a multiple of ``chunk``: each chunk's records follow from where it starts)."""
+        if first % chunk:
+            raise ValueError("the first record of chunks must start a chunk")
         spec = self.spec
-        for start in range(0, spec.size, chunk):
+        for start in range(first, spec.size, chunk):
             n = min(chunk, spec.size - start)
             rng = np.random.default_rng([spec.seed, start])
             topics, weights = self._mixtures(rng, n)
@@ -191,11 +197,11 @@ class SyntheticCorpus:
         rng.bit_generator.advance(_TEXT_DRAWS * int(lengths.sum()))
         return self._vectors(rng, topics, weights)
 
-    def records(self, chunk: int = 10_000) -> Iterator[IngestRecord]:
-        for records, _ in self.chunks(chunk):
+    def records(self, chunk: int = CHUNK, first: int = 0) -> Iterator[IngestRecord]:
+        for records, _ in self.chunks(chunk, first):
             yield from records
 
-    def write_vectors(self, path: str, chunk: int = 10_000, dtype: type = np.float16) -> np.ndarray:
+    def write_vectors(self, path: str, chunk: int = CHUNK, dtype: type = np.float16) -> np.ndarray:
         """All vectors into a ``.npy`` file, streamed; returns it memory-mapped. float16
         by default: what the engine keeps of them, at half the disk of float32 (10M
         vectors: 7.7 GB)."""

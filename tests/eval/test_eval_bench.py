@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -177,3 +178,40 @@ def test_a_size_without_the_raw_bulk_pass_reports_the_ingest_alone(tmp_path: Pat
     assert "raw_bulk_index" not in entry and "ingest_over_raw_bulk_index" not in entry
     kept = json.loads((Path(entry["_root"]) / "ingest.json").read_text())
     assert "raw_bulk_index" not in kept and kept["ingest"]["ingested"] == 200
+
+
+def test_an_ingest_stopped_by_its_time_is_measured_and_resumed_without_embedding(tmp_path: Path, encoder, monkeypatch):
+    """--ingest-for: the feed stops when the clock passes the deadline; the records
+    stored are measured as the size, and --resume continues from the chunk where they
+    end (not from the first record), embedding nothing again at open."""
+    from engram.eval import bench
+    from engram.service.engine.engine import Engine
+
+    # The clock reads 0 when the deadline is set, then one second more for each record
+    # offered to the feed: a deadline 10,501 s away lets 10,500 through.
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(bench, "clock", lambda: next(ticks))
+    size, common = 21_000, {"queries": 5, "batch_size": None, "progress": False, "raw_bulk": False}
+    stopped, engine = bench_size(
+        size, tmp_path, encoder, reuse=False, say=lambda _m: None, ingest_minutes=10_501 / 60, **common
+    )
+    engine.close()
+    assert stopped["stopped_at"] == stopped["size"] == stopped["ingest"]["ingested"] == 10_500
+    assert stopped["corpus_size"] == size
+    assert stopped["hnsw_recall"]["aligned_labels"] is True
+    assert stopped["hybrid_hits_first20"] and all(n > 0 for n in stopped["hybrid_hits_first20"])
+
+    monkeypatch.setattr(bench, "clock", time.monotonic)
+    resumed, engine = bench_size(size, tmp_path, encoder, reuse=False, say=lambda _m: None, resume=True, **common)
+    try:
+        assert engine.warm_up_tally.embedded == 0  # the stopped run left nothing unindexed
+    finally:
+        engine.close()
+    assert resumed["resumed_at"] == 10_000  # the chunk where the stored records end
+    assert resumed["ingest"]["skipped_existing"] == 500 and resumed["ingest"]["ingested"] == size - 10_500
+    assert resumed["size"] == size and "stopped_at" not in resumed
+    reopened = Engine.open(Path(resumed["_root"]) / "data", encoder=encoder)
+    try:
+        assert bench.stored_records(reopened) == size
+    finally:
+        reopened.close()
