@@ -60,8 +60,8 @@ def bench(
         bool,
         typer.Option(
             "--resume/--no-resume",
-            help="Continue an ingest that a stopped run left in the scratch directory: records already stored are "
-            "skipped, and the ingest rate is this run's (implies --keep).",
+            help="Continue an ingest that a stopped run left in the scratch directory, from the chunk of the corpus "
+            "where the records it stored end; the ingest rate is this run's (implies --keep).",
         ),
     ] = False,
     ingest_for: Annotated[
