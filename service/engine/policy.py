@@ -99,7 +99,6 @@ P = TypeVar("P", bound=_PolicyModel)
 class _Loaded(Generic[P]):
     signature: tuple[int, int, int] | None  # (inode, size, mtime_ns); None: no file
     policy: P | None
-    problem: str | None  # why the file is unusable (field named), or None
 
 
 class PolicySource(Generic[P]):
@@ -120,11 +119,11 @@ class PolicySource(Generic[P]):
 
     def _load(self, signature: tuple[int, int, int] | None) -> _Loaded[P]:
         if signature is None:
-            return _Loaded(None, self.kind(), None)
+            return _Loaded(None, self.kind())
         try:
             text = self.path.read_text(encoding="utf-8")
             json.loads(text)  # a syntax error is reported as such, not as a field
-            return _Loaded(signature, self.kind.model_validate_json(text), None)
+            return _Loaded(signature, self.kind.model_validate_json(text))
         except OSError as exc:
             problem = f"unreadable ({type(exc).__name__})"
         except ValueError as exc:
@@ -137,7 +136,7 @@ class PolicySource(Generic[P]):
         logger.error(
             "policy file %s is invalid: %s; calls that need it answer POLICY_UNAVAILABLE", self.path.name, problem
         )
-        return _Loaded(signature, None, problem)
+        return _Loaded(signature, None)
 
     def current(self) -> P:
         """The policy as the file says now; POLICY_UNAVAILABLE when it does not validate."""
@@ -152,14 +151,6 @@ class PolicySource(Generic[P]):
             raise ContractError(ErrorCode.POLICY_UNAVAILABLE)
         return loaded.policy
 
-    def problem(self) -> str | None:
-        """Why the file is unusable now (for readiness), or None."""
-        try:
-            self.current()
-        except ContractError:
-            return self._loaded.problem if self._loaded is not None else "unavailable"
-        return None
-
 
 class Policies:
     """The data directory's two policy files."""
@@ -173,14 +164,6 @@ class Policies:
 
     def admission(self) -> AdmissionPolicy:
         return self.admission_source.current()
-
-    def problems(self) -> list[str]:
-        out = []
-        for source in (self.host_source, self.admission_source):
-            problem = source.problem()
-            if problem is not None:
-                out.append(f"{source.path.name}: {problem}")
-        return out
 
 
 def check_fresh(

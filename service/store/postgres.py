@@ -383,9 +383,6 @@ class _PgTx:
             (state, *scope, candidate_id),
         )
 
-    def insert_record(self, row: RecordRow) -> None:
-        self.insert_records([row])
-
     def insert_records(self, rows: Sequence[RecordRow]) -> None:
         for scope in {row.scope for row in rows}:
             self._scope(scope)

@@ -259,9 +259,6 @@ class _Tx:
             (state, *scope, candidate_id),
         )
 
-    def insert_record(self, row: RecordRow) -> None:
-        self.insert_records([row])
-
     def insert_records(self, rows: Sequence[RecordRow]) -> None:
         self.conn.executemany(
             f"INSERT INTO records ({RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
