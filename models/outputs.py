@@ -14,9 +14,6 @@ from .encoding import Cursor, Digest, Instant, RecordId
 from .inputs import Citation as Citation
 from .inputs import Closed, Component, PrimaryEvent, Retention, ValidTime
 
-RecordState = Literal["accepted_current", "accepted_disputed", "historical", "expired", "trust_invalid", "tombstoned"]
-CandidateState = Literal["pending", "pending_adjudication", "accepted", "rejected", "withdrawn"]
-
 
 class DisclosedEvidence(Closed):
     """Evidence as disclosed: the attestation is redacted (see REDACTED_FIELDS)."""

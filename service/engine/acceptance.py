@@ -19,6 +19,7 @@ from engram.models.scope import Scope
 from engram.service.store.base import JournalEvent, NewEvent, RecordRow, Transaction
 
 from .clock import instant, parse_instant
+from .lifecycle import RecordState
 from .records import Trust, record_aad
 from .sealing import BodyVault
 
@@ -63,7 +64,7 @@ def record_row(
     return RecordRow(
         scope,
         rid,
-        "accepted_current",
+        RecordState.ACCEPTED_CURRENT,
         r_digest,
         p_digest,
         key_id,

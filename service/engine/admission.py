@@ -23,7 +23,7 @@ from .context import CallContext
 from .dependencies import Dependencies
 from .gates import check_confirmation, claim_key, needs_confirmation
 from .idempotency import after_commit, find_replay, intent_hash, reserve
-from .lifecycle import require_pending
+from .lifecycle import AdmissionStatus, CandidateState, require_pending
 from .policy import Decision, check_fresh
 from .records import Trust, candidate_aad, evidence_digest, record_id, transaction_receipt
 from .sealing import SealBroken
@@ -39,7 +39,7 @@ def settle(
     receipt: dict[str, Any],
     principal: str,
     at: int,
-) -> tuple[str, str | None, list[JournalEvent]]:
+) -> tuple[AdmissionStatus, str | None, list[JournalEvent]]:
     """Apply a decision to a candidate whose body is open: (status, record_id, events).
 
     accept makes a record through the one write path of :mod:`.acceptance` (or, when an
@@ -49,14 +49,14 @@ def settle(
     scope = candidate.scope
     existing = tx.accepted_with_payload(scope, candidate.payload_digest)
     if decision == "adjudication_required":
-        status, new_state = "pending_adjudication", "pending_adjudication"
+        status, new_state = AdmissionStatus.PENDING_ADJUDICATION, CandidateState.PENDING_ADJUDICATION
     elif decision == "reject":
-        status, new_state = "rejected", "rejected"
+        status, new_state = AdmissionStatus.REJECTED, CandidateState.REJECTED
     elif existing is not None:
-        status, new_state = "duplicate_exact", "accepted"
+        status, new_state = AdmissionStatus.DUPLICATE_EXACT, CandidateState.ACCEPTED
     else:
-        status, new_state = "accepted", "accepted"
-    keep_body = new_state == "pending_adjudication"
+        status, new_state = AdmissionStatus.ACCEPTED, CandidateState.ACCEPTED
+    keep_body = new_state == CandidateState.PENDING_ADJUDICATION
     events = [
         tx.append_event(
             scope,
@@ -67,7 +67,7 @@ def settle(
         )
     ]
     rid = existing
-    if status == "accepted":
+    if status == AdmissionStatus.ACCEPTED:
         auth = body["authorization_receipt"]
         acceptance = Acceptance(
             candidate_id=candidate.candidate_id,
@@ -148,7 +148,7 @@ def request_admission(deps: Dependencies, ctx: CallContext, args: AdmissionInput
         # policy replaced meanwhile (or older than the bound) commits nothing.
         check_fresh(policy, receipt, at, now_ms(), deps.policies.admission)
     with after_commit():
-        if status == "accepted":
+        if status == AdmissionStatus.ACCEPTED:
             deps.projector.catch_up(scope)
         deps.store.purge_freed_pages()
     return result
@@ -167,7 +167,7 @@ def adjudicate(
         candidate = tx.candidate(scope, candidate_id)
         if candidate is None:
             raise ContractError(ErrorCode.NOT_FOUND)
-        if candidate.state != "pending_adjudication":
+        if candidate.state != CandidateState.PENDING_ADJUDICATION:
             raise ContractError(ErrorCode.ILLEGAL_TRANSITION)
         body = open_candidate(deps, candidate)
         receipt = seal_receipt(
@@ -182,7 +182,7 @@ def adjudicate(
             },
         )
         status, rid, _ = settle(deps, tx, candidate, body, decision, receipt, "operator", at)
-    if status == "accepted":
+    if status == AdmissionStatus.ACCEPTED:
         deps.projector.catch_up(scope)
     deps.store.purge_freed_pages()
     return {"status": status, "candidate_id": candidate_id, "record_id": rid}

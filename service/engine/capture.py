@@ -21,6 +21,7 @@ from .context import CallContext
 from .dependencies import Dependencies
 from .gates import check_confirmation, claim_key, needs_confirmation
 from .idempotency import find_replay, intent_hash, reserve
+from .lifecycle import CandidateState
 from .policy import HostPolicy
 from .records import (
     Trust,
@@ -98,7 +99,15 @@ def capture(deps: Dependencies, ctx: CallContext, args: CaptureInput) -> dict[st
         )
         tx.insert_candidate(
             CandidateRow(
-                scope, candidate_id, "pending", key_id, sealed, r_digest, p_digest, ctx.principal, event.cursor
+                scope,
+                candidate_id,
+                CandidateState.PENDING,
+                key_id,
+                sealed,
+                r_digest,
+                p_digest,
+                ctx.principal,
+                event.cursor,
             )
         )
         result = {

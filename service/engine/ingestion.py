@@ -54,6 +54,7 @@ from .acceptance import DEFAULT_RETENTION, Acceptance, accept_records
 from .clock import instant, now_ms
 from .context import CallContext
 from .dependencies import Dependencies
+from .lifecycle import RecordState
 from .records import (
     Trust,
     authorization_receipt,
@@ -265,10 +266,10 @@ class BatchWriter:
                 if prepared.record_id in present:
                     outcome.skipped += 1  # a concurrent load got there first
                     continue
-                if "tombstoned" in found:
+                if RecordState.TOMBSTONED in found:
                     outcome.refused[Refusal.FORGOTTEN.value] += 1  # forgotten stays forgotten
                     continue
-                if "accepted_current" in found or prepared.payload_digest in payloads:
+                if RecordState.ACCEPTED_CURRENT in found or prepared.payload_digest in payloads:
                     outcome.skipped += 1  # the same content is already a current record
                     continue
                 payloads.add(prepared.payload_digest)

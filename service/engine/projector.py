@@ -24,6 +24,7 @@ from engram.ranking import IndexDocument, Ranker
 from engram.ranking.read_write_lock import ReadWriteLock
 from engram.service.store.base import Store
 
+from .lifecycle import RecordState
 from .records import index_document, record_aad, scope_key
 from .sealing import BodyVault, SealBroken
 from .seed import SeedTally, SeedVectors
@@ -215,7 +216,7 @@ class Projector:
         removals: list[str] = []
         for rid in record_ids:
             row = rows.get(rid)
-            if row is None or row.state != "accepted_current":
+            if row is None or row.state != RecordState.ACCEPTED_CURRENT:
                 removals.append(rid)
                 continue
             try:

@@ -19,6 +19,7 @@ from engram.service.store.base import RecordRow
 from .clock import instant, now_ms
 from .context import CallContext
 from .dependencies import Dependencies
+from .lifecycle import RecordState
 from .records import authorization_receipt, disclose, record_aad
 from .sealing import SealBroken
 
@@ -26,7 +27,7 @@ from .sealing import SealBroken
 def eligible(row: RecordRow | None, as_of_ms: int, now: int | None = None) -> bool:
     """Valid time is judged at `as_of_ms` (a later search page reuses the first page's);
     a retention expiry is a deadline for disclosure, judged at `now` when that is later."""
-    if row is None or row.state != "accepted_current":
+    if row is None or row.state != RecordState.ACCEPTED_CURRENT:
         return False
     if row.valid_from_ms > as_of_ms or (row.valid_to_ms is not None and as_of_ms > row.valid_to_ms):
         return False

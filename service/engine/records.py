@@ -20,6 +20,7 @@ from engram.models.scope import Scope
 from engram.ranking import IndexDocument
 
 from .clock import instant
+from .lifecycle import RecordState
 
 
 class Trust(StrEnum):
@@ -103,7 +104,7 @@ def disclose(
         "record_id": record_id_,
         "record_digest": record_digest_,
         "payload_digest": payload_digest_,
-        "state": "accepted_current",
+        "state": RecordState.ACCEPTED_CURRENT,
         "purpose_ref": payload["purpose_ref"],
         "valid_time": payload["valid_time"],
         "components": payload["components"],

@@ -27,7 +27,7 @@ from .context import CallContext
 from .dependencies import Dependencies
 from .gates import check_confirmation, claim_key
 from .idempotency import after_commit, find_replay, intent_hash, reserve, rewrite
-from .lifecycle import require_forgettable, require_pending
+from .lifecycle import CandidateState, RecordState, require_forgettable, require_pending
 from .records import authorization_receipt, scope_key, transaction_receipt
 from .sealing import record_shred, shred_digest, shred_entries
 
@@ -141,8 +141,8 @@ def withdraw(deps: Dependencies, ctx: CallContext, args: WithdrawInput) -> dict[
         if candidate.key_id is not None:
             shred = Shred("candidate", candidate.candidate_id, candidate.created_cursor)
             tx.destroy_key(candidate.key_id)
-        tx.set_candidate_state(ctx.scope, candidate.candidate_id, "withdrawn", drop_body=True)
-        return "pending", "withdrawn", event, shred
+        tx.set_candidate_state(ctx.scope, candidate.candidate_id, CandidateState.WITHDRAWN, drop_body=True)
+        return CandidateState.PENDING, CandidateState.WITHDRAWN, event, shred
 
     result, was_replay = _transition(
         deps, ctx, WITHDRAW, "withdraw", args.candidate_id, arguments, effect, {"key_destruction": "pending"}
@@ -173,9 +173,9 @@ def forget(deps: Dependencies, ctx: CallContext, args: ForgetInput) -> dict[str,
         )
         if record.key_id is not None:
             tx.destroy_key(record.key_id)
-        tx.set_record_state(ctx.scope, record.record_id, "tombstoned", drop_body=True)
+        tx.set_record_state(ctx.scope, record.record_id, RecordState.TOMBSTONED, drop_body=True)
         tx.add_pending_purge(ctx.scope, record.record_id)
-        return record.state, "tombstoned", event, Shred("record", record.record_id, record.accepted_cursor)
+        return record.state, RecordState.TOMBSTONED, event, Shred("record", record.record_id, record.accepted_cursor)
 
     result, was_replay = _transition(
         deps, ctx, FORGET, "tombstone", args.record_id, arguments, effect, {"projection_invalidation": "pending"}
@@ -344,7 +344,7 @@ def _apply_shred(tx: Transaction, scope: Scope, kind: str, subject: str, at: str
     """End one subject again; the event that does, or None when it was ended already."""
     if kind == "record":
         record = tx.record(scope, subject)
-        if record is None or record.state == "tombstoned":
+        if record is None or record.state == RecordState.TOMBSTONED:
             return None
         event = tx.append_event(
             scope,
@@ -355,7 +355,7 @@ def _apply_shred(tx: Transaction, scope: Scope, kind: str, subject: str, at: str
         )
         if record.key_id is not None:
             tx.destroy_key(record.key_id)
-        tx.set_record_state(scope, record.record_id, "tombstoned", drop_body=True)
+        tx.set_record_state(scope, record.record_id, RecordState.TOMBSTONED, drop_body=True)
         tx.add_pending_purge(scope, record.record_id)
         return event
     candidate = tx.candidate(scope, subject)
@@ -365,5 +365,5 @@ def _apply_shred(tx: Transaction, scope: Scope, kind: str, subject: str, at: str
         scope, "candidate_withdrawn", candidate.candidate_id, {"reason_ref": SHRED_REASON, "principal": "operator"}, at
     )
     tx.destroy_key(candidate.key_id)
-    tx.set_candidate_state(scope, candidate.candidate_id, "withdrawn", drop_body=True)
+    tx.set_candidate_state(scope, candidate.candidate_id, CandidateState.WITHDRAWN, drop_body=True)
     return event

@@ -394,3 +394,21 @@ def test_admission_confirmation_target_is_the_candidate(engine) -> None:
     assert error_of(engine.execute, REQUEST_ADMISSION, ctx, args).code is ErrorCode.GATE_FAILED
     out = engine.execute(REQUEST_ADMISSION, confirmed(ctx, REQUEST_ADMISSION, cap["candidate_id"], args), args)
     assert out["outcome"]["status"] == "accepted"
+
+
+def test_the_output_schemas_name_the_lifecycle_states() -> None:
+    """The wire's Literal types and the engine's state enums say the same states."""
+    from typing import get_args
+
+    from engram.models import outputs
+    from engram.service.engine.lifecycle import FORGETTABLE, AdmissionStatus, CandidateState, RecordState
+
+    def literal(model: type, name: str) -> set[str]:
+        return set(get_args(model.model_fields[name].annotation))
+
+    assert literal(outputs.AdmissionOutcome, "status") == set(AdmissionStatus)
+    assert literal(outputs.ForgetReceipt, "from_state") == FORGETTABLE
+    assert literal(outputs.ForgetReceipt, "to_state") == {RecordState.TOMBSTONED}
+    assert literal(outputs.WithdrawReceipt, "from_state") == {CandidateState.PENDING}
+    assert literal(outputs.WithdrawReceipt, "to_state") == {CandidateState.WITHDRAWN}
+    assert literal(outputs.DisclosedRecord, "state") == {RecordState.ACCEPTED_CURRENT}
