@@ -38,8 +38,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from engram.models.digests import CanonicalizationRefused
 from engram.models.tools import ALWAYS_CONFIRMED, CAPTURE, CONFIRMATION_TARGET, FORGET, REQUEST_ADMISSION, WITHDRAW
-from engram.service.engine.context import CallContext, Confirmation
-from engram.service.engine.gates import operation_digest
+from engram.service.engine import CallContext, Confirmation, operation_digest
 
 from .host_context import ContextUnavailable
 

@@ -62,7 +62,7 @@ import jwt
 
 from engram.models.errors import ContextUnavailable  # noqa: F401 - raised and caught here
 from engram.models.tools import CAPTURE, CONFIRMABLE, GET, SEARCH, TOOLS
-from engram.service.engine.context import CallContext, Confirmation
+from engram.service.engine import CallContext, Confirmation
 
 HEADER = "X-Engram-Context"
 SECRET_ENV = "ENGRAM_HOST_SECRET"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engram.models.tools import CONFIRMATION_TARGET, TOOLS
-from engram.service.engine.gates import operation_digest
+from engram.service.engine import operation_digest
 
 from .host_context import MAX_LIFETIME_S, context_from_claims, mint_token
 

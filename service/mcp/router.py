@@ -36,7 +36,7 @@ from engram.models.codes import ErrorCode
 from engram.models.envelope import envelope_text, failure_envelope
 from engram.models.scope import Scope
 from engram.models.tools import MUTATIONS
-from engram.service.engine.context import CallContext
+from engram.service.engine import CallContext
 
 from .audit import AuditLog, Durability, audit_digest, audit_text_digest
 from .host_context import HEADER, ContextUnavailable, verify_token

@@ -47,7 +47,7 @@ from engram.models.codes import ContractError, ErrorCode
 from engram.models.envelope import envelope_text, failure_envelope, success_envelope
 from engram.models.errors import StoreUnavailable
 from engram.models.tools import MUTATIONS, TOOLS, ToolSpec
-from engram.service.engine.context import CallContext
+from engram.service.engine import CallContext
 
 from .audit import AuditLog, Durability, audit_digest, audit_text_digest
 from .duplicate_keys import MARK_HEADER

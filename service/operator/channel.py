@@ -22,7 +22,7 @@ from typing import Any
 
 from engram.models.codes import ContractError
 from engram.models.errors import ChannelAbsent, OperatorFailure  # noqa: F401 - raised and caught here
-from engram.service.engine.engine import Engine
+from engram.service.engine import Engine
 
 from .commands import known, run
 

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from engram.models.scope import Scope
-from engram.service.engine.context import CallContext
-from engram.service.engine.engine import Engine
+from engram.service.engine import CallContext, Engine
 
 Command = Callable[[Engine, dict[str, Any]], Any]
 

@@ -5,8 +5,9 @@ Two kinds of package: a facade (``engram.ranking``, ``engram.service.engine``, t
 the CLI) re-exports the names other rooms may use, and every public name its namespace
 holds is in ``__all__`` (as httpx keeps its own); a collection of modules
 (``engram.models``, ``engram.eval``, ...) lists its modules, each imported by name. The
-outer rooms (bulk ingestion, evaluation, the CLI) reach the engine and the ranker only
-through their facades, never a module inside them.
+outer rooms (bulk ingestion, evaluation, the CLI, the MCP front end, the operator
+channel) reach the engine and the ranker only through their facades, never a module
+inside them.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ PACKAGES = sorted(
     for p in (ROOT / room).rglob("__init__.py")
 )
 #: Rooms that call the engine and the ranker from outside, and the facades they must use.
-OUTER_ROOMS = ("index_data", "eval", "service/cli")
+OUTER_ROOMS = ("index_data", "eval", "service/cli", "service/mcp", "service/operator")
 FACADES = ("engram.ranking", "engram.service.engine")
 
 
