@@ -38,25 +38,23 @@ seconds of both. Then, in the same process:
 figures in ``ingest.json``) and measures again on it, so latency can be re-measured
 after a change without a long ingest.
 
-The raw engines are reached through ``Ranker.raw_engines`` (:mod:`ranking.probes`).
+The raw engines are reached through ``Ranker.raw_engines`` (:mod:`ranking.probes`). The
+load run is :mod:`eval.load`, the report :mod:`eval.bench_report`, the bench's scope and
+calls :mod:`eval.bench_calls`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import gc
 import importlib.util
 import json
 import os
 import shutil
 import statistics
-import threading
 import time
 import unicodedata
 import uuid
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -64,82 +62,28 @@ import numpy as np
 
 from engram.index_data.ingest import ingest_corpus
 from engram.index_data.readers import VectorSource, read_beir
-from engram.index_data.records import DEFAULT_PURPOSE, build_payload, record_id_for
-from engram.models.tools import TOOLS
+from engram.index_data.records import build_payload, record_id_for
 from engram.ranking import EMBED_BATCH, HYBRID_PROFILE, encode_queries, passages
-from engram.service.engine import CallContext, index_document, scope_key
+from engram.service.engine import index_document, scope_key
 
+from .bench_calls import BENCH_SCOPE, PURPOSE, bench_context, note_capture_args, search_args
+from .bench_report import bench_markdown, write_plots
 from .corpus_gen import CHUNK, CorpusSpec, SyntheticCorpus
 from .ingest_log import IngestLog
+from .load import load_run
 from .memory import peak_rss_mb, reset_peak_rss, rss_mb
 from .neighbours import exact_top_k, recall_at_10
 from .service_memory import measure_service, new_data_directory
+from .timing import interleaved, percentiles, process_cpu_s, timed
 
-BENCH_SCOPE = ("bench", "synthetic")
 # The raw scan of every code is timed up to this size (at 10M it reads 3.8 GB a query).
 EXACT_SCAN_PROBE_UP_TO = 1_000_000
-PURPOSE = DEFAULT_PURPOSE
 T = TypeVar("T")
 #: The clock ``--ingest-for`` stops the feed by (a test gives the feed one of its own).
 clock = time.monotonic
 
 
-# -- small measuring tools ------------------------------------------------------------------
-
-
-def percentiles(samples: list[float]) -> dict[str, float]:
-    """p50/p95/p99/mean in milliseconds from seconds."""
-    if not samples:
-        return {}
-    arr = np.asarray(samples) * 1000.0
-    return {
-        "n": len(samples),
-        "mean_ms": round(float(arr.mean()), 3),
-        "p50_ms": round(float(np.percentile(arr, 50)), 3),
-        "p95_ms": round(float(np.percentile(arr, 95)), 3),
-        "p99_ms": round(float(np.percentile(arr, 99)), 3),
-    }
-
-
-def timed(fn: Callable[[Any], Any], items: list[Any], warmup: int = 3) -> list[float]:
-    return interleaved({"only": (fn, items)}, warmup)["only"]
-
-
-def interleaved(probes: dict[str, tuple[Callable[[Any], Any], list[Any]]], warmup: int = 3) -> dict[str, list[float]]:
-    """Seconds per item of each probe, the probes taking turns item by item, so a change
-    in machine load during the run weighs on every probe alike and their ratios hold."""
-    for fn, items in probes.values():
-        for item in items[:warmup]:
-            fn(item)
-    out: dict[str, list[float]] = {name: [] for name in probes}
-    for i in range(min(len(items) for _, items in probes.values())):
-        for name, (fn, items) in probes.items():
-            t = time.perf_counter()
-            fn(items[i])
-            out[name].append(time.perf_counter() - t)
-    return out
-
-
-def process_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system, all threads) process ``pid`` has used so far."""
-    with open(f"/proc/{pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def cpu_per_call(server_s: float, client_s: float, calls: int) -> dict[str, float]:
-    """The load run's CPU per call on each side, and the calls per second this machine's
-    cores could carry at that cost, server and clients together (the bound a load run on
-    one machine cannot pass)."""
-    if not calls:
-        return {}
-    server_ms, client_ms = server_s * 1000 / calls, client_s * 1000 / calls
-    cores = os.cpu_count() or 1
-    return {
-        "server_cpu_ms_per_call": round(server_ms, 1),
-        "client_cpu_ms_per_call": round(client_ms, 1),
-        "cpu_bound_calls_per_s": round(cores * 1000 / (server_ms + client_ms), 1) if server_ms + client_ms else 0.0,
-    }
+# -- disk ------------------------------------------------------------------------------------
 
 
 def du_mb(path: Path) -> float:
@@ -163,26 +107,6 @@ def disk_breakdown(data_dir: Path) -> dict[str, float]:
         "semantic_mb": du_mb(data_dir / "index" / "semantic"),
         "keys_mb": du_mb(data_dir / "keys"),
         "total_mb": du_mb(data_dir),
-    }
-
-
-def bench_context(purpose: str = PURPOSE) -> CallContext:
-    return CallContext(
-        tenant=BENCH_SCOPE[0],
-        workspace=BENCH_SCOPE[1],
-        principal="bench:runner",
-        agent_id="engram-bench",
-        session="bench_" + uuid.uuid4().hex[:10],
-        purpose=purpose,
-    )
-
-
-def search_args(query: str, minimum: str, limit: int = 10) -> dict[str, Any]:
-    return {
-        "query": query,
-        "purpose_ref": PURPOSE,
-        "limit": limit,
-        "capability_policy": {"minimum_channels": minimum, "network": "forbid"},
     }
 
 
@@ -301,21 +225,6 @@ def until(deadline: float, items: Iterable[T]) -> Iterator[T]:
         if clock() >= deadline:
             return
         yield item
-
-
-def load_claims(scope: tuple[str, str], client: int) -> dict[str, Any]:
-    """The host context of load client ``client`` on ``scope``: its own principal, agent
-    and session, every tool, nothing to confirm."""
-    return {
-        "tenant": scope[0],
-        "workspace": scope[1],
-        "principal": f"load-{client}",
-        "agent_id": f"agent-{client}",
-        "session": f"s-{client}",
-        "purpose": PURPOSE,
-        "tools": sorted(TOOLS),
-        "confirm": [],
-    }
 
 
 def raw_bulk_index(
@@ -606,284 +515,6 @@ def encoder_bound_ingest(work: Path, encoder: Any, sample: int, say: Callable[[s
     }
 
 
-# -- load run over MCP/HTTP -----------------------------------------------------------------
-
-
-def note_capture_args(i: int, client: int, run: str) -> dict[str, Any]:
-    """The i-th capture of a client. ``run`` (one per bench run) is in the text: a later
-    run on a reused directory would otherwise capture the same payloads again, and their
-    admissions answer duplicate_exact (no projection) instead of admitting."""
-    import hashlib
-
-    text = (
-        f"load run note {client}-{i} of run {run}: the nightly compaction job keeps {i % 7} replicas of shard {client}"
-    )
-    sha = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-    t = 1_700_000_000_000 + i
-    return {
-        "idempotency_key": f"bench-load-{client:03d}-{i:06d}-{uuid.uuid4().hex[:8]}",
-        "payload": {
-            "schema_version": 2,
-            "purpose_ref": PURPOSE,
-            "valid_time": {"t": t},
-            "components": [{"component_id": "c1", "kind": "decision", "text": text, "citation_ids": ["cit1"]}],
-            "primary_component_id": "c1",
-            "primary_event": {"at": t, "type_ref": "event:decided", "citation_id": "cit1"},
-            "citations": [
-                {
-                    "citation_id": "cit1",
-                    "source_ref": f"bench:{client}/{i}",
-                    "locator": {"scheme": "uri", "value": f"https://example.org/{client}/{i}"},
-                    "content_digest": sha,
-                }
-            ],
-        },
-        "evidence": {"evidence_ref": f"ev:{client}/{i}", "evidence_digest": sha, "citation_ids": ["cit1"]},
-    }
-
-
-def load_run(
-    engine: Any, data_dir: Path, texts: list[str], *, clients: int, calls: int, run: str, say: Callable[[str], None]
-) -> dict[str, Any]:
-    """MCP over HTTP against ``engine`` (its tenant enabled by the caller): one client's
-    sequential searches, then ``clients``
-    concurrent clients for about ``calls`` steps in all, their captures carrying the bench
-    run's token ``run`` (see :func:`note_capture_args`).
-
-    The server runs here (uvicorn in a thread, the engine already open); the clients run
-    in a child process, as a host would, so their Python does not hold the server's GIL.
-    """
-    try:
-        import uvicorn
-
-        from engram.service.mcp.app import create_app
-        from engram.service.mcp.host_context import HEADER, mint_token
-        from engram.service.settings import Settings
-    except Exception as exc:  # noqa: BLE001 - report why the HTTP run could not happen
-        return {"skipped": f"MCP app unavailable: {type(exc).__name__}: {exc}"}
-
-    import socket
-    from concurrent.futures import ProcessPoolExecutor
-    from multiprocessing import get_context
-
-    secret = os.urandom(32)
-    app = create_app(engine, Settings(data_dir=data_dir, rate=0), host_secret=secret)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline:
-            return {"skipped": "uvicorn did not start"}
-        time.sleep(0.05)
-    per_client = max(1, calls // clients)
-    tokens = [mint_token(load_claims(BENCH_SCOPE, c), secret, ttl_s=3600) for c in range(clients + 1)]
-    say(f"MCP over HTTP: {len(texts)} sequential searches, then {clients} clients x {per_client} steps")
-    try:
-        with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
-            driven = pool.submit(
-                drive_clients, f"http://127.0.0.1:{port}/mcp", HEADER, tokens, texts, per_client, run
-            ).result()
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
-    ctx = bench_context()
-    lost = 0
-    for rid in driven["admitted"]:
-        try:
-            engine.execute("engram_memory_get", ctx, {"record_id": rid, "purpose_ref": PURPOSE})
-        except Exception:  # noqa: BLE001
-            lost += 1
-    latencies = driven["latencies"]
-    total = sum(len(v) for v in latencies.values())
-    wall = driven["wall_s"]
-    return {
-        "transport": "MCP streamable HTTP on loopback (SDK client, protocol auto; clients in a child process)",
-        "single_client_search_hybrid": percentiles(driven["single"]),
-        "bare_http_search_hybrid": percentiles(driven["bare"]),
-        "bare_http_server_cpu_ms_per_search": round(1000 * driven["bare_server_cpu_s"] / len(driven["bare"]), 2)
-        if driven["bare"]
-        else None,
-        "clients": clients,
-        "steps_planned": per_client * clients,
-        "calls_completed": total,
-        "wall_s": round(wall, 2),
-        "throughput_calls_per_s": round(total / wall, 2) if wall else 0.0,
-        **cpu_per_call(driven["server_cpu_s"], driven["client_cpu_s"], total),
-        "latency": {k: percentiles(v) for k, v in latencies.items() if v},
-        "errors": driven["errors"],
-        "admitted": len(driven["admitted"]),
-        "admitted_not_readable": lost,
-    }
-
-
-def drive_clients(
-    url: str,
-    header: str,
-    tokens: list[str],
-    texts: list[str],
-    per_client: int,
-    run: str,
-    server_pids: Sequence[int] = (),
-    hybrid: bool = True,
-    sequential: bool = True,
-    first_client: int = 0,
-    start_together: Any = None,
-) -> dict[str, Any]:
-    """The client side of :func:`load_run` (runs in a child process): the last token's
-    client searches alone first, then one client per other token runs the mixed load.
-
-    ``server_pids``: the serving processes whose CPU is read (default: the parent, which
-    serves in :func:`load_run`). ``hybrid`` false (a server without the model): every
-    search asks for the lexical profile. When the clients are split over several
-    processes: ``sequential`` false skips the searches alone (the last token is then
-    unused), ``first_client`` numbers this process's clients after the others' (each
-    client's mix of calls and its captures follow from its number), and
-    ``start_together`` is a barrier (a multiprocessing manager's) the processes and their
-    parent wait at before the mixed load; ``ended`` is when this process's load ended."""
-    import httpx2
-    from mcp import Client
-    from mcp.client.streamable_http import streamable_http_client
-
-    latencies: dict[str, list[float]] = {
-        "search_hybrid": [],
-        "search_lexical": [],
-        "capture": [],
-        "request_admission": [],
-    }
-    errors: Counter[str] = Counter()
-    admitted: list[str] = []
-    pids = list(server_pids) or [os.getppid()]  # by default the bench process (uvicorn in a thread)
-    hybrid_profile = "lexical_and_semantic" if hybrid else "lexical"
-
-    def server_cpu_s() -> float:
-        return sum(process_cpu_s(pid) for pid in pids)
-
-    async def call(client_obj: Any, sink: list[float], tool: str, args: dict[str, Any]) -> dict[str, Any] | None:
-        t = time.perf_counter()
-        try:
-            result = await client_obj.call_tool(tool, args)
-        except Exception as exc:  # noqa: BLE001 - a transport failure is a counted error
-            errors[f"exception:{type(exc).__name__}"] += 1
-            return None
-        sink.append(time.perf_counter() - t)
-        env = result.structured_content or {}
-        if not env.get("ok"):
-            errors[str((env.get("error") or {}).get("code", "no-envelope"))] += 1
-            return None
-        return env["output"]["value"]
-
-    @contextlib.asynccontextmanager
-    async def connected(token: str) -> Any:
-        async with httpx2.AsyncClient(headers={header: token}, timeout=httpx2.Timeout(120.0)) as http:
-            async with Client(streamable_http_client(url, http_client=http), mode="auto") as mcp_client:
-                yield mcp_client
-
-    async def one_client(index: int) -> None:
-        client = first_client + index
-        async with connected(tokens[index]) as mcp_client:
-            for i in range(per_client):
-                roll = (client * 7919 + i) % 10
-                query = texts[(client * 31 + i) % len(texts)]
-                if roll < 6:
-                    await call(
-                        mcp_client,
-                        latencies["search_hybrid"],
-                        "engram_memory_search",
-                        search_args(query, hybrid_profile),
-                    )
-                elif roll < 8:
-                    await call(
-                        mcp_client, latencies["search_lexical"], "engram_memory_search", search_args(query, "lexical")
-                    )
-                else:
-                    cap = await call(
-                        mcp_client, latencies["capture"], "engram_memory_capture", note_capture_args(i, client, run)
-                    )
-                    if cap is None:
-                        continue
-                    adm = await call(
-                        mcp_client,
-                        latencies["request_admission"],
-                        "engram_memory_request_admission",
-                        {"candidate_id": cap["candidate_id"], "idempotency_key": f"bench-adm-{uuid.uuid4().hex}"},
-                    )
-                    if adm and adm["outcome"]["status"] == "accepted":
-                        admitted.append(adm["outcome"]["record_id"])
-
-    async def sequential_searches() -> tuple[list[float], list[float], float]:
-        """One host alone, without contention: each query through the SDK client, then
-        as a plain JSON-RPC POST (protocol 2026-07-28, one request per exchange, no SDK
-        on the client side: what the server itself costs), taking turns so that load
-        drift weighs on both alike. Also returns the server's CPU seconds over the plain
-        POSTs (read from ``/proc`` around each: whole ticks, so only their mean means
-        anything)."""
-        import mcp_types
-
-        version = "2026-07-28"
-        meta = {
-            mcp_types.PROTOCOL_VERSION_META_KEY: version,
-            mcp_types.CLIENT_CAPABILITIES_META_KEY: {},
-            mcp_types.CLIENT_INFO_META_KEY: {"name": "engram-bench", "version": "1"},
-        }
-        headers = {
-            header: tokens[-1],
-            "Accept": "application/json, text/event-stream",
-            "Content-Type": "application/json",
-            "MCP-Protocol-Version": version,
-            "Mcp-Method": "tools/call",
-            "Mcp-Name": "engram_memory_search",
-        }
-        sdk: list[float] = []
-        bare: list[float] = []
-        bare_server_cpu_s = 0.0
-        async with (
-            connected(tokens[-1]) as mcp_client,
-            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120.0)) as http,
-        ):
-            for n, query in enumerate([*texts[:3], *texts]):
-                args = search_args(query, hybrid_profile)
-                await call(mcp_client, sdk if n >= 3 else [], "engram_memory_search", args)
-                body = {
-                    "jsonrpc": "2.0",
-                    "id": n,
-                    "method": "tools/call",
-                    "params": {"name": "engram_memory_search", "_meta": meta, "arguments": args},
-                }
-                server_cpu, t = server_cpu_s(), time.perf_counter()
-                response = await http.post(url, content=json.dumps(body))
-                elapsed = time.perf_counter() - t
-                if response.status_code != 200 or '"ok":true' not in response.text:
-                    errors[f"bare-http:{response.status_code}"] += 1
-                elif n >= 3:
-                    bare.append(elapsed)
-                    bare_server_cpu_s += server_cpu_s() - server_cpu
-        return sdk, bare, bare_server_cpu_s
-
-    async def main() -> dict[str, Any]:
-        single, bare, bare_server_cpu_s = await sequential_searches() if sequential else ([], [], 0.0)
-        if start_together is not None:
-            await asyncio.to_thread(start_together.wait)
-        server_cpu, client_cpu, t = server_cpu_s(), time.process_time(), time.perf_counter()
-        await asyncio.gather(*(one_client(c) for c in range(len(tokens) - 1)))
-        return {
-            "single": single,
-            "bare": bare,
-            "bare_server_cpu_s": bare_server_cpu_s,
-            "wall_s": time.perf_counter() - t,
-            "server_cpu_s": server_cpu_s() - server_cpu,
-            "client_cpu_s": time.process_time() - client_cpu,
-            "ended": time.time(),
-        }
-
-    return {**asyncio.run(main()), "latencies": latencies, "errors": dict(errors), "admitted": admitted}
-
-
-# -- the whole run ----------------------------------------------------------------------------
-
 # -- first calls on fresh data directories --------------------------------------------------
 
 #: The fresh-directory cases: records already in the scope when the server starts.
@@ -941,6 +572,9 @@ def fresh_first_calls(
         )
         rows.append({"records": records, "service_memory": measured})
     return rows
+
+
+# -- the whole run ----------------------------------------------------------------------------
 
 
 def run_bench(
@@ -1074,295 +708,3 @@ def raw_ratios(lat: dict[str, Any], load: dict[str, Any] | None, *, scan: bool) 
             out[key] = round(sample["p50_ms"] / raw_hybrid, 2)
             out[key.replace("raw_sum", "engine")] = round(sample["p50_ms"] / lat["engine_hybrid"]["p50_ms"], 2)
     return out
-
-
-def write_plots(result: dict[str, Any], out: Path) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    sizes = [e["size"] for e in result["sizes"]]
-    if not sizes:
-        return []
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    for name, label in (
-        ("engine_hybrid", "engine hybrid"),
-        ("engine_lexical", "engine lexical"),
-        ("raw_tantivy_candidates", "tantivy alone"),
-        ("raw_hnsw_candidates", "hnsw alone"),
-        ("raw_exact_scan_candidates", "scan alone"),
-        ("raw_encoder_query", "encoder alone"),
-    ):
-        for pct, style in (("p50_ms", "-o"), ("p95_ms", "--x")):
-            points = [(e["size"], e["latency"][name][pct]) for e in result["sizes"] if pct in e["latency"][name]]
-            ax1.plot([x for x, _ in points], [y for _, y in points], style, label=f"{label} {pct[:3]}")
-    ax1.set_xscale("log")
-    ax1.set_yscale("log")
-    ax1.set_xlabel("records")
-    ax1.set_ylabel("ms")
-    ax1.set_title("search latency vs size")
-    ax1.legend(fontsize=6)
-    for part in ("store_mb", "lexical_mb", "semantic_mb", "total_mb"):
-        ax2.plot(sizes, [e["disk_mb"][part] for e in result["sizes"]], "-o", label=part)
-    ax2.plot(
-        sizes,
-        [e["rss_mb"]["peak_during_ingest"] for e in result["sizes"]],
-        "--",
-        label="bench-process peak RSS (ingest)",
-    )
-    served = [
-        (e["size"], e["service_memory"]["peak_mb"]) for e in result["sizes"] if "peak_mb" in e.get("service_memory", {})
-    ]
-    if served:
-        ax2.plot(*zip(*served), "-s", label="service peak RSS (engram serve alone)")
-    ax2.set_xscale("log")
-    ax2.set_yscale("log")
-    ax2.set_xlabel("records")
-    ax2.set_ylabel("MiB")
-    ax2.set_title("disk and memory vs size")
-    ax2.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "cost_growth.png", dpi=120)
-    plt.close(fig)
-    return ["cost_growth.png"]
-
-
-def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
-    env = result["environment"]
-    lines = [
-        "# Capacity benchmark",
-        "",
-        f"{env['cpu_count']} CPUs, encoder {env['encoder']}, {env['queries_per_size']} queries per size. "
-        "Synthetic corpus: Zipfian text, 300-topic low-rank 384-d vectors (eval/corpus_gen.py). "
-        "Raw engines are asked for what the engine asks of them (candidate depths below); "
-        "'raw sum' = encoder + Tantivy + the vector index (usearch) p50, searched as the engine searches it "
-        "(semantic: a scan of every code, or the HNSW graph, then the exact rescoring), with the query "
-        "encoder the engine uses (ONNX Runtime); 'graph sum' puts the HNSW graph search in it whatever the "
-        "engine does; the torch columns put the torch encoder of the same weights in the raw sum instead.",
-        "",
-        "| records | ingest rec/s | raw bulk indexing rec/s | ingest / raw | hybrid p50/p95/p99 ms | "
-        "lexical p50/p95/p99 ms | encoder p50 | "
-        "torch encoder p50 | tantivy p50 | hnsw p50 | scan p50 | semantic | raw sum | hybrid / raw sum | "
-        "hybrid / graph sum | hybrid / raw sum (torch) | R@10 (engine's ef) | disk MiB | bench-process peak RSS MiB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for e in result["sizes"]:
-        lat = e["latency"]
-
-        def ppp(name: str, lat: dict = lat) -> str:
-            v = lat[name]
-            return f"{v['p50_ms']:.1f} / {v['p95_ms']:.1f} / {v['p99_ms']:.1f}"
-
-        rec = e["hnsw_recall"].get(f"ef{e['hnsw_recall'].get('engine_ef')}", {}).get("recall@10", "-")
-        ratios = e["ratios_p50"]
-        lines.append(
-            f"| {e['size']:,} | {e['ingest_records_per_s']:,.0f} | "
-            f"{e.get('raw_bulk_index', {}).get('records_per_s', '-')} | {e.get('ingest_over_raw_bulk_index', '-')} | "
-            f"{ppp('engine_hybrid')} | {ppp('engine_lexical')} | "
-            f"{lat['raw_encoder_query']['p50_ms']:.1f} | {lat['raw_torch_encoder_query'].get('p50_ms', '-')} | "
-            f"{lat['raw_tantivy_candidates']['p50_ms']:.2f} | "
-            f"{lat['raw_hnsw_candidates']['p50_ms']:.2f} | {lat['raw_exact_scan_candidates'].get('p50_ms', '-')} | "
-            f"{'scan' if e['semantic_scan'] else 'graph'} | {ratios['raw_hybrid_sum_ms']:.1f} | "
-            f"{ratios['engine_hybrid_over_raw_sum']} | {ratios['engine_hybrid_over_raw_sum_graph']} | "
-            f"{ratios.get('engine_hybrid_over_raw_sum_torch', '-')} | {rec} | "
-            f"{e['disk_mb']['total_mb']:,.0f} | {e['rss_mb']['peak_during_ingest']:,.0f} |"
-        )
-    if result["sizes"]:
-        depths = result["sizes"][0]["depths"]
-        lines += ["", f"Candidate depths: lexical {depths['lexical']}, semantic {depths['semantic']}."]
-    for e in result["sizes"]:
-        if e.get("corpus_size", e["size"]) != e["size"]:
-            lines += [
-                "",
-                f"The ingest of a {e['corpus_size']:,}-record corpus was stopped (--ingest-for) at "
-                f"{e['size']:,} records: that row measures those.",
-            ]
-    lines += service_memory_markdown(result["sizes"])
-    lines += fresh_first_calls_markdown(result.get("fresh_first_calls", []))
-    enc = result.get("encoder_bound_ingest")
-    if enc:
-        lines += [
-            "",
-            f"Encoder-bound ingest (real model embeds every record): {enc['records_per_s']} records/s on "
-            f"{enc['records']} {enc['source']} ({enc['mean_words']} words, {enc['passages']} passages); "
-            f"the encoder alone on the same passages: {enc['raw_encoder_records_per_s']} records/s "
-            f"(ingest / encoder = {enc['ingest_over_raw_encoder']}; the encoder was busy "
-            f"{enc['encoder_busy_share']:.0%} of the ingest). With the same vectors precomputed "
-            f"(the pipeline's ceiling): {enc['precomputed_records_per_s']} records/s.",
-        ]
-    for e in result["sizes"]:
-        rec = e["hnsw_recall"]
-        if rec.get("aligned_labels"):
-            scanned = (
-                " The engine searches an index of this size by scanning every code; the graph's "
-                "figures are for reference."
-                if e.get("semantic_scan")
-                else ""
-            )
-            lines += [
-                "",
-                f"HNSW recall@10 vs exact at {e['size']:,} (usearch, the engine's index: its int8 graph walked "
-                f"at each ef, the candidates rescored from the float16 rows; {e['disk_mb']['semantic_mb']:,} MiB "
-                "on disk): "
-                + ", ".join(
-                    f"{k} {v['recall@10']} ({v['ms_per_query_batched']} ms)"
-                    for k, v in rec.items()
-                    if k.startswith("ef")
-                )
-                + "."
-                + scanned,
-            ]
-        beside = e.get("hnswlib_beside")
-        if beside:
-            lines += [
-                "",
-                f"hnswlib over the same vectors at {e['size']:,} (M {beside['m']}, ef_construction "
-                f"{beside['ef_construction']}, float32, built in {beside['build_s']} s, "
-                f"{beside['index_mb']:,} MiB): "
-                + ", ".join(
-                    f"{k} {v['recall@10']} ({v['ms_per_query_batched']} ms)" for k, v in beside["recall"].items()
-                ),
-            ]
-    for e in result["sizes"]:
-        per = e.get("store_bytes_per_record")
-        if per:
-            lines += [
-                "",
-                f"Store bytes per record at {e['size']:,}: {per['total']:,} in all, {per['beyond_text']:,} "
-                f"beyond the record's {per['text']:,} bytes of text; by table (indexes included): "
-                + ", ".join(f"{name} {b:,}" for name, b in per["tables"].items()),
-            ]
-    load = result.get("load")
-    if load:
-        first = result["sizes"][0]["ratios_p50"] if result["sizes"] else {}
-        for name, label, key in (
-            ("single_client_search_hybrid", "SDK client", "mcp_hybrid"),
-            ("bare_http_search_hybrid", "bare HTTP client", "bare_http_hybrid"),
-        ):
-            if f"{key}_over_raw_sum" in first:
-                sample = load[name]
-                lines += [
-                    "",
-                    f"MCP over HTTP, one {label}, hybrid search: p50 {sample['p50_ms']:.1f} ms, "
-                    f"p99 {sample['p99_ms']:.1f} ms; {first[f'{key}_over_raw_sum']} x the raw engines' "
-                    f"sum, {first[f'{key}_over_engine']} x the engine's own hybrid p50.",
-                ]
-        if load.get("bare_http_server_cpu_ms_per_search") is not None:
-            lines += [
-                "",
-                f"Server CPU per hybrid search (the bare HTTP client's calls, every thread of the "
-                f"serving process): {load['bare_http_server_cpu_ms_per_search']:.2f} ms.",
-            ]
-        lines += ["", "## Load run"]
-        if "server_cpu_ms_per_call" in load:
-            lines += [
-                "",
-                f"{load['clients']} MCP SDK clients (one child process) against the server (this "
-                f"process): {load['throughput_calls_per_s']} calls/s. CPU per call: server "
-                f"{load['server_cpu_ms_per_call']} ms, clients {load['client_cpu_ms_per_call']} ms; at that "
-                f"cost this machine's {result['environment']['cpu_count']} CPUs carry at most "
-                f"{load['cpu_bound_calls_per_s']} calls/s, server and clients together.",
-            ]
-        lines += ["", "```", json.dumps(load, indent=1), "```"]
-    for plot in plots:
-        lines += ["", f"![{plot}]({plot})"]
-    return "\n".join(lines) + "\n"
-
-
-def service_memory_markdown(sizes: list[dict[str, Any]]) -> list[str]:
-    """The service-alone memory rows (``engram serve`` on each size's directory)."""
-    rows = [e for e in sizes if e.get("service_memory")]
-    if not rows:
-        return []
-    lines = [
-        "",
-        "The service alone (`engram serve` on the size's directory, nothing else in the process; "
-        "the bench-process column above also holds the model twice, earlier sizes and the vector file): "
-        "resident MiB (anonymous + file-backed) after /readyz and after the searches, and its peak.",
-        "",
-        "| records | ready s | RSS after ready | RSS after searches | peak RSS | searches answered |",
-        "|---|---|---|---|---|---|",
-    ]
-    for e in rows:
-        mem = e["service_memory"]
-        if "skipped" in mem:
-            lines.append(f"| {e['size']:,} | skipped: {mem['skipped'][:120]} | | | | |")
-            continue
-
-        def rss(at: dict[str, float]) -> str:
-            return f"{at['rss_mb']:,.0f} ({at['anon_mb']:,.0f} + {at['file_mb']:,.0f})"
-
-        searches = mem["searches"]
-        lines.append(
-            f"| {e['size']:,} | {mem['ready_s']} | {rss(mem['after_ready'])} | {rss(mem['after_searches'])} | "
-            f"{mem['peak_mb']:,.0f} | {searches['answered']} / {searches['asked']} "
-            f"({mem['searches_profile']}) |"
-        )
-    return lines + first_calls_markdown(rows)
-
-
-FIRST_CALL_NAMES = (
-    ("search", "search"),
-    ("capture", "capture"),
-    ("request_admission", "admission"),
-    ("search_after_admission", "search after an admission"),
-)
-
-
-def first_calls_markdown(rows: list[dict[str, Any]]) -> list[str]:
-    """Each tool's first call after /readyz against its later ones (the same lone server)."""
-    timed = [e for e in rows if e["service_memory"].get("first_calls")]
-    if not timed:
-        return []
-    lines = [
-        "",
-        "First calls after /readyz (the same server, one client, one call at a time): the first call "
-        "of each kind, then the median and the slowest of the later ones, ms.",
-        "",
-        *_first_calls_header(FIRST_CALL_NAMES),
-    ]
-    for e in timed:
-        lines.append(f"| {e['size']:,} | " + _first_calls_cells(e["service_memory"]["first_calls"], FIRST_CALL_NAMES))
-    return lines
-
-
-def fresh_first_calls_markdown(rows: list[dict[str, Any]]) -> list[str]:
-    """The same table on fresh data directories (:func:`fresh_first_calls`), with ready s."""
-    if not rows:
-        return []
-    names = FIRST_CALL_NAMES[1:]  # no searches before the first capture there
-    lines = [
-        "",
-        "First calls after /readyz on a fresh data directory (`engram admin tenant enable`, then "
-        "`engram serve`; the empty scope is created by the first capture, the scope of 10 records was "
-        "admitted through the engine before the server started; the empty case's ready s include the "
-        "query encoder's export): the first call of each kind, then the median and the slowest of the "
-        "later ones, ms.",
-        "",
-        *_first_calls_header(names, first="scope records | ready s"),
-    ]
-    for e in rows:
-        mem = e["service_memory"]
-        if "skipped" in mem:
-            lines.append(f"| {e['records']} | skipped: {mem['skipped'][:120]} |" + " |" * len(names))
-            continue
-        lines.append(f"| {e['records']} | {mem['ready_s']} | " + _first_calls_cells(mem.get("first_calls", {}), names))
-    return lines
-
-
-def _first_calls_header(names: tuple[tuple[str, str], ...], first: str = "records") -> list[str]:
-    return [
-        "| " + first + " | " + " | ".join(f"{label}: first / later p50 / later max" for _, label in names) + " |",
-        "|---" * (first.count("|") + 1) + "|" + "---|" * len(names),
-    ]
-
-
-def _first_calls_cells(first: dict[str, Any], names: tuple[tuple[str, str], ...]) -> str:
-    return (
-        " | ".join(
-            f"{f['first_ms']} / {f['later_p50_ms']} / {f['later_max_ms']}" if (f := first.get(name)) else "-"
-            for name, _ in names
-        )
-        + " |"
-    )

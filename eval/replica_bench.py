@@ -32,8 +32,10 @@ from typing import Any
 from engram.index_data.ingest import ingest_corpus
 from engram.index_data.readers import VectorSource
 
-from .bench import PURPOSE, bench_context, corpus_spec, interleaved, percentiles, search_args
+from .bench import corpus_spec
+from .bench_calls import PURPOSE, bench_context, search_args
 from .corpus_gen import SyntheticCorpus
+from .timing import cpu_per_call, interleaved, percentiles, process_cpu_s
 
 #: A replica that joins from the journal alone re-embeds every record (5 to 25 a second on
 #: a CPU): measured up to this size, skipped beyond (the seeded join is measured always).
@@ -198,7 +200,7 @@ def serve_workers_load(
     audit lines)."""
     from engram.service.mcp.audit import AUDIT_FILE
 
-    from .bench import cpu_per_call, load_claims
+    from .bench_calls import load_claims
     from .service_memory import ServedDirectory
 
     run = uuid.uuid4().hex[:8]
@@ -276,7 +278,7 @@ def drive_client_processes(
 
     from engram.service.mcp.host_context import HEADER
 
-    from .bench import drive_clients, process_cpu_s
+    from .load import drive_clients
 
     spawn = get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:

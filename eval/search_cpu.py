@@ -112,7 +112,7 @@ def _queries(count: int) -> list[str]:
 
 
 def _search_args(query: str) -> dict[str, Any]:
-    from engram.eval.bench import search_args
+    from engram.eval.bench_calls import search_args
 
     return search_args(query, "lexical_and_semantic")
 
@@ -121,7 +121,7 @@ def engine_worker(data: Path, queries: int) -> None:
     """A child of :func:`engine_probe`: opens the engine on ``data``, says ``ready``, then
     for each query index read from stdin runs every probe on that query and writes one
     JSON line, each probe's [wall ms, CPU ms] (the process's CPU, every thread)."""
-    from engram.eval.bench import bench_context
+    from engram.eval.bench_calls import bench_context
     from engram.ranking import HYBRID_PROFILE
     from engram.service.engine import Engine, scope_key
 
@@ -248,7 +248,7 @@ def mcp_probe(work: Path, trees: list[Path], queries: int, rounds: int) -> dict[
     """One server per tree, a bare JSON-RPC client taking turns between them."""
     import httpx2
 
-    from engram.eval.bench import PURPOSE
+    from engram.eval.bench_calls import PURPOSE
     from engram.service.mcp.host_context import HEADER, mint_token
 
     servers = []

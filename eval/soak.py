@@ -41,18 +41,11 @@ from typing import Any
 
 from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, TOOLS
 
-from .bench import (
-    BENCH_SCOPE,
-    PURPOSE,
-    bench_context,
-    corpus_spec,
-    ingest_size,
-    note_capture_args,
-    percentiles,
-    search_args,
-)
+from .bench import corpus_spec, ingest_size
+from .bench_calls import BENCH_SCOPE, PURPOSE, bench_context, note_capture_args, search_args
 from .corpus_gen import SyntheticCorpus
 from .service_memory import ServedDirectory, answer_of
+from .timing import percentiles
 
 DEFAULT_WINDOW_S = 300.0
 #: One client's cycle of steps: mostly reads, a capture and admission in five steps, a

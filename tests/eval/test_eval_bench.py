@@ -8,8 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from engram.eval.bench import BENCH_SCOPE, bench_size, percentiles, run_bench
+from engram.eval.bench import bench_size, run_bench
+from engram.eval.bench_calls import BENCH_SCOPE
 from engram.eval.neighbours import exact_top_k
+from engram.eval.timing import percentiles
 from engram.ranking import HYBRID_PROFILE
 
 
