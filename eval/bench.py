@@ -643,7 +643,16 @@ def run_bench(
                 result["load"] = load_run(engine, root / "data", texts, clients=clients, calls=calls, run=run, say=say)
         finally:
             engine.close()
+        # A closed engine keeps its indexes in memory while referenced: at 10M records
+        # that is gigabytes the lone service below would have to find beside its own.
+        del engine
+        gc.collect()
         entry["latency"]["engine_lexical"] = lexical_pass(root, texts)
+        gc.collect()
+        entry["rss_mb"]["before_service"] = rss_mb()
+        # The size's figures so far are kept before the service runs: a run that ends
+        # there (killed, out of memory) keeps what it measured.
+        (out / "bench.json").write_text(json.dumps(result | {"sizes": [*result["sizes"], entry]}, indent=2) + "\n")
         if service_searches:
             say(f"[n={size}] the service alone: engram serve on this directory, {service_searches} searches")
             entry["service_memory"] = measure_service(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import time
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -217,3 +219,52 @@ def test_an_ingest_stopped_by_its_time_is_measured_and_resumed_without_embedding
         assert bench.stored_records(reopened) == size
     finally:
         reopened.close()
+
+
+def test_the_lone_service_runs_beside_no_engine_of_the_bench_and_after_its_figures_are_kept(
+    tmp_path: Path, encoder, monkeypatch
+):
+    """The service alone is measured on a size's directory with every engine the bench
+    opened on it released (at 10M records each holds gigabytes of index), and with the
+    size's search figures already in bench.json (a run that ends there keeps them)."""
+    from engram.eval import bench
+    from engram.service.engine.engine import Engine
+
+    opened: list[weakref.ref[Engine]] = []
+    real_open = Engine.open.__func__
+
+    def open_and_note(cls, *args, **kwargs):
+        engine = real_open(cls, *args, **kwargs)
+        opened.append(weakref.ref(engine))
+        return engine
+
+    seen: dict[str, object] = {}
+
+    def service(data_dir, *args, **kwargs):
+        gc.collect()
+        seen["engines_alive"] = sum(ref() is not None for ref in opened)
+        seen["kept"] = json.loads((tmp_path / "out" / "bench.json").read_text())
+        return {"skipped": "measured by the test"}
+
+    monkeypatch.setattr(Engine, "open", classmethod(open_and_note))
+    monkeypatch.setattr(bench, "measure_service", service)
+    result = run_bench(
+        [300],
+        tmp_path / "out",
+        tmp_path / "work",
+        queries=6,
+        encoder_sample=0,
+        load=False,
+        fresh=False,
+        progress=False,
+        encoder=encoder,
+        service_searches=3,
+        say=lambda _m: None,
+    )
+    assert len(opened) >= 2  # the bench's engine and the lexical pass's
+    assert seen["engines_alive"] == 0
+    kept = seen["kept"]["sizes"][0]
+    assert kept["size"] == 300 and kept["latency"]["engine_hybrid"]["n"] == 6
+    assert kept["latency"]["engine_lexical"]["n"] == 6 and "service_memory" not in kept
+    assert kept["rss_mb"]["before_service"] > 0
+    assert result["sizes"][0]["service_memory"] == {"skipped": "measured by the test"}
