@@ -164,6 +164,15 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
             f"INSERT INTO scope_routes SELECT tenant, workspace, '{DEFAULT_GROUP}', NULL, 1 FROM scopes",
         ),
     ),
+    # Per-scope state counts (metrics scrapes, stats) read an index, not every row.
+    Migration(
+        6,
+        "state indexes",
+        (
+            "CREATE INDEX IF NOT EXISTS records_state ON records (tenant, workspace, state)",
+            "CREATE INDEX IF NOT EXISTS candidates_state ON candidates (tenant, workspace, state)",
+        ),
+    ),
 )
 JOURNAL_CHANNEL = "engram_journal"
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from engram.service.cli import app
 from engram.service.engine.records import scope_key
 from engram.service.store.base import DEFAULT_GROUP, Route
-from engram.service.store.postgres import PostgresStore
+from engram.service.store.postgres import POSTGRES_MIGRATIONS, PostgresStore
 
 SCOPE = ("acme", "ws1")
 OTHER = ("acme", "ws2")
@@ -30,12 +30,13 @@ def test_scopes_held_before_routes_stay_with_the_default_group(database_url: str
     _append(store, SCOPE)
     store.close()
     with psycopg.connect(database_url, autocommit=True) as conn:  # back to the schema before routes
-        conn.execute("DELETE FROM schema_migrations WHERE version = 5")
+        conn.execute("DELETE FROM schema_migrations WHERE version >= 5")
+        conn.execute("DROP INDEX records_state, candidates_state")
         conn.execute("DROP TABLE scope_routes, route_acks")
         conn.execute("ALTER TABLE replicas DROP COLUMN replica_group, DROP COLUMN advertise_url")
     store = PostgresStore(database_url)
     try:
-        assert store.schema_version() == 5
+        assert store.schema_version() == len(POSTGRES_MIGRATIONS)
         assert store.route(SCOPE) == Route(DEFAULT_GROUP, None, 1)
         assert store.route(OTHER) is None
     finally:
