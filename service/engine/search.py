@@ -107,7 +107,7 @@ def require_index_present(deps: Dependencies, scope: Scope) -> None:
     an empty list that reads as "no match"."""
     if deps.ranker.lexical_present(scope_key(scope)):
         return
-    if deps.store.live_count(scope) > 0:
+    if deps.store.live_more_than(scope, 0):
         raise ContractError(ErrorCode.RANKING_UNAVAILABLE)
 
 

@@ -183,7 +183,7 @@ def forget(deps: Dependencies, ctx: CallContext, args: ForgetInput) -> dict[str,
     if was_replay:
         return result
     with after_commit():
-        if deps.store.live_count(ctx.scope) > INLINE_PURGE_LIMIT:
+        if deps.store.live_more_than(ctx.scope, INLINE_PURGE_LIMIT):
             # Logically gone at once (search re-checks the store, the projector drops it);
             # the physical rewrite of a large scope's index runs in the background sweeper.
             deps.sweeper.schedule(lambda: sweep_owed(deps))

@@ -736,12 +736,13 @@ class PostgresStore:
             )
         ]
 
-    def live_count(self, scope: Scope) -> int:
-        return int(
-            self._read(
-                "SELECT COUNT(*) FROM records WHERE tenant=%s AND workspace=%s AND state='accepted_current'", scope
-            )[0][0]
+    def live_more_than(self, scope: Scope, n: int) -> bool:
+        live = self._read(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM records WHERE tenant=%s AND workspace=%s"
+            " AND state='accepted_current' LIMIT %s) AS live",
+            (*scope, n + 1),
         )
+        return int(live[0][0]) > n
 
     def state_counts(self, scope: Scope) -> StateCounts:
         by_state = "SELECT state, COUNT(*) FROM {} WHERE tenant=%s AND workspace=%s GROUP BY state"

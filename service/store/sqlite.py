@@ -121,6 +121,10 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
 #: Per-scope counts by state of a table (``candidates`` or ``records``): read from the
 #: table's state index alone (migration 5).
 STATE_COUNTS = "SELECT state, COUNT(*) FROM {} WHERE tenant=? AND workspace=? GROUP BY state"
+#: Current records of a scope, counted up to a bound (the state index's range, no further).
+LIVE_MORE_THAN = (
+    "SELECT COUNT(*) FROM (SELECT 1 FROM records WHERE tenant=? AND workspace=? AND state='accepted_current' LIMIT ?)"
+)
 #: Current records whose retention has passed, read through the expiry index.
 DUE_FOR_EXPIRY = (
     f"SELECT {RECORD_COLUMNS} FROM records WHERE state='accepted_current'"
@@ -580,11 +584,8 @@ class SqliteStore:
             )
         ]
 
-    def live_count(self, scope: Scope) -> int:
-        return self._read(
-            "SELECT COUNT(*) FROM records WHERE tenant=? AND workspace=? AND state='accepted_current'",
-            scope,
-        )[0][0]
+    def live_more_than(self, scope: Scope, n: int) -> bool:
+        return bool(self._read(LIVE_MORE_THAN, (*scope, n + 1))[0][0] > n)
 
     def state_counts(self, scope: Scope) -> StateCounts:
         return StateCounts(

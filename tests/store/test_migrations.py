@@ -225,13 +225,15 @@ def test_state_counts_and_expiry_read_indexes_not_every_row(tmp_path: Path) -> N
     """What a metrics scrape and `engram admin expire` ask of the store is answered from
     an index: a scan of the record table (sealed bodies and all) took minutes at
     millions of records."""
-    from engram.service.store.sqlite import DUE_FOR_EXPIRY, STATE_COUNTS
+    from engram.service.store.sqlite import DUE_FOR_EXPIRY, LIVE_MORE_THAN, STATE_COUNTS
 
     path = tmp_path / "engram.db"
     SqliteStore(path).close()
     for table in ("records", "candidates"):
         plan = _plan(path, STATE_COUNTS.format(table), SCOPE)
         assert f"COVERING INDEX {table}_state" in plan, plan
+    # search (is the scope empty?) and forget (purge inline or in the background?)
+    assert "COVERING INDEX records_state" in _plan(path, LIVE_MORE_THAN, (*SCOPE, 1))
     plan = _plan(path, DUE_FOR_EXPIRY, (1,))
     assert plan.startswith("SEARCH records USING INDEX records_expiry"), plan
 
@@ -258,5 +260,6 @@ def test_a_database_before_step_5_gains_the_indexes_keeping_its_counts(tmp_path:
     try:
         assert store.schema_version() == len(SQLITE_MIGRATIONS)
         assert store.state_counts(SCOPE).records == {"accepted_current": 6, "tombstoned": 3}
+        assert [store.live_more_than(SCOPE, n) for n in (0, 5, 6)] == [True, True, False]
     finally:
         store.close()

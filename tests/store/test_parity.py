@@ -249,7 +249,7 @@ def store_state(engine: Any, candidate_ids: list[str]) -> dict[str, Any]:
                 ]
                 for st in STATES
             },
-            "live_count": store.live_count(scope),
+            "live_more_than": [store.live_more_than(scope, n) for n in range(4)],
             "candidates": [
                 [
                     c.candidate_id,
