@@ -263,3 +263,7 @@ def test_a_database_before_step_5_gains_the_indexes_keeping_its_counts(tmp_path:
         assert [store.live_more_than(SCOPE, n) for n in (0, 5, 6)] == [True, True, False]
     finally:
         store.close()
+    conn = sqlite3.connect(path)
+    indexes = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    conn.close()
+    assert {"records_state", "candidates_state", "records_expiry"} <= indexes
