@@ -652,7 +652,8 @@ def run_bench(
         entry["rss_mb"]["before_service"] = rss_mb()
         # The size's figures so far are kept before the service runs: a run that ends
         # there (killed, out of memory) keeps what it measured.
-        (out / "bench.json").write_text(json.dumps(result | {"sizes": [*result["sizes"], entry]}, indent=2) + "\n")
+        result["sizes"].append(entry)
+        keep(out, result)
         if service_searches:
             say(f"[n={size}] the service alone: engram serve on this directory, {service_searches} searches")
             entry["service_memory"] = measure_service(
@@ -669,8 +670,7 @@ def run_bench(
         lat = entry["latency"]
         entry["ratios_p50"] = raw_ratios(lat, result.get("load") if n == 0 else None, scan=entry["semantic_scan"])
         entry["rss_mb"]["end"] = rss_mb()
-        result["sizes"].append(entry)
-        (out / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
+        keep(out, result)
         say(
             f"[n={size}] done: ingest {entry['ingest_records_per_s']} rec/s"
             f" ({entry.get('ingest_over_raw_bulk_index', '-')} of the raw engines' bulk indexing), hybrid p50 "
@@ -678,10 +678,15 @@ def run_bench(
         )
     if fresh:
         result["fresh_first_calls"] = fresh_first_calls(work, encoder, run, say=say)
-    (out / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
+    keep(out, result)
     plots = write_plots(result, out)
     (out / "report.md").write_text(bench_markdown(result, plots))
     return result
+
+
+def keep(out: Path, result: dict[str, Any]) -> None:
+    """The run's figures so far, in ``out/bench.json``."""
+    (out / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
 
 
 def raw_ratios(lat: dict[str, Any], load: dict[str, Any] | None, *, scan: bool) -> dict[str, float]:
