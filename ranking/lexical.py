@@ -6,7 +6,7 @@ scores, and a purge (which rewrites an index) would cost as much as the whole co
 With one index per scope, no call reads, ranks or counts another scope's data, and a
 purge rewrites only the forgotten record's scope.
 
-Files per scope (``root/<sha256(scope)[:32]>/``): ``index-v3/`` (the Tantivy index,
+Files per scope (``root/<sha256(scope)[:32]>/``): ``index-v4/`` (the Tantivy index,
 created on the scope's first upsert, never by a search) and ``cursor.json`` (the
 projection cursor, written after the commit it covers and never moved backwards).
 Indexes are opened lazily and kept in a bounded LRU (:data:`MAX_OPEN_INDEXES`); writers,
@@ -35,11 +35,15 @@ documents), and collects the old files.
 Fields (:data:`TEXT_FIELDS`, each weighed by the profile): the record's text by kind, its
 citations' source references, and ``speaker``, the name a transcript line opens with
 (:mod:`ranking.documents`), where every query term is looked up too, so that a question
-naming a person can favour what that person said.
+naming a person can favour what that person said. Each field keeps its words' positions,
+so that each pair of adjacent query words can also be looked up as a phrase
+(:meth:`LexicalIndex.query_pairs`): a record holding the query's words together ranks
+above one holding them far apart.
 
 Layout changes: earlier versions kept one shared index directly under the lexical root
 and cursors in ``lexical_cursors.json`` beside it, later a per-scope ``index/`` with no
-id columns, then ``index-v2/`` with no speaker field. Such files are deleted on open
+id columns, then ``index-v2/`` with no speaker field, then ``index-v3/`` with no word
+positions. Such files are deleted on open
 (they would otherwise keep bytes of records forgotten later); the scope's lexical cursor
 then reads 0 and the projector rebuilds the scope from its journal on its next catch-up.
 """
@@ -69,10 +73,10 @@ WRITER_HEAP_BYTES = 64_000_000
 MAX_OPEN_INDEXES = 64
 MAX_OPEN_WRITERS = 8
 LEGACY_CURSOR_FILE = "lexical_cursors.json"
-INDEX_DIR = "index-v3"
+INDEX_DIR = "index-v4"
 #: Per-scope index directories of earlier layouts: ``index`` had no id columns,
-#: ``index-v2`` no speaker field.
-LEGACY_INDEX_DIRS = ("index", "index-v2")
+#: ``index-v2`` no speaker field, ``index-v3`` no word positions.
+LEGACY_INDEX_DIRS = ("index", "index-v2", "index-v3")
 ID_COLUMNS = tuple(f"rid{i}" for i in range(record_words.WORDS))
 
 
@@ -97,7 +101,7 @@ def _schema() -> tantivy.Schema:
     builder.add_text_field("scope", stored=True, tokenizer_name="raw")
     builder.add_text_field("record_id", stored=True, tokenizer_name="raw")
     for name in TEXT_FIELDS:
-        builder.add_text_field(name, stored=True, tokenizer_name=ANALYZER, index_option="freq")
+        builder.add_text_field(name, stored=True, tokenizer_name=ANALYZER, index_option="position")
     builder.add_integer_field("valid_time_ms", stored=True, fast=True)
     for name in ID_COLUMNS:
         builder.add_unsigned_field(name, fast=True)
@@ -301,12 +305,30 @@ class LexicalIndex:
 
     def _own_terms(self, query: str, config: LexicalConfig) -> dict[str, float]:
         tokens = self.tokens(query)
+        content = self._description_words(query, tokens, config)
+        if content is None:
+            return dict.fromkeys(tokens, 1.0)
+        return {token: count**config.long_query_count_power for token, count in Counter(content).items()}
+
+    def query_pairs(self, query: str, config: LexicalConfig) -> list[tuple[str, str]]:
+        """The adjacent pairs of the words a query is ranked by, in the query's order
+        (every token of a short query, the content words of a long one, as
+        :meth:`query_terms`), each distinct pair once, a word beside itself left out.
+        Each is looked up as a phrase with ``config.pair_slop`` positions of play; none
+        when ``config.pair_weight`` is 0."""
+        if config.pair_weight <= 0:
+            return []
+        tokens = self.tokens(query)
+        content = self._description_words(query, tokens, config)
+        words = tokens if content is None else content
+        return list(dict.fromkeys((a, b) for a, b in zip(words, words[1:]) if a != b))
+
+    def _description_words(self, query: str, tokens: list[str], config: LexicalConfig) -> list[str] | None:
+        """A long query's content words (stop words dropped), in order; None for a short
+        query, or a long one of nothing but stop words, which ranks by all its tokens."""
         if len(tokens) <= config.long_query_tokens:
-            return dict.fromkeys(tokens, 1.0)
-        content = Counter(self._query_analyzer.analyze(query))
-        if not content:
-            return dict.fromkeys(tokens, 1.0)
-        return {token: count**config.long_query_count_power for token, count in content.items()}
+            return None
+        return self._query_analyzer.analyze(query) or None
 
     def search(
         self, scope_key: str, query: str, config: LexicalConfig, limit: int, *, asks_when: bool = False
@@ -314,7 +336,8 @@ class LexicalIndex:
         """BM25 hits of ``query`` inside ``scope_key`` only, best first (ties: record_id)."""
         if limit <= 0:
             return []
-        clauses = self._query_clauses(self.query_terms(query, config, asks_when=asks_when), config)
+        terms = self.query_terms(query, config, asks_when=asks_when)
+        clauses = self._query_clauses(terms, self.query_pairs(query, config), config)
         if not clauses:
             return []
         entry = self._lookup(scope_key, create=False)
@@ -353,7 +376,7 @@ class LexicalIndex:
         searcher = entry.index.searcher()
 
         def probe(query: str, k: int) -> Any:
-            clauses = self._query_clauses(self.query_terms(query, config), config)
+            clauses = self._query_clauses(self.query_terms(query, config), self.query_pairs(query, config), config)
             return searcher.search(tantivy.Query.boolean_query(clauses), limit=k, count=False)
 
         return probe
@@ -384,17 +407,26 @@ class LexicalIndex:
         ]
 
     def _query_clauses(
-        self, terms: dict[str, float], config: LexicalConfig
+        self, terms: dict[str, float], pairs: list[tuple[str, str]], config: LexicalConfig
     ) -> list[tuple[tantivy.Occur, tantivy.Query]]:
         """One SHOULD clause per (term, weighted field), boosted by the field weight times
-        the term's weight (:meth:`query_terms`); alternatives measured: ``eval/RESULTS.md``."""
+        the term's weight (:meth:`query_terms`), and one per (pair, weighted field), a
+        phrase boosted by the field weight times ``config.pair_weight``
+        (:meth:`query_pairs`); alternatives measured: ``eval/RESULTS.md``."""
+        weights = config.field_weights
         clauses = []
         for token, term_weight in sorted(terms.items()):
             for name in TEXT_FIELDS:
-                weight = config.field_weights.get(name) * term_weight
+                weight = weights.get(name) * term_weight
                 if weight > 0:
                     term = tantivy.Query.term_query(self._schema, name, token, index_option="freq")
                     clauses.append((tantivy.Occur.Should, tantivy.Query.boost_query(term, weight)))
+        for pair in pairs:
+            for name in TEXT_FIELDS:
+                weight = weights.get(name) * config.pair_weight
+                if weight > 0:
+                    phrase = tantivy.Query.phrase_query(self._schema, name, list(pair), config.pair_slop)
+                    clauses.append((tantivy.Occur.Should, tantivy.Query.boost_query(phrase, weight)))
         return clauses
 
     # -- scope cache ------------------------------------------------------------------
@@ -520,8 +552,8 @@ class LexicalIndex:
 
     def _drop_legacy_layout(self) -> None:
         """Delete indexes of older layouts: the pre-per-scope shared index (its files sat
-        directly under the root) and per-scope indexes without id columns or without the
-        speaker field, with their cursors, before any cursor is read."""
+        directly under the root) and per-scope indexes without id columns, the speaker
+        field or word positions, with their cursors, before any cursor is read."""
         if (self._root / "meta.json").is_file():
             for path in self._root.iterdir():
                 if path.is_file():

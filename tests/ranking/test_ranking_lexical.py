@@ -208,7 +208,8 @@ def test_reset_drops_every_scope_and_legacy_files_are_removed(tmp_path: Path):
 
 @pytest.mark.parametrize("legacy", LEGACY_INDEX_DIRS)
 def test_per_scope_index_of_an_older_layout_is_dropped_with_its_cursor(tmp_path: Path, legacy: str):
-    """Without id columns (``index``) or without the speaker field (``index-v2``)."""
+    """Without id columns (``index``), the speaker field (``index-v2``) or word
+    positions (``index-v3``)."""
     root = tmp_path / "lexical"
     index = LexicalIndex(root)
     seed_a(index)
@@ -292,6 +293,60 @@ def test_short_queries_weigh_each_term_once_long_ones_drop_stop_words(tmp_path: 
     )
     assert [h.record_id for h in index.search("A", "the effect of the payment", WEIGHTS, 10)] == ["w2"]
     assert [h.record_id for h in index.search("A", "not to be", WEIGHTS, 10)] == ["w1"]
+    index.close()
+
+
+def test_query_pairs_are_the_ranked_words_side_by_side(tmp_path: Path):
+    index = LexicalIndex(tmp_path / "lexical")
+    # a question: every token in order, stop words kept; each pair once, no word with itself
+    assert index.query_pairs("Where is the dance studio, the dance studio?", WEIGHTS) == [
+        ("where", "is"),
+        ("is", "the"),
+        ("the", "danc"),
+        ("danc", "studio"),
+        ("studio", "the"),
+    ]
+    assert index.query_pairs("payment payment", WEIGHTS) == []
+    # a description pairs its content words, as it ranks by them
+    long = "The effect of the payments on the ledger and the effect of late payments on " * 2
+    assert index.query_pairs(long, WEIGHTS) == [
+        ("effect", "payment"),
+        ("payment", "ledger"),
+        ("ledger", "effect"),
+        ("effect", "late"),
+        ("late", "payment"),
+        ("payment", "effect"),
+    ]
+    assert index.query_pairs("Where is the dance studio?", dataclasses.replace(WEIGHTS, pair_weight=0.0)) == []
+    index.close()
+
+
+def test_query_words_side_by_side_rank_above_the_same_words_apart(tmp_path: Path):
+    """Two records with the same words, each once, and the same length: the one holding
+    the query's words together ranks first with pairs weighed, also with them swapped or
+    a word between (slop 2); without pairs their BM25 scores tie."""
+    index = LexicalIndex(tmp_path / "lexical")
+    index.apply(
+        "A",
+        upserts=[
+            doc("A", "apart", "studio talk about a new dance"),
+            doc("A", "together", "talk about a new dance studio"),
+            doc("A", "swapped", "talk about a new studio dance"),
+            doc("A", "between", "talk about dance a studio new"),
+        ],
+        removals=[],
+        through_cursor=1,
+    )
+    off = dataclasses.replace(WEIGHTS, pair_weight=0.0)
+    plain = {h.record_id: h.score for h in index.search("A", "dance studio", off, 10)}
+    assert len(set(plain.values())) == 1  # one score for all four
+    ranked = index.search("A", "dance studio", WEIGHTS, 10)
+    assert [h.record_id for h in ranked][-1] == "apart"  # four words apart: beyond the slop
+    near = {h.record_id: h.score for h in ranked[:3]}
+    assert set(near) == {"together", "swapped", "between"}
+    assert min(near.values()) > ranked[-1].score == pytest.approx(plain["apart"])
+    index.purge("A", ["between"])  # a purge rewrites the index from stored fields, positions too
+    assert [h.record_id for h in index.search("A", "dance studio", WEIGHTS, 10)][-1] == "apart"
     index.close()
 
 
