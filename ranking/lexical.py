@@ -51,6 +51,7 @@ then reads 0 and the projector rebuilds the scope from its journal on its next c
 from __future__ import annotations
 
 import hashlib
+import logging
 import shutil
 import threading
 from collections import Counter, OrderedDict
@@ -66,6 +67,8 @@ from engram.ranking.documents import IndexDocument
 from engram.ranking.profiles import LexicalConfig
 from engram.ranking.query_time import WHEN_WORDS
 from engram.ranking.storage import atomic_write_json, read_json
+
+logger = logging.getLogger("engram.ranking")
 
 TEXT_FIELDS = ("primary", "decision", "evidence", "context", "source_refs", "speaker")
 ANALYZER = "engram_en"
@@ -559,10 +562,18 @@ class LexicalIndex:
                 if path.is_file():
                     path.unlink(missing_ok=True)
         (self._root.parent / LEGACY_CURSOR_FILE).unlink(missing_ok=True)
+        dropped = 0
         for name in LEGACY_INDEX_DIRS:
             for legacy in self._root.glob(f"*/{name}"):
                 shutil.rmtree(legacy)
                 (legacy.parent / "cursor.json").unlink(missing_ok=True)
+                dropped += 1
+        if dropped:
+            logger.warning(
+                "lexical: %d scope index(es) of an older layout deleted; each is rebuilt from the journal "
+                "when its scope is next caught up (a server does it during warm-up, before /readyz answers 200)",
+                dropped,
+            )
 
     # -- internals --------------------------------------------------------------------
 

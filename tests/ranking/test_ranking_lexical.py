@@ -207,15 +207,20 @@ def test_reset_drops_every_scope_and_legacy_files_are_removed(tmp_path: Path):
 
 
 @pytest.mark.parametrize("legacy", LEGACY_INDEX_DIRS)
-def test_per_scope_index_of_an_older_layout_is_dropped_with_its_cursor(tmp_path: Path, legacy: str):
+def test_per_scope_index_of_an_older_layout_is_dropped_with_its_cursor(
+    tmp_path: Path, legacy: str, caplog: pytest.LogCaptureFixture
+):
     """Without id columns (``index``), the speaker field (``index-v2``) or word
-    positions (``index-v3``)."""
+    positions (``index-v3``). The operator is told, since the rebuild delays ready."""
     root = tmp_path / "lexical"
     index = LexicalIndex(root)
     seed_a(index)
     index.close()
+    LexicalIndex(root).close()
+    assert "older layout" not in caplog.text  # a current index is opened in silence
     (scope_dir(root, "A") / INDEX_DIR).rename(scope_dir(root, "A") / legacy)  # the old layout
     reopened = LexicalIndex(root)
+    assert "1 scope index(es) of an older layout deleted" in caplog.text
     assert not (scope_dir(root, "A") / legacy).exists()
     assert reopened.cursor("A") == 0  # so the projector re-applies the scope's journal
     seed_a(reopened)
