@@ -81,8 +81,8 @@ class LexicalConfig:
     # Proximity: each pair of adjacent query words (the words the query is ranked by, in
     # order) is also looked up as a phrase with ``pair_slop`` positions of play (2: the
     # two words side by side, swapped, or up to two words apart), boosted by
-    # ``pair_weight`` times the field's weight, so a record holding the query's words together ranks above one
-    # holding them apart (LexicalIndex.query_pairs). 0: off.
+    # ``pair_weight`` times the field's weight, so a record holding the query's words
+    # together ranks above one holding them apart (LexicalIndex.query_pairs). 0: off.
     pair_weight: float = 0.0
     pair_slop: int = 2
 

@@ -327,9 +327,9 @@ def test_query_pairs_are_the_ranked_words_side_by_side(tmp_path: Path):
 
 
 def test_query_words_side_by_side_rank_above_the_same_words_apart(tmp_path: Path):
-    """Two records with the same words, each once, and the same length: the one holding
-    the query's words together ranks first with pairs weighed, also with them swapped or
-    a word between (slop 2); without pairs their BM25 scores tie."""
+    """Records of the same words, each once: those holding the query's two words side by
+    side, swapped or with a word between (slop 2) rank above the one holding them four
+    words apart once pairs weigh; without pairs their BM25 scores tie."""
     index = LexicalIndex(tmp_path / "lexical")
     index.apply(
         "A",
