@@ -111,6 +111,14 @@ def _schema() -> tantivy.Schema:
     return builder.build()
 
 
+class _QueryWords(NamedTuple):
+    """The words a query is ranked by, in its order, and whether it reads as a
+    description (long: content words, a repeat counts) or not (every token once)."""
+
+    words: list[str]
+    description: bool
+
+
 class LexicalHit(NamedTuple):
     """One lexical candidate. A named tuple: a search builds up to 200 of them."""
 
@@ -300,18 +308,7 @@ class LexicalIndex:
         date an event join the query at ``config.when_terms_weight``, a query's own words
         keeping their weight.
         """
-        terms = self._own_terms(query, config)
-        if asks_when and config.when_terms_weight > 0:
-            for token in self._when_tokens:
-                terms.setdefault(token, config.when_terms_weight)
-        return terms
-
-    def _own_terms(self, query: str, config: LexicalConfig) -> dict[str, float]:
-        tokens = self.tokens(query)
-        content = self._description_words(query, tokens, config)
-        if content is None:
-            return dict.fromkeys(tokens, 1.0)
-        return {token: count**config.long_query_count_power for token, count in Counter(content).items()}
+        return self._terms(self._query_words(query, config), config, asks_when=asks_when)
 
     def query_pairs(self, query: str, config: LexicalConfig) -> list[tuple[str, str]]:
         """The adjacent pairs of the words a query is ranked by, in the query's order
@@ -319,19 +316,33 @@ class LexicalIndex:
         :meth:`query_terms`), each distinct pair once, a word beside itself left out.
         Each is looked up as a phrase with ``config.pair_slop`` positions of play; none
         when ``config.pair_weight`` is 0."""
+        return self._pairs(self._query_words(query, config), config)
+
+    def _query_words(self, query: str, config: LexicalConfig) -> _QueryWords:
+        """The words a query is ranked by, in order, analysed once for its terms and pairs:
+        a long query's content words (stop words dropped), else (a short query, or a long
+        one of nothing but stop words) all its tokens."""
+        tokens = self.tokens(query)
+        if len(tokens) > config.long_query_tokens and (content := self._query_analyzer.analyze(query)):
+            return _QueryWords(content, description=True)
+        return _QueryWords(tokens, description=False)
+
+    def _terms(self, query: _QueryWords, config: LexicalConfig, *, asks_when: bool) -> dict[str, float]:
+        if query.description:
+            terms = {token: count**config.long_query_count_power for token, count in Counter(query.words).items()}
+        else:
+            terms = dict.fromkeys(query.words, 1.0)
+        if asks_when and config.when_terms_weight > 0:
+            for token in self._when_tokens:
+                terms.setdefault(token, config.when_terms_weight)
+        return terms
+
+    @staticmethod
+    def _pairs(query: _QueryWords, config: LexicalConfig) -> list[tuple[str, str]]:
         if config.pair_weight <= 0:
             return []
-        tokens = self.tokens(query)
-        content = self._description_words(query, tokens, config)
-        words = tokens if content is None else content
+        words = query.words
         return list(dict.fromkeys((a, b) for a, b in zip(words, words[1:]) if a != b))
-
-    def _description_words(self, query: str, tokens: list[str], config: LexicalConfig) -> list[str] | None:
-        """A long query's content words (stop words dropped), in order; None for a short
-        query, or a long one of nothing but stop words, which ranks by all its tokens."""
-        if len(tokens) <= config.long_query_tokens:
-            return None
-        return self._query_analyzer.analyze(query) or None
 
     def search(
         self, scope_key: str, query: str, config: LexicalConfig, limit: int, *, asks_when: bool = False
@@ -339,8 +350,10 @@ class LexicalIndex:
         """BM25 hits of ``query`` inside ``scope_key`` only, best first (ties: record_id)."""
         if limit <= 0:
             return []
-        terms = self.query_terms(query, config, asks_when=asks_when)
-        clauses = self._query_clauses(terms, self.query_pairs(query, config), config)
+        words = self._query_words(query, config)
+        clauses = self._query_clauses(
+            self._terms(words, config, asks_when=asks_when), self._pairs(words, config), config
+        )
         if not clauses:
             return []
         entry = self._lookup(scope_key, create=False)
@@ -379,7 +392,10 @@ class LexicalIndex:
         searcher = entry.index.searcher()
 
         def probe(query: str, k: int) -> Any:
-            clauses = self._query_clauses(self.query_terms(query, config), self.query_pairs(query, config), config)
+            words = self._query_words(query, config)
+            clauses = self._query_clauses(
+                self._terms(words, config, asks_when=False), self._pairs(words, config), config
+            )
             return searcher.search(tantivy.Query.boolean_query(clauses), limit=k, count=False)
 
         return probe
