@@ -1,48 +1,38 @@
-"""MkDocs hook: the links of eval/RESULTS.md work inside the site.
+"""MkDocs hook: the results pages' links to files under eval/ work inside the site.
 
-docs/results.md includes eval/RESULTS.md whole (pymdownx.snippets), so the file's
-relative links, written from eval/ (`bench-results/.../cost_growth.png`), land on a
-page of docs/. This hook adds each file such a link names (images, JSON: anything but
-markdown) to the site at that same relative path, and, right after the include, turns
-a link that names no such file (a missing file, or a markdown file, which would be a
-page outside the navigation) into its text and path. So the measurements page builds
-whatever RESULTS.md links to, while every other page's links stay strictly checked.
+The topic pages under docs/results/ link to the files a run wrote (plots, JSON, the
+reports `engram bench` writes as markdown) where they lie in the repository, under
+eval/ (`../../eval/bench-results/.../cost_growth.png`), so the links work when the pages
+are read on a forge too. eval/ is outside the docs directory, so this hook adds each
+file such a link names to the site, under the same path (`eval/...`; a markdown report
+as a page outside the navigation, whose own links are followed the same way), and
+rewrites the link to that place. A link that names nothing there stays as written, and
+the strict build fails on it as on any other broken link: no link is quietly shown as
+text.
 """
 
 from __future__ import annotations
 
-import logging
+import posixpath
 import re
 from pathlib import Path
 from typing import Any
 
-from markdown import Extension, Markdown
-from markdown.preprocessors import Preprocessor
-from mkdocs.structure.files import File, Files
+from mkdocs.structure.files import File, Files, InclusionLevel
 
-RESULTS_PAGE = "results.md"
-LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
-log = logging.getLogger("mkdocs.hooks.results")
-_eval_dir: Path | None = None
-_converting: str | None = None  # the page being converted (MkDocs builds one at a time)
+LINK = re.compile(r"(!?\[[^\]]*\]\()([^)\s]+)(\))")
+EVAL = "eval/"
+_root: Path | None = None  # the repository: the folder holding mkdocs.yml
 
 
 def _local(target: str) -> bool:
     return not re.match(r"^([a-z][a-z0-9+.-]*:|#|/)", target)
 
 
-def _kept(target: str) -> bool:
-    """Whether the site holds TARGET (a path relative to eval/): a file that is not markdown."""
-    if _eval_dir is None:
-        return False
-    path = (_eval_dir / target.split("#")[0]).resolve()
-    return path.is_file() and path.suffix != ".md" and _eval_dir in path.parents
-
-
-def _prose(lines: list[str]) -> list[tuple[bool, str]]:
-    """Each line, and whether it lies outside a fenced code block."""
+def _prose(text: str) -> list[tuple[bool, str]]:
+    """Each line of TEXT, and whether it lies outside a fenced code block."""
     pieces, fenced = [], False
-    for line in lines:
+    for line in text.splitlines():
         if line.lstrip().startswith(("```", "~~~")):
             fenced = not fenced
             pieces.append((False, line))
@@ -51,52 +41,67 @@ def _prose(lines: list[str]) -> list[tuple[bool, str]]:
     return pieces
 
 
-def _unlink(match: re.Match[str]) -> str:
-    target = match.group(3)
-    if not _local(target) or _kept(target):
-        return match.group(0)
-    log.info("results page: %s names no file the site holds; shown as text", target)
-    return f"{match.group(2)} (`eval/{target}`)"
+def _repo_path(src_uri: str) -> str:
+    """Where a site file lies in the repository (pages of docs/, or files added from eval/)."""
+    return src_uri if src_uri.startswith(EVAL) else "docs/" + src_uri
 
 
-class _ResultsLinks(Preprocessor):
-    def run(self, lines: list[str]) -> list[str]:
-        if _converting != RESULTS_PAGE:
-            return lines
-        return [LINK.sub(_unlink, line) if prose else line for prose, line in _prose(lines)]
+def _eval_target(src_uri: str, target: str) -> str | None:
+    """The repository path under eval/ that TARGET, linked from SRC_URI, names, if it does."""
+    if not _local(target):
+        return None
+    path, _, _ = target.partition("#")
+    found = posixpath.normpath(posixpath.join(posixpath.dirname(_repo_path(src_uri)), path))
+    return found if found.startswith(EVAL) else None
 
 
-class _ResultsLinksExtension(Extension):
-    def extendMarkdown(self, md: Markdown) -> None:  # noqa: N802 (Python-Markdown's name)
-        md.preprocessors.register(_ResultsLinks(md), "engram_results_links", 31.1)  # just after snippets (32)
+def _linked(src_uri: str, text: str) -> set[str]:
+    return {
+        found
+        for prose, line in _prose(text)
+        if prose
+        for m in LINK.finditer(line)
+        if (found := _eval_target(src_uri, m.group(2))) is not None
+    }
 
 
 def on_config(config: Any) -> Any:
-    global _eval_dir
-    _eval_dir = Path(config["config_file_path"]).resolve().parent / "eval"
-    config["markdown_extensions"].append(_ResultsLinksExtension())
+    global _root
+    _root = Path(config["config_file_path"]).resolve().parent
     return config
 
 
 def on_files(files: Files, config: Any) -> Files:
-    results = _eval_dir / "RESULTS.md" if _eval_dir is not None else None
-    if results is None or not results.is_file():
-        return files
-    lines = results.read_text(encoding="utf-8").splitlines()
-    targets = {
-        m.group(3).split("#")[0]
-        for prose, line in _prose(lines)
-        if prose
-        for m in LINK.finditer(line)
-        if _local(m.group(3))
-    }
-    for target in sorted(t for t in targets if _kept(t)):
-        if files.get_file_from_path(target) is None:
-            files.append(File(target, str(_eval_dir), config["site_dir"], config["use_directory_urls"]))
+    """Add every file under eval/ that a page links to (and, from a report, what it links to)."""
+    assert _root is not None
+    pending = set()
+    for file in files.documentation_pages():
+        pending |= _linked(file.src_uri, Path(file.abs_src_path or "").read_text(encoding="utf-8"))
+    while pending:
+        found = pending.pop()
+        source = _root / found
+        if not source.is_file() or files.get_file_from_path(found) is not None:
+            continue
+        page = source.suffix == ".md"
+        inclusion = InclusionLevel.NOT_IN_NAV if page else InclusionLevel.UNDEFINED
+        files.append(File(found, str(_root), config["site_dir"], config["use_directory_urls"], inclusion=inclusion))
+        if page:
+            pending |= _linked(found, source.read_text(encoding="utf-8"))
     return files
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
-    global _converting
-    _converting = page.file.src_uri
-    return markdown
+    """Point a docs page's links into eval/ at the copies the site holds."""
+    src_uri = page.file.src_uri
+    if src_uri.startswith(EVAL):
+        return markdown
+
+    def rewrite(m: re.Match[str]) -> str:
+        found = _eval_target(src_uri, m.group(2))
+        if found is None or files.get_file_from_path(found) is None:
+            return m.group(0)
+        anchor = m.group(2).partition("#")[2]
+        target = posixpath.relpath(found, posixpath.dirname(src_uri) or ".") + (f"#{anchor}" if anchor else "")
+        return f"{m.group(1)}{target}{m.group(3)}"
+
+    return "\n".join(LINK.sub(rewrite, line) if prose else line for prose, line in _prose(markdown))

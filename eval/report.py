@@ -178,7 +178,7 @@ def label(report: dict[str, Any]) -> str:
 
 
 def results_table(reports: list[dict[str, Any]]) -> str:
-    """The cross-collection table for eval/RESULTS.md: every channel, both raw anchors,
+    """The cross-collection table for docs/results/: every channel, both raw anchors,
     and the paired test of hybrid against the better single channel."""
     head = ["| collection | docs | queries |"]
     sep = ["|---|---|---|"]

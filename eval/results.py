@@ -1,5 +1,5 @@
-"""Collect per-collection reports into the cross-collection tables of the Relevance
-section of eval/RESULTS.md (printed to stdout; the file itself is curated by topic).
+"""Collect per-collection reports into the cross-collection tables of the relevance
+results page, docs/results/relevance.md (printed to stdout; the page is written by hand).
 
     python -m eval.results eval/results
 """

@@ -5,7 +5,7 @@ PostgreSQL: building each record's payload, the contract's secret scan, the dige
 index documents, then sealing each body, packing it and the journal's event, chaining
 the events' digests, one transaction. In the loading process it takes turns for one
 interpreter lock with the stage that indexes the batch before, and the two together were
-one core of Python (``eval/RESULTS.md``, Capacity). A worker process writes through its
+one core of Python (``docs/results/capacity.md``). A worker process writes through its
 own store connection and key ring (``BatchWriter.open``, from the engine's
 ``WriterSpec``) on another core, and only what indexing needs comes back: each written
 record's index document and position, the journal span, the counts.

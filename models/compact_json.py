@@ -3,7 +3,7 @@
 Why: every search writes its page's envelope as JSON twice (the packet budget, then the
 answer), and every admitted record packs its sealed body and its journal event; the
 standard library's json writes them several times slower than orjson
-(eval/RESULTS.md, MCP path and Capacity). A value orjson does not write (a numpy scalar,
+(docs/results/mcp-path.md). A value orjson does not write (a numpy scalar,
 an integer past 64 bits) is written by the standard library instead, as it was before,
 so no caller meets a new refusal.
 """

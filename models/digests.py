@@ -93,7 +93,7 @@ def _dumps_form(value: Any) -> Any:
 
     Why: the pure-Python canonicaliser costs about a millisecond a search (rank receipts
     and response digests cover hundreds of ids and scores), and orjson writes several times
-    faster than the standard library's json (eval/RESULTS.md). The two writers agree on:
+    faster than the standard library's json (docs/results/). The two writers agree on:
     NFC strings (both write them raw and escape the same control characters), ASCII keys
     (UTF-16 and code-point order agree there), safe integers, booleans, null, and floats
     whose shortest round-trip digits both write in plain decimal notation; an integral

@@ -62,7 +62,7 @@ def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
 
     Why: a host's validator descends once more for each ``$ref`` it meets (the MCP SDK
     client checks every tool result this way: about a quarter of that check's time on a
-    search envelope, measured in eval/RESULTS.md), and some hosts resolve ``$ref`` in tool
+    search envelope, measured in docs/results/), and some hosts resolve ``$ref`` in tool
     schemas poorly or not at all. No model here is recursive (that would raise)."""
     defs = schema.get("$defs", {})
 

@@ -3,7 +3,7 @@
 Why: a hybrid search is CPU-bound, and its two native calls cost less per query in a
 batch than alone.
 - **Query encodes.** One ONNX Runtime run over eight short queries costs a half to two
-  thirds of the CPU time of eight runs of one (figures in eval/RESULTS.md). Concurrent
+  thirds of the CPU time of eight runs of one (figures in docs/results/). Concurrent
   runs of one session also compete for its intra-op thread pool.
 - **Graph searches.** usearch holds the GIL while it searches, so concurrent searches of
   one index run one at a time. A batch searches its queries on several threads in one

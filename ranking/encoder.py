@@ -105,7 +105,7 @@ ACCELERATOR_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
 
 def accelerator_possible() -> bool:
     """Whether torch might find a GPU here, answered without importing torch: importing
-    it is a large share of a CPU service's resident memory (measured in eval/RESULTS.md),
+    it is a large share of a CPU service's resident memory (measured in docs/results/),
     paid only to learn there is none. A yes is then settled by torch itself."""
     return sys.platform == "darwin" or any(os.path.exists(node) for node in ACCELERATOR_NODES)
 

@@ -30,7 +30,7 @@ best score of the query. Hybrid ranking is chosen by ``FusionConfig.method``:
       lexical; a paraphrase with no shared term gives a flat or empty BM25 list, so it
       shifts to semantic. ``w`` is clipped to [min_lexical_weight, max_lexical_weight].
       The base, the gain and the power were fitted on the dev collections with
-      leave-one-collection-out validation (``eval/RESULTS.md``), not tuned by hand.
+      leave-one-collection-out validation (``docs/results/choices.md``), not tuned by hand.
     * The convex score is then blended with a rank term:
       ``(1 - rank_blend) * convex + rank_blend * rank_term``, where ``rank_term`` is the
       reciprocal rank of each channel (``(rrf_k + 1) / (rrf_k + rank)``, 1 at rank 1, 0
@@ -38,7 +38,7 @@ best score of the query. Hybrid ranking is chosen by ``FusionConfig.method``:
       whose score scales do not (what makes RRF strong when both channels are decent),
       while the shared weight keeps a channel judged weak from voting as an equal.
       Equal-weighted ranks (plain RRF inside the blend) fail both one-channel-useless
-      tests, so the rank term always follows ``w``. Measured figures: ``eval/RESULTS.md``.
+      tests, so the rank term always follows ``w``. Measured figures: ``docs/results/``.
     * Each contribution carries the query's ``w`` (``lexical_weight``): with it and the
       profile's constants a receipt is enough to recompute every fused score.
 

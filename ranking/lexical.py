@@ -431,7 +431,7 @@ class LexicalIndex:
         """One SHOULD clause per (term, weighted field), boosted by the field weight times
         the term's weight (:meth:`query_terms`), and one per (pair, weighted field), a
         phrase boosted by the field weight times ``config.pair_weight``
-        (:meth:`query_pairs`); alternatives measured: ``eval/RESULTS.md``."""
+        (:meth:`query_pairs`); alternatives measured: ``docs/results/``."""
         weights = config.field_weights
         clauses = []
         for token, term_weight in sorted(terms.items()):

@@ -12,7 +12,7 @@ were side effects of importing or constructing one.
 - **The BLAS pool.** Ranking's numpy products are small (one query against a few
   hundred vectors) and gain nothing from threads, while OpenBLAS workers spin-wait after
   each call on the cores the encoder's threads need (the hybrid p99 this cost is in
-  eval/RESULTS.md, Query encoder). :func:`prepare_process` asks for one BLAS thread; the process's
+  docs/results/query-encoder.md). :func:`prepare_process` asks for one BLAS thread; the process's
   entry point calls it (the ``engram`` command before any sub-command, the test
   session), and a program embedding the ranker may call it too.
 - **glibc's malloc arenas.** Tantivy's writer threads and the encoder's each take an
@@ -20,7 +20,7 @@ were side effects of importing or constructing one.
   eight per core), and memory freed in one is not reused by another: a server that
   rewrites a scope's index on every forget grew by megabytes a minute without leaking.
   :func:`prepare_process` caps the arenas at :data:`MALLOC_ARENAS` (the figures are in
-  eval/RESULTS.md, Reliability), unless ``MALLOC_ARENA_MAX`` names a number.
+  docs/results/reliability.md), unless ``MALLOC_ARENA_MAX`` names a number.
 - **Open files.** Every scope keeps its vector rows file open, and a small one mapped as
   well (:mod:`ranking.vector_rows`: a map holds a descriptor of its own), beside its
   Tantivy segments: under the soft limit many systems start a process with (1,024), a

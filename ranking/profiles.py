@@ -8,7 +8,7 @@ only holds if *every* constant that changes an order lives in the profile's
 The configuration is a tree of frozen dataclasses (typed, immutable, readable without
 casts); its digest is the RFC 8785 canonical JSON of its dict form
 (:meth:`ProfileConfig.as_dict`), so any change to any constant changes the digest.
-What each constant bought on the dev collections is recorded in ``eval/RESULTS.md``.
+What each constant bought on the dev collections is recorded in ``docs/results/choices.md``.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ class QueryPrecision(enum.StrEnum):
     """The weights a query is encoded with. Passages are always embedded at full
     precision (their vectors are the index, and seeds carry them between replicas);
     ``INT8`` runs the query through the same model with its weights quantised per
-    channel (ranking.onnx_encoder), for less CPU a query (eval/RESULTS.md)."""
+    channel (ranking.onnx_encoder), for less CPU a query (docs/results/)."""
 
     FLOAT32 = "float32"
     INT8 = "int8"
@@ -125,24 +125,24 @@ class SemanticConfig:
 
     # Candidates handed to fusion (nearest neighbours asked of the index).
     cap: int = 200
-    connectivity: int = 16  # M: links per node in the graph (chosen in eval/RESULTS.md)
+    connectivity: int = 16  # M: links per node in the graph (chosen in docs/results/choices.md)
     expansion_add: int = 128  # ef_construction
-    # ef and its growth with the index (chosen in eval/RESULTS.md).
+    # ef and its growth with the index (chosen in docs/results/choices.md).
     expansion_search: int = 512
     expansion_reference: int = 100_000
     expansion_growth: float = 0.9
     storage: VectorStorage = VectorStorage.F16  # the exact rows, on disk
     walk: VectorStorage = VectorStorage.I8  # the graph's codes, in memory
     # A search for k passages rescores max(k * rescore_factor, rescore_min) candidates
-    # exactly (chosen in eval/RESULTS.md); a walk's depth is at least that.
+    # exactly (chosen in docs/results/choices.md); a walk's depth is at least that.
     rescore_factor: int = 2
     rescore_min: int = 512
     # A scope of at most this many live passages finds its candidates by scoring every
     # code instead of walking the graph: no neighbour is missed for want of a path, and
-    # up to here the scan is also the faster of the two (chosen in eval/RESULTS.md).
+    # up to here the scan is also the faster of the two (chosen in docs/results/choices.md).
     # 0 always walks the graph.
     exact_up_to: int = 15_000
-    # The query encoder's weights (chosen in eval/RESULTS.md); queries only, so a change
+    # The query encoder's weights (chosen in docs/results/choices.md); queries only, so a change
     # rebuilds nothing.
     query_precision: QueryPrecision = QueryPrecision.INT8
 
@@ -178,7 +178,7 @@ class FusionConfig:
     method: FusionMethod = FusionMethod.ADAPTIVE_CONVEX
     # The query's lexical weight: base + confidence_gain * (lexical - semantic
     # confidence), clipped to [min, max]; base, gain and the power of the normalised
-    # BM25 fitted with leave-one-collection-out validation (eval/RESULTS.md).
+    # BM25 fitted with leave-one-collection-out validation (docs/results/choices.md).
     base_lexical_weight: float = 0.58
     min_lexical_weight: float = 0.35
     max_lexical_weight: float = 0.85
@@ -338,21 +338,21 @@ def _config_digest(config: ProfileConfig) -> str:
 # 3, 6) over the locomo-dev conversations, turns alone and with context: the weight under
 # which hybrid moved every conversation the same way. Larger weights lift the lexical
 # channel more but cost hybrid LoCoMo's adversarial questions, which name the wrong
-# person on purpose (eval/RESULTS.md).
+# person on purpose (docs/results/).
 # The same hybrid v14 walks an int8 graph and rescores from float16 rows on disk
 # (SemanticConfig's defaults).
 # Int8 queries (hybrid v15): the query is encoded by the int8 copy of the model's graph
 # (SemanticConfig.query_precision), for less CPU a search; every dev collection and
-# conversation within noise of v14 (eval/RESULTS.md, Query encoder).
+# conversation within noise of v14 (docs/results/query-encoder.md).
 # Scanned codes (hybrid v16): a scope of at most exact_up_to passages finds the candidates
 # it rescores by scoring every int8 code in memory, not every float16 row read from disk
-# (eval/RESULTS.md, Semantic engine).
+# (docs/results/semantic-engine.md).
 # Word pairs (lexical v6, hybrid v17): each pair of adjacent query words is also looked
 # up as a phrase with two positions of play, at a tenth of a word's weight. Chosen on a
 # grid of the lexical channel alone over the ten dev collections (weights 0.05 to 0.3,
 # slops 0, 2 and 8): at 0.1 and slop 2 none lost more than 0.002 nDCG@10, at 0.2 NPL lost
 # 0.013. Hybrid moved by less than noise on every collection and conversation
-# (eval/RESULTS.md, Relevance).
+# (docs/results/relevance.md).
 SHIPPED_LEXICAL = LexicalConfig(
     when_terms_weight=0.5, field_weights=FieldWeights(speaker=0.5), pair_weight=0.1, pair_slop=2
 )

@@ -3,7 +3,7 @@
 Why its own module: at a million records the file holds a million ``[record_id, labels,
 valid_time]`` rows. Parsed whole (``json.load``) it became a list of a million small
 lists beside the label map built from it, a transient peak of hundreds of MiB every time
-the scope opened (measured in ``eval/RESULTS.md``, "Streaming meta.json"). Here the
+the scope opened (measured in ``docs/results/``, "Streaming meta.json"). Here the
 writer writes the rows a slice at a time and the reader parses them one at a time with
 ijson (its C backend), so neither side ever holds more than a slice of them.
 

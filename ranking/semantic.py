@@ -15,7 +15,7 @@ twice as many as asked for), and which every other exact read uses: similarities
 lexical-only candidates, purges, rebuilds and exports.
 Why this form and these parameters (and not one sign bit per dimension, which at a
 million vectors lost most of the true neighbours among near-ties): measured in
-``eval/RESULTS.md`` (``engram bench``).
+``docs/results/`` (``engram bench``).
 
 A scope of at most ``SemanticConfig.exact_up_to`` live passages (most agents' memories)
 is not walked but scanned: usearch's exact search scores every code in memory, and the
@@ -34,7 +34,7 @@ Records are embedded as passages (see :mod:`ranking.documents`): up to four over
 180-word windows of primary + decision + evidence + context, and a record scores by its
 best passage, so text past the model's 256-token window stays searchable: a record's
 later text (decisions, evidence) would otherwise be invisible to this channel (passages
-against head-only vectors, measured: ``eval/RESULTS.md``).
+against head-only vectors, measured: ``docs/results/``).
 
 Files per scope (``root/<sha256(scope)[:32]>/``): ``vectors-<generation>.bin`` (the
 usearch graph of codes), ``rows-<generation>.f16`` (the exact rows, see

@@ -6,7 +6,7 @@ walk's candidates are then scored exactly from these rows. Rows are read back wi
 positioned read (``os.pread``) per run of consecutive labels: what is read that way
 stays in the kernel's page cache, shared and reclaimable, where memory-mapped pages a
 process touched would count in its resident memory and grow with every search (measured:
-``eval/RESULTS.md``, "Semantic engine"). A small file (at most :data:`MAP_BYTES`: a
+``docs/results/semantic-engine.md``). A small file (at most :data:`MAP_BYTES`: a
 scope small enough to be scanned) is the exception, read through a memory map: a search
 of it reads hundreds of rows a few rows apart, where a system call per run cost more
 than the lookups, and what stays resident is at most the small file, in file-backed pages
@@ -196,7 +196,7 @@ class VectorRows:
 def _float32(rows: np.ndarray) -> np.ndarray:
     """``rows`` as float32. A float16 row is widened by NumKong (the SIMD kernels usearch
     computes with): numpy's float16 cast is scalar code, several times the cost
-    (eval/RESULTS.md, Semantic engine); the widening is exact either way."""
+    (docs/results/semantic-engine.md); the widening is exact either way."""
     if rows.dtype == np.float16:
         return np.asarray(numkong().astype(rows, "float32"))
     return rows.astype(np.float32)

@@ -211,7 +211,7 @@ def _collect_less_once_ready(engine: Any) -> None:
     """Once the engine is warm, put what is loaded by then (modules, the model, the
     index maps: the process's long-lived objects) out of the cyclic collector's reach: a
     full collection then walks only what calls made since. Walking everything paused
-    every thread of the server for 50 to 100 ms at a time (eval/RESULTS.md)."""
+    every thread of the server for 50 to 100 ms at a time (docs/results/)."""
 
     def freeze() -> None:
         if engine.wait_ready():

@@ -2,7 +2,7 @@
 
 Why: one `engram serve` is one Python process, and the Python of its calls (the MCP
 layer, fusion, receipts, the store) runs one call at a time under the interpreter lock
-(eval/RESULTS.md, *MCP path*). On a shared store (PostgreSQL) replicas already answer
+(docs/results/mcp-path.md). On a shared store (PostgreSQL) replicas already answer
 every call alike whichever of them takes it: read-your-writes, paging cursors,
 idempotency keys, confirmation refs, and a forget that completes only once every live
 replica of the scope's group has purged the record. This module runs N such replicas

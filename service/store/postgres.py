@@ -1078,7 +1078,7 @@ class PostgresStore:
     def refresh_statistics(self) -> None:
         """ANALYZE the tables a bulk load fills. Until autovacuum gets to them, a table
         loaded in one go has no statistics, and the planner read a page's candidates
-        through the wrong index, filtering the whole scope (eval/RESULTS.md, Stores and
+        through the wrong index, filtering the whole scope (docs/results/, Stores and
         replicas)."""
         with self._pool.connection() as conn:
             for table in ("records", "keys", "journal", "candidates"):

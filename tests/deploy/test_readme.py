@@ -1,7 +1,7 @@
 """The README stays a short front page: the two commands CI runs, links that resolve.
 
 The reference tables it used to hold live on generated pages under docs/reference/
-(tests/deploy/test_reference_docs.py); measurements live in eval/RESULTS.md.
+(tests/deploy/test_reference_docs.py); measurements live on the topic pages under docs/results/.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 SERVE = "bin/setup && .venv/bin/engram serve"
 TESTS = "bin/setup && .venv/bin/pytest -q"
-#: The topic sections of eval/RESULTS.md the README links to.
+#: The results pages (docs/results/<topic>.md) the README links to.
 RESULTS_TOPICS = {
     "relevance",
     "semantic-engine",
@@ -61,23 +61,20 @@ def test_readme_holds_the_two_commands_ci_runs():
 def test_readme_links_resolve():
     text = README.read_text(encoding="utf-8")
     targets = [t for t in LINK.findall(text) if not re.match(r"^[a-z]+:", t)]
-    assert targets, "the README links into docs/ and eval/RESULTS.md"
+    assert targets, "the README links into docs/"
     for target in targets:
         path, _, anchor = target.partition("#")
         page = ROOT / path
         assert page.exists(), f"README links to {path}, which does not exist"
         if not anchor:
             continue
-        if path == "eval/RESULTS.md":
-            assert anchor in RESULTS_TOPICS, f"README links to RESULTS section #{anchor}, not one of its topics"
-        else:
-            assert anchor in anchors(page), f"README links to {target}: no such heading"
+        assert anchor in anchors(page), f"README links to {target}: no such heading"
 
 
 def test_readme_links_every_results_topic_it_names():
     linked = {
-        t.partition("#")[2]
+        m.group(1)
         for t in LINK.findall(README.read_text(encoding="utf-8"))
-        if t.startswith("eval/RESULTS.md#")
+        if (m := re.fullmatch(r"docs/results/([a-z-]+)\.md", t)) and m.group(1) != "index"
     }
     assert linked == RESULTS_TOPICS
