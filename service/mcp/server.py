@@ -46,12 +46,12 @@ from pydantic import ValidationError
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.envelope import envelope_text, failure_envelope, success_envelope
 from engram.models.errors import StoreUnavailable
-from engram.models.tools import MUTATIONS, TOOLS, ToolSpec
+from engram.models.tools import TOOLS, ToolSpec
 from engram.service.engine import CallContext
 
 from .audit import AuditLog, Durability, audit_digest, audit_text_digest
 from .duplicate_keys import MARK_HEADER
-from .elicitation import HumanApproval, needs_confirmation
+from .elicitation import HumanApproval
 from .host_context import ContextUnavailable, check_purpose
 from .metrics import Metrics
 from .rate_limit import TokenBucketLimiter
@@ -139,15 +139,14 @@ def envelope_result(answer: Answer) -> dict[str, Any]:
 
 def tool_definition(spec: ToolSpec) -> types.Tool:
     """The `tools/list` entry: closed input schema, envelope output schema, hints."""
-    destructive = spec.name in ("engram_memory_forget", "engram_memory_withdraw")
     return types.Tool(
         name=spec.name,
         description=spec.description,
         input_schema=spec.input_schema,
         output_schema=spec.output_schema,
         annotations=types.ToolAnnotations(
-            read_only_hint=spec.read_only,
-            destructive_hint=destructive if not spec.read_only else None,
+            read_only_hint=not spec.mutation,
+            destructive_hint=spec.destructive if spec.mutation else None,
             idempotent_hint=True,
             open_world_hint=False,
         ),
@@ -311,7 +310,7 @@ class ToolFrontEnd:
                 refusal is None
                 and self.approval is not None
                 and ctx.confirmation is None
-                and needs_confirmation(name, ctx)
+                and self.tools[name].needs_confirmation(ctx.confirm)
             )
             # The tenant is checked first. On the common path (a granted tool, the right
             # purpose, nothing to ask a human) that check runs in the engine's own worker
@@ -339,7 +338,7 @@ class ToolFrontEnd:
             answer = Answer.of(failure_envelope(ErrorCode.INVALID_SCHEMA, audit_id))
         else:
             if asks:
-                asked = await self.approval.confirm(rctx, params, name, ctx, arguments)  # type: ignore[union-attr]
+                asked = await self.approval.confirm(rctx, params, self.tools[name], ctx, arguments)  # type: ignore[union-attr]
                 if isinstance(asked, types.InputRequiredResult):
                     await self._record(audit_id, name, "input_required", started, ctx, arguments, None)
                     return asked
@@ -364,7 +363,7 @@ class ToolFrontEnd:
         if name not in self.tools or name not in ctx.tools:
             return MCPError(code=UNKNOWN_TOOL, message=UNKNOWN_TOOL_MESSAGE)
         try:
-            check_purpose(ctx, name, arguments)
+            check_purpose(ctx, self.tools[name], arguments)
         except ContextUnavailable as exc:
             return exc
         return None
@@ -429,7 +428,7 @@ class ToolFrontEnd:
             return None
         except Exception as exc:  # noqa: BLE001 - never leak internals
             logger.error("engine failure in %s: %s", name, type(exc).__name__)
-            if name in MUTATIONS and race.started:
+            if self.tools[name].mutation and race.started:
                 # It may have committed before failing: tell the caller to retry with the same key.
                 return Answer.of(failure_envelope(ErrorCode.MUTATION_OUTCOME_UNKNOWN, audit_id))
             return Answer.of(failure_envelope(ErrorCode.STORE_UNAVAILABLE, audit_id))
@@ -480,7 +479,7 @@ class ToolFrontEnd:
             return replace(in_time, audited=True)
         if not race.started and not call.tenant_checked and await self._late_tenant_refusal(call.ctx):
             raise ContextUnavailable("tenant not enabled")
-        began_mutation = race.started and call.name in MUTATIONS
+        began_mutation = race.started and self.tools[call.name].mutation
         code = ErrorCode.MUTATION_OUTCOME_UNKNOWN if began_mutation else ErrorCode.DEADLINE_EXCEEDED
         return Answer.of(failure_envelope(code, call.audit_id))
 
@@ -506,7 +505,8 @@ class ToolFrontEnd:
         line is written (it survives the process) and flushed by the next group."""
         if self.audit is None:
             return
-        durable = tool in MUTATIONS and answer is not None
+        spec = self.tools.get(tool)
+        durable = spec is not None and spec.mutation and answer is not None
         try:
             self.audit.record(
                 audit_id=audit_id,
