@@ -253,7 +253,7 @@ class Engine:
     @property
     def routed(self) -> bool:
         """Whether this engine serves a replica group's scopes (calls of other groups'
-        scopes are forwarded; see :mod:`service.mcp.router`)."""
+        scopes are forwarded; see :mod:`service.http.router`)."""
         return self.deps.routing is not None and self._serve_replica
 
     @property

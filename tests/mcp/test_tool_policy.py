@@ -66,7 +66,7 @@ def flag(deps: Any, ctx: Any, args: FlagInput) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     from engram.service.engine.engine import OPERATIONS, Engine
-    from engram.service.mcp.app import create_app
+    from engram.service.http.app import create_app
     from engram.service.settings import Settings
 
     with pytest.MonkeyPatch.context() as patch:

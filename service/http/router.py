@@ -37,10 +37,9 @@ from engram.models.envelope import envelope_text, failure_envelope
 from engram.models.scope import Scope
 from engram.models.tools import TOOLS
 from engram.service.engine import CallContext
-
-from .audit import AuditLog, Durability, audit_digest, audit_text_digest
-from .host_context import HEADER, ContextUnavailable, verify_token
-from .server import ARRIVED_AT, new_audit_id
+from engram.service.mcp.audit import AuditLog, Durability, audit_digest, audit_text_digest
+from engram.service.mcp.host_context import HEADER, ContextUnavailable, verify_token
+from engram.service.mcp.server import ARRIVED_AT, new_audit_id
 
 logger = logging.getLogger("engram.router")
 
