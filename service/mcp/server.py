@@ -477,25 +477,34 @@ class ToolFrontEnd:
             race.admit()
             if call.asks:
                 return WorkerOutcome.AWAITS_HUMAN
-        ctx = call.ctx
-        assert ctx is not None
-        if not self.limiter.allow((ctx.tenant, ctx.principal)):
-            return self._finish(race, call, Answer.failure(ErrorCode.RATE_LIMITED, call.audit_id))
-        if call.deadline - time.monotonic() <= 0:
-            return self._finish(race, call, Answer.failure(ErrorCode.DEADLINE_EXCEEDED, call.audit_id))
+        limited = self._limited(call)
+        if limited is not None:
+            return self._finish(race, call, limited)
         if not race.start():
             return WorkerOutcome.ABANDONED
+        return self._finish(race, call, self._engine_answer(call))
+
+    def _limited(self, call: ToolCall) -> Answer | None:
+        """Rate limit, then deadline, before the engine: an answer that refuses, or None."""
+        assert call.ctx is not None
+        if not self.limiter.allow((call.ctx.tenant, call.ctx.principal)):
+            return Answer.failure(ErrorCode.RATE_LIMITED, call.audit_id)
+        if call.deadline - time.monotonic() <= 0:
+            return Answer.failure(ErrorCode.DEADLINE_EXCEEDED, call.audit_id)
+        return None
+
+    def _engine_answer(self, call: ToolCall) -> Answer:
+        """The engine's answer as an envelope; a contract failure is one too."""
+        assert call.ctx is not None
         try:
-            value = self.engine.execute(call.name, ctx, call.arguments)
+            value = self.engine.execute(call.name, call.ctx, call.arguments)
         except ContractError as exc:
-            answer = Answer.failure(exc.code, call.audit_id)
-        else:
-            if not isinstance(value, dict):
-                raise TypeError("engine returned no value")
-            # Serialised once, here in the worker rather than on the event loop: a value
-            # that cannot be is an internal fault.
-            answer = Answer.of(success_envelope(value, call.audit_id))
-        return self._finish(race, call, answer)
+            return Answer.failure(exc.code, call.audit_id)
+        if not isinstance(value, dict):
+            raise TypeError("engine returned no value")
+        # Serialised once, here in the worker rather than on the event loop: a value
+        # that cannot be is an internal fault.
+        return Answer.of(success_envelope(value, call.audit_id))
 
     def _admission(self, call: ToolCall, tenant: Tenant) -> Outcome | None:
         """What ends the call before the rate limit, given its tenant: a disabled tenant
