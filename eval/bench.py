@@ -29,7 +29,7 @@ seconds of both. Then, in the same process:
   searches, and its peak (:mod:`eval.service_memory`);
 * once, the encoder-bound ingest rate (no precomputed vectors, real model) on a small
   sample of real text against the encoder alone on the same passages, and, on the first
-  size, MCP over HTTP on loopback against ``service.mcp.app.create_app``: one client's
+  size, MCP over HTTP on loopback against ``service.http.app.create_app``: one client's
   sequential searches (latency against the raw engines), then a load run of concurrent
   MCP SDK clients (search + capture + admission), checking that every admitted record is
   readable afterwards.

@@ -39,7 +39,7 @@ def load_run(
     try:
         import uvicorn
 
-        from engram.service.mcp.app import create_app
+        from engram.service.http.app import create_app
         from engram.service.mcp.host_context import HEADER, mint_token
         from engram.service.settings import Settings
     except Exception as exc:  # noqa: BLE001 - report why the HTTP run could not happen

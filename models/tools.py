@@ -1,4 +1,10 @@
-"""The six tools: names, descriptions, argument and output models, published schemas.
+"""The six tools, each with its whole policy: what every room needs to know about a tool.
+
+A tool's spec says whether it changes memory, whether it destroys, when it needs a
+human confirmation and which argument that confirmation is bound to, where its
+`purpose_ref` lives, and how a human is asked. The engine registers an operation per
+spec, and the front end, the gates and the elicitation read the spec: no room names a
+tool to decide how to treat it.
 
 `tools/list` publishes `input_schema` and `output_schema` from here. Both are generated
 from the pydantic models, made self-contained (definitions inlined, no `$ref`) and then
@@ -9,7 +15,9 @@ survives (optional means omitted).
 from __future__ import annotations
 
 import json
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from enum import Enum
 from functools import cached_property
 from typing import Any
 
@@ -41,19 +49,6 @@ CAPTURE = "engram_memory_capture"
 REQUEST_ADMISSION = "engram_memory_request_admission"
 WITHDRAW = "engram_memory_withdraw"
 FORGET = "engram_memory_forget"
-MUTATIONS = frozenset({CAPTURE, REQUEST_ADMISSION, WITHDRAW, FORGET})
-#: Tools that need a host confirmation on every call.
-ALWAYS_CONFIRMED: frozenset[str] = frozenset({WITHDRAW, FORGET})
-#: Tools that need one only where the host lists them in the context's `confirm` claim.
-CONFIRMABLE: frozenset[str] = frozenset({CAPTURE, REQUEST_ADMISSION})
-#: The argument naming the target a confirmation is bound to, per confirmable tool
-#: (contract section 0): a capture has no target before it commits, so its key stands in.
-CONFIRMATION_TARGET: dict[str, str] = {
-    CAPTURE: "idempotency_key",
-    REQUEST_ADMISSION: "candidate_id",
-    WITHDRAW: "candidate_id",
-    FORGET: "record_id",
-}
 
 
 def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
@@ -95,13 +90,62 @@ def _closed(schema: Any) -> Any:
     return schema
 
 
+class ConfirmWhen(Enum):
+    """When a confirmable tool needs a host confirmation (contract section 0)."""
+
+    ALWAYS = "always"  # on every call
+    LISTED = "listed"  # where the host lists the tool in the context's `confirm` claim
+
+
+@dataclass(frozen=True)
+class ConfirmationRule:
+    """A tool's confirmation gate: an approval bound to one operation on one target."""
+
+    when: ConfirmWhen
+    #: The argument naming the target the approval is bound to (a capture has no target
+    #: before it commits, so its idempotency key stands in).
+    target: str
+    #: How the human is asked: "<verb> <target>?".
+    verb: str
+
+
 @dataclass(frozen=True)
 class ToolSpec:
+    """One tool: its name, description, models and schemas, and its policy."""
+
     name: str
     description: str
     input_model: type[BaseModel]
     output_model: type[BaseModel]
-    read_only: bool
+    #: It changes memory: its arguments are kept (so scanned for secrets), its audit line
+    #: is on disk before it answers, and a fault once it began is an unknown outcome.
+    mutation: bool = False
+    #: It ends something for good (the `destructiveHint` of `tools/list`).
+    destructive: bool = False
+    confirmation: ConfirmationRule | None = None
+    #: The path of keys from the arguments to the `purpose_ref` that must equal the
+    #: context's bound purpose; empty for a tool without one.
+    purpose_ref: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.destructive or self.confirmation is not None) and not self.mutation:
+            raise ValueError(f"{self.name}: only a mutation can be destructive or confirmed")
+
+    def needs_confirmation(self, listed: Collection[str]) -> bool:
+        """Whether a call must carry a valid host confirmation, given the tools the
+        context lists in its `confirm` claim."""
+        rule = self.confirmation
+        if rule is None:
+            return False
+        return rule.when is ConfirmWhen.ALWAYS or self.name in listed
+
+    def confirmation_target(self, arguments: Mapping[str, Any]) -> str | None:
+        """The target a confirmation binds to, read from ``arguments``: None for a tool
+        without confirmation, or when the argument is absent or not a string."""
+        if self.confirmation is None:
+            return None
+        value = arguments.get(self.confirmation.target)
+        return value if isinstance(value, str) else None
 
     @cached_property
     def input_schema(self) -> dict[str, Any]:
@@ -125,14 +169,14 @@ TOOLS: dict[str, ToolSpec] = {
             "with citations, a rank receipt, and next_page_cursor when more results exist.",
             SearchInput,
             SearchOutput,
-            read_only=True,
+            purpose_ref=("purpose_ref",),
         ),
         ToolSpec(
             GET,
             "Read one known current record by record_id, without ranking, with a read receipt.",
             GetInput,
             GetOutput,
-            read_only=True,
+            purpose_ref=("purpose_ref",),
         ),
         ToolSpec(
             CAPTURE,
@@ -140,28 +184,35 @@ TOOLS: dict[str, ToolSpec] = {
             "until admitted. Never include secrets or credentials.",
             CaptureInput,
             CaptureOutput,
-            read_only=False,
+            mutation=True,
+            confirmation=ConfirmationRule(ConfirmWhen.LISTED, "idempotency_key", "Capture with key"),
+            purpose_ref=("payload", "purpose_ref"),
         ),
         ToolSpec(
             REQUEST_ADMISSION,
             "Ask the host's admission policy to decide a pending candidate.",
             AdmissionInput,
             AdmissionOutput,
-            read_only=False,
+            mutation=True,
+            confirmation=ConfirmationRule(ConfirmWhen.LISTED, "candidate_id", "Admit candidate"),
         ),
         ToolSpec(
             WITHDRAW,
             "End a pending candidate (needs host confirmation). Destroys its body key.",
             WithdrawInput,
             WithdrawOutput,
-            read_only=False,
+            mutation=True,
+            destructive=True,
+            confirmation=ConfirmationRule(ConfirmWhen.ALWAYS, "candidate_id", "Withdraw candidate"),
         ),
         ToolSpec(
             FORGET,
             "Make an accepted record permanently ineligible (needs host confirmation); purges it from every index.",
             ForgetInput,
             ForgetOutput,
-            read_only=False,
+            mutation=True,
+            destructive=True,
+            confirmation=ConfirmationRule(ConfirmWhen.ALWAYS, "record_id", "Forget record"),
         ),
     )
 }

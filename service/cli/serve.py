@@ -168,7 +168,7 @@ def serve_http(settings: Any, secret: bytes, *, on_listening: Callable[[], None]
     engine is ready, then calls ``on_listening``."""
     import uvicorn
 
-    from engram.service.mcp.app import create_app
+    from engram.service.http.app import create_app
 
     if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.allowed_hosts:
         echo_error("engram: warning: non-loopback host without --allowed-host: DNS-rebinding protection is off")

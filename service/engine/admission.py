@@ -21,7 +21,7 @@ from .acceptance import Acceptance, accept_records
 from .clock import instant, now_ms
 from .context import CallContext
 from .dependencies import Dependencies
-from .gates import check_confirmation, claim_key, needs_confirmation
+from .gates import require_confirmation
 from .idempotency import after_commit, find_replay, intent_hash, reserve
 from .lifecycle import AdmissionStatus, CandidateState, require_pending
 from .policy import Decision, check_fresh
@@ -112,15 +112,7 @@ def request_admission(deps: Dependencies, ctx: CallContext, args: AdmissionInput
         candidate = tx.candidate(scope, args.candidate_id)
         if candidate is None:
             raise ContractError(ErrorCode.NOT_FOUND)
-        if needs_confirmation(REQUEST_ADMISSION, ctx):
-            check_confirmation(
-                ctx,
-                REQUEST_ADMISSION,
-                args.candidate_id,
-                arguments,
-                at,
-                lambda ref: tx.claim_confirmation(claim_key(ctx, ref), at),
-            )
+        require_confirmation(ctx, REQUEST_ADMISSION, arguments, at, tx.claim_confirmation)
         require_pending(candidate.state)
         body = open_candidate(deps, candidate)
         policy = deps.policies.admission()

@@ -19,7 +19,7 @@ from .acceptance import DEFAULT_RETENTION
 from .clock import instant, now_ms, parse_instant
 from .context import CallContext
 from .dependencies import Dependencies
-from .gates import check_confirmation, claim_key, needs_confirmation
+from .gates import require_confirmation
 from .idempotency import find_replay, intent_hash, reserve
 from .lifecycle import CandidateState
 from .policy import HostPolicy
@@ -60,15 +60,7 @@ def capture(deps: Dependencies, ctx: CallContext, args: CaptureInput) -> dict[st
         if replay is not None:
             return replay
         retention = resolve_retention(arguments["payload"], deps.policies.host(), at)
-        if needs_confirmation(CAPTURE, ctx):
-            check_confirmation(
-                ctx,
-                CAPTURE,
-                args.idempotency_key,
-                arguments,
-                at,
-                lambda ref: tx.claim_confirmation(claim_key(ctx, ref), at),
-            )
+        require_confirmation(ctx, CAPTURE, arguments, at, tx.claim_confirmation)
         candidate_id = "cand_" + b32encode(secrets.token_bytes(20)).decode().lower()
         p_digest = payload_digest(arguments["payload"])
         e_digest = evidence_digest(arguments["evidence"])

@@ -19,7 +19,7 @@ import numpy as np
 
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.scope import Scope
-from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW, parse_arguments
+from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, TOOLS, WITHDRAW, parse_arguments
 from engram.ranking import Device, Encoder, MiniLMEncoder, Ranker, SemanticUnavailable
 from engram.ranking.encoder import resolve_device
 from engram.service.store import open_store
@@ -47,6 +47,8 @@ from .stats import ScopeStats, scope_stats
 
 Operation = Callable[[Dependencies, CallContext, Any], dict[str, Any]]
 
+#: The operation that runs each tool of `models.tools.TOOLS`, by its spec's name; what to
+#: do around it (scan kept arguments, gate) the spec says.
 OPERATIONS: dict[str, Operation] = {
     SEARCH: search.search,
     GET: reading.get,
@@ -55,8 +57,6 @@ OPERATIONS: dict[str, Operation] = {
     WITHDRAW: transitions.withdraw,
     FORGET: transitions.forget,
 }
-#: Tools whose arguments the service keeps (journal, sealed bodies), so they are scanned.
-KEPT_ARGUMENTS = frozenset({CAPTURE, REQUEST_ADMISSION, WITHDRAW, FORGET})
 DB_FILE = "engram.db"
 LOCK_NAME = "engram.lock"  # service.operator.ownership's lock file: a restore target may hold it
 MODELS_DIR = "models"  # derived model files (the ONNX export); never backed up
@@ -219,16 +219,17 @@ class Engine:
     # -- the agent path -------------------------------------------------------------------
     def execute(self, tool: str, ctx: CallContext, arguments: Any) -> dict[str, Any]:
         """Validate and run one tool call; every contract failure is a ContractError."""
-        if tool not in OPERATIONS:
+        operation = OPERATIONS.get(tool)
+        if operation is None or tool not in TOOLS:
             raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
         args = parse_arguments(tool, arguments)
-        if tool in KEPT_ARGUMENTS:
+        if TOOLS[tool].mutation:
             # Every string a mutation keeps (payload, evidence, locators, reason refs) is
             # scanned; the idempotency key is kept only as a digest.
             secret_scan.refuse_secrets(args.model_dump(exclude_none=True, exclude={"idempotency_key"}))
         try:
             with self._serving(ctx.scope):
-                return OPERATIONS[tool](self.deps, ctx, args)
+                return operation(self.deps, ctx, args)
         except StoreUnavailable:
             raise ContractError(ErrorCode.STORE_UNAVAILABLE) from None
         except CommitUncertain:
@@ -252,7 +253,7 @@ class Engine:
     @property
     def routed(self) -> bool:
         """Whether this engine serves a replica group's scopes (calls of other groups'
-        scopes are forwarded; see :mod:`service.mcp.router`)."""
+        scopes are forwarded; see :mod:`service.http.router`)."""
         return self.deps.routing is not None and self._serve_replica
 
     @property

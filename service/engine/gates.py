@@ -1,12 +1,13 @@
 """The confirmation gate: a human approval the host bound to exactly one operation.
 
 Contract section 0: withdraw and forget always need a host confirmation; capture and
-request_admission need one where the host marks them "confirmation required". A
+request_admission need one where the host marks them "confirmation required" (each
+tool's `ToolSpec.confirmation` says which, and which argument is its target). A
 confirmation is bound to (capability, target, operation digest), lives at most 300 s,
 must be used within 30 s of approval, and is used once. Anything else is `gate_failed`.
 
 Everything here is pure (no clock, no store): the engine passes `now_ms` and a
-`claim_ref` callable backed by its store, and calls `check_confirmation` inside its
+`claim_ref` callable backed by its store, and calls `require_confirmation` inside its
 transaction, after the idempotency replay check (a replay of a committed operation
 does not consume a second confirmation).
 
@@ -31,7 +32,7 @@ from typing import Any
 
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.digests import CanonicalizationRefused, DigestKind, digest
-from engram.models.tools import ALWAYS_CONFIRMED, CONFIRMABLE, CONFIRMATION_TARGET
+from engram.models.tools import TOOLS
 
 from .context import CallContext
 
@@ -41,27 +42,6 @@ MAX_TTL_MS = 300_000
 USE_WITHIN_MS = 30_000
 #: Tolerated host/server clock skew for an approval dated slightly in the future.
 CLOCK_SKEW_MS = 5_000
-
-
-def needs_confirmation(tool: str, ctx: CallContext) -> bool:
-    """Whether `tool` called under `ctx` must carry a valid host confirmation."""
-    if tool in ALWAYS_CONFIRMED:
-        return True
-    return tool in CONFIRMABLE and tool in ctx.confirm
-
-
-def confirmation_target(tool: str, arguments: Mapping[str, Any]) -> str | None:
-    """The target a confirmation for `tool` binds to, read from `arguments`.
-
-    candidate_id for withdraw and request_admission, record_id for forget, the
-    idempotency_key for capture (a capture has no target before it commits). None for
-    the read tools or when the field is absent or not a string.
-    """
-    name = CONFIRMATION_TARGET.get(tool)
-    if name is None:
-        return None
-    value = arguments.get(name)
-    return value if isinstance(value, str) else None
 
 
 def operation_digest(tool: str, arguments: Mapping[str, Any]) -> str:
@@ -77,6 +57,19 @@ def claim_key(ctx: CallContext, ref: str) -> str:
     """The used-once ledger's key for `ref`: namespaced by tenant, so one tenant's refs
     can neither collide with nor be burned by another's."""
     return digest(DigestKind.CONFIRMATION_REF, {"tenant": ctx.tenant, "ref": ref})
+
+
+def require_confirmation(
+    ctx: CallContext, tool: str, arguments: Mapping[str, Any], now_ms: int, claim: Callable[[str, int], bool]
+) -> None:
+    """The confirmation gate of one call: nothing when its spec needs no confirmation
+    under `ctx`, else :func:`check_confirmation` against the target its spec names,
+    claiming the ref with `claim(key, now_ms)` (the transaction's used-once ledger,
+    keyed by :func:`claim_key`)."""
+    spec = TOOLS[tool]
+    if spec.needs_confirmation(ctx.confirm):
+        target = spec.confirmation_target(arguments) or ""
+        check_confirmation(ctx, tool, target, arguments, now_ms, lambda ref: claim(claim_key(ctx, ref), now_ms))
 
 
 def _gate_failed() -> ContractError:

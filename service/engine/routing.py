@@ -4,7 +4,7 @@ moving a scope from one group to another.
 Why: every replica holding every scope's indexes stops fitting one machine. On a shared
 (PostgreSQL) store each scope is routed to one replica group (`scope_routes`); only
 that group's replicas project it and answer its calls, and any replica that receives a
-call for another group's scope forwards it there (`service.mcp.router`). The store
+call for another group's scope forwards it there (`service.http.router`). The store
 stays one database, so idempotency, confirmation refs and the journal are unchanged:
 only projections are partitioned.
 

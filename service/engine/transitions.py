@@ -25,7 +25,7 @@ from engram.service.store.base import JournalEvent, Store, Transaction
 from .clock import instant, now_ms
 from .context import CallContext
 from .dependencies import Dependencies
-from .gates import check_confirmation, claim_key
+from .gates import require_confirmation
 from .idempotency import after_commit, find_replay, intent_hash, reserve, rewrite
 from .lifecycle import CandidateState, RecordState, require_forgettable, require_pending
 from .records import authorization_receipt, scope_key, transaction_receipt
@@ -60,7 +60,6 @@ def _transition(
     ctx: CallContext,
     tool: str,
     operation: str,
-    target: str,
     arguments: dict[str, Any],
     effect: Effect,
     physical: dict[str, str],
@@ -79,7 +78,7 @@ def _transition(
         if replay is not None:
             return replay, True
         from_state, to_state, event, shred = effect(tx, at)
-        check_confirmation(ctx, tool, target, arguments, at, lambda ref: tx.claim_confirmation(claim_key(ctx, ref), at))
+        require_confirmation(ctx, tool, arguments, at, tx.claim_confirmation)
         made: str | None = None
         if shred is not None:
             # Recorded once the gate passed and before commit, so a restore of any earlier
@@ -144,9 +143,7 @@ def withdraw(deps: Dependencies, ctx: CallContext, args: WithdrawInput) -> dict[
         tx.set_candidate_state(ctx.scope, candidate.candidate_id, CandidateState.WITHDRAWN, drop_body=True)
         return CandidateState.PENDING, CandidateState.WITHDRAWN, event, shred
 
-    result, was_replay = _transition(
-        deps, ctx, WITHDRAW, "withdraw", args.candidate_id, arguments, effect, {"key_destruction": "pending"}
-    )
+    result, was_replay = _transition(deps, ctx, WITHDRAW, "withdraw", arguments, effect, {"key_destruction": "pending"})
     if was_replay:
         return result
     with after_commit():
@@ -178,7 +175,7 @@ def forget(deps: Dependencies, ctx: CallContext, args: ForgetInput) -> dict[str,
         return record.state, RecordState.TOMBSTONED, event, Shred("record", record.record_id, record.accepted_cursor)
 
     result, was_replay = _transition(
-        deps, ctx, FORGET, "tombstone", args.record_id, arguments, effect, {"projection_invalidation": "pending"}
+        deps, ctx, FORGET, "tombstone", arguments, effect, {"projection_invalidation": "pending"}
     )
     if was_replay:
         return result

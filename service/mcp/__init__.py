@@ -1,23 +1,21 @@
-"""The MCP front end: host-context binding, the six tools over MCP, audit and metrics.
+"""The MCP front end: host-context binding, the six tools over MCP (HTTP and stdio),
+elicitation, envelopes and audit.
 
 Thin by design (DESIGN.md): verify the host context, check grants and purpose, call the
-engine in a worker thread, wrap the envelope. No business rule lives here.
+engine in a worker thread, wrap the envelope. No business rule lives here, and no tool
+is named here: what a tool is comes from its spec. The HTTP around it (the app, limits,
+forwarding, metrics) is `service/http`, which mounts it.
 
 Its surface is its modules, each imported by name.
 """
 
 __all__ = [
-    "app",
     "audit",
-    "body_limit",
     "client_config",
-    "duplicate_keys",
     "elicitation",
     "host_context",
     "local_context",
-    "metrics",
     "rate_limit",
-    "router",
     "server",
     "stdio",
 ]

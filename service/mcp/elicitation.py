@@ -1,12 +1,13 @@
 """Ask the human through MCP elicitation when a call needs a confirmation.
 
-Why: withdraw and forget (and capture / request_admission where the host lists them in
-`confirm`) pass the confirmation gate only with an approval bound to the tool, its
-target and the operation digest. A host that signs its own contexts puts that approval
-in the `confirmation` claim; a stock desktop client cannot, but it can show the human a
-form. When the client declares form elicitation and the call carries no confirmation,
-this asks; an accepted approval becomes exactly the confirmation a host would have
-signed (`service.engine.context.Confirmation`: fresh `ref`, `capability`, `target`,
+Why: a tool whose spec carries a confirmation (withdraw and forget always, capture and
+request_admission where the host lists them in `confirm`) passes the confirmation gate
+only with an approval bound to the tool, its target and the operation digest. A host
+that signs its own contexts puts that approval in the `confirmation` claim; a stock
+desktop client cannot, but it can show the human a form. When the client declares form
+elicitation and the call carries no confirmation, this asks; an accepted approval
+becomes exactly the confirmation a host would have signed
+(`service.engine.context.Confirmation`: fresh `ref`, `capability`, `target`,
 `operation_digest`, `approved_at` = the moment the answer arrived, `expires_at` = asked
 + at most 300 s), and the engine's gate checks it and claims its `ref` once, like any
 other. A decline, a cancel, an answer past the window, or a client without elicitation
@@ -37,7 +38,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from engram.models.digests import CanonicalizationRefused
-from engram.models.tools import ALWAYS_CONFIRMED, CAPTURE, CONFIRMATION_TARGET, FORGET, REQUEST_ADMISSION, WITHDRAW
+from engram.models.tools import ToolSpec
 from engram.service.engine import CallContext, Confirmation, operation_digest
 
 from .host_context import ContextUnavailable
@@ -75,10 +76,6 @@ def caller_of(resolve: Callable[[Any], CallContext]) -> Callable[[Any], str | No
     return caller
 
 
-def needs_confirmation(tool: str, ctx: CallContext) -> bool:
-    return tool in ALWAYS_CONFIRMED or tool in ctx.confirm
-
-
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -92,13 +89,7 @@ def _approved(answer: Any) -> bool:
     return _field(answer, "action") == "accept" and isinstance(content, Mapping) and content.get("approve") is True
 
 
-def _message(tool: str, target_field: str, target: str, digest: str) -> str:
-    verb = {
-        WITHDRAW: "Withdraw candidate",
-        FORGET: "Forget record",
-        CAPTURE: "Capture with key",
-        REQUEST_ADMISSION: "Admit candidate",
-    }[tool]
+def _message(verb: str, tool: str, target_field: str, target: str, digest: str) -> str:
     return f"engram memory: {verb} {target}? ({tool}, {target_field}={target}, operation {digest})"
 
 
@@ -130,13 +121,13 @@ class HumanApproval:
         return RequestStateBoundary(self._security, default_audience=audience)
 
     async def confirm(
-        self, rctx: Any, params: types.CallToolRequestParams, tool: str, ctx: CallContext, arguments: Any
+        self, rctx: Any, params: types.CallToolRequestParams, spec: ToolSpec, ctx: CallContext, arguments: Any
     ) -> CallContext | types.InputRequiredResult:
         """The context to run the call with (confirmed when the human approved), or the
         `InputRequiredResult` that asks the question (2026-07-28 era, first round)."""
-        target_field = CONFIRMATION_TARGET.get(tool)
-        target = arguments.get(target_field) if isinstance(arguments, Mapping) and target_field else None
-        if not isinstance(target, str) or not target:
+        rule, tool = spec.confirmation, spec.name
+        target = spec.confirmation_target(arguments) if isinstance(arguments, Mapping) else None
+        if rule is None or not target:
             return ctx  # malformed: the engine answers INVALID_SCHEMA
         try:
             digest = operation_digest(tool, arguments)
@@ -145,7 +136,7 @@ class HumanApproval:
         if not self._client_can_ask(rctx):
             return ctx
         question = types.ElicitRequestFormParams(
-            message=_message(tool, target_field, target, digest), requested_schema=_SCHEMA
+            message=_message(rule.verb, tool, rule.target, target, digest), requested_schema=_SCHEMA
         )
         if rctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return self._modern_round(params, ctx, question, tool, target, digest)

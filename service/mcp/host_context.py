@@ -24,8 +24,9 @@ session        string, 1-256 chars
 purpose        string, 1-512 UTF-8 bytes; must equal every ``purpose_ref`` argument
 tools          array of granted tool names (``engram_memory_search`` ...); unknown
                names are ignored, an ungranted tool is absent from tools/list
-confirm        array, subset of ``engram_memory_capture`` and
-               ``engram_memory_request_admission``: those need a confirmation
+confirm        array of tools whose confirmation is asked for where listed
+               (``engram_memory_capture``, ``engram_memory_request_admission``):
+               those need a confirmation
 iat            NumericDate (epoch seconds)
 exp            NumericDate (epoch seconds); ``exp - iat`` at most 24 h
 deadline_ms    optional integer, 1..600000: the call's time budget in milliseconds,
@@ -61,7 +62,7 @@ from typing import Any
 import jwt
 
 from engram.models.errors import ContextUnavailable  # noqa: F401 - raised and caught here
-from engram.models.tools import CAPTURE, CONFIRMABLE, GET, SEARCH, TOOLS
+from engram.models.tools import TOOLS, ConfirmWhen, ToolSpec
 from engram.service.engine import CallContext, Confirmation
 
 HEADER = "X-Engram-Context"
@@ -184,7 +185,7 @@ def context_from_claims(claims: Mapping[str, Any]) -> CallContext:
     confirm = claims.get("confirm", [])
     if not isinstance(confirm, list) or not all(isinstance(t, str) for t in confirm):
         raise ContextUnavailable("claim confirm")
-    if not set(confirm) <= CONFIRMABLE:
+    if not all(_confirmable(name) for name in confirm):
         raise ContextUnavailable("claim confirm")
     deadline = claims.get("deadline_ms")
     if deadline is not None:
@@ -200,6 +201,12 @@ def context_from_claims(claims: Mapping[str, Any]) -> CallContext:
         deadline_ms=deadline,
         **values,
     )
+
+
+def _confirmable(name: str) -> bool:
+    """A tool the `confirm` claim may list: one confirmed where the host lists it."""
+    spec = TOOLS.get(name)
+    return spec is not None and spec.confirmation is not None and spec.confirmation.when is ConfirmWhen.LISTED
 
 
 @dataclass(frozen=True)
@@ -334,18 +341,15 @@ def binding_from_env(environ: Mapping[str, str], secret: bytes | None) -> Static
 # --------------------------------------------------------------------------- purpose
 
 
-def check_purpose(ctx: CallContext, tool: str, arguments: Mapping[str, Any]) -> None:
-    """A `purpose_ref` in the arguments must equal the bound purpose, else -32603.
-
-    Top-level for search and get, `payload.purpose_ref` for capture. An absent
-    `purpose_ref` is left to schema validation (INVALID_SCHEMA).
-    """
-    if tool in (SEARCH, GET):
-        holder: Any = arguments
-    elif tool == CAPTURE:
-        holder = arguments.get("payload")
-    else:
+def check_purpose(ctx: CallContext, spec: ToolSpec, arguments: Mapping[str, Any]) -> None:
+    """The `purpose_ref` where the tool's spec places it (top-level for search and get,
+    `payload.purpose_ref` for capture) must equal the bound purpose, else -32603. An
+    absent `purpose_ref` is left to schema validation (INVALID_SCHEMA)."""
+    if not spec.purpose_ref:
         return
-    if isinstance(holder, Mapping) and "purpose_ref" in holder:
-        if holder["purpose_ref"] != ctx.purpose:
-            raise ContextUnavailable("purpose mismatch")
+    *path, name = spec.purpose_ref
+    holder: Any = arguments
+    for key in path:
+        holder = holder.get(key) if isinstance(holder, Mapping) else None
+    if isinstance(holder, Mapping) and name in holder and holder[name] != ctx.purpose:
+        raise ContextUnavailable("purpose mismatch")

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from engram.models.tools import CONFIRMATION_TARGET, TOOLS
+from engram.models.tools import TOOLS
 from engram.service.engine import operation_digest
 
 from .host_context import MAX_LIFETIME_S, context_from_claims, mint_token
@@ -100,10 +100,12 @@ def confirmation_claim(
     Raises `KeyError` for a tool that takes no confirmation and `ValueError` when the
     arguments lack the target.
     """
-    target_field = CONFIRMATION_TARGET[tool]
-    target = arguments.get(target_field)
+    rule = TOOLS[tool].confirmation
+    if rule is None:
+        raise KeyError(tool)
+    target = arguments.get(rule.target)
     if not isinstance(target, str):
-        raise ValueError(f"the arguments of {tool} need a string {target_field}")
+        raise ValueError(f"the arguments of {tool} need a string {rule.target}")
     approved = int(time.time() * 1000) if now_ms is None else now_ms
     return {
         "ref": "cnf_" + secrets.token_hex(16),

@@ -3,16 +3,19 @@
 Why low-level: the contract needs exact closed schemas, per-caller tool lists and its
 own error codes; the high-level server would generate schemas and errors of its own.
 
-A call walks: verify the host context (else -32603) -> tenant opted in (else -32603)
--> tool granted and known (else -32602 "Unknown tool") -> purpose_ref equals the bound
-purpose (else -32603) -> rate limit (RATE_LIMITED) -> engine in a worker thread under
-the deadline -> envelope. On the common path (granted tool, right purpose, no human to
-ask) the tenant, rate-limit and deadline checks run in the engine's own worker hop, in
-that order, so a call costs one thread hand-off; the answers are the same. The
-envelope is the `structuredContent`, an identical JSON text copy is the text content,
-and `isError == not ok`; the result reaches the SDK in its wire form, which the SDK
-checks and dumps once. Every envelope has a fresh `auditId`, and every call (protocol
-rejections included) leaves one audit line.
+One pipeline for every call, over HTTP and stdio alike, each step once and in this
+order: verify the host context (else -32603) -> tenant opted in (else -32603) -> tool
+granted and known (else -32602 "Unknown tool") -> purpose_ref where the tool's spec
+places it equals the bound purpose (else -32603) -> no duplicate keys (INVALID_SCHEMA)
+-> the human's confirmation, where the spec asks for one and the client can be asked
+-> rate limit (RATE_LIMITED) -> deadline (DEADLINE_EXCEEDED) -> engine -> envelope ->
+audit line. The steps from the tenant to the audit run in one worker thread hop, raced
+against the deadline; a call that asks a human takes two (the question is asked on the
+event loop between the purpose check and the rate limit). The envelope is the
+`structuredContent`, an identical JSON text copy is the text content, and `isError ==
+not ok`; the result reaches the SDK in its wire form, which the SDK checks and dumps
+once. Every envelope has a fresh `auditId`, and every call (protocol rejections
+included) leaves one audit line, written where its answer was decided.
 
 Nothing unexpected leaks: an engine exception becomes a STORE_UNAVAILABLE envelope,
 and a middleware turns any other exception into a constant -32603, in both eras (the
@@ -21,8 +24,8 @@ that cannot say whether the tenant is opted in (unreachable, or slower than the 
 of its waits) is no verdict on the context: the call answers STORE_UNAVAILABLE
 (retriable), not -32603, unless it is refused anyway.
 
-The deadline runs from the request's arrival (:data:`ARRIVED_AT`, stamped by the
-scope router in front of the app, which may have spent part of it).
+The deadline runs from the request's arrival (:data:`ARRIVED_AT`, stamped by the HTTP
+layer in front of the app, which may have spent part of it).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any, Literal, NoReturn, Protocol
 
 import anyio
 import anyio.to_thread
@@ -46,14 +49,13 @@ from pydantic import ValidationError
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.envelope import envelope_text, failure_envelope, success_envelope
 from engram.models.errors import StoreUnavailable
-from engram.models.tools import MUTATIONS, TOOLS, ToolSpec
+from engram.models.tools import TOOLS, ToolSpec
 from engram.service.engine import CallContext
+from engram.service.settings import Settings
 
 from .audit import AuditLog, Durability, audit_digest, audit_text_digest
-from .duplicate_keys import MARK_HEADER
-from .elicitation import HumanApproval, needs_confirmation
+from .elicitation import HumanApproval, caller_of
 from .host_context import ContextUnavailable, check_purpose
-from .metrics import Metrics
 from .rate_limit import TokenBucketLimiter
 
 logger = logging.getLogger("engram.mcp")
@@ -66,6 +68,9 @@ UNKNOWN_TOOL_MESSAGE = "Unknown tool"
 INTERNAL_ERROR_MESSAGE = "Internal server error"
 #: ASGI scope key: `time.monotonic()` when the request arrived, if a layer in front stamped it.
 ARRIVED_AT = "engram.arrived_at"
+#: The request header a layer in front sets on a `tools/call` whose JSON repeats a key
+#: (which the SDK's parser would silently collapse): the call answers INVALID_SCHEMA.
+MARK_HEADER = b"x-engram-duplicate-keys"
 #: Past the deadline, how long a tenant check may take to tell a disabled tenant's
 #: refusal (-32603) from a timeout, before the call answers DEADLINE_EXCEEDED.
 LATE_TENANT_CHECK_S = 0.5
@@ -89,6 +94,12 @@ class Binding(Protocol):
     def resolve(self, request: Any) -> CallContext: ...
 
 
+class CallObserver(Protocol):
+    """Where each call's outcome and latency are counted (the HTTP room's metrics)."""
+
+    def observe_call(self, tool: str, code: str, seconds: float) -> None: ...
+
+
 def new_audit_id() -> str:
     """A fresh random audit id per call (128 bits)."""
     return "aud_" + secrets.token_hex(16)
@@ -101,6 +112,12 @@ def _arrival(request: Any) -> float:
     return stamped if isinstance(stamped, float) else time.monotonic()
 
 
+def _marked(request: Any) -> bool:
+    """Whether a layer in front marked the request's JSON as repeating a key."""
+    headers = getattr(request, "headers", None)
+    return headers is not None and bool(headers.get(MARK_HEADER.decode()))
+
+
 @dataclass(frozen=True)
 class Answer:
     """An envelope and its JSON text, serialised once: the text is the text content,
@@ -108,16 +125,50 @@ class Answer:
 
     envelope: dict[str, Any]
     text: str
-    audited: bool = False  # its audit line is already written (by the worker that ran it)
 
     @classmethod
     def of(cls, envelope: dict[str, Any]) -> Answer:
         return cls(envelope, envelope_text(envelope))
 
+    @classmethod
+    def failure(cls, code: ErrorCode, audit_id: str) -> Answer:
+        return cls.of(failure_envelope(code, audit_id))
+
     @property
     def code(self) -> str:
         """The outcome the audit line and the metrics record: "ok" or the error code."""
         return "ok" if self.envelope["ok"] else self.envelope["error"]["code"]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A protocol error (-32603 or -32602), raised to the caller instead of an envelope."""
+
+    code: int
+    message: str
+    reason: str  # logged, never sent
+
+    @classmethod
+    def context(cls, reason: str) -> Refusal:
+        """The one answer to anything wrong with the trusted context (no detail leaks)."""
+        return cls(ContextUnavailable.code, ContextUnavailable.message, reason)
+
+    @classmethod
+    def unknown_tool(cls) -> Refusal:
+        return cls(UNKNOWN_TOOL, UNKNOWN_TOOL_MESSAGE, "unknown or ungranted tool")
+
+
+#: How a call ends: an envelope, a protocol error, or (2026-07-28 era) a question.
+Outcome = Answer | Refusal | types.InputRequiredResult
+
+
+def outcome_code(outcome: Outcome) -> str:
+    """What the audit line and the metrics record for an outcome."""
+    if isinstance(outcome, Answer):
+        return outcome.code
+    if isinstance(outcome, Refusal):
+        return str(outcome.code)
+    return "input_required"
 
 
 def envelope_result(answer: Answer) -> dict[str, Any]:
@@ -139,15 +190,14 @@ def envelope_result(answer: Answer) -> dict[str, Any]:
 
 def tool_definition(spec: ToolSpec) -> types.Tool:
     """The `tools/list` entry: closed input schema, envelope output schema, hints."""
-    destructive = spec.name in ("engram_memory_forget", "engram_memory_withdraw")
     return types.Tool(
         name=spec.name,
         description=spec.description,
         input_schema=spec.input_schema,
         output_schema=spec.output_schema,
         annotations=types.ToolAnnotations(
-            read_only_hint=spec.read_only,
-            destructive_hint=destructive if not spec.read_only else None,
+            read_only_hint=not spec.mutation,
+            destructive_hint=spec.destructive if spec.mutation else None,
             idempotent_hint=True,
             open_world_hint=False,
         ),
@@ -170,69 +220,94 @@ class _NoLeakMiddleware:
             raise MCPError(code=INTERNAL_ERROR, message=INTERNAL_ERROR_MESSAGE) from None
 
 
+class Tenant(Enum):
+    """What the store says of a call's tenant."""
+
+    ENABLED = "enabled"
+    DISABLED = "disabled"
+    UNKNOWN = "unknown"  # the store cannot say: no verdict on the context
+
+
+class Progress(Enum):
+    """How far a worker hop has taken its call."""
+
+    QUEUED = "queued"  # the tenant not checked yet
+    ADMITTED = "admitted"  # tenant, grant, purpose and keys passed
+    RUNNING = "running"  # the engine began
+
+
 class WorkerOutcome(Enum):
-    """What a call's worker hands back instead of an answer."""
+    """What a worker hop hands back instead of an outcome."""
 
-    ABANDONED = "abandoned"  # the deadline answered first: the worker ran nothing, or dropped its answer
-    TENANT_OFF = "tenant_off"  # the worker found the call's tenant not enabled
-
-
-@dataclass(frozen=True)
-class TenantCheckFault:
-    """The worker's tenant check raised: re-raised on the event loop, as if checked there."""
-
-    error: Exception
+    ABANDONED = "abandoned"  # the deadline answered first: the outcome is the loop's
+    AWAITS_HUMAN = "awaits_human"  # admitted; the human is asked on the event loop
 
 
 @dataclass
 class DeadlineRace:
-    """A call's worker racing its deadline: a worker that has not started when the
-    deadline answers never starts, and an answer that comes after it is dropped (the
-    deadline's answer is the one audited)."""
+    """A worker hop racing its call's deadline: a worker that has not started the engine
+    when the deadline answers never starts it, and an outcome that comes after the
+    deadline's is dropped (the deadline's answer is the one audited)."""
 
+    progress: Progress = Progress.QUEUED
     lock: threading.Lock = field(default_factory=threading.Lock)
-    started: bool = False
     abandoned: bool = False
-    answer: Answer | None = None  # set by the worker, which then audits it itself
+    outcome: Outcome | None = None  # set by the worker, which then audits it itself
+
+    def admit(self) -> None:
+        with self.lock:
+            self.progress = Progress.ADMITTED
 
     def start(self) -> bool:
         """The worker may run the engine (False once the deadline has answered)."""
         with self.lock:
             if not self.abandoned:
-                self.started = True
-            return self.started
+                self.progress = Progress.RUNNING
+            return not self.abandoned
 
-    def finish(self, answer: Answer) -> bool:
-        """Hand the worker's answer over (False when the deadline answered first)."""
+    def finish(self, outcome: Outcome) -> bool:
+        """Hand the worker's outcome over (False when the deadline answered first)."""
         with self.lock:
             if self.abandoned:
                 return False
-            self.answer = answer
+            self.outcome = outcome
             return True
 
-    def abandon(self) -> Answer | None:
-        """At the deadline: the answer that made it just in time, else none ever will."""
+    def abandon(self) -> Outcome | None:
+        """At the deadline: the outcome that made it just in time, else none ever will."""
         with self.lock:
-            if self.answer is None:
+            if self.outcome is None:
                 self.abandoned = True
-            return self.answer
+            return self.outcome
 
 
 @dataclass(frozen=True)
-class WorkerCall:
-    """One tool call as its worker runs it."""
+class ToolCall:
+    """One `tools/call` as the pipeline carries it."""
 
     name: str
-    ctx: CallContext
+    spec: ToolSpec | None  # None: not a tool of this server
     arguments: Any
     audit_id: str
-    started: float
-    deadline: float  # time.monotonic() by which the answer is due
-    tenant_checked: bool
+    started: float  # time.monotonic() the deadline runs from
+    marked: bool  # its JSON repeats a key
+    ctx: CallContext | None = None  # None: the context was refused
+    refusal: Refusal | None = None  # why it is refused, tenant aside (no I/O)
+    budget_s: float = 0.0
+    asks: bool = False  # a human is asked for the confirmation it needs
+
+    @property
+    def label(self) -> str:
+        """The tool name the audit line and the metrics record."""
+        return self.name if self.spec is not None else "unknown"
+
+    @property
+    def deadline(self) -> float:
+        return self.started + self.budget_s
 
 
 class ToolFrontEnd:
-    """The MCP handlers: binding, grants, purpose, rate limit, deadline, envelope, audit."""
+    """The MCP handlers: the one call pipeline from host binding to audit line."""
 
     def __init__(
         self,
@@ -240,7 +315,7 @@ class ToolFrontEnd:
         binding: Binding,
         *,
         audit: AuditLog | None = None,
-        metrics: Metrics | None = None,
+        observer: CallObserver | None = None,
         default_deadline_ms: int,
         limiter: TokenBucketLimiter | None = None,
         approval: HumanApproval | None = None,
@@ -249,12 +324,37 @@ class ToolFrontEnd:
         self.engine = engine
         self.binding = binding
         self.audit = audit
-        self.metrics = metrics or Metrics()
+        self.observer = observer
         self.limiter = limiter or TokenBucketLimiter(rate=0, burst=1)
         self.default_deadline_ms = default_deadline_ms
         self.approval = approval
         self.tools = dict(tools)
         self._definitions = {name: tool_definition(spec) for name, spec in self.tools.items()}
+
+    @classmethod
+    def configured(
+        cls,
+        engine: EngineLike,
+        binding: Binding,
+        settings: Settings,
+        *,
+        audit: AuditLog,
+        observer: CallObserver | None = None,
+        state_key: bytes | None = None,
+    ) -> ToolFrontEnd:
+        """The front end `settings` describe, for HTTP and stdio alike: the per-principal
+        token bucket, the default deadline, human approval (its sealed state keyed by
+        `state_key`; replicas sharing it accept each other's, None: a key of this
+        process)."""
+        return cls(
+            engine,
+            binding,
+            audit=audit,
+            observer=observer,
+            limiter=TokenBucketLimiter(rate=settings.rate, burst=settings.burst),
+            default_deadline_ms=settings.deadline_ms,
+            approval=HumanApproval(settings.approval_ttl_s, state_key=state_key, caller=caller_of(binding.resolve)),
+        )
 
     # ----------------------------------------------------------------- server
 
@@ -265,7 +365,7 @@ class ToolFrontEnd:
             title=SERVER_TITLE,
             instructions=INSTRUCTIONS,
             on_list_tools=self.list_tools,
-            on_call_tool=self.call_tool,
+            on_call_tool=self.call_tool,  # type: ignore[arg-type]  # the result in its wire form
             # Mcp-Param header validation looks schemas up here instead of running the
             # caller-scoped tools/list handler without a caller.
             get_tool_input_schema=lambda name: self.tools[name].input_schema if name in self.tools else None,
@@ -275,7 +375,7 @@ class ToolFrontEnd:
             server.middleware.append(self.approval.boundary(SERVER_NAME))
         return server
 
-    # ----------------------------------------------------------------- context
+    # ----------------------------------------------------------------- list
 
     async def list_tools(self, rctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         """The tools the verified context grants, once its tenant is opted in. A store
@@ -284,11 +384,12 @@ class ToolFrontEnd:
         no retriable answer, and -32603 would tell the agent to stop."""
         try:
             ctx = self.binding.resolve(rctx.request)
-            await self._require_tenant(ctx)
         except ContextUnavailable as exc:
-            logger.info("tools/list refused: %s", exc.reason)
-            raise MCPError(code=ContextUnavailable.code, message=ContextUnavailable.message) from None
-        except StoreUnavailable:
+            self._refuse("tools/list", Refusal.context(exc.reason))
+        tenant = await anyio.to_thread.run_sync(self._tenant, ctx)
+        if tenant is Tenant.DISABLED:
+            self._refuse("tools/list", Refusal.context("tenant not enabled"))
+        if tenant is Tenant.UNKNOWN:
             logger.warning("tools/list: the tenant check could not reach the store; listing the granted tools")
         return types.ListToolsResult(tools=[d for name, d in self._definitions.items() if name in ctx.tools])
 
@@ -297,226 +398,195 @@ class ToolFrontEnd:
     async def call_tool(
         self, rctx: Any, params: types.CallToolRequestParams
     ) -> dict[str, Any] | types.InputRequiredResult:
-        started = _arrival(rctx.request)
-        audit_id = new_audit_id()
-        name = params.name
-        tool_label = name if name in self.tools else "unknown"
-        ctx: CallContext | None = None
-        arguments: Any = params.arguments if params.arguments is not None else {}
-        marked = rctx.request is not None and bool(rctx.request.headers.get(MARK_HEADER.decode()))
+        call = self._call(rctx.request, params)
+        outcome = await self._pipeline(rctx, params, call)
+        if self.observer is not None:
+            self.observer.observe_call(call.label, outcome_code(outcome), time.monotonic() - call.started)
+        if isinstance(outcome, Refusal):
+            self._refuse(f"tools/call {call.label}", outcome)
+        return envelope_result(outcome) if isinstance(outcome, Answer) else outcome
+
+    def _call(self, request: Any, params: types.CallToolRequestParams) -> ToolCall:
+        """The call as it arrived, with its verified context, and why it is refused
+        before the engine, tenant aside (no I/O): a context that does not verify or a
+        purpose other than the bound one (-32603), an unknown or ungranted tool (-32602)."""
+        spec = self.tools.get(params.name)
+        arguments = params.arguments if params.arguments is not None else {}
+        call = ToolCall(params.name, spec, arguments, new_audit_id(), _arrival(request), _marked(request))
         try:
-            ctx = self.binding.resolve(rctx.request)
-            refusal = self._refusal(name, ctx, arguments)
-            asks = (
-                refusal is None
-                and self.approval is not None
-                and ctx.confirmation is None
-                and needs_confirmation(name, ctx)
-            )
-            # The tenant is checked first. On the common path (a granted tool, the right
-            # purpose, nothing to ask a human) that check runs in the engine's own worker
-            # hop; anything else checks it here, before saying why else it refuses.
-            tenant_checked = refusal is not None or marked or asks
-            if tenant_checked:
-                try:
-                    await self._require_tenant(ctx)
-                except StoreUnavailable:
-                    if refusal is None:
-                        answer = Answer.of(failure_envelope(ErrorCode.STORE_UNAVAILABLE, audit_id))
-                        await self._record(audit_id, name, answer.code, started, ctx, arguments, answer)
-                        return envelope_result(answer)
-            if refusal is not None:
-                raise refusal
+            ctx = self.binding.resolve(request)
         except ContextUnavailable as exc:
-            logger.info("tools/call %s refused: %s", tool_label, exc.reason)
-            await self._record(audit_id, tool_label, str(ContextUnavailable.code), started, ctx, arguments, None)
-            raise MCPError(code=ContextUnavailable.code, message=ContextUnavailable.message) from None
-        except MCPError as exc:
-            await self._record(audit_id, tool_label, str(exc.code), started, ctx, arguments, None)
-            raise
-
-        if marked:
-            answer = Answer.of(failure_envelope(ErrorCode.INVALID_SCHEMA, audit_id))
-        else:
-            if asks:
-                asked = await self.approval.confirm(rctx, params, name, ctx, arguments)  # type: ignore[union-attr]
-                if isinstance(asked, types.InputRequiredResult):
-                    await self._record(audit_id, name, "input_required", started, ctx, arguments, None)
-                    return asked
-                if asked.confirmation is not None:
-                    started = time.monotonic()  # the deadline runs from the human's answer
-                ctx = asked
-            answered = await self._execute(name, ctx, arguments, audit_id, started, tenant_checked=tenant_checked)
-            if answered is None:  # the tenant is not enabled (checked in the worker)
-                logger.info("tools/call %s refused: %s", tool_label, "tenant not enabled")
-                await self._record(audit_id, tool_label, str(ContextUnavailable.code), started, ctx, arguments, None)
-                raise MCPError(code=ContextUnavailable.code, message=ContextUnavailable.message)
-            answer = answered
-            if answer.audited:
-                self.metrics.observe_call(name, answer.code, time.monotonic() - started)
-                return envelope_result(answer)
-        await self._record(audit_id, name, answer.code, started, ctx, arguments, answer)
-        return envelope_result(answer)
-
-    def _refusal(self, name: str, ctx: CallContext, arguments: Any) -> Exception | None:
-        """Why the call is refused before the engine, tenant aside (no I/O): an unknown
-        or ungranted tool (-32602), or a purpose other than the bound one (-32603)."""
-        if name not in self.tools or name not in ctx.tools:
-            return MCPError(code=UNKNOWN_TOOL, message=UNKNOWN_TOOL_MESSAGE)
-        try:
-            check_purpose(ctx, name, arguments)
-        except ContextUnavailable as exc:
-            return exc
-        return None
-
-    async def _require_tenant(self, ctx: CallContext, within_s: float | None = None) -> None:
-        """ContextUnavailable unless the tenant is opted in; StoreUnavailable when the
-        store cannot say (within `within_s` seconds, when given)."""
-        with anyio.move_on_after(within_s) as waited:
-            enabled = await anyio.to_thread.run_sync(self.engine.tenant_enabled, ctx.tenant, abandon_on_cancel=True)
-        if waited.cancelled_caught:
-            raise StoreUnavailable()
-        if enabled is not True:
-            raise ContextUnavailable("tenant not enabled")
-
-    async def _late_tenant_refusal(self, ctx: CallContext) -> bool:
-        """Past the deadline: whether the tenant is known to be disabled (the call is then
-        refused, not timed out). A store that cannot say promptly is no refusal."""
-        try:
-            await self._require_tenant(ctx, LATE_TENANT_CHECK_S)
-        except ContextUnavailable:
-            return True
-        except StoreUnavailable:
-            pass
-        return False
-
-    def _admitted(self, ctx: CallContext, deadline: float, audit_id: str) -> Answer | None:
-        """Rate limit and deadline, before the engine: an answer that refuses, or None."""
-        if not self.limiter.allow((ctx.tenant, ctx.principal)):
-            return Answer.of(failure_envelope(ErrorCode.RATE_LIMITED, audit_id))
-        if deadline - time.monotonic() <= 0:
-            return Answer.of(failure_envelope(ErrorCode.DEADLINE_EXCEEDED, audit_id))
-        return None
-
-    async def _execute(
-        self, name: str, ctx: CallContext, arguments: Any, audit_id: str, started: float, *, tenant_checked: bool
-    ) -> Answer | None:
-        """The engine's answer, within the deadline, audited by the worker that ran it.
-        Unless ``tenant_checked``, the worker checks the tenant first, and then the rate
-        limit and deadline: None when the tenant is not enabled."""
+            return replace(call, refusal=Refusal.context(exc.reason))
         budget_ms = ctx.deadline_ms if ctx.deadline_ms is not None else self.default_deadline_ms
-        deadline = started + budget_ms / 1000.0
-        if tenant_checked:
-            early = self._admitted(ctx, deadline, audit_id)
-            if early is not None:
-                return early
-        elif deadline - time.monotonic() <= 0:
-            if await self._late_tenant_refusal(ctx):
-                return None
-            return Answer.of(failure_envelope(ErrorCode.DEADLINE_EXCEEDED, audit_id))
-        race = DeadlineRace()
-        call = WorkerCall(name, ctx, arguments, audit_id, started, deadline, tenant_checked)
+        call = replace(call, ctx=ctx, budget_s=budget_ms / 1000.0)
+        if spec is None or spec.name not in ctx.tools:
+            return replace(call, refusal=Refusal.unknown_tool())
         try:
-            with anyio.move_on_after(deadline - time.monotonic()) as scope:
-                value = await anyio.to_thread.run_sync(self._work, race, call, abandon_on_cancel=True)
-            if scope.cancelled_caught:
-                return await self._answer_at_deadline(race, call)
-            if value is WorkerOutcome.TENANT_OFF:
-                return None
-            if not isinstance(value, (Answer, TenantCheckFault)):
-                raise TypeError("engine returned no value")
-        except ContextUnavailable:
-            return None
-        except Exception as exc:  # noqa: BLE001 - never leak internals
-            logger.error("engine failure in %s: %s", name, type(exc).__name__)
-            if name in MUTATIONS and race.started:
-                # It may have committed before failing: tell the caller to retry with the same key.
-                return Answer.of(failure_envelope(ErrorCode.MUTATION_OUTCOME_UNKNOWN, audit_id))
-            return Answer.of(failure_envelope(ErrorCode.STORE_UNAVAILABLE, audit_id))
-        if isinstance(value, TenantCheckFault):  # as if checked on the loop: a constant -32603
-            raise value.error
-        return value
+            check_purpose(ctx, spec, arguments)
+        except ContextUnavailable as exc:
+            return replace(call, refusal=Refusal.context(exc.reason))
+        asks = self.approval is not None and ctx.confirmation is None and spec.needs_confirmation(ctx.confirm)
+        return replace(call, asks=asks)
 
-    def _work(self, race: DeadlineRace, call: WorkerCall) -> Answer | WorkerOutcome | TenantCheckFault:
-        """In the worker thread: the tenant, rate-limit and deadline checks the loop left
-        to it, then the engine, then the audit line, in this one hop."""
-        ctx = call.ctx
-        if not call.tenant_checked:
-            try:
-                enabled = self.engine.tenant_enabled(ctx.tenant)
-            except StoreUnavailable:  # no verdict on the context: retry later
-                return Answer.of(failure_envelope(ErrorCode.STORE_UNAVAILABLE, call.audit_id))
-            except Exception as exc:  # noqa: BLE001 - a protocol fault, raised on the loop
-                return TenantCheckFault(exc)
-            if enabled is not True:
-                return WorkerOutcome.TENANT_OFF
-            early = self._admitted(ctx, call.deadline, call.audit_id)
-            if early is not None:
-                return early
+    async def _pipeline(self, rctx: Any, params: types.CallToolRequestParams, call: ToolCall) -> Outcome:
+        """The call's outcome, audited. Tenant, grant, purpose and keys, then (unless a
+        human is asked first) rate limit, deadline, engine and audit: one worker hop."""
+        if call.ctx is None:
+            return await self._audited(call, call.refusal or Refusal.context("no context"))
+        outcome = await self._hop(call, admit=True)
+        if outcome is not WorkerOutcome.AWAITS_HUMAN:
+            return outcome
+        assert self.approval is not None and call.spec is not None
+        asked = await self.approval.confirm(rctx, params, call.spec, call.ctx, call.arguments)
+        if isinstance(asked, types.InputRequiredResult):
+            return await self._audited(call, asked)
+        # The deadline runs from the human's answer.
+        started = time.monotonic() if asked.confirmation is not None else call.started
+        confirmed = await self._hop(replace(call, ctx=asked, started=started, asks=False), admit=False)
+        assert confirmed is not WorkerOutcome.AWAITS_HUMAN
+        return confirmed
+
+    async def _hop(self, call: ToolCall, *, admit: bool) -> Outcome | Literal[WorkerOutcome.AWAITS_HUMAN]:
+        """One worker thread hop of the pipeline, raced against the deadline: from the
+        tenant (``admit``) or from the rate limit on, audited where it was decided."""
+        race = DeadlineRace(Progress.QUEUED if admit else Progress.ADMITTED)
+        try:
+            with anyio.move_on_after(call.deadline - time.monotonic()) as waited:
+                outcome = await anyio.to_thread.run_sync(self._steps, race, call, abandon_on_cancel=True)
+            if waited.cancelled_caught:
+                return await self._at_deadline(race, call)
+        except Exception as exc:  # noqa: BLE001 - never leak internals
+            if race.progress is Progress.QUEUED:
+                raise  # the tenant check itself failed: a protocol fault (-32603)
+            logger.error("engine failure in %s: %s", call.name, type(exc).__name__)
+            # A mutation that began may have committed: retry with the same key.
+            began = race.progress is Progress.RUNNING and call.spec is not None and call.spec.mutation
+            code = ErrorCode.MUTATION_OUTCOME_UNKNOWN if began else ErrorCode.STORE_UNAVAILABLE
+            return await self._audited(call, Answer.failure(code, call.audit_id))
+        assert outcome is not WorkerOutcome.ABANDONED, "only the deadline abandons a worker, and it answered"
+        return outcome
+
+    def _steps(self, race: DeadlineRace, call: ToolCall) -> Outcome | WorkerOutcome:
+        """In the worker thread, in this order: tenant, grant and purpose, duplicate
+        keys (while the race is QUEUED); then, unless a human is asked first, rate
+        limit, deadline, engine, and the audit line of whatever ended the call."""
+        if race.progress is Progress.QUEUED:
+            refused = self._admission(call, self._tenant(call.ctx))
+            if refused is not None:
+                return self._finish(race, call, refused)
+            race.admit()
+            if call.asks:
+                return WorkerOutcome.AWAITS_HUMAN
+        limited = self._limited(call)
+        if limited is not None:
+            return self._finish(race, call, limited)
         if not race.start():
             return WorkerOutcome.ABANDONED
-        try:
-            value = self.engine.execute(call.name, ctx, call.arguments)
-        except ContractError as exc:
-            answer = Answer.of(failure_envelope(exc.code, call.audit_id))
-        else:
-            if not isinstance(value, dict):
-                raise TypeError("engine returned no value")
-            # Serialised once, here in the worker rather than on the event loop: a value
-            # that cannot be is an internal fault.
-            answer = Answer.of(success_envelope(value, call.audit_id))
-        if not race.finish(answer):  # the deadline answered first, and audits that answer
-            return WorkerOutcome.ABANDONED
-        # The audit line is written in this same worker hop, before the answer leaves.
-        self._audit_line(call.audit_id, call.name, answer.code, call.started, ctx, call.arguments, answer)
-        return replace(answer, audited=True)
+        return self._finish(race, call, self._engine_answer(call))
 
-    async def _answer_at_deadline(self, race: DeadlineRace, call: WorkerCall) -> Answer:
-        """The deadline passed: the worker's answer if it made it just in time, else
-        DEADLINE_EXCEEDED, or MUTATION_OUTCOME_UNKNOWN for a mutation already begun (a
-        disabled tenant the worker never checked is refused instead: ContextUnavailable)."""
+    def _limited(self, call: ToolCall) -> Answer | None:
+        """Rate limit, then deadline, before the engine: an answer that refuses, or None."""
+        assert call.ctx is not None
+        if not self.limiter.allow((call.ctx.tenant, call.ctx.principal)):
+            return Answer.failure(ErrorCode.RATE_LIMITED, call.audit_id)
+        if call.deadline - time.monotonic() <= 0:
+            return Answer.failure(ErrorCode.DEADLINE_EXCEEDED, call.audit_id)
+        return None
+
+    def _engine_answer(self, call: ToolCall) -> Answer:
+        """The engine's answer as an envelope; a contract failure is one too."""
+        assert call.ctx is not None
+        try:
+            value = self.engine.execute(call.name, call.ctx, call.arguments)
+        except ContractError as exc:
+            return Answer.failure(exc.code, call.audit_id)
+        if not isinstance(value, dict):
+            raise TypeError("engine returned no value")
+        # Serialised once, here in the worker rather than on the event loop: a value
+        # that cannot be is an internal fault.
+        return Answer.of(success_envelope(value, call.audit_id))
+
+    def _admission(self, call: ToolCall, tenant: Tenant) -> Outcome | None:
+        """What ends the call before the rate limit, given its tenant: a disabled tenant
+        first, then the refusal it carries, a store that cannot say, repeated keys."""
+        if tenant is Tenant.DISABLED:
+            return Refusal.context("tenant not enabled")
+        if call.refusal is not None:
+            return call.refusal
+        if tenant is Tenant.UNKNOWN:
+            return Answer.failure(ErrorCode.STORE_UNAVAILABLE, call.audit_id)
+        if call.marked:
+            return Answer.failure(ErrorCode.INVALID_SCHEMA, call.audit_id)
+        return None
+
+    def _tenant(self, ctx: CallContext | None) -> Tenant:
+        """Whether the context's tenant is opted in (blocking: it asks the store)."""
+        assert ctx is not None
+        try:
+            enabled = self.engine.tenant_enabled(ctx.tenant)
+        except StoreUnavailable:
+            return Tenant.UNKNOWN
+        return Tenant.ENABLED if enabled is True else Tenant.DISABLED
+
+    def _finish(self, race: DeadlineRace, call: ToolCall, outcome: Outcome) -> Outcome | WorkerOutcome:
+        """The worker's outcome, audited in the same hop before it leaves (unless the
+        deadline answered first, and audits that answer)."""
+        if not race.finish(outcome):
+            return WorkerOutcome.ABANDONED
+        self._audit_line(call, outcome)
+        return outcome
+
+    async def _at_deadline(self, race: DeadlineRace, call: ToolCall) -> Outcome:
+        """The deadline passed: the worker's outcome if it made it just in time, else
+        DEADLINE_EXCEEDED, or MUTATION_OUTCOME_UNKNOWN for a mutation already begun. A
+        call the worker had not admitted yet keeps a refusal it is due: its tenant is
+        checked once more, within a short bound."""
         in_time = race.abandon()
         if in_time is not None:
-            return replace(in_time, audited=True)
-        if not race.started and not call.tenant_checked and await self._late_tenant_refusal(call.ctx):
-            raise ContextUnavailable("tenant not enabled")
-        began_mutation = race.started and call.name in MUTATIONS
-        code = ErrorCode.MUTATION_OUTCOME_UNKNOWN if began_mutation else ErrorCode.DEADLINE_EXCEEDED
-        return Answer.of(failure_envelope(code, call.audit_id))
+            return in_time  # audited by the worker
+        if race.progress is Progress.QUEUED:
+            tenant = Tenant.UNKNOWN
+            with anyio.move_on_after(LATE_TENANT_CHECK_S):
+                tenant = await anyio.to_thread.run_sync(self._tenant, call.ctx, abandon_on_cancel=True)
+            refused = self._admission(call, tenant)
+            if isinstance(refused, Refusal):
+                return await self._audited(call, refused)
+        began = race.progress is Progress.RUNNING and call.spec is not None and call.spec.mutation
+        code = ErrorCode.MUTATION_OUTCOME_UNKNOWN if began else ErrorCode.DEADLINE_EXCEEDED
+        return await self._audited(call, Answer.failure(code, call.audit_id))
 
-    async def _record(self, *line: Any) -> None:
-        """Metrics, then the audit line off the event loop (``line`` as for :meth:`_audit_line`)."""
-        _, tool, code, started, *_ = line
-        self.metrics.observe_call(tool, code, time.monotonic() - started)
+    # ----------------------------------------------------------------- answers
+
+    @staticmethod
+    def _refuse(what: str, refusal: Refusal) -> NoReturn:
+        logger.info("%s refused: %s", what, refusal.reason)
+        raise MCPError(code=refusal.code, message=refusal.message) from None
+
+    async def _audited(self, call: ToolCall, outcome: Outcome) -> Outcome:
+        """An outcome decided on the event loop, its audit line written off it."""
         if self.audit is not None:
-            await anyio.to_thread.run_sync(self._audit_line, *line)
+            await anyio.to_thread.run_sync(self._audit_line, call, outcome)
+        return outcome
 
-    def _audit_line(
-        self,
-        audit_id: str,
-        tool: str,
-        code: str,
-        started: float,
-        ctx: CallContext | None,
-        arguments: Any,
-        answer: Answer | None,
-    ) -> None:
+    def _audit_line(self, call: ToolCall, outcome: Outcome) -> None:
         """Write the call's audit line; never raises. Blocking: a mutation's line is on
         disk before its answer leaves (group commit with concurrent calls), any other
         line is written (it survives the process) and flushed by the next group."""
         if self.audit is None:
             return
-        durable = tool in MUTATIONS and answer is not None
+        ctx = call.ctx
+        answer = outcome if isinstance(outcome, Answer) else None
+        durable = call.spec is not None and call.spec.mutation and answer is not None
         try:
             self.audit.record(
-                audit_id=audit_id,
-                tool=tool,
-                code=code,
-                latency_ms=(time.monotonic() - started) * 1000.0,
+                audit_id=call.audit_id,
+                tool=call.label,
+                code=outcome_code(outcome),
+                latency_ms=(time.monotonic() - call.started) * 1000.0,
                 tenant=ctx.tenant if ctx else None,
                 workspace=ctx.workspace if ctx else None,
                 principal=ctx.principal if ctx else None,
-                arguments_digest=audit_digest("arguments", {"tool": tool, "arguments": arguments}),
+                arguments_digest=audit_digest("arguments", {"tool": call.label, "arguments": call.arguments}),
                 response_digest=None if answer is None else audit_text_digest("response", answer.text),
                 durability=Durability.SYNCED if durable else Durability.WRITTEN,
             )

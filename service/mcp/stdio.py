@@ -17,9 +17,7 @@ from mcp.server.stdio import stdio_server
 from engram.service.settings import Settings
 
 from .audit import AUDIT_FILE, AuditLog
-from .elicitation import HumanApproval, caller_of
 from .host_context import StaticBinding
-from .rate_limit import TokenBucketLimiter
 from .server import EngineLike, ToolFrontEnd
 
 
@@ -36,14 +34,7 @@ def serve_stdio(
 ) -> None:
     """Serve until stdin closes; audit lines go to `<data_dir>/audit.jsonl`."""
     audit = AuditLog(Path(settings.data_dir) / AUDIT_FILE)
-    front = ToolFrontEnd(
-        engine,
-        binding,
-        audit=audit,
-        limiter=TokenBucketLimiter(rate=settings.rate, burst=settings.burst),
-        default_deadline_ms=settings.deadline_ms,
-        approval=HumanApproval(settings.approval_ttl_s, caller=caller_of(binding.resolve)),
-    )
+    front = ToolFrontEnd.configured(engine, binding, settings, audit=audit)
     try:
         anyio.run(_serve, front)
     finally:

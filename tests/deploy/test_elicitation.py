@@ -76,7 +76,7 @@ def error_code(envelope: dict) -> str:
 def http_servers(tmp_path_factory):
     """One engine, two apps: the 300 s approval window, and a 1 s one for 'too late'."""
     from engram.service.engine.engine import Engine
-    from engram.service.mcp.app import create_app
+    from engram.service.http.app import create_app
     from engram.service.settings import Settings
 
     data_dir = tmp_path_factory.mktemp("elicit-http")

@@ -7,7 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from engram.models.tools import CAPTURE, REQUEST_ADMISSION, SEARCH
-from engram.service.mcp.app import create_app
+from engram.service.http.app import create_app
 from engram.service.settings import Settings
 
 SECRET = b"metrics-test-host-secret-0123456789abcdef"

@@ -5,8 +5,8 @@ Two kinds of package: a facade (``engram.ranking``, ``engram.service.engine``, t
 the CLI) re-exports the names other rooms may use, and every public name its namespace
 holds is in ``__all__`` (as httpx keeps its own); a collection of modules
 (``engram.models``, ``engram.eval``, ...) lists its modules, each imported by name. The
-outer rooms (bulk ingestion, evaluation, the CLI, the MCP front end, the operator
-channel) reach the engine and the ranker only through their facades, never a module
+outer rooms (bulk ingestion, evaluation, the CLI, the HTTP app, the MCP front end, the
+operator channel) reach the engine and the ranker only through their facades, never a module
 inside them.
 """
 
@@ -27,7 +27,7 @@ PACKAGES = sorted(
     for p in (ROOT / room).rglob("__init__.py")
 )
 #: Rooms that call the engine and the ranker from outside, and the facades they must use.
-OUTER_ROOMS = ("index_data", "eval", "service/cli", "service/mcp", "service/operator")
+OUTER_ROOMS = ("index_data", "eval", "service/cli", "service/http", "service/mcp", "service/operator")
 FACADES = ("engram.ranking", "engram.service.engine")
 
 
@@ -71,3 +71,17 @@ def test_the_outer_rooms_use_only_the_facades_of_the_engine_and_the_ranker() -> 
         if any(module.startswith(facade + ".") for facade in FACADES)
     ]
     assert reached_inside == []
+
+
+def test_the_http_room_mounts_mcp_and_mcp_never_reaches_back() -> None:
+    """`service/http` imports the MCP front end to mount it; nothing in `service/mcp`
+    (nor the engine below it) imports `service/http`."""
+    reached_up = [
+        f"{path.relative_to(ROOT)}: {module}"
+        for room in ("service/mcp", "service/engine", "service/store", "models", "ranking")
+        for path in sorted((ROOT / room).rglob("*.py"))
+        for module in _imports(path)
+        if module == "engram.service.http" or module.startswith("engram.service.http.")
+    ]
+    assert reached_up == []
+    assert any(m.startswith("engram.service.mcp.") for m in _imports(ROOT / "service/http/app.py"))

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from mcp_support import SECRET, FakeEngine, ServerThread  # noqa: E402
 
-from engram.service.mcp.app import create_app  # noqa: E402
+from engram.service.http.app import create_app  # noqa: E402
 from engram.service.settings import Settings  # noqa: E402
 
 

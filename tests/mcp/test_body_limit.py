@@ -6,8 +6,8 @@ from __future__ import annotations
 from mcp_support import SECRET, FakeEngine
 from starlette.testclient import TestClient
 
-from engram.service.mcp.app import create_app
-from engram.service.mcp.body_limit import MAX_REQUEST_BYTES
+from engram.service.http.app import create_app
+from engram.service.http.body_limit import MAX_REQUEST_BYTES
 from engram.service.settings import Settings
 
 

@@ -8,7 +8,7 @@ import json
 import httpx
 from mcp_support import HEADER, token
 
-from engram.service.mcp.duplicate_keys import has_duplicate_keys_in_tool_call
+from engram.service.http.duplicate_keys import has_duplicate_keys_in_tool_call
 
 META = (
     '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}'

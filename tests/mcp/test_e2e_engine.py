@@ -27,7 +27,7 @@ PURPOSE = "purpose:test"
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):
-    from engram.service.mcp.app import create_app
+    from engram.service.http.app import create_app
     from engram.service.settings import Settings
 
     data_dir = tmp_path_factory.mktemp("engine-data")

@@ -12,14 +12,12 @@ from hypothesis import strategies as st
 
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.digests import DigestKind, digest
-from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW
+from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, TOOLS, WITHDRAW
 from engram.service.engine.context import CallContext, Confirmation
 from engram.service.engine.gates import (
     MAX_TTL_MS,
     USE_WITHIN_MS,
     check_confirmation,
-    confirmation_target,
-    needs_confirmation,
     operation_digest,
 )
 
@@ -170,22 +168,26 @@ def test_unencodable_arguments_fail_the_gate():
         check(conf(), args={**ARGS, "x": float("nan")})
 
 
+def needs_confirmation(tool: str, confirm: frozenset[str] = frozenset()) -> bool:
+    return TOOLS[tool].needs_confirmation(confirm)
+
+
 def test_needs_confirmation():
-    assert needs_confirmation(FORGET, ctx()) and needs_confirmation(WITHDRAW, ctx())
+    assert needs_confirmation(FORGET) and needs_confirmation(WITHDRAW)
     for tool in (CAPTURE, REQUEST_ADMISSION, SEARCH, GET):
-        assert not needs_confirmation(tool, ctx())
-    both = ctx(confirm=frozenset({CAPTURE, REQUEST_ADMISSION}))
+        assert not needs_confirmation(tool)
+    both = frozenset({CAPTURE, REQUEST_ADMISSION})
     assert needs_confirmation(CAPTURE, both) and needs_confirmation(REQUEST_ADMISSION, both)
-    assert not needs_confirmation(SEARCH, ctx(confirm=frozenset({SEARCH})))
+    assert not needs_confirmation(SEARCH, frozenset({SEARCH}))
 
 
 def test_confirmation_target():
-    assert confirmation_target(FORGET, ARGS) == "mem_abc"
-    assert confirmation_target(WITHDRAW, {"candidate_id": "c1"}) == "c1"
-    assert confirmation_target(REQUEST_ADMISSION, {"candidate_id": "c2"}) == "c2"
-    assert confirmation_target(CAPTURE, {"idempotency_key": "k" * 16}) == "k" * 16
-    assert confirmation_target(SEARCH, {"query": "q"}) is None
-    assert confirmation_target(FORGET, {"record_id": 5}) is None
+    assert TOOLS[FORGET].confirmation_target(ARGS) == "mem_abc"
+    assert TOOLS[WITHDRAW].confirmation_target({"candidate_id": "c1"}) == "c1"
+    assert TOOLS[REQUEST_ADMISSION].confirmation_target({"candidate_id": "c2"}) == "c2"
+    assert TOOLS[CAPTURE].confirmation_target({"idempotency_key": "k" * 16}) == "k" * 16
+    assert TOOLS[SEARCH].confirmation_target({"query": "q"}) is None
+    assert TOOLS[FORGET].confirmation_target({"record_id": 5}) is None
 
 
 @settings(max_examples=200, deadline=None)

@@ -12,7 +12,7 @@ import pytest
 from mcp_support import SECRET, claims
 from starlette.datastructures import Headers
 
-from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH
+from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, TOOLS
 from engram.service.mcp.host_context import (
     HEADER,
     ContextUnavailable,
@@ -149,10 +149,11 @@ def test_header_binding():
 
 def test_purpose_check():
     ctx = context_from_claims(claims())
-    check_purpose(ctx, SEARCH, {"purpose_ref": "purpose:test"})
-    check_purpose(ctx, GET, {})  # absent: left to schema validation
-    check_purpose(ctx, CAPTURE, {"payload": {"purpose_ref": "purpose:test"}})
-    check_purpose(ctx, REQUEST_ADMISSION, {"purpose_ref": "anything"})  # no purpose_ref in its schema
+    check_purpose(ctx, TOOLS[SEARCH], {"purpose_ref": "purpose:test"})
+    check_purpose(ctx, TOOLS[GET], {})  # absent: left to schema validation
+    check_purpose(ctx, TOOLS[CAPTURE], {"payload": {"purpose_ref": "purpose:test"}})
+    check_purpose(ctx, TOOLS[CAPTURE], {"payload": "not an object"})  # left to schema validation
+    check_purpose(ctx, TOOLS[REQUEST_ADMISSION], {"purpose_ref": "anything"})  # no purpose_ref in its schema
     for tool, args in [
         (SEARCH, {"purpose_ref": "other"}),
         (GET, {"purpose_ref": None}),
@@ -160,7 +161,7 @@ def test_purpose_check():
         (SEARCH, {"purpose_ref": "purpose:test "}),
     ]:
         with pytest.raises(ContextUnavailable):
-            check_purpose(ctx, tool, args)
+            check_purpose(ctx, TOOLS[tool], args)
 
 
 def test_host_secret_file(tmp_path, monkeypatch):

@@ -304,3 +304,34 @@ async def test_audit_log_holds_no_content(fake, mode):
         "latency_ms",
     }
     assert any(line["code"] == "-32603" and line["tool"] == SEARCH for line in lines)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_each_call_checks_its_tenant_once_and_leaves_one_audit_line(fake, fake_engine, mode):
+    """One pipeline: whatever ends a call (an answer, a refusal before the engine, an
+    engine fault, the rate limit), its tenant was asked once and it has one audit line."""
+    asked: list[str] = []
+    enabled = fake_engine.tenant_enabled
+
+    def counted(tenant):
+        asked.append(tenant)
+        return enabled(tenant)
+
+    fake_engine.tenant_enabled = counted  # type: ignore[method-assign]
+    fake_engine.behaviour[SEARCH] = _boom
+    ids = []
+    try:
+        async with connect(fake.url, token(), mode) as client:
+            await client.list_tools()  # which the client does once anyway, to check results
+            asked.clear()
+            for _ in range(9):  # the ninth is past the burst of eight
+                ids.append((await client.call_tool(CAPTURE, capture_args())).structured_content["auditId"])
+            ids.append((await client.call_tool(SEARCH, SEARCH_ARGS)).structured_content["auditId"])
+            for tool, args in [(SEARCH, {**SEARCH_ARGS, "purpose_ref": "other"}), ("engram_memory_admin", {})]:
+                with pytest.raises(MCPError):
+                    await client.call_tool(tool, args)
+    finally:
+        del fake_engine.tenant_enabled
+    assert asked == ["acme"] * 12
+    lines = [json.loads(line) for line in (fake.data_dir / "audit.jsonl").read_text().splitlines()]
+    assert all(sum(line["auditId"] == audit_id for line in lines) == 1 for audit_id in ids)

@@ -11,8 +11,8 @@ import pytest
 from mcp_support import SECRET, FakeEngine, token
 from starlette.testclient import TestClient
 
+from engram.service.http.app import create_app
 from engram.service.mcp import audit as audit_module
-from engram.service.mcp.app import create_app
 from engram.service.mcp.audit import AuditLog, Durability, audit_digest
 from engram.service.mcp.rate_limit import TokenBucketLimiter
 from engram.service.settings import Settings

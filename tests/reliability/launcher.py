@@ -23,7 +23,7 @@ from host_secret_support import SECRET  # noqa: E402
 from ranking_support import HashingTestEncoder  # noqa: E402
 
 from engram.service.engine.engine import Engine  # noqa: E402
-from engram.service.mcp.app import create_app  # noqa: E402
+from engram.service.http.app import create_app  # noqa: E402
 from engram.service.operator.channel import OperatorChannel  # noqa: E402
 from engram.service.operator.ownership import DataDirLock  # noqa: E402
 from engram.service.settings import Settings  # noqa: E402

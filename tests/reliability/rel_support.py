@@ -214,7 +214,7 @@ class Live:
 
     def __init__(self, data_dir: Path, encoder: object | None = "hashing") -> None:
         from engram.service.engine.engine import Engine
-        from engram.service.mcp.app import create_app
+        from engram.service.http.app import create_app
         from engram.service.settings import Settings
 
         self.data_dir = data_dir

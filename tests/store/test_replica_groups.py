@@ -45,8 +45,8 @@ from rel_support import (
 
 from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH
 from engram.service.engine.gates import operation_digest
+from engram.service.http.router import FORWARDED_HEADER
 from engram.service.mcp.host_context import HEADER, mint_token
-from engram.service.mcp.router import FORWARDED_HEADER
 
 ROOT = Path(__file__).resolve().parents[2]
 MODE = "auto"

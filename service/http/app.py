@@ -1,4 +1,4 @@
-"""The HTTP application: MCP at `/mcp` (streamable HTTP, both eras) plus ops routes.
+"""The HTTP application: MCP mounted at `/mcp` (streamable HTTP, both eras) plus ops routes.
 
 Why FastAPI around the MCP app: liveness, readiness and metrics are ordinary HTTP routes
 with an OpenAPI page, while `/mcp` is the SDK's streamable-HTTP endpoint. A mounted
@@ -18,19 +18,17 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from mcp.server.transport_security import TransportSecuritySettings
 
+from engram.service.mcp.audit import AUDIT_FILE, AuditLog
+from engram.service.mcp.host_context import HeaderBinding
+from engram.service.mcp.server import EngineLike, ToolFrontEnd
 from engram.service.settings import Settings
 
-from .audit import AUDIT_FILE, AuditLog
 from .body_limit import BodyLimit
 from .duplicate_keys import DuplicateKeyMarker
-from .elicitation import HumanApproval, caller_of
-from .host_context import HeaderBinding
 from .metrics import Metrics
-from .rate_limit import TokenBucketLimiter
 from .router import ScopeRouter
-from .server import EngineLike, ToolFrontEnd
 
-logger = logging.getLogger("engram.mcp")
+logger = logging.getLogger("engram.http")
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -90,25 +88,14 @@ async def metrics_route(metrics: Annotated[Metrics, Depends(_metrics)]) -> Respo
     return Response(content=content, media_type=metrics.content_type)
 
 
-def _front_end(engine: EngineLike, settings: Settings, host_secret: bytes, audit: AuditLog) -> ToolFrontEnd:
-    """The tool handlers: host binding, the per-principal token bucket, the default
-    deadline, human approval, audit and metrics."""
-    binding = HeaderBinding(host_secret)
+def _metrics_of(engine: EngineLike) -> Metrics:
+    """The app's metrics: per-scope counts from the engine, and the per-channel ranking
+    latency (lexical, semantic, fusion) where the engine reports it."""
     metrics = Metrics(scope_stats=getattr(engine, "scope_stats", None))
-    # The engine may report per-channel ranking latency (lexical, semantic, fusion).
     hook = getattr(engine, "set_channel_latency_observer", None)
     if callable(hook):
         hook(metrics.observe_channel_latency)
-    return ToolFrontEnd(
-        engine,
-        binding,
-        audit=audit,
-        metrics=metrics,
-        limiter=TokenBucketLimiter(rate=settings.rate, burst=settings.burst),
-        default_deadline_ms=settings.deadline_ms,
-        # Replicas sharing the host secret accept each other's sealed elicitation state.
-        approval=HumanApproval(settings.approval_ttl_s, state_key=host_secret, caller=caller_of(binding.resolve)),
-    )
+    return metrics
 
 
 def _router(engine: EngineLike, mcp_app: Any, settings: Settings, host_secret: bytes, audit: AuditLog) -> Any:
@@ -119,8 +106,8 @@ def _router(engine: EngineLike, mcp_app: Any, settings: Settings, host_secret: b
     return ScopeRouter(
         DuplicateKeyMarker(mcp_app),
         secret=host_secret,
-        destination=engine.route_destination,  # type: ignore[attr-defined]
-        replica_id=engine.replica_id,  # type: ignore[attr-defined]
+        destination=engine.route_destination,
+        replica_id=engine.replica_id,
         deadline_ms=settings.deadline_ms,
         approval_ttl_s=settings.approval_ttl_s,
         audit=audit,
@@ -143,7 +130,12 @@ def create_app(
     With `close_engine`, the engine is closed when the app shuts down.
     """
     audit = AuditLog(audit_path if audit_path is not None else Path(settings.data_dir) / AUDIT_FILE)
-    front = _front_end(engine, settings, host_secret, audit)
+    metrics = _metrics_of(engine)
+    # Contexts come from the header; replicas sharing the host secret accept each
+    # other's sealed elicitation state.
+    front = ToolFrontEnd.configured(
+        engine, HeaderBinding(host_secret), settings, audit=audit, observer=metrics, state_key=host_secret
+    )
     server = front.build_server()
     mcp_app = server.streamable_http_app(
         streamable_http_path="/mcp",
@@ -170,7 +162,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.front = front
-    app.state.metrics = front.metrics
+    app.state.metrics = metrics
     app.state.engine = engine
     app.state.mcp_server = server
     app.include_router(ops)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-MARK_HEADER = b"x-engram-duplicate-keys"
+from engram.service.mcp.server import MARK_HEADER
 
 
 class _Duplicate(ValueError):

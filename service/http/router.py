@@ -35,12 +35,11 @@ import httpx2
 from engram.models.codes import ErrorCode
 from engram.models.envelope import envelope_text, failure_envelope
 from engram.models.scope import Scope
-from engram.models.tools import MUTATIONS
+from engram.models.tools import TOOLS
 from engram.service.engine import CallContext
-
-from .audit import AuditLog, Durability, audit_digest, audit_text_digest
-from .host_context import HEADER, ContextUnavailable, verify_token
-from .server import ARRIVED_AT, new_audit_id
+from engram.service.mcp.audit import AuditLog, Durability, audit_digest, audit_text_digest
+from engram.service.mcp.host_context import HEADER, ContextUnavailable, verify_token
+from engram.service.mcp.server import ARRIVED_AT, new_audit_id
 
 logger = logging.getLogger("engram.router")
 
@@ -130,7 +129,7 @@ class ScopeRouter:
             sent = await self._forward(scope, body, targets, send, ctx)
         except _Lost:
             call = _tool_call(body)
-            if call is not None and call[1] in MUTATIONS:
+            if call is not None and call[1] in TOOLS and TOOLS[call[1]].mutation:
                 await self._answer_unknown(send, ctx, call, started)
                 return
             sent = False
