@@ -85,8 +85,8 @@ def ingest(
 
     Ingest does not opt TENANT in: agents' calls are refused until `engram admin tenant enable TENANT`.
     """
+    from engram.service.cli.common import DataDirUse, command_settings
     from engram.service.engine import Engine
-    from engram.service.settings import load_settings
     from engram.service.store import SchemaTooNew, StoreUnavailable
 
     from .ingest import ingest_corpus
@@ -96,7 +96,9 @@ def ingest(
         typer.echo(f"engram ingest: {dataset} does not exist", err=True)
         raise typer.Exit(2)
     source = VectorSource.load(vectors) if vectors is not None else None
-    settings = load_settings(data_dir=data_dir, database_url=database_url, key_dir=key_dir, device=device)
+    settings = command_settings(
+        use=DataDirUse.CREATES, data_dir=data_dir, database_url=database_url, key_dir=key_dir, device=device
+    )
     from engram.service.operator.ownership import DataDirLock, DirectoryHeld
 
     try:  # never a second engine beside a server (the process exit releases it on any path)

@@ -12,6 +12,7 @@ import typer
 from .apps import admin, tenant_app
 from .common import (
     DataDir,
+    DataDirUse,
     ModelOption,
     command_settings,
     echo_error,
@@ -27,14 +28,15 @@ def host_secret(
     data_dir: DataDir = None,
     show: Annotated[bool, typer.Option("--show", help="Also print the secret itself (handle with care).")] = False,
 ) -> None:
-    """Create the host secret (mode 0600) if missing, and print its path.
+    """Create the host secret (mode 0600) if missing, and print its path; creates the data
+    directory too when it does not exist.
 
     The host signs every call's context (HS256) with it. ENGRAM_HOST_SECRET, when set, takes precedence over the
     file at serve time.
     """
     from engram.service.mcp.host_context import create_host_secret, load_host_secret
 
-    data_dir = command_settings(data_dir=data_dir).data_dir
+    data_dir = command_settings(use=DataDirUse.CREATES, data_dir=data_dir).data_dir
     path, created = create_host_secret(data_dir)
     typer.echo(str(path.resolve()))
     echo_error("created" if created else "exists (unchanged)")
@@ -115,8 +117,11 @@ def export_kek(
     """
     from engram.service.engine import export_keys
 
-    settings = command_settings(data_dir=data_dir, key_dir=store_choice().key_dir)
+    settings = command_settings(use=DataDirUse.UNUSED, data_dir=data_dir, key_dir=store_choice().key_dir)
     key_dir = settings.key_dir or settings.data_dir / "keys"
+    if not key_dir.is_dir():
+        echo_error(f"engram: key directory {key_dir} does not exist; give --data-dir or --key-dir of the store's keys")
+        raise typer.Exit(2)
     echo_error("engram: warning: these keys open every backup made while they were current")
     typer.echo(str(export_keys(key_dir, dest)))
 

@@ -17,7 +17,7 @@ from engram.models.device import Device
 from engram.service.settings import LogFormat, LogLevel, field_help
 
 from .apps import app
-from .common import ConfigOption, DatabaseUrl, KeyDir, command_settings, echo_error, open_engine
+from .common import ConfigOption, DatabaseUrl, DataDirUse, KeyDir, command_settings, echo_error, open_engine
 
 
 @app.command()
@@ -73,6 +73,7 @@ def serve(
     """
     settings = command_settings(
         config,
+        use=DataDirUse.CREATES,
         host=host,
         port=port,
         data_dir=data_dir,
@@ -239,7 +240,7 @@ def _holding_data_dir(data_dir: Path) -> Iterator[None]:
         lock = DataDirLock(data_dir).acquire()
     except DirectoryHeld:
         echo_error(f"engram: another engram process holds {data_dir}; one server per data directory")
-        raise typer.Exit(2) from None
+        raise typer.Exit(1) from None
     try:
         yield
     finally:

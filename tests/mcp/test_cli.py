@@ -84,6 +84,7 @@ def test_tenant_enable_disable(tmp_path):
 def test_operator_commands(tmp_path):
     pytest.importorskip("engram.service.engine.engine")
     data = str(tmp_path / "data")
+    (tmp_path / "data").mkdir()
     assert runner.invoke(app, ["admin", "tenant", "enable", "acme", "-d", data]).exit_code == 0
     verify = runner.invoke(app, ["admin", "verify-journal", "-d", data])
     assert verify.exit_code == 0, verify.output
@@ -116,6 +117,7 @@ async def test_engram_serve_http_subprocess(tmp_path):
 
     root = Path(__file__).resolve().parents[2]
     data = tmp_path / "data"
+    data.mkdir()
     assert runner.invoke(app, ["admin", "tenant", "enable", "acme", "-d", str(data)]).exit_code == 0
     assert not (data / "host_secret").exists()  # a fresh data dir: serve creates it
     port = free_port()
@@ -163,6 +165,7 @@ async def test_engram_serve_http_subprocess(tmp_path):
 def test_keyless_backup_export_kek_and_restore(tmp_path):
     pytest.importorskip("engram.service.engine.engine")
     data = str(tmp_path / "data")
+    (tmp_path / "data").mkdir()
     assert runner.invoke(app, ["admin", "tenant", "enable", "acme", "-d", data]).exit_code == 0
     assert runner.invoke(app, ["admin", "backup", str(tmp_path / "b1"), "-d", data]).exit_code == 0
     assert not (tmp_path / "b1" / "keys").exists()
@@ -227,3 +230,30 @@ def test_the_server_freezes_what_warm_up_loaded_out_of_the_collectors_reach_once
     finally:
         engine.ready.set()
         gc.unfreeze()
+
+
+def test_commands_that_read_a_data_directory_refuse_one_that_does_not_exist(tmp_path, monkeypatch):
+    """A mistyped --data-dir is refused (exit 2, named), never taken for a new, empty
+    store; and a database URL without -d does not create ./data."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ENGRAM_DATA_DIR", raising=False)
+    for command in (
+        ["admin", "tenant", "status", "acme", "-d", "nope"],
+        ["admin", "backup", "out", "-d", "nope"],
+        ["admin", "verify-journal", "-d", "nope"],
+        ["admin", "--database-url", "postgresql://engram@db.invalid/engram", "route", "list"],
+    ):
+        result = runner.invoke(app, command)
+        named = "nope" if "-d" in command else "data"
+        assert result.exit_code == 2, (command, result.output)
+        assert f"data directory {named} does not exist" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_commands_that_create_a_data_directory_say_so(tmp_path, monkeypatch):
+    monkeypatch.delenv("ENGRAM_HOST_SECRET", raising=False)
+    fresh = tmp_path / "fresh"
+    made = runner.invoke(app, ["admin", "host-secret", "-d", str(fresh)])
+    assert made.exit_code == 0 and f"creating data directory {fresh}" in made.output
+    again = runner.invoke(app, ["admin", "host-secret", "-d", str(fresh)])
+    assert again.exit_code == 0 and "creating" not in again.output
