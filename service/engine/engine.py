@@ -221,7 +221,17 @@ class Engine:
         """Validate and run one tool call; every contract failure is a ContractError."""
         if tool not in OPERATIONS:
             raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
-        args = parse_arguments(tool, arguments)
+        try:
+            args = parse_arguments(tool, arguments)
+        except ContractError as exc:  # the caller's envelope stays fixed; the operator learns where
+            logger.info(
+                "%s refused %s: %s",
+                tool,
+                exc.code.value,
+                exc.detail,
+                extra={"fields": {"tool": tool, "code": exc.code.value, "violations": exc.detail}},
+            )
+            raise
         if tool in KEPT_ARGUMENTS:
             # Every string a mutation keeps (payload, evidence, locators, reason refs) is
             # scanned; the idempotency key is kept only as a digest.
