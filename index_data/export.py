@@ -30,10 +30,7 @@ from engram.service.settings import field_help
 
 app = typer.Typer(
     help="Export a scope's current records as record JSONL (and vectors) for `engram ingest`.",
-    invoke_without_command=True,
-    no_args_is_help=True,
     add_completion=False,
-    context_settings={"allow_interspersed_args": True},
 )
 
 
@@ -119,7 +116,7 @@ def operator_export(engine: Any, args: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-@app.callback(invoke_without_command=True)
+@app.command()
 def export(
     tenant: Annotated[str, typer.Argument(help="Tenant of the scope to export.")],
     workspace: Annotated[str, typer.Argument(help="Workspace of the scope to export.")],
