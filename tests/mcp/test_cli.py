@@ -257,3 +257,14 @@ def test_commands_that_create_a_data_directory_say_so(tmp_path, monkeypatch):
     assert made.exit_code == 0 and f"creating data directory {fresh}" in made.output
     again = runner.invoke(app, ["admin", "host-secret", "-d", str(fresh)])
     assert again.exit_code == 0 and "creating" not in again.output
+
+
+def test_option_help_is_readable_at_80_columns_and_flags_show_no_type():
+    shown = runner.invoke(app, ["ingest", "--help"], env={"COLUMNS": "80"}, terminal_width=80)
+    assert shown.exit_code == 0
+    lines = shown.output.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert any("--batch-size" in line and "Records per store transaction." in line for line in lines)
+    assert "<bool>" not in shown.output and "COMMAND" not in shown.output
+    admin_help = runner.invoke(app, ["admin", "tenant", "enable", "--help"], env={"COLUMNS": "80"})
+    assert "<bool>" not in admin_help.output and "--help" in admin_help.output
