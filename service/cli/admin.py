@@ -15,7 +15,9 @@ from .common import (
     DataDirUse,
     ModelOption,
     command_settings,
+    contract_failure,
     echo_error,
+    long_step,
     operator_engine,
     print_json,
     run_operator_command,
@@ -141,25 +143,44 @@ def restore(
     ] = None,
     load_model: ModelOption = True,
 ) -> None:
-    """Restore a backup into a new data directory: apply the shred ledger, verify every
-    journal chain, rebuild the lexical index (vectors come from the backup)."""
+    """Restore a backup into a new data directory (created when it does not exist): apply
+    the shred ledger, verify every journal chain, rebuild the lexical index (vectors come
+    from the backup). A failed restore leaves nothing behind.
+
+    The backup holds no host secret: the restored directory's first `engram serve` makes
+    a new one, and tokens signed with the old one stop working, unless the old
+    host_secret file is copied in (or ENGRAM_HOST_SECRET set) first.
+    """
     from engram.models.codes import ContractError
     from engram.service.engine import Engine
-    from engram.service.operator.ownership import DataDirLock, DirectoryHeld
+    from engram.service.mcp.host_context import SECRET_FILE
+    from engram.service.operator.ownership import LOCK_FILE, DataDirLock, DirectoryHeld
 
     if keys is None and not (source / "keys").is_dir():
         echo_error("engram: the backup holds no key-encryption keys; pass --keys <data-dir>/keys or an export-kek copy")
         raise typer.Exit(2)
+    created = not data_dir.exists()
+    if created:
+        echo_error(f"engram: creating data directory {data_dir}")
     try:
-        with DataDirLock(data_dir):
+        with DataDirLock(data_dir), long_step(f"restoring {source} into {data_dir}"):
             engine = Engine.restore(source, data_dir, key_source=keys, load_model=load_model)
             engine.close()
     except DirectoryHeld:
         echo_error(f"engram: another engram process holds {data_dir}")
         raise typer.Exit(1) from None
     except ContractError as exc:
-        echo_error(f"engram: {exc.code.value}: {exc.message}")
+        if created:  # nothing left behind: not even the directory this command made
+            (data_dir / LOCK_FILE).unlink(missing_ok=True)
+            data_dir.rmdir()
+        echo_error(contract_failure(exc))
         raise typer.Exit(1) from None
+    if not (data_dir / SECRET_FILE).exists():
+        echo_error(
+            f"engram: {data_dir} has no host secret (backups hold none): its first `engram serve` makes a new "
+            "one and host tokens signed with the old one stop working; to keep them, copy the old data "
+            "directory's host_secret into it (mode 0600) or set ENGRAM_HOST_SECRET before serving"
+        )
     typer.echo(str(data_dir))
 
 

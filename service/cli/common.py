@@ -58,6 +58,31 @@ def echo_error(message: str) -> None:
     typer.echo(message, err=True)
 
 
+def contract_failure(exc: Any) -> str:
+    """A ContractError as the operator reads it: its code, and what to fix when the
+    engine said (its detail), else the contract's fixed message."""
+    return f"engram: {exc.code.value}: {exc.detail or exc.message}"
+
+
+@contextlib.contextmanager
+def long_step(message: str) -> Iterator[None]:
+    """A step that takes a while, said on stderr: a spinner on a terminal, a line
+    otherwise; then how long it took."""
+    import sys
+    import time
+
+    started = time.monotonic()
+    if sys.stderr.isatty():
+        from rich.console import Console
+
+        with Console(stderr=True).status(f"{message}..."):
+            yield
+    else:
+        echo_error(f"engram: {message}...")
+        yield
+    echo_error(f"engram: {message}: done in {time.monotonic() - started:.1f} s")
+
+
 def open_engine(
     settings: Any, *, background: bool = False, serve_replica: bool = False, seed_vectors: Path | None = None
 ) -> Any:
@@ -102,7 +127,7 @@ def operator_engine(data_dir: Path | None, *, load_model: bool = False) -> Itera
         )
         yield engine
     except ContractError as exc:
-        echo_error(f"engram: {exc.code.value}: {exc.message}")
+        echo_error(contract_failure(exc))
         raise typer.Exit(1) from None
     finally:
         if engine is not None:

@@ -106,8 +106,8 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         with self._serial:
             try:
                 result = run(self.engine, name, args)
-            except ContractError as exc:
-                return {"ok": False, "code": exc.code.value, "message": exc.message}
+            except ContractError as exc:  # the operator's reader: what to fix, where the engine said
+                return {"ok": False, "code": exc.code.value, "message": exc.detail or exc.message}
             except Exception as exc:  # noqa: BLE001 - reported to the operator, logged by type
                 logger.exception("operator command %s failed", name)
                 return {"ok": False, "code": "INTERNAL", "message": type(exc).__name__}

@@ -268,3 +268,65 @@ def test_option_help_is_readable_at_80_columns_and_flags_show_no_type():
     assert "<bool>" not in shown.output and "COMMAND" not in shown.output
     admin_help = runner.invoke(app, ["admin", "tenant", "enable", "--help"], env={"COLUMNS": "80"})
     assert "<bool>" not in admin_help.output and "--help" in admin_help.output
+
+
+def test_a_restore_after_a_rotation_names_the_missing_kek_and_leaves_nothing(tmp_path):
+    """The backup's KEK was retired by a rotation: the error names it and points at
+    export-kek; nothing is left behind, so the retry says the same, not "not empty"."""
+    data = tmp_path / "data"
+    (tmp_path / "r.jsonl").write_text('{"id": "r1", "text": "A record sealed under the first KEK."}\n')
+    loaded = runner.invoke(app, ["ingest", str(tmp_path / "r.jsonl"), "-d", str(data), "--no-model", "--no-progress"])
+    assert loaded.exit_code == 0, loaded.output
+    assert runner.invoke(app, ["admin", "backup", str(tmp_path / "b"), "-d", str(data)]).exit_code == 0
+    old_kek = next((data / "keys").glob("kek-*.key")).stem
+    assert runner.invoke(app, ["admin", "rotate-kek", "-d", str(data)]).exit_code == 0
+    assert not (data / "keys" / f"{old_kek}.key").exists()
+    restore = ["admin", "restore", str(tmp_path / "b"), "-d", str(tmp_path / "r"), "--no-model"]
+    for _ in range(2):
+        failed = runner.invoke(app, [*restore, "--keys", str(data / "keys")])
+        assert failed.exit_code == 1
+        assert "BACKUP_INVALID" in failed.output and old_kek in failed.output and "export-kek" in failed.output
+        assert not (tmp_path / "r").exists()
+
+
+def test_a_restore_into_a_directory_in_use_says_why(tmp_path):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "notes.txt").write_text("mine")
+    data = tmp_path / "data"
+    data.mkdir()
+    assert (
+        runner.invoke(app, ["admin", "backup", str(tmp_path / "b"), "-d", str(data), "--include-keys"]).exit_code == 0
+    )
+    refused = runner.invoke(app, ["admin", "restore", str(tmp_path / "b"), "-d", str(tmp_path / "r"), "--no-model"])
+    assert refused.exit_code == 1 and "RESTORE_REFUSED" in refused.output
+    assert "is not empty (it holds notes.txt)" in refused.output and "new directory" in refused.output
+    assert (tmp_path / "r" / "notes.txt").read_text() == "mine"
+
+
+def test_backup_files_are_the_owners_and_a_restore_says_what_it_does(tmp_path, monkeypatch):
+    monkeypatch.delenv("ENGRAM_HOST_SECRET", raising=False)
+    data = tmp_path / "data"
+    data.mkdir()
+    assert runner.invoke(app, ["admin", "tenant", "enable", "acme", "-d", str(data)]).exit_code == 0
+    backup = tmp_path / "b"
+    assert runner.invoke(app, ["admin", "backup", str(backup), "-d", str(data), "--include-keys"]).exit_code == 0
+    modes = {p.relative_to(backup).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in [backup, *backup.rglob("*")]}
+    assert "engram.db" in modes
+    assert {m for p, m in modes.items() if (backup / p).is_dir()} == {0o700}
+    assert {m for p, m in modes.items() if (backup / p).is_file()} == {0o600}
+    restored = runner.invoke(app, ["admin", "restore", str(backup), "-d", str(tmp_path / "r"), "--no-model"])
+    assert restored.exit_code == 0, restored.output
+    assert f"creating data directory {tmp_path / 'r'}" in restored.output
+    assert f"restoring {backup} into {tmp_path / 'r'}: done in" in restored.output
+    assert "no host secret" in restored.output and "stop working" in restored.output
+
+
+def test_the_warm_up_says_what_it_does(tmp_path, caplog):
+    import logging
+
+    from engram.service.engine import Engine
+
+    with caplog.at_level(logging.INFO, logger="engram.engine"):
+        Engine.open(tmp_path / "data", load_model=False).close()
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("warm-up:")]
+    assert any("scope(s) up to the journal" in m for m in said) and any(m.startswith("warm-up: ready in") for m in said)
