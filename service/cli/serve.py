@@ -69,7 +69,8 @@ def serve(
 
     Every HTTP call must carry the host's signed context in the X-Engram-Context header (see
     service/mcp/host_context.py). /healthz, /readyz and /metrics serve probes; /docs documents them. Every
-    option also comes from ENGRAM_<OPTION> or the --config file.
+    option also comes from ENGRAM_<OPTION> or the --config file. The data directory is created (and said so)
+    when it does not exist; the warm-up logs its steps until ready.
     """
     settings = command_settings(
         config,
