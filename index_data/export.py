@@ -137,12 +137,7 @@ def export(
     one `engram admin --database-url/--key-dir` name, as for every admin command). With a
     server running on the data directory, the server writes the files."""
     from engram.service.cli.common import run_operator_command
-    from engram.service.settings import load_settings
 
-    directory = load_settings(data_dir=data_dir).data_dir
-    if not directory.is_dir():
-        typer.echo(f"engram admin export: {directory} is not a data directory", err=True)
-        raise typer.Exit(2)
     summary = run_operator_command(
         data_dir, "export", {"tenant": tenant, "workspace": workspace, "out": str(out.resolve()), "vectors": vectors}
     )

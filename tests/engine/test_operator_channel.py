@@ -184,7 +184,7 @@ def test_export_beside_a_live_server_is_written_by_the_server(live, data_dir, tm
 def test_export_of_a_missing_directory_is_refused(tmp_path) -> None:
     missing = tmp_path / "nothing-here"
     result = runner.invoke(app, ["admin", "export", "acme", "main", str(tmp_path / "o.jsonl"), "-d", str(missing)])
-    assert result.exit_code == 2 and "not a data directory" in result.output
+    assert result.exit_code == 2 and f"data directory {missing} does not exist" in result.output
     assert not missing.exists()
 
 
