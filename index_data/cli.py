@@ -107,7 +107,7 @@ def ingest(
         raise typer.Exit(2)
     try:  # the first document read before anything opens: a wrong file is refused at once
         documents = read_dataset(dataset)
-        records = itertools.chain([first] if (first := next(documents, None)) else [], documents)
+        first = next(documents, None)
     except CorpusInvalid as exc:
         typer.echo(f"engram ingest: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -140,7 +140,7 @@ def ingest(
         report = ingest_corpus(
             engine,
             (tenant, workspace),
-            with_context(records, context_turns),
+            with_context(itertools.chain([first] if first is not None else [], documents), context_turns),
             vectors=source,
             batch_size=batch_size,
             depth=depth,
@@ -151,7 +151,10 @@ def ingest(
         )
         opted_in = engine.tenant_enabled(tenant)
     except CorpusInvalid as exc:  # the batches before the line are kept: rerun once it is fixed
-        typer.echo(f"engram ingest: {exc}; the records before it are stored, rerun once it is fixed", err=True)
+        typer.echo(
+            f"engram ingest: {exc}; the batches before it are stored (once it is fixed, a rerun skips them)",
+            err=True,
+        )
         raise typer.Exit(2) from None
     finally:
         engine.close()
