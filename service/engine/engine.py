@@ -11,7 +11,6 @@ import logging
 import os
 import shutil
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -175,10 +174,8 @@ class Engine:
         return self.deps.ranker
 
     def _warm_up(self) -> None:
-        started = time.monotonic()
         load = getattr(self._encoder, "load", None)
         if load is not None:
-            logger.info("warm-up: loading the embedding model (a first start also exports its query encoder)")
             load()
         secret_scan.detector()  # detect-secrets' plugins, which the first capture would import
         self.deps.ranker.warm_query_time()
@@ -189,10 +186,8 @@ class Engine:
         seed = (
             None if self._seed_vectors is None else SeedVectors.open(self._seed_vectors, self.deps.ranker.vector_space)
         )
-        scopes = self.deps.store.scopes()
-        logger.info("warm-up: bringing the indexes of %d scope(s) up to the journal", len(scopes))
         with projector.running("warm-up"), projector.seeding(seed) as tally:
-            for scope in scopes:
+            for scope in self.deps.store.scopes():
                 projector.catch_up(scope)
                 # What catching up replayed (the changes a crash cut off before their
                 # checkpoint) is saved before ready: killed again before a checkpoint fell
@@ -212,7 +207,6 @@ class Engine:
                 self.sweep_invalidations,
                 self._finish_rotation,
             )
-        logger.info("warm-up: ready in %.1f s", time.monotonic() - started)
         self._ready.set()
 
     def _finish_rotation(self) -> None:

@@ -321,12 +321,36 @@ def test_backup_files_are_the_owners_and_a_restore_says_what_it_does(tmp_path, m
     assert "no host secret" in restored.output and "stop working" in restored.output
 
 
-def test_the_warm_up_says_what_it_does(tmp_path, caplog):
-    import logging
+def test_the_first_start_says_what_it_does(tmp_path):
+    """`engram serve` on a new data directory says it creates it, what the warm-up does,
+    and when it is ready (log lines on stderr)."""
+    import os
+    import threading
+    from pathlib import Path
 
-    from engram.service.engine import Engine
+    from mcp_support import free_port
 
-    with caplog.at_level(logging.INFO, logger="engram.engine"):
-        Engine.open(tmp_path / "data", load_model=False).close()
-    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("warm-up:")]
-    assert any("scope(s) up to the journal" in m for m in said) and any(m.startswith("warm-up: ready in") for m in said)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env.pop("ENGRAM_HOST_SECRET", None)
+    data = tmp_path / "data"
+    command = ["serve", "--no-model", "--port", str(free_port()), "-d", str(data)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engram.service.cli", *command], stderr=subprocess.PIPE, text=True, env=env
+    )
+    guard = threading.Timer(120, proc.kill)  # a server that never gets ready ends the read below
+    guard.start()
+    said: list[str] = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            said.append(line)
+            if "ready in" in line:
+                break
+    finally:
+        guard.cancel()
+        proc.terminate()
+        proc.wait(timeout=30)
+    text = "".join(said)
+    assert f"creating data directory {data}" in text
+    assert f"warming up {data}: bring every scope's indexes up to the journal" in text
+    assert text.index("warming up") < text.index("ready in")
