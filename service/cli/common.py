@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -141,8 +141,9 @@ def print_json(value: Any) -> None:
 class DataDirUse(Enum):
     """What a command does with its data directory: the commands documented to create
     one (`engram serve`, `engram ingest`, `engram admin host-secret`, `engram admin
-    context init`) say so when they do; every other command refuses one that does not
-    exist, rather than guess that a mistyped path is a new, empty store."""
+    context init`; `engram admin restore` makes its own) say so when they do; every
+    other command refuses one that does not exist, rather than guess that a mistyped
+    path is a new, empty store. UNUSED: the command reads no data directory."""
 
     EXISTING = "existing"
     CREATES = "creates"
@@ -189,7 +190,7 @@ def _refuse_two_stores(database_url: str | None, directory: Path) -> None:
         _ambiguous_store(database_url, f"{directory} holds {store_label(None, directory / DB_FILE)}")
 
 
-def _ambiguous_store(database_url: str, other: str) -> None:
+def _ambiguous_store(database_url: str, other: str) -> NoReturn:
     from engram.service.operator.channel import store_label
 
     echo_error(
