@@ -12,7 +12,6 @@ import typer
 
 app = typer.Typer(
     help="HNSW engines side by side: recall@10, p50/p99, build time, RAM and disk per M, ef and storage type.",
-    invoke_without_command=True,
     add_completion=False,
 )
 
@@ -21,7 +20,7 @@ def _ints(text: str) -> list[int]:
     return [int(s.replace("_", "")) for s in text.split(",") if s.strip()]
 
 
-@app.callback(invoke_without_command=True)
+@app.command()
 def bench_ann(
     sizes: Annotated[
         str,

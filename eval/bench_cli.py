@@ -12,13 +12,11 @@ import typer
 
 app = typer.Typer(
     help="Capacity benchmark: ingest rate, search latency, raw engines, RSS, disk, HNSW recall, load.",
-    invoke_without_command=True,
     add_completion=False,
-    context_settings={"allow_interspersed_args": True},
 )
 
 
-@app.callback(invoke_without_command=True)
+@app.command()
 def bench(
     sizes: Annotated[str, typer.Option("--sizes", help="Comma-separated corpus sizes.")] = "10000,100000",
     out: Annotated[Path, typer.Option("--out", help="Output directory (bench.json, report.md, plots).")] = Path(

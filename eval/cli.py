@@ -14,14 +14,11 @@ import typer
 
 app = typer.Typer(
     help="Relevance evaluation (nDCG@10, recall@100, MRR@10) through engram_memory_search.",
-    invoke_without_command=True,
-    no_args_is_help=True,
     add_completion=False,
-    context_settings={"allow_interspersed_args": True},
 )
 
 
-@app.callback(invoke_without_command=True)
+@app.command()
 def eval_command(
     dataset: Annotated[
         Path, typer.Option("--dataset", help="BEIR directory (corpus.jsonl, queries.jsonl, qrels/test.tsv).")

@@ -14,14 +14,11 @@ import typer
 app = typer.Typer(
     help="Fit the fusion constants (power of the normalised BM25, base weight and confidence gain) "
     "on hits saved by engram eval --save-hits.",
-    invoke_without_command=True,
-    no_args_is_help=True,
     add_completion=False,
-    context_settings={"allow_interspersed_args": True},
 )
 
 
-@app.callback(invoke_without_command=True)
+@app.command()
 def fusion_fit(
     hits: Annotated[
         list[Path],

@@ -14,10 +14,7 @@ import typer
 app = typer.Typer(
     help="Enrich a LoCoMo conversation in BEIR layout with LoCoMo's own question categories "
     "(metadata.category) and session dates (metadata.valid_time), for engram eval.",
-    invoke_without_command=True,
-    no_args_is_help=True,
     add_completion=False,
-    context_settings={"allow_interspersed_args": True},
 )
 
 #: The checkout this module runs from: LoCoMo's licence is non-commercial, so no copy of
@@ -25,7 +22,7 @@ app = typer.Typer(
 REPOSITORY = Path(__file__).resolve().parents[1]
 
 
-@app.callback(invoke_without_command=True)
+@app.command()
 def locomo_enrich(
     locomo: Annotated[
         list[Path],

@@ -15,21 +15,23 @@ import typer
 from engram.models.device import Device
 from engram.service.settings import field_help
 
+#: Refused records named on stderr as well (the summary names every one).
+SHOWN_REFUSALS = 20
+
 app = typer.Typer(
     help="Bulk-ingest a corpus (BEIR directory or record JSONL) as accepted records.",
-    invoke_without_command=True,
-    no_args_is_help=True,
     add_completion=False,
-    # A group that is really one command: let options follow the positional argument.
-    context_settings={"allow_interspersed_args": True},
 )
 
 
-@app.callback(invoke_without_command=True)
+@app.command()
 def ingest(
     dataset: Annotated[
         Path,
-        typer.Argument(help="BEIR directory (corpus.jsonl) or record JSONL file (an `engram admin export` file too)."),
+        typer.Argument(
+            metavar="DATASET",
+            help="BEIR directory (corpus.jsonl) or record JSONL file (an `engram admin export` file too).",
+        ),
     ],
     data_dir: Annotated[
         Path | None, typer.Option("--data-dir", "-d", help=field_help("data_dir"), show_default=False)
@@ -84,9 +86,17 @@ def ingest(
     """Ingest DATASET into TENANT/WORKSPACE; idempotent and resumable (rerun to finish).
 
     Ingest does not opt TENANT in: agents' calls are refused until `engram admin tenant enable TENANT`.
+    Creates the data directory when it does not exist. The summary (JSON on stdout) names
+    each refused record with its reason. Exit 0 when some record was ingested or already
+    present; 1 when every record was refused, or another process holds the data
+    directory; 2 for a corpus line that is not a document (the file and line named), a
+    missing DATASET, or a store that cannot be opened.
     """
+    import itertools
+
+    from engram.models.errors import CorpusInvalid
+    from engram.service.cli.common import DataDirUse, command_settings
     from engram.service.engine import Engine
-    from engram.service.settings import load_settings
     from engram.service.store import SchemaTooNew, StoreUnavailable
 
     from .ingest import ingest_corpus
@@ -95,8 +105,16 @@ def ingest(
     if not dataset.exists():
         typer.echo(f"engram ingest: {dataset} does not exist", err=True)
         raise typer.Exit(2)
+    try:  # the first document read before anything opens: a wrong file is refused at once
+        documents = read_dataset(dataset)
+        first = next(documents, None)
+    except CorpusInvalid as exc:
+        typer.echo(f"engram ingest: {exc}", err=True)
+        raise typer.Exit(2) from None
     source = VectorSource.load(vectors) if vectors is not None else None
-    settings = load_settings(data_dir=data_dir, database_url=database_url, key_dir=key_dir, device=device)
+    settings = command_settings(
+        use=DataDirUse.CREATES, data_dir=data_dir, database_url=database_url, key_dir=key_dir, device=device
+    )
     from engram.service.operator.ownership import DataDirLock, DirectoryHeld
 
     try:  # never a second engine beside a server (the process exit releases it on any path)
@@ -122,7 +140,7 @@ def ingest(
         report = ingest_corpus(
             engine,
             (tenant, workspace),
-            with_context(read_dataset(dataset), context_turns),
+            with_context(itertools.chain([first] if first is not None else [], documents), context_turns),
             vectors=source,
             batch_size=batch_size,
             depth=depth,
@@ -132,13 +150,28 @@ def ingest(
             worker=worker,
         )
         opted_in = engine.tenant_enabled(tenant)
+    except CorpusInvalid as exc:  # the batches before the line are kept: rerun once it is fixed
+        typer.echo(
+            f"engram ingest: {exc}; the batches before it are stored (once it is fixed, a rerun skips them)",
+            err=True,
+        )
+        raise typer.Exit(2) from None
     finally:
         engine.close()
         lock.release()
     typer.echo(json.dumps(report.as_dict(), indent=2))
+    for refused in report.refused_records[:SHOWN_REFUSALS]:
+        detail = f" ({refused.detail})" if refused.detail else ""
+        typer.echo(f"engram ingest: refused {refused.id}: {refused.reason}{detail}", err=True)
+    if len(report.refused_records) > SHOWN_REFUSALS:
+        more = len(report.refused_records) - SHOWN_REFUSALS
+        typer.echo(f"engram ingest: ... and {more} more refused (all in the summary's refused_records)", err=True)
     if not opted_in:  # ingest never opts a tenant in: that is the operator's own decision
         typer.echo(
             f"engram ingest: tenant {tenant!r} is not opted in, so agents' calls in its scopes are refused "
             f"(-32603) until `engram admin tenant enable {tenant}` (with the same store options)",
             err=True,
         )
+    if report.seen and len(report.refused_records) == report.seen:
+        typer.echo(f"engram ingest: every one of the {report.seen} records was refused", err=True)
+        raise typer.Exit(1)

@@ -30,10 +30,7 @@ from engram.service.settings import field_help
 
 app = typer.Typer(
     help="Export a scope's current records as record JSONL (and vectors) for `engram ingest`.",
-    invoke_without_command=True,
-    no_args_is_help=True,
     add_completion=False,
-    context_settings={"allow_interspersed_args": True},
 )
 
 
@@ -119,7 +116,7 @@ def operator_export(engine: Any, args: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-@app.callback(invoke_without_command=True)
+@app.command()
 def export(
     tenant: Annotated[str, typer.Argument(help="Tenant of the scope to export.")],
     workspace: Annotated[str, typer.Argument(help="Workspace of the scope to export.")],
@@ -140,12 +137,7 @@ def export(
     one `engram admin --database-url/--key-dir` name, as for every admin command). With a
     server running on the data directory, the server writes the files."""
     from engram.service.cli.common import run_operator_command
-    from engram.service.settings import load_settings
 
-    directory = load_settings(data_dir=data_dir).data_dir
-    if not directory.is_dir():
-        typer.echo(f"engram admin export: {directory} is not a data directory", err=True)
-        raise typer.Exit(2)
     summary = run_operator_command(
         data_dir, "export", {"tenant": tenant, "workspace": workspace, "out": str(out.resolve()), "vectors": vectors}
     )

@@ -42,7 +42,7 @@ from engram.models.scope import Scope
 from engram.service.engine import BulkLoad, CommittedBatch, operator_context
 
 from .readers import VectorSource
-from .records import DEFAULT_PURPOSE, IngestRecord
+from .records import DEFAULT_PURPOSE, IngestRecord, RefusedDocument
 from .writer import Load, Writer, Written, chunks, default_worker
 
 
@@ -54,7 +54,7 @@ class IngestReport:
     seen: int = 0
     ingested: int = 0
     skipped_existing: int = 0
-    refused: dict[str, int] = field(default_factory=dict)
+    refused_records: list[RefusedDocument] = field(default_factory=list)
     batches: int = 0
     cursor_before: int = 0
     cursor_after: int = 0
@@ -65,6 +65,11 @@ class IngestReport:
     store_seconds: float = 0.0
     index_seconds: float = 0.0
     vectors: str = "none"
+
+    @property
+    def refused(self) -> dict[str, int]:
+        """How many source records were refused, by reason."""
+        return dict(Counter(r.reason for r in self.refused_records))
 
     @property
     def records_per_s(self) -> float:
@@ -80,7 +85,8 @@ class IngestReport:
             "seen": self.seen,
             "ingested": self.ingested,
             "skipped_existing": self.skipped_existing,
-            "refused": dict(self.refused),
+            "refused": self.refused,
+            "refused_records": [r.as_dict() for r in self.refused_records],
             "batches": self.batches,
             "cursor_before": self.cursor_before,
             "cursor_after": self.cursor_after,
@@ -109,7 +115,7 @@ class _Batch:
 
     ordinals: list[int]  # source position of each written record
     seen: int
-    refused: Counter[str]
+    refused: list[RefusedDocument]
     committed: CommittedBatch
     vectors: list[np.ndarray] | None = None
 
@@ -217,7 +223,6 @@ class _Pipeline:
     on_batch: Callable[[IngestReport], None] | None
     depth: int
     stages: _Stages = field(default_factory=_Stages)
-    refused: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
         self.to_embed: queue.Queue[Any] = queue.Queue(maxsize=self.depth)
@@ -263,9 +268,7 @@ class _Pipeline:
             report.index_seconds += outcome.index_seconds
             report.ingested += len(outcome.accepted)
             report.skipped_existing += outcome.skipped
-            self.refused.update(batch.refused)
-            self.refused.update(outcome.refused)
-            report.refused = dict(self.refused)
+            report.refused_records.extend(batch.refused)
             report.seen += batch.seen
             report.batches += 1 if outcome.accepted else 0
             self.bar.advance(batch.seen)

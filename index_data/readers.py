@@ -20,15 +20,18 @@ never has to fit in memory.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
+
+from engram.models.errors import CorpusInvalid  # noqa: F401 - raised here, caught by the command
 
 from .records import DEFAULT_VALID_TIME_MS, IngestRecord
 
@@ -49,17 +52,51 @@ def beir_valid_time_ms(doc: dict) -> int:
     return int(when.timestamp() * 1000)
 
 
+def _json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of each non-blank line of a JSONL file; CorpusInvalid for a
+    line that is not UTF-8 or not one JSON object."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise CorpusInvalid(path, number, f"not UTF-8 (byte {exc.start + 1})") from None
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise CorpusInvalid(path, number, f"not JSON ({exc.msg}, column {exc.colno})") from None
+            if not isinstance(item, dict):
+                raise CorpusInvalid(path, number, f"a JSON {type(item).__name__}, not an object")
+            yield number, item
+
+
+@contextlib.contextmanager
+def _line(path: Path, number: int) -> Iterator[None]:
+    """A field of line ``number`` that does not fit its type is CorpusInvalid."""
+    try:
+        yield
+    except (ValueError, TypeError) as exc:
+        raise CorpusInvalid(path, number, f"a field does not fit ({type(exc).__name__}: {exc})") from None
+
+
+def _id(path: Path, number: int, item: dict[str, Any], key: str, hint: str) -> str:
+    value = item.get(key)
+    if not isinstance(value, (str, int)) or str(value) == "":
+        raise CorpusInvalid(path, number, f'no "{key}" ({hint})')
+    return str(value)
+
+
 def read_beir(dataset_dir: Path, name: str | None = None) -> Iterator[IngestRecord]:
     """The documents of a BEIR collection, in file order."""
     dataset_dir = Path(dataset_dir)
     name = name or dataset_dir.name
-    with open(dataset_dir / "corpus.jsonl", encoding="utf-8") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            doc = json.loads(line)
-            doc_id = str(doc["_id"])
-            yield IngestRecord(
+    corpus = dataset_dir / "corpus.jsonl"
+    for number, doc in _json_lines(corpus):
+        doc_id = _id(corpus, number, doc, "_id", "every BEIR corpus line needs one")
+        with _line(corpus, number):
+            record = IngestRecord(
                 external_id=doc_id,
                 text=beir_text(doc.get("title"), doc.get("text")),
                 source_ref=f"beir:{name}/{doc_id}",
@@ -67,19 +104,22 @@ def read_beir(dataset_dir: Path, name: str | None = None) -> Iterator[IngestReco
                 locator_value=doc_id,
                 valid_time_ms=beir_valid_time_ms(doc),
             )
+        yield record
 
 
 def read_jsonl(path: Path) -> Iterator[IngestRecord]:
     """Records from a JSONL file of ``{"id", "text", "title"?, "valid_time_ms"?}``."""
     path = Path(path)
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            item = json.loads(line)
-            rec_id = str(item["id"])
+    for number, item in _json_lines(path):
+        hint = (
+            "a BEIR line: give the collection's directory, the one holding corpus.jsonl"
+            if "_id" in item
+            else 'a record line needs "id" and "text"'
+        )
+        rec_id = _id(path, number, item, "id", hint)
+        with _line(path, number):
             if "payload" in item:
-                yield IngestRecord(
+                record = IngestRecord(
                     external_id=rec_id,
                     text=str(item.get("text", "")),
                     source_ref=f"export:{rec_id}",
@@ -87,15 +127,16 @@ def read_jsonl(path: Path) -> Iterator[IngestRecord]:
                     evidence=item.get("evidence"),
                     retention=item.get("retention"),
                 )
-                continue
-            yield IngestRecord(
-                external_id=rec_id,
-                text=beir_text(item.get("title"), item.get("text")),
-                source_ref=str(item.get("source_ref") or f"jsonl:{path.stem}/{rec_id}"),
-                locator_scheme="jsonl",
-                locator_value=rec_id,
-                valid_time_ms=int(item.get("valid_time_ms", DEFAULT_VALID_TIME_MS)),
-            )
+            else:
+                record = IngestRecord(
+                    external_id=rec_id,
+                    text=beir_text(item.get("title"), item.get("text")),
+                    source_ref=str(item.get("source_ref") or f"jsonl:{path.stem}/{rec_id}"),
+                    locator_scheme="jsonl",
+                    locator_value=rec_id,
+                    valid_time_ms=int(item.get("valid_time_ms", DEFAULT_VALID_TIME_MS)),
+                )
+        yield record
 
 
 def read_dataset(path: Path) -> Iterator[IngestRecord]:
@@ -103,7 +144,7 @@ def read_dataset(path: Path) -> Iterator[IngestRecord]:
     path = Path(path)
     if path.is_dir():
         if not (path / "corpus.jsonl").exists():
-            raise FileNotFoundError(f"{path} has no corpus.jsonl")
+            raise CorpusInvalid(path, None, "a directory without corpus.jsonl (not a BEIR collection)")
         return read_beir(path)
     return read_jsonl(path)
 

@@ -51,6 +51,21 @@ class IngestRecord:
     retention: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True)
+class RefusedDocument:
+    """A source document that did not become a record, as the ingest summary names it:
+    its id, why (``invalid``, ``empty``, ``oversized``, ``secret``, ``forgotten``), and
+    what was wrong (an invalid payload's field paths and rules; a secret's rule)."""
+
+    id: str
+    reason: str
+    detail: str | None = None
+
+    def as_dict(self) -> dict[str, str]:
+        named = {"id": self.id, "reason": self.reason}
+        return named | ({"detail": self.detail} if self.detail else {})
+
+
 def nfc(text: str) -> str:
     return unicodedata.normalize("NFC", text)
 
@@ -72,8 +87,8 @@ def _validated(record: IngestRecord) -> tuple[dict[str, Any], dict[str, Any]]:
             CAPTURE,
             {"idempotency_key": "ingest-validation", "payload": record.payload, "evidence": record.evidence or {}},
         ).model_dump(exclude_none=True)
-    except ContractError:
-        raise RefusedRecord("invalid") from None
+    except ContractError as exc:
+        raise RefusedRecord("invalid", exc.detail) from None
     return args["payload"], args["evidence"]
 
 

@@ -26,7 +26,7 @@ import multiprocessing.connection
 import os
 import threading
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
@@ -37,7 +37,7 @@ from engram.models.scope import Scope
 from engram.ranking import usable_cores
 from engram.service.engine import BatchWriter, CallContext, CommittedBatch, Engine, ExaminedBatch, WriterSpec, examine
 
-from .records import IngestRecord, RefusedRecord, submission
+from .records import IngestRecord, RefusedDocument, RefusedRecord, submission
 
 #: Source records cut into one batch, each with its position in the source.
 Chunk = list[tuple[int, IngestRecord]]
@@ -45,25 +45,26 @@ Chunk = list[tuple[int, IngestRecord]]
 
 @dataclass(frozen=True)
 class Examined:
-    """One examined batch: each submission's source position (``ordinals[position]``),
-    how many source records the batch held, those refused before the engine (empty,
-    oversized), and the engine's examination of the rest."""
+    """One examined batch: each submission's source position (``ordinals[position]``) and
+    id (``ids[position]``), how many source records the batch held, those refused before
+    the engine (invalid, empty, oversized), and the engine's examination of the rest."""
 
     ordinals: list[int]
+    ids: list[str]
     seen: int
-    refused: Counter[str]
+    refused: list[RefusedDocument]
     batch: ExaminedBatch
 
 
 @dataclass(frozen=True)
 class Written:
     """One written batch: the source position of each written record (in journal
-    order), how many source records the batch held, those refused before the engine,
-    what the commit wrote, and the CPU seconds writing it took (its thread's)."""
+    order), how many source records the batch held, those refused (before the engine or
+    by it), what the commit wrote, and the CPU seconds writing it took (its thread's)."""
 
     ordinals: list[int]
     seen: int
-    refused: Counter[str]
+    refused: list[RefusedDocument]
     committed: CommittedBatch
     cpu_seconds: float
 
@@ -80,16 +81,17 @@ class Load:
 
 
 def examine_chunk(scope: Scope, purpose_ref: str, scan_secrets: bool, chunk: Chunk) -> Examined:
-    """Submissions of ``chunk`` (a refused document counted), then :func:`examine`."""
-    subs, ordinals, refused = [], [], Counter[str]()
+    """Submissions of ``chunk`` (a refused document named), then :func:`examine`."""
+    subs, ordinals, ids, refused = [], [], [], []
     for ordinal, record in chunk:
         try:
             subs.append(submission(scope, record, purpose_ref))
         except RefusedRecord as exc:
-            refused[str(exc)] += 1
+            refused.append(RefusedDocument(record.external_id, exc.reason, exc.detail))
             continue
         ordinals.append(ordinal)
-    return Examined(ordinals, len(chunk), refused, examine(scope, subs, scan_secrets=scan_secrets))
+        ids.append(record.external_id)
+    return Examined(ordinals, ids, len(chunk), refused, examine(scope, subs, scan_secrets=scan_secrets))
 
 
 def write_chunk(writer: BatchWriter, load: Load, chunk: Chunk) -> Written:
@@ -100,7 +102,10 @@ def write_chunk(writer: BatchWriter, load: Load, chunk: Chunk) -> Written:
     prepared = writer.prepare(examined.batch)
     committed = writer.commit(prepared, load.operator)
     ordinals = [examined.ordinals[prepared.records[i].position] for i in committed.written]
-    return Written(ordinals, examined.seen, examined.refused, committed, time.thread_time() - cpu)
+    refused = examined.refused + [
+        RefusedDocument(examined.ids[r.position], r.reason.value, r.rule) for r in committed.outcome.refused
+    ]
+    return Written(ordinals, examined.seen, refused, committed, time.thread_time() - cpu)
 
 
 #: The smallest load written in a worker process: a worker's start costs about a second

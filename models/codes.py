@@ -113,11 +113,16 @@ def reference_table() -> str:
 
 
 class ContractError(EngramError):
-    """A failure that the contract names: it becomes an error envelope, never a crash."""
+    """A failure that the contract names: it becomes an error envelope, never a crash.
 
-    def __init__(self, code: ErrorCode) -> None:
+    ``detail`` says what was wrong for the operator (a server log line, a CLI summary):
+    the field paths and the rules broken, never a value. The envelope's message stays the
+    code's fixed one."""
+
+    def __init__(self, code: ErrorCode, detail: str | None = None) -> None:
         super().__init__(code.value)
         self.code = code
+        self.detail = detail
 
     @property
     def retriable(self) -> bool:

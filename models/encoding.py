@@ -41,7 +41,11 @@ def _bounded_nfc(min_bytes: int, max_bytes: int) -> AfterValidator:
     def check(value: str) -> str:
         size = _utf8_length(value)
         if not min_bytes <= size <= max_bytes:
-            raise PydanticCustomError("byte_bounds", "string length out of bounds")
+            raise PydanticCustomError(
+                "byte_bounds",
+                "string length out of bounds ({min_bytes} to {max_bytes} UTF-8 bytes)",
+                {"min_bytes": min_bytes, "max_bytes": max_bytes},
+            )
         if not unicodedata.is_normalized("NFC", value):
             raise PydanticCustomError("not_nfc", "string is not NFC")
         return value
@@ -82,7 +86,11 @@ def _check_instant(value: str) -> str:
 
 
 OpaqueRef = Annotated[str, Utf8Text(1, 512)]
-IdempotencyKey = Annotated[str, Utf8Text(16, 256)]
+IdempotencyKey = Annotated[
+    str,
+    Utf8Text(16, 256),
+    Field(description="16 to 256 UTF-8 bytes (NFC): one key per intended effect; a retry reuses it."),
+]
 Digest = Annotated[str, Field(json_schema_extra={"pattern": DIGEST_PATTERN}), AfterValidator(_check_digest)]
 Instant = Annotated[str, Field(json_schema_extra={"pattern": INSTANT_PATTERN}), AfterValidator(_check_instant)]
 RecordId = Annotated[str, Field(pattern=RECORD_ID_PATTERN)]

@@ -25,6 +25,7 @@ such.
     ├── OperatorFailure          the server ran an operator command and it failed
     ├── NoLiveReplica            a scope's target replica group has no live replica
     ├── RefusedRecord            a source document that cannot become a record (also ValueError)
+    ├── CorpusInvalid            a corpus file's line that is not a document (also ValueError)
     ├── LoadStopped              a load's batch sent after one that failed: not written
     └── EnrichError              LoCoMo's JSON and a BEIR conversation do not fit together (also ValueError)
 """
@@ -139,7 +140,21 @@ class NoLiveReplica(EngramError):
 
 # Bulk ingestion
 class RefusedRecord(EngramError, ValueError):
-    """A source document that cannot become a record (empty, oversized, secret...)."""
+    """A source document that cannot become a record (empty, oversized, invalid...):
+    ``reason`` one word, ``detail`` what was wrong (field paths and rules, no value)."""
+
+    def __init__(self, reason: str, detail: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason, self.detail = reason, detail
+
+
+class CorpusInvalid(EngramError, ValueError):
+    """A line of a corpus file that cannot be read as a document (not UTF-8, not JSON,
+    no id): the message names the file, the line and what is wrong, never its text."""
+
+    def __init__(self, path: Path, line: int | None, problem: str) -> None:
+        super().__init__(f"{path}:{line}: {problem}" if line is not None else f"{path}: {problem}")
+        self.path, self.line, self.problem = path, line, problem
 
 
 class LoadStopped(EngramError):

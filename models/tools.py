@@ -160,6 +160,10 @@ class ToolSpec:
         return _closed(_inlined({"type": "object", "anyOf": [success, failure], "$defs": defs}))
 
 
+#: What every mutation's description says of its key: the schema can bound characters
+#: only (minLength 4), the runtime counts bytes.
+_KEY_RULE = " idempotency_key: 16 to 256 UTF-8 bytes (a shorter one is INVALID_SCHEMA)."
+
 TOOLS: dict[str, ToolSpec] = {
     spec.name: spec
     for spec in (
@@ -181,7 +185,7 @@ TOOLS: dict[str, ToolSpec] = {
         ToolSpec(
             CAPTURE,
             "Submit cited, durable knowledge as an encrypted pending candidate. Not searchable "
-            "until admitted. Never include secrets or credentials.",
+            "until admitted. Never include secrets or credentials." + _KEY_RULE,
             CaptureInput,
             CaptureOutput,
             mutation=True,
@@ -190,7 +194,7 @@ TOOLS: dict[str, ToolSpec] = {
         ),
         ToolSpec(
             REQUEST_ADMISSION,
-            "Ask the host's admission policy to decide a pending candidate.",
+            "Ask the host's admission policy to decide a pending candidate." + _KEY_RULE,
             AdmissionInput,
             AdmissionOutput,
             mutation=True,
@@ -198,7 +202,7 @@ TOOLS: dict[str, ToolSpec] = {
         ),
         ToolSpec(
             WITHDRAW,
-            "End a pending candidate (needs host confirmation). Destroys its body key.",
+            "End a pending candidate (needs host confirmation). Destroys its body key." + _KEY_RULE,
             WithdrawInput,
             WithdrawOutput,
             mutation=True,
@@ -207,7 +211,8 @@ TOOLS: dict[str, ToolSpec] = {
         ),
         ToolSpec(
             FORGET,
-            "Make an accepted record permanently ineligible (needs host confirmation); purges it from every index.",
+            "Make an accepted record permanently ineligible (needs host confirmation); purges it from every index."
+            + _KEY_RULE,
             ForgetInput,
             ForgetOutput,
             mutation=True,
@@ -222,6 +227,21 @@ def _only_digest_errors(error: ValidationError) -> bool:
     return all(item["type"] == "invalid_digest" for item in error.errors())
 
 
+#: The bounds of a broken rule that may be named beside it: the schema's, never the input's.
+_RULE_BOUNDS = ("min_length", "max_length", "min_bytes", "max_bytes", "ge", "gt", "le", "lt", "expected")
+
+
+def violations(error: ValidationError) -> str:
+    """Each failed field of `error` as ``path: rule`` (e.g. ``idempotency_key:
+    string_too_short(min_length=16)``): where and which rule, never the value."""
+    parts = []
+    for item in error.errors(include_url=False, include_input=False):
+        path = ".".join(str(step) for step in item["loc"]) or "(arguments)"
+        bounds = ", ".join(f"{k}={item['ctx'][k]}" for k in _RULE_BOUNDS if k in item.get("ctx", {}))
+        parts.append(f"{path}: {item['type']}" + (f"({bounds})" if bounds else ""))
+    return "; ".join(parts)
+
+
 def parse_arguments(tool: str, arguments: Any) -> BaseModel:
     """Validate raw tool arguments into the tool's input model.
 
@@ -230,15 +250,15 @@ def parse_arguments(tool: str, arguments: Any) -> BaseModel:
     """
     spec = TOOLS[tool]
     if not isinstance(arguments, dict):
-        raise ContractError(ErrorCode.INVALID_SCHEMA)
+        raise ContractError(ErrorCode.INVALID_SCHEMA, "(arguments): not an object")
     try:
         size = len(json.dumps(arguments, ensure_ascii=False, separators=(",", ":")).encode())
     except (TypeError, ValueError, UnicodeEncodeError):
-        raise ContractError(ErrorCode.INVALID_SCHEMA) from None
+        raise ContractError(ErrorCode.INVALID_SCHEMA, "(arguments): not JSON-serialisable") from None
     if size > MAX_ARGUMENT_BYTES:
-        raise ContractError(ErrorCode.INVALID_SCHEMA)
+        raise ContractError(ErrorCode.INVALID_SCHEMA, f"(arguments): over {MAX_ARGUMENT_BYTES} bytes")
     try:
         return spec.input_model.model_validate(arguments, strict=True)
     except ValidationError as error:
         code = ErrorCode.INVALID_DIGEST if _only_digest_errors(error) else ErrorCode.INVALID_SCHEMA
-        raise ContractError(code) from None
+        raise ContractError(code, violations(error)) from None

@@ -22,7 +22,8 @@ SERVICE_LOGGERS = ("engram", "uvicorn")
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time (UTC, ISO 8601), level, logger, message."""
+    """One JSON object per line: time (UTC, ISO 8601), level, logger, message, and the
+    line's own structured fields (``extra={"fields": {...}}``)."""
 
     def format(self, record: logging.LogRecord) -> str:
         line = {
@@ -33,6 +34,9 @@ class JsonFormatter(logging.Formatter):
         }
         if record.exc_info and record.exc_info[0] is not None:
             line["exception"] = record.exc_info[0].__name__
+        fields = getattr(record, "fields", None)  # logger.info(..., extra={"fields": {...}})
+        if isinstance(fields, dict):
+            line.update({k: v for k, v in fields.items() if k not in line})
         return json.dumps(line, ensure_ascii=False)
 
 

@@ -43,7 +43,12 @@ def _register_plugins(parent: typer.Typer, plugins: dict[str, tuple[str, str]]) 
         sub = getattr(module, "app", None)
         if not isinstance(sub, typer.Typer):
             raise TypeError(f"{module_name} has no typer `app` for `engram {name}`")
-        parent.add_typer(sub, name=name, help=help_text)
+        if len(sub.registered_commands) == 1 and sub.registered_callback is None and not sub.registered_groups:
+            command = sub.registered_commands[0]  # one command: `engram NAME ARGS`, no sub-command in its usage
+            command.name, command.short_help = name, help_text
+            parent.registered_commands.append(command)
+        else:
+            parent.add_typer(sub, name=name, help=help_text)
 
 
 _register_plugins(app, apps.PLUGINS)

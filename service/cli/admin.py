@@ -12,9 +12,12 @@ import typer
 from .apps import admin, tenant_app
 from .common import (
     DataDir,
+    DataDirUse,
     ModelOption,
     command_settings,
+    contract_failure,
     echo_error,
+    long_step,
     operator_engine,
     print_json,
     run_operator_command,
@@ -27,14 +30,15 @@ def host_secret(
     data_dir: DataDir = None,
     show: Annotated[bool, typer.Option("--show", help="Also print the secret itself (handle with care).")] = False,
 ) -> None:
-    """Create the host secret (mode 0600) if missing, and print its path.
+    """Create the host secret (mode 0600) if missing, and print its path; creates the data
+    directory too when it does not exist.
 
     The host signs every call's context (HS256) with it. ENGRAM_HOST_SECRET, when set, takes precedence over the
     file at serve time.
     """
     from engram.service.mcp.host_context import create_host_secret, load_host_secret
 
-    data_dir = command_settings(data_dir=data_dir).data_dir
+    data_dir = command_settings(use=DataDirUse.CREATES, data_dir=data_dir).data_dir
     path, created = create_host_secret(data_dir)
     typer.echo(str(path.resolve()))
     echo_error("created" if created else "exists (unchanged)")
@@ -115,8 +119,11 @@ def export_kek(
     """
     from engram.service.engine import export_keys
 
-    settings = command_settings(data_dir=data_dir, key_dir=store_choice().key_dir)
+    settings = command_settings(use=DataDirUse.UNUSED, data_dir=data_dir, key_dir=store_choice().key_dir)
     key_dir = settings.key_dir or settings.data_dir / "keys"
+    if not key_dir.is_dir():
+        echo_error(f"engram: key directory {key_dir} does not exist; give --data-dir or --key-dir of the store's keys")
+        raise typer.Exit(2)
     echo_error("engram: warning: these keys open every backup made while they were current")
     typer.echo(str(export_keys(key_dir, dest)))
 
@@ -136,25 +143,44 @@ def restore(
     ] = None,
     load_model: ModelOption = True,
 ) -> None:
-    """Restore a backup into a new data directory: apply the shred ledger, verify every
-    journal chain, rebuild the lexical index (vectors come from the backup)."""
+    """Restore a backup into a new data directory (created when it does not exist): apply
+    the shred ledger, verify every journal chain, rebuild the lexical index (vectors come
+    from the backup). A failed restore leaves nothing behind.
+
+    The backup holds no host secret: the restored directory's first `engram serve` makes
+    a new one, and tokens signed with the old one stop working, unless the old
+    host_secret file is copied in (or ENGRAM_HOST_SECRET set) first.
+    """
     from engram.models.codes import ContractError
     from engram.service.engine import Engine
-    from engram.service.operator.ownership import DataDirLock, DirectoryHeld
+    from engram.service.mcp.host_context import SECRET_FILE
+    from engram.service.operator.ownership import LOCK_FILE, DataDirLock, DirectoryHeld
 
     if keys is None and not (source / "keys").is_dir():
         echo_error("engram: the backup holds no key-encryption keys; pass --keys <data-dir>/keys or an export-kek copy")
         raise typer.Exit(2)
+    created = not data_dir.exists()
+    if created:
+        echo_error(f"engram: creating data directory {data_dir}")
     try:
-        with DataDirLock(data_dir):
+        with DataDirLock(data_dir), long_step(f"restoring {source} into {data_dir}"):
             engine = Engine.restore(source, data_dir, key_source=keys, load_model=load_model)
             engine.close()
     except DirectoryHeld:
         echo_error(f"engram: another engram process holds {data_dir}")
         raise typer.Exit(1) from None
     except ContractError as exc:
-        echo_error(f"engram: {exc.code.value}: {exc.message}")
+        if created:  # nothing left behind: not even the directory this command made
+            (data_dir / LOCK_FILE).unlink(missing_ok=True)
+            data_dir.rmdir()
+        echo_error(contract_failure(exc))
         raise typer.Exit(1) from None
+    if not (data_dir / SECRET_FILE).exists():
+        echo_error(
+            f"engram: {data_dir} has no host secret (backups hold none): its first `engram serve` makes a new "
+            "one and host tokens signed with the old one stop working; to keep them, copy the old data "
+            "directory's host_secret into it (mode 0600) or set ENGRAM_HOST_SECRET before serving"
+        )
     typer.echo(str(data_dir))
 
 

@@ -11,6 +11,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
+    # Plain click help (no rich panels): option help wraps to the terminal's width, as
+    # wide as it allows, and flags show no value type.
+    rich_markup_mode=None,
 )
 admin = typer.Typer(
     help="Operator commands (never reachable from the agent path). --database-url and "

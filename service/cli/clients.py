@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from .apps import admin, app
-from .common import DataDir, command_settings, echo_error, run_operator_command
+from .common import DataDir, DataDirUse, command_settings, echo_error, run_operator_command
 
 context_app = typer.Typer(
     help="Contexts for MCP clients: the local stdio binding, and signed contexts for HTTP.",
@@ -60,7 +60,8 @@ def context_init(
     data_dir: DataDir = None,
 ) -> None:
     """Create the local scope for stdio MCP clients: opt the tenant in and write the
-    long-lived binding (claims, no expiry) to <data-dir>/contexts/local.json (mode 0600).
+    long-lived binding (claims, no expiry) to <data-dir>/contexts/local.json (mode 0600),
+    creating the data directory when it does not exist.
 
     `engram connect CLIENT` then points a desktop client at it; nothing needs re-minting.
     """
@@ -68,7 +69,7 @@ def context_init(
     from engram.service.mcp.host_context import ContextUnavailable
     from engram.service.mcp.local_context import context_path, local_claims, write_context_file
 
-    settings = command_settings(data_dir=data_dir)
+    settings = command_settings(use=DataDirUse.CREATES, data_dir=data_dir)
     try:
         claims = local_claims(
             tenant=tenant,
@@ -210,7 +211,7 @@ def connect(
     except ValueError:
         echo_error(f"engram: unknown client {client!r}; one of {', '.join(c.value for c in McpClient)}")
         raise typer.Exit(2) from None
-    settings = command_settings(data_dir=data_dir)
+    settings = command_settings(use=DataDirUse.UNUSED, data_dir=data_dir)  # the context file says what is missing
     context_file = context_path(settings.data_dir)
     if not context_file.exists():
         echo_error(f"engram: no {context_file}: run `engram admin context init` first")

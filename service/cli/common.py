@@ -11,8 +11,9 @@ import contextvars
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -55,6 +56,31 @@ def store_choice() -> StoreChoice:
 
 def echo_error(message: str) -> None:
     typer.echo(message, err=True)
+
+
+def contract_failure(exc: Any) -> str:
+    """A ContractError as the operator reads it: its code, and what to fix when the
+    engine said (its detail), else the contract's fixed message."""
+    return f"engram: {exc.code.value}: {exc.detail or exc.message}"
+
+
+@contextlib.contextmanager
+def long_step(message: str) -> Iterator[None]:
+    """A step that takes a while, said on stderr: a spinner on a terminal, a line
+    otherwise; then how long it took."""
+    import sys
+    import time
+
+    started = time.monotonic()
+    if sys.stderr.isatty():
+        from rich.console import Console
+
+        with Console(stderr=True).status(f"{message}..."):
+            yield
+    else:
+        echo_error(f"engram: {message}...")
+        yield
+    echo_error(f"engram: {message}: done in {time.monotonic() - started:.1f} s")
 
 
 def open_engine(
@@ -101,7 +127,7 @@ def operator_engine(data_dir: Path | None, *, load_model: bool = False) -> Itera
         )
         yield engine
     except ContractError as exc:
-        echo_error(f"engram: {exc.code.value}: {exc.message}")
+        echo_error(contract_failure(exc))
         raise typer.Exit(1) from None
     finally:
         if engine is not None:
@@ -112,21 +138,67 @@ def print_json(value: Any) -> None:
     typer.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
-def command_settings(config: Path | None = None, **flags: Any) -> Any:
-    """The `Settings` for this command: flags over ENGRAM_* over the config file; bad
-    values exit 2 with pydantic's explanation."""
+class DataDirUse(Enum):
+    """What a command does with its data directory: the commands documented to create
+    one (`engram serve`, `engram ingest`, `engram admin host-secret`, `engram admin
+    context init`; `engram admin restore` makes its own) say so when they do; every
+    other command refuses one that does not exist, rather than guess that a mistyped
+    path is a new, empty store. UNUSED: the command reads no data directory."""
+
+    EXISTING = "existing"
+    CREATES = "creates"
+    UNUSED = "unused"
+
+
+def command_settings(config: Path | None = None, *, use: DataDirUse = DataDirUse.EXISTING, **flags: Any) -> Any:
+    """The `Settings` for this command: flags over ENGRAM_* over the config file. Bad
+    values exit 2 with pydantic's explanation; so does a data directory that does not
+    exist (unless the command creates one: it then says so), and a database URL named
+    beside a data directory that holds an SQLite store (which of the two is meant?)."""
     from pydantic import ValidationError
 
     from engram.service.settings import ConfigFileMissing, load_settings
 
     try:
-        return load_settings(config, **flags)
+        settings = load_settings(config, **flags)
     except ConfigFileMissing as exc:
         echo_error(f"engram: config file {exc} not found")
         raise typer.Exit(2) from None
     except ValidationError as exc:
         echo_error(f"engram: bad configuration: {exc}")
         raise typer.Exit(2) from None
+    directory: Path = settings.data_dir
+    if use is DataDirUse.UNUSED:
+        return settings
+    if not directory.is_dir():
+        if use is DataDirUse.EXISTING:
+            echo_error(
+                f"engram: data directory {directory} does not exist; give --data-dir (or ENGRAM_DATA_DIR) "
+                "of an existing one (`engram serve` and `engram ingest` create a new one)"
+            )
+            raise typer.Exit(2)
+        echo_error(f"engram: creating data directory {directory}")
+    _refuse_two_stores(settings.database_url, directory)
+    return settings
+
+
+def _refuse_two_stores(database_url: str | None, directory: Path) -> None:
+    from engram.service.engine import DB_FILE
+    from engram.service.operator.channel import store_label
+
+    if database_url and (directory / DB_FILE).exists():
+        _ambiguous_store(database_url, f"{directory} holds {store_label(None, directory / DB_FILE)}")
+
+
+def _ambiguous_store(database_url: str, other: str) -> NoReturn:
+    from engram.service.operator.channel import store_label
+
+    echo_error(
+        f"engram: ambiguous store: --database-url (or ENGRAM_DATABASE_URL) names {store_label(database_url)}, "
+        f"but {other}; give the --data-dir of a replica of that database, or unset the database URL "
+        "to act on the data directory's own store"
+    )
+    raise typer.Exit(2)
 
 
 ConfigOption = Annotated[
@@ -154,16 +226,20 @@ def run_operator_command(data_dir: Path | None, command: str, args: dict[str, An
     """Run an operator command where it is safe: through the live server that owns the
     data directory (its operator socket), or, when no server runs, on an engine opened
     here while holding the directory's lock. Never as a second engine beside a server."""
-    from engram.service.operator.channel import ChannelAbsent, OperatorFailure, call
+    from engram.service.operator.channel import STORE_MISMATCH, ChannelAbsent, OperatorFailure, call
     from engram.service.operator.commands import run
     from engram.service.operator.ownership import DataDirLock, DirectoryHeld
 
-    directory = command_settings(data_dir=data_dir).data_dir
+    choice = store_choice()
+    settings = command_settings(data_dir=data_dir, database_url=choice.database_url, key_dir=choice.key_dir)
+    directory = settings.data_dir
     try:
-        return call(directory, command, args)
+        return call(directory, command, args, store=settings.database_url)
     except ChannelAbsent:
         pass
     except OperatorFailure as exc:
+        if exc.code == STORE_MISMATCH:
+            _ambiguous_store(settings.database_url, f"the server holding {directory} serves {exc.message}")
         echo_error(f"engram: {exc.code}: {exc.message}")
         raise typer.Exit(1) from None
     try:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -17,7 +19,9 @@ from engram.models.device import Device
 from engram.service.settings import LogFormat, LogLevel, field_help
 
 from .apps import app
-from .common import ConfigOption, DatabaseUrl, KeyDir, command_settings, echo_error, open_engine
+from .common import ConfigOption, DatabaseUrl, DataDirUse, KeyDir, command_settings, echo_error, open_engine
+
+logger = logging.getLogger("engram.serve")
 
 
 @app.command()
@@ -69,10 +73,12 @@ def serve(
 
     Every HTTP call must carry the host's signed context in the X-Engram-Context header (see
     service/mcp/host_context.py). /healthz, /readyz and /metrics serve probes; /docs documents them. Every
-    option also comes from ENGRAM_<OPTION> or the --config file.
+    option also comes from ENGRAM_<OPTION> or the --config file. The data directory is created (and said so)
+    when it does not exist; the warm-up logs its steps until ready.
     """
     settings = command_settings(
         config,
+        use=DataDirUse.CREATES,
         host=host,
         port=port,
         data_dir=data_dir,
@@ -151,7 +157,9 @@ def _serve_stdio(settings: Any) -> None:
         echo_error(f"engram: no trusted context for stdio ({exc.reason})")
         raise typer.Exit(2) from None
     with _holding_data_dir(data_dir):
+        started = _warming_up(settings)
         engine = open_engine(settings, seed_vectors=settings.seed_vectors)
+        _say_when_ready(engine, started)
         _collect_less_once_ready(engine)
         _warn_tenants_not_opted_in(engine)
         try:
@@ -173,7 +181,9 @@ def serve_http(settings: Any, secret: bytes, *, on_listening: Callable[[], None]
     if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.allowed_hosts:
         echo_error("engram: warning: non-loopback host without --allowed-host: DNS-rebinding protection is off")
     with _holding_data_dir(settings.data_dir):
+        started = _warming_up(settings)
         engine = open_engine(settings, background=True, serve_replica=True, seed_vectors=settings.seed_vectors)
+        _say_when_ready(engine, started)
         _collect_less_once_ready(engine)
         _warn_tenants_not_opted_in(engine)
         application = create_app(engine, settings, host_secret=secret, close_engine=True)
@@ -205,6 +215,24 @@ def _host_secret(data_dir: Path) -> bytes:
     except RuntimeError as exc:
         echo_error(f"engram: {exc}")
         raise typer.Exit(2) from None
+
+
+def _warming_up(settings: Any) -> float:
+    """Say what the start does before the engine opens (a first start on a large store
+    takes a while, and nothing else would show); the time it began."""
+    model = "load the embedding model (a first start exports its query encoder), " if settings.load_model else ""
+    logger.info("warming up %s: %sbring every scope's indexes up to the journal", settings.data_dir, model)
+    return time.monotonic()
+
+
+def _say_when_ready(engine: Any, started: float) -> None:
+    """Log once the warm-up is over, with how long it took (/readyz turns 200 then)."""
+
+    def say() -> None:
+        if engine.wait_ready():
+            logger.info("ready in %.1f s", time.monotonic() - started)
+
+    threading.Thread(target=say, name="engram-ready-log", daemon=True).start()
 
 
 def _collect_less_once_ready(engine: Any) -> None:
@@ -239,7 +267,7 @@ def _holding_data_dir(data_dir: Path) -> Iterator[None]:
         lock = DataDirLock(data_dir).acquire()
     except DirectoryHeld:
         echo_error(f"engram: another engram process holds {data_dir}; one server per data directory")
-        raise typer.Exit(2) from None
+        raise typer.Exit(1) from None
     try:
         yield
     finally:

@@ -6,7 +6,7 @@ they never import the engine's modules directly.
 
 from .clock import now_ms
 from .context import CallContext, Confirmation
-from .engine import MODELS_DIR, Engine, export_keys
+from .engine import DB_FILE, MODELS_DIR, Engine, export_keys
 from .gates import operation_digest
 from .ingestion import (
     BatchOutcome,
@@ -29,6 +29,7 @@ from .seed import HEADER as SEED_HEADER
 
 __all__ = [
     "CANDIDATE_CAP",
+    "DB_FILE",
     "MODELS_DIR",
     "OPERATOR_TRANSITIONS",
     "SEED_HEADER",

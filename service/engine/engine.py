@@ -222,7 +222,17 @@ class Engine:
         operation = OPERATIONS.get(tool)
         if operation is None or tool not in TOOLS:
             raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
-        args = parse_arguments(tool, arguments)
+        try:
+            args = parse_arguments(tool, arguments)
+        except ContractError as exc:  # the caller's envelope stays fixed; the operator learns where
+            logger.info(
+                "%s refused %s: %s",
+                tool,
+                exc.code.value,
+                exc.detail,
+                extra={"fields": {"tool": tool, "code": exc.code.value, "violations": exc.detail}},
+            )
+            raise
         if TOOLS[tool].mutation:
             # Every string a mutation keeps (payload, evidence, locators, reason refs) is
             # scanned; the idempotency key is kept only as a digest.
@@ -418,6 +428,8 @@ class Engine:
         for name in (HOST_POLICY_FILE, ADMISSION_POLICY_FILE):
             if (self.deps.data_dir / name).exists():
                 shutil.copy2(self.deps.data_dir / name, dest / name)
+        for path in (dest, *dest.rglob("*")):  # the owner's alone, as the data directory is
+            os.chmod(path, 0o700 if path.is_dir() else 0o600)
         return dest
 
     @classmethod
@@ -426,11 +438,32 @@ class Engine:
         (the live keys, or an export), the shred ledger applied (nothing forgotten after
         the backup comes back), every journal chain verified, projections caught up."""
         backup, data_dir = Path(backup), Path(data_dir)
-        if data_dir.exists() and any(p.name != LOCK_NAME for p in data_dir.iterdir()):
-            raise ContractError(ErrorCode.RESTORE_REFUSED)
+        if data_dir.exists() and (held := sorted(p.name for p in data_dir.iterdir() if p.name != LOCK_NAME)):
+            raise ContractError(
+                ErrorCode.RESTORE_REFUSED,
+                f"{data_dir} is not empty (it holds {', '.join(held[:5])}{', ...' if len(held) > 5 else ''}); "
+                "restore into a new directory, or remove what is in it",
+            )
         has_keys = (backup / "keys").is_dir() or (key_source is not None and Path(key_source).is_dir())
-        if not (backup / DB_FILE).exists() or not has_keys:
-            raise ContractError(ErrorCode.BACKUP_INVALID)
+        if not (backup / DB_FILE).exists():
+            raise ContractError(ErrorCode.BACKUP_INVALID, f"{backup} holds no {DB_FILE}: not a backup")
+        if not has_keys:
+            given = f"{key_source} is not a directory" if key_source is not None else "no --keys given"
+            raise ContractError(ErrorCode.BACKUP_INVALID, f"the backup holds no key-encryption keys and {given}")
+        try:
+            return cls._restore_into(backup, data_dir, key_source, open_kwargs)
+        except BaseException:
+            for path in data_dir.iterdir():  # a failed restore leaves the directory as it found it
+                if path.name == LOCK_NAME:
+                    continue
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+            raise
+
+    @classmethod
+    def _restore_into(cls, backup: Path, data_dir: Path, key_source: Path | None, open_kwargs: Any) -> Engine:
         shutil.copytree(backup, data_dir, dirs_exist_ok=True)
         keys = data_dir / "keys"
         if key_source is not None:
@@ -438,15 +471,22 @@ class Engine:
         store = open_store(data_dir / DB_FILE, None)
         try:
             known = {p.stem for p in keys.glob("kek-*.key")}
-            if any(kek not in known for _, _, kek in store.all_wrapped_keys()):
-                raise ContractError(ErrorCode.BACKUP_INVALID)  # a KEK it needs is missing
+            missing = sorted({kek for _, _, kek in store.all_wrapped_keys()} - known)
+            if missing:
+                raise ContractError(
+                    ErrorCode.BACKUP_INVALID,
+                    f"the backup's data keys are wrapped under {', '.join(missing)}, which the keys given lack "
+                    "(a rotation retired it after the backup?); pass --keys of an `engram admin export-kek` "
+                    "copy made while it was current, or a backup made with --include-keys",
+                )
             transitions.apply_shreds(store, shred_entries(keys), keys)
         finally:
             store.close()
         engine = cls.open(data_dir, **open_kwargs)
-        if not all(engine.deps.store.verify_chain(s) for s in engine.deps.store.scopes()):
+        broken = [s for s in engine.deps.store.scopes() if not engine.deps.store.verify_chain(s)]
+        if broken:
             engine.close()
-            raise ContractError(ErrorCode.BACKUP_INVALID)
+            raise ContractError(ErrorCode.BACKUP_INVALID, f"the journal chain of {len(broken)} scope(s) is broken")
         return engine
 
     def apply_shred_ledger(self) -> int:

@@ -35,7 +35,6 @@ heals it on the next catch-up.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -80,6 +79,16 @@ class Refusal(StrEnum):
 
 
 @dataclass(frozen=True)
+class Refused:
+    """A submission that did not become a record: its position in the batch, why, and
+    for a secret the name of the scan's rule that matched (never the secret)."""
+
+    position: int
+    reason: Refusal
+    rule: str | None = None
+
+
+@dataclass(frozen=True)
 class Submission:
     """One document offered for batch admission, in the contract's capture shapes.
 
@@ -112,7 +121,7 @@ class ExaminedBatch:
 
     scope: Scope
     records: list[PreparedRecord]
-    refused: Counter[str] = field(default_factory=Counter)
+    refused: list[Refused] = field(default_factory=list)
     skipped: int = 0  # twice in this batch
 
 
@@ -122,7 +131,7 @@ class PreparedBatch:
 
     scope: Scope
     records: list[PreparedRecord]
-    refused: Counter[str] = field(default_factory=Counter)
+    refused: list[Refused] = field(default_factory=list)
     skipped: int = 0  # already present in the scope, or twice in this batch
 
 
@@ -132,7 +141,7 @@ class BatchOutcome:
 
     accepted: list[str] = field(default_factory=list)
     skipped: int = 0
-    refused: Counter[str] = field(default_factory=Counter)
+    refused: list[Refused] = field(default_factory=list)
     first_cursor: int = 0
     last_cursor: int = 0
     store_seconds: float = 0.0
@@ -163,7 +172,7 @@ def examine(scope: Scope, submissions: Sequence[Submission], *, scan_secrets: bo
     )
     for position, (sub, secret) in enumerate(zip(submissions, verdicts)):
         if secret is not None:
-            batch.refused[Refusal.SECRET.value] += 1
+            batch.refused.append(Refused(position, Refusal.SECRET, secret))
             continue
         p_digest, e_digest, r_digest, rid = identify(scope, sub)
         if rid in candidates:
@@ -239,13 +248,13 @@ class BatchWriter:
         return PreparedBatch(
             batch.scope,
             [r for r in batch.records if r.record_id not in existing],
-            Counter(batch.refused),
+            list(batch.refused),
             batch.skipped + len(existing),
         )
 
     def commit(self, batch: PreparedBatch, operator: CallContext) -> CommittedBatch:
         """Accept a prepared batch in one store transaction (nothing indexed)."""
-        outcome = BatchOutcome(skipped=batch.skipped, refused=Counter(batch.refused))
+        outcome = BatchOutcome(skipped=batch.skipped, refused=list(batch.refused))
         written: list[int] = []
         if not batch.records:
             return CommittedBatch(batch.scope, outcome, written, [])
@@ -267,7 +276,7 @@ class BatchWriter:
                     outcome.skipped += 1  # a concurrent load got there first
                     continue
                 if RecordState.TOMBSTONED in found:
-                    outcome.refused[Refusal.FORGOTTEN.value] += 1  # forgotten stays forgotten
+                    outcome.refused.append(Refused(prepared.position, Refusal.FORGOTTEN))  # forgotten stays forgotten
                     continue
                 if RecordState.ACCEPTED_CURRENT in found or prepared.payload_digest in payloads:
                     outcome.skipped += 1  # the same content is already a current record

@@ -6,6 +6,10 @@ the same user (or root) before reading anything. A request is one JSON line
 `{"command": name, "args": {...}}`; the answer one JSON line, `{"ok": true, "result":
 ...}` or `{"ok": false, "code": ..., "message": ...}`. There is no agent context:
 whoever can open the socket already owns the data directory's files.
+
+A request may also name the database it means (`"store": URL`, when the operator gave
+one): a server serving another store refuses it (`STORE_MISMATCH`, its own store in the
+message, password left out) rather than run the command on a store nobody named.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import struct
 import threading
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from engram.models.codes import ContractError
 from engram.models.errors import ChannelAbsent, OperatorFailure  # noqa: F401 - raised and caught here
@@ -32,6 +37,23 @@ SOCKET_FILE = "operator.sock"
 MAX_REQUEST_BYTES = 1 << 20
 #: sun_path holds 108 bytes with its terminating NUL.
 MAX_SOCKET_PATH = 107
+
+
+#: The code of a request refused because the server serves another store than it names.
+STORE_MISMATCH = "STORE_MISMATCH"
+
+
+def store_label(database_url: str | None, sqlite_path: Path | None = None) -> str:
+    """A store as an operator reads it: the database URL without its password, or the
+    SQLite file."""
+    if not database_url:
+        return f"the SQLite store {sqlite_path}"
+    parts = urlsplit(database_url)
+    if parts.password is None:
+        return database_url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}@{host}" + (f":{parts.port}" if parts.port else "")
+    return parts._replace(netloc=netloc).geturl()
 
 
 def socket_path(data_dir: Path) -> Path:
@@ -74,11 +96,18 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
                 raise KeyError(name)
         except (ValueError, KeyError, TypeError):
             return {"ok": False, "code": "UNKNOWN_COMMAND", "message": "not an operator request"}
+        served = self.engine.writer_spec()
+        if "store" in request and request["store"] != served.database_url:
+            return {
+                "ok": False,
+                "code": STORE_MISMATCH,
+                "message": store_label(served.database_url, served.sqlite_path),
+            }
         with self._serial:
             try:
                 result = run(self.engine, name, args)
-            except ContractError as exc:
-                return {"ok": False, "code": exc.code.value, "message": exc.message}
+            except ContractError as exc:  # the operator's reader: what to fix, where the engine said
+                return {"ok": False, "code": exc.code.value, "message": exc.detail or exc.message}
             except Exception as exc:  # noqa: BLE001 - reported to the operator, logged by type
                 logger.exception("operator command %s failed", name)
                 return {"ok": False, "code": "INTERNAL", "message": type(exc).__name__}
@@ -113,8 +142,11 @@ class OperatorChannel:
         self.path.unlink(missing_ok=True)
 
 
-def call(data_dir: Path, command: str, args: dict[str, Any], timeout_s: float | None = None) -> Any:
-    """Run `command` on the server that owns `data_dir`. ChannelAbsent when none answers;
+def call(
+    data_dir: Path, command: str, args: dict[str, Any], timeout_s: float | None = None, *, store: str | None = None
+) -> Any:
+    """Run `command` on the server that owns `data_dir` (refused there unless it serves
+    the database `store`, when one is named). ChannelAbsent when none answers;
     OperatorFailure when the command failed there."""
     path = socket_path(data_dir)
     if not path.exists():
@@ -127,7 +159,10 @@ def call(data_dir: Path, command: str, args: dict[str, Any], timeout_s: float | 
         except (ConnectionRefusedError, FileNotFoundError):
             raise ChannelAbsent() from None
         sock.settimeout(timeout_s)
-        sock.sendall(json.dumps({"command": command, "args": args}).encode() + b"\n")
+        request: dict[str, Any] = {"command": command, "args": args}
+        if store is not None:
+            request["store"] = store
+        sock.sendall(json.dumps(request).encode() + b"\n")
         with sock.makefile("rb") as stream:
             line = stream.readline()
     finally:

@@ -161,6 +161,7 @@ def stdio_server(tmp_path: Path, **env: str) -> StdioServerParameters:
 
         from engram.service.cli import app
 
+        data.mkdir(exist_ok=True)
         assert CliRunner().invoke(app, ["admin", "tenant", "enable", "acme", "-d", str(data)]).exit_code == 0
         ctx.write_text(json.dumps(claims(purpose=PURPOSE)))
     base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}

@@ -78,6 +78,7 @@ def test_cli_exits_2_on_bad_configuration(tmp_path):
 
 def test_admin_commands_read_the_data_dir_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("ENGRAM_DATA_DIR", str(tmp_path / "d"))
+    (tmp_path / "d").mkdir()
     result = CliRunner().invoke(app, ["admin", "tenant", "enable", "acme"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "d" / "engram.db").exists()

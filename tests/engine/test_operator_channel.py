@@ -148,7 +148,7 @@ def test_rotate_beside_a_live_server_then_kill_and_restart(data_dir) -> None:
     try:
         _wait_for_socket(proc, data_dir)
         second = _serve(data_dir)
-        assert second.wait(timeout=60) == 2
+        assert second.wait(timeout=60) == 1  # a held directory exits 1, as for every command
         assert b"holds" in second.stderr.read()
         out = runner.invoke(app, ["admin", "rotate-kek", "-d", str(data_dir)])
         assert out.exit_code == 0, out.output
@@ -184,5 +184,27 @@ def test_export_beside_a_live_server_is_written_by_the_server(live, data_dir, tm
 def test_export_of_a_missing_directory_is_refused(tmp_path) -> None:
     missing = tmp_path / "nothing-here"
     result = runner.invoke(app, ["admin", "export", "acme", "main", str(tmp_path / "o.jsonl"), "-d", str(missing)])
-    assert result.exit_code == 2 and "not a data directory" in result.output
+    assert result.exit_code == 2 and f"data directory {missing} does not exist" in result.output
     assert not missing.exists()
+
+
+def test_a_database_url_beside_a_server_on_another_store_is_refused_naming_both(live, data_dir, monkeypatch) -> None:
+    """ENGRAM_DATABASE_URL exported while the server holding the data directory serves
+    another store: refused (exit 2) with both named, the password left out, and
+    nothing done on either store."""
+    monkeypatch.setenv("ENGRAM_DATABASE_URL", "postgresql://engram:s3cret@db.invalid/engram")
+    out = runner.invoke(app, ["admin", "tenant", "enable", "acme", "-d", str(data_dir)])
+    assert out.exit_code == 2, out.output
+    assert "ambiguous store" in out.output and "postgresql://engram@db.invalid/engram" in out.output
+    assert "s3cret" not in out.output
+    served = live.writer_spec().database_url
+    assert (str(data_dir / "engram.db") if served is None else served.split("@")[-1]) in out.output
+    assert not live.tenant_enabled("acme")
+
+
+def test_the_channel_refuses_a_request_for_another_store(live, data_dir) -> None:
+    with pytest.raises(OperatorFailure) as err:
+        call(data_dir, "tenant-set", {"tenant": "acme", "enabled": True}, store="postgresql://x@db.invalid/other")
+    assert err.value.code == "STORE_MISMATCH"
+    assert not live.tenant_enabled("acme")
+    assert call(data_dir, "tenant-status", {"tenant": "acme"}, store=live.writer_spec().database_url) == "disabled"

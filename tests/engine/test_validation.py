@@ -876,3 +876,40 @@ def test_unknown_opaque_ids_are_not_found_or_stale(engine) -> None:
         error_of(engine.execute, SEARCH, ctx, {"query": "q", "purpose_ref": PURPOSE, "page_cursor": "x" * 1024}).code
         is ErrorCode.STALE_PAGE
     )
+
+
+def test_an_invalid_schema_call_logs_the_field_and_rule_never_the_value(engine, caplog) -> None:
+    """The envelope's message stays the code's fixed one; the server's log says which
+    field broke which rule (an 11-character key: 16 UTF-8 bytes needed), without it."""
+    import logging
+
+    short = "k" * 10 + "Z"
+    args = {**capture_args("The ferry timetable changes in winter."), "idempotency_key": short}
+    with caplog.at_level(logging.INFO, logger="engram.engine"):
+        with pytest.raises(ContractError) as err:
+            engine.execute(CAPTURE, context(), args)
+    assert err.value.code is INVALID and err.value.message == MESSAGES[INVALID]
+    logged = [r for r in caplog.records if "refused INVALID_SCHEMA" in r.getMessage()]
+    assert logged, caplog.text
+    assert "idempotency_key: byte_bounds(min_bytes=16, max_bytes=256)" in logged[0].getMessage()
+    assert logged[0].fields["violations"].startswith("idempotency_key:")  # type: ignore[attr-defined]
+    assert short not in caplog.text and "ferry" not in caplog.text
+
+
+def test_the_json_log_line_carries_the_structured_fields() -> None:
+    import logging
+
+    from engram.service.logs import JsonFormatter
+
+    record = logging.LogRecord("engram.engine", logging.INFO, __file__, 1, "refused", None, None)
+    record.fields = {"tool": CAPTURE, "violations": "idempotency_key: byte_bounds"}
+    line = json.loads(JsonFormatter().format(record))
+    assert line["violations"] == "idempotency_key: byte_bounds" and line["tool"] == CAPTURE
+    assert line["message"] == "refused" and line["level"] == "info"
+
+
+@pytest.mark.parametrize("tool", [CAPTURE, REQUEST_ADMISSION, WITHDRAW, FORGET])
+def test_every_mutation_states_the_key_length_in_bytes(tool: str) -> None:
+    spec = TOOLS[tool]
+    assert "16 to 256 UTF-8 bytes" in spec.description
+    assert "16 to 256 UTF-8 bytes" in spec.input_schema["properties"]["idempotency_key"]["description"]

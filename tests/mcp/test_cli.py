@@ -84,6 +84,7 @@ def test_tenant_enable_disable(tmp_path):
 def test_operator_commands(tmp_path):
     pytest.importorskip("engram.service.engine.engine")
     data = str(tmp_path / "data")
+    (tmp_path / "data").mkdir()
     assert runner.invoke(app, ["admin", "tenant", "enable", "acme", "-d", data]).exit_code == 0
     verify = runner.invoke(app, ["admin", "verify-journal", "-d", data])
     assert verify.exit_code == 0, verify.output
@@ -116,6 +117,7 @@ async def test_engram_serve_http_subprocess(tmp_path):
 
     root = Path(__file__).resolve().parents[2]
     data = tmp_path / "data"
+    data.mkdir()
     assert runner.invoke(app, ["admin", "tenant", "enable", "acme", "-d", str(data)]).exit_code == 0
     assert not (data / "host_secret").exists()  # a fresh data dir: serve creates it
     port = free_port()
@@ -163,6 +165,7 @@ async def test_engram_serve_http_subprocess(tmp_path):
 def test_keyless_backup_export_kek_and_restore(tmp_path):
     pytest.importorskip("engram.service.engine.engine")
     data = str(tmp_path / "data")
+    (tmp_path / "data").mkdir()
     assert runner.invoke(app, ["admin", "tenant", "enable", "acme", "-d", data]).exit_code == 0
     assert runner.invoke(app, ["admin", "backup", str(tmp_path / "b1"), "-d", data]).exit_code == 0
     assert not (tmp_path / "b1" / "keys").exists()
@@ -227,3 +230,127 @@ def test_the_server_freezes_what_warm_up_loaded_out_of_the_collectors_reach_once
     finally:
         engine.ready.set()
         gc.unfreeze()
+
+
+def test_commands_that_read_a_data_directory_refuse_one_that_does_not_exist(tmp_path, monkeypatch):
+    """A mistyped --data-dir is refused (exit 2, named), never taken for a new, empty
+    store; and a database URL without -d does not create ./data."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ENGRAM_DATA_DIR", raising=False)
+    for command in (
+        ["admin", "tenant", "status", "acme", "-d", "nope"],
+        ["admin", "backup", "out", "-d", "nope"],
+        ["admin", "verify-journal", "-d", "nope"],
+        ["admin", "--database-url", "postgresql://engram@db.invalid/engram", "route", "list"],
+    ):
+        result = runner.invoke(app, command)
+        named = "nope" if "-d" in command else "data"
+        assert result.exit_code == 2, (command, result.output)
+        assert f"data directory {named} does not exist" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_commands_that_create_a_data_directory_say_so(tmp_path, monkeypatch):
+    monkeypatch.delenv("ENGRAM_HOST_SECRET", raising=False)
+    fresh = tmp_path / "fresh"
+    made = runner.invoke(app, ["admin", "host-secret", "-d", str(fresh)])
+    assert made.exit_code == 0 and f"creating data directory {fresh}" in made.output
+    again = runner.invoke(app, ["admin", "host-secret", "-d", str(fresh)])
+    assert again.exit_code == 0 and "creating" not in again.output
+
+
+def test_option_help_is_readable_at_80_columns_and_flags_show_no_type():
+    shown = runner.invoke(app, ["ingest", "--help"], env={"COLUMNS": "80"}, terminal_width=80)
+    assert shown.exit_code == 0
+    lines = shown.output.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert any("--batch-size" in line and "Records per store transaction." in line for line in lines)
+    assert "<bool>" not in shown.output and "COMMAND" not in shown.output
+    admin_help = runner.invoke(app, ["admin", "tenant", "enable", "--help"], env={"COLUMNS": "80"})
+    assert "<bool>" not in admin_help.output and "--help" in admin_help.output
+
+
+def test_a_restore_after_a_rotation_names_the_missing_kek_and_leaves_nothing(tmp_path):
+    """The backup's KEK was retired by a rotation: the error names it and points at
+    export-kek; nothing is left behind, so the retry says the same, not "not empty"."""
+    data = tmp_path / "data"
+    (tmp_path / "r.jsonl").write_text('{"id": "r1", "text": "A record sealed under the first KEK."}\n')
+    loaded = runner.invoke(app, ["ingest", str(tmp_path / "r.jsonl"), "-d", str(data), "--no-model", "--no-progress"])
+    assert loaded.exit_code == 0, loaded.output
+    assert runner.invoke(app, ["admin", "backup", str(tmp_path / "b"), "-d", str(data)]).exit_code == 0
+    old_kek = next((data / "keys").glob("kek-*.key")).stem
+    assert runner.invoke(app, ["admin", "rotate-kek", "-d", str(data)]).exit_code == 0
+    assert not (data / "keys" / f"{old_kek}.key").exists()
+    restore = ["admin", "restore", str(tmp_path / "b"), "-d", str(tmp_path / "r"), "--no-model"]
+    for _ in range(2):
+        failed = runner.invoke(app, [*restore, "--keys", str(data / "keys")])
+        assert failed.exit_code == 1
+        assert "BACKUP_INVALID" in failed.output and old_kek in failed.output and "export-kek" in failed.output
+        assert not (tmp_path / "r").exists()
+
+
+def test_a_restore_into_a_directory_in_use_says_why(tmp_path):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "notes.txt").write_text("mine")
+    data = tmp_path / "data"
+    data.mkdir()
+    assert (
+        runner.invoke(app, ["admin", "backup", str(tmp_path / "b"), "-d", str(data), "--include-keys"]).exit_code == 0
+    )
+    refused = runner.invoke(app, ["admin", "restore", str(tmp_path / "b"), "-d", str(tmp_path / "r"), "--no-model"])
+    assert refused.exit_code == 1 and "RESTORE_REFUSED" in refused.output
+    assert "is not empty (it holds notes.txt)" in refused.output and "new directory" in refused.output
+    assert (tmp_path / "r" / "notes.txt").read_text() == "mine"
+
+
+def test_backup_files_are_the_owners_and_a_restore_says_what_it_does(tmp_path, monkeypatch):
+    monkeypatch.delenv("ENGRAM_HOST_SECRET", raising=False)
+    data = tmp_path / "data"
+    data.mkdir()
+    assert runner.invoke(app, ["admin", "tenant", "enable", "acme", "-d", str(data)]).exit_code == 0
+    backup = tmp_path / "b"
+    assert runner.invoke(app, ["admin", "backup", str(backup), "-d", str(data), "--include-keys"]).exit_code == 0
+    modes = {p.relative_to(backup).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in [backup, *backup.rglob("*")]}
+    assert "engram.db" in modes
+    assert {m for p, m in modes.items() if (backup / p).is_dir()} == {0o700}
+    assert {m for p, m in modes.items() if (backup / p).is_file()} == {0o600}
+    restored = runner.invoke(app, ["admin", "restore", str(backup), "-d", str(tmp_path / "r"), "--no-model"])
+    assert restored.exit_code == 0, restored.output
+    assert f"creating data directory {tmp_path / 'r'}" in restored.output
+    assert f"restoring {backup} into {tmp_path / 'r'}: done in" in restored.output
+    assert "no host secret" in restored.output and "stop working" in restored.output
+
+
+def test_the_first_start_says_what_it_does(tmp_path):
+    """`engram serve` on a new data directory says it creates it, what the warm-up does,
+    and when it is ready (log lines on stderr)."""
+    import os
+    import threading
+    from pathlib import Path
+
+    from mcp_support import free_port
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env.pop("ENGRAM_HOST_SECRET", None)
+    data = tmp_path / "data"
+    command = ["serve", "--no-model", "--port", str(free_port()), "-d", str(data)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engram.service.cli", *command], stderr=subprocess.PIPE, text=True, env=env
+    )
+    guard = threading.Timer(120, proc.kill)  # a server that never gets ready ends the read below
+    guard.start()
+    said: list[str] = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            said.append(line)
+            if "ready in" in line:
+                break
+    finally:
+        guard.cancel()
+        proc.terminate()
+        proc.wait(timeout=30)
+    text = "".join(said)
+    assert f"creating data directory {data}" in text
+    assert f"warming up {data}: bring every scope's indexes up to the journal" in text
+    assert text.index("warming up") < text.index("ready in")

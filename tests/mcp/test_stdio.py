@@ -58,6 +58,7 @@ async def test_engram_serve_stdio_real_engine(tmp_path, mode):
     from engram.service.cli import app as cli_app
 
     data = tmp_path / "data"
+    data.mkdir()
     assert CliRunner().invoke(cli_app, ["admin", "tenant", "enable", "acme", "-d", str(data)]).exit_code == 0
     ctx_file = tmp_path / "ctx.json"
     ctx_file.write_text(json.dumps(claims(tools=[SEARCH, GET])))

@@ -160,6 +160,7 @@ class ReplicaProcess(ServerProcess):
 def enable_tenant(database_url: str, key_dir: Path, operator_dir: Path, tenant: str = "acme") -> None:
     """One operator command on a new database before its servers start: migrates the
     schema, creates the KEK in ``key_dir`` and opts ``tenant`` in."""
+    operator_dir.mkdir(parents=True, exist_ok=True)
     subprocess.run(
         [
             sys.executable,

@@ -82,6 +82,7 @@ class Net:
             application_name="replica-a",
         )
         keys = root / "keys"
+        (root / "operator").mkdir(exist_ok=True)
         subprocess.run(
             [sys.executable, "-m", "engram.service.cli", "admin", "--database-url", self.url, "--key-dir", str(keys)]
             + ["tenant", "enable", "acme", "--data-dir", str(root / "operator")],

@@ -189,6 +189,7 @@ def test_ledger_entries_without_positions_are_applied_by_the_operator_command(
     )  # registered: the purge waits for its acknowledgement
     try:
         assert get(replica, context(), restored.doomed)["record"]["record_id"] == restored.doomed
+        (tmp_path / "operator").mkdir()
         admin = [
             "admin",
             "--database-url",

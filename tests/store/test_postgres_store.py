@@ -181,6 +181,7 @@ def test_admin_commands_reach_the_database_named_by_database_url(database_url: s
 
     from engram.service.cli import app
 
+    (tmp_path / "operator").mkdir()
     out = CliRunner().invoke(
         app,
         [
@@ -227,6 +228,7 @@ def test_admin_replicas_lists_and_retires_a_replica_gone_for_good(database_url: 
     serving.close()
 
     base = ["admin", "--database-url", database_url, "--key-dir", str(keys)]
+    (tmp_path / "op").mkdir()
     listed = CliRunner().invoke(app, [*base, "replicas", "--data-dir", str(tmp_path / "op")])
     assert listed.exit_code == 0, listed.output
     assert gone_id in listed.output and '"live"' in listed.output

@@ -62,6 +62,7 @@ class GroupReplica(ReplicaProcess):
 
 
 def _admin(root: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    (root / "operator").mkdir(exist_ok=True)
     return subprocess.run(
         [
             sys.executable,
