@@ -83,10 +83,11 @@ def _cli_env(**extra: str) -> dict[str, str]:
 
 
 def new_data_directory(data_dir: Path, tenant: str) -> None:
-    """Make ``data_dir`` as a new user does before a first ``engram serve``: ``engram admin
-    tenant enable TENANT`` on a directory that does not exist yet (nothing else: no model
+    """Make ``data_dir`` as a new user does before a first ``engram serve``: a new, empty
+    directory and ``engram admin tenant enable TENANT`` on it (nothing else: no model
     export, no scope)."""
     root = Path(__file__).resolve().parents[1]
+    data_dir.mkdir(parents=True, mode=0o700)
     subprocess.run(
         [sys.executable, "-m", "engram.service.cli", "admin", "tenant", "enable", tenant, "-d", str(data_dir)],
         cwd=root,
