@@ -97,7 +97,9 @@ def serve(
 
     configure_logging(settings.log_level, settings.log_format)
     _refuse_unservable(settings)
-    settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    from engram.service.engine import claim_data_dir
+
+    claim_data_dir(settings.data_dir)
     if stdio and settings.workers > 1:
         echo_error("engram: --workers serves HTTP; --stdio is one process for one host")
         raise typer.Exit(2)

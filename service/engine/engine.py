@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 import threading
 from collections.abc import Callable, Iterator
@@ -35,6 +34,7 @@ from . import admission, capture, export, ingestion, operator, reading, search, 
 from . import routing as routing_ops
 from .clock import instant, now_ms
 from .context import CallContext
+from .data_directory import claim_data_dir
 from .dependencies import Dependencies
 from .paging import SnapshotCache
 from .policy import ADMISSION_POLICY_FILE, HOST_POLICY_FILE, Policies
@@ -117,8 +117,7 @@ class Engine:
         if encoder is None and load_model and Device(device) not in (Device.AUTO, Device.CPU):
             resolve_device(device)  # a named device this machine lacks fails here, before anything opens
         data_dir = Path(data_dir)
-        data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(data_dir, 0o700)  # also when a caller created it first, with its umask
+        claim_data_dir(data_dir)
         store = open_store(data_dir / DB_FILE, database_url, database_timeout_ms=database_timeout_ms)
         shared = store if isinstance(store, SharedStore) else None
         ring = KeyRing(
