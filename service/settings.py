@@ -163,6 +163,14 @@ class Settings(BaseSettings):
         description="Serving processes behind the one port (shared store only): each a replica with its own "
         "projections under <data-dir>/workers/<i>, so memory grows with their number.",
     )
+    client_idle_s: int = Field(
+        300,
+        ge=0,
+        le=86_400,
+        description="A server holding the data directory for stdio clients (the first `engram serve --stdio` "
+        "once its own client has left, or the background server started for them) exits once no client has "
+        "been connected for this many seconds.",
+    )
     log_level: LogLevel = Field(LogLevel.INFO, description="Log threshold of engram.* and the HTTP server.")
     log_format: LogFormat = Field(LogFormat.TEXT, description="Log lines as text or as one JSON object each.")
 

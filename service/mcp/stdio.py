@@ -1,10 +1,12 @@
-"""`engram serve --stdio`: the same six tools over stdin/stdout, one scope per process.
+"""`engram serve --stdio`: the same six tools over stdin/stdout, one scope per client.
 
 Why a separate entry: over stdio there are no per-request headers, so the host binds
 one context at launch through the environment it controls (`ENGRAM_CONTEXT`, a JWT
 signed with the host secret, or `ENGRAM_CONTEXT_FILE`, a JSON claims file); see
 `service.mcp.host_context`. Everything else (grants, purpose, gates, envelopes, audit)
-is identical to HTTP.
+is identical to HTTP. The process holding the data directory also serves the stdio
+clients launched after it, each bridged over its client socket
+(`service.mcp.client_socket`) with its own binding and session.
 """
 
 from __future__ import annotations
@@ -23,6 +25,20 @@ from .rate_limit import TokenBucketLimiter
 from .server import EngineLike, ToolFrontEnd
 
 
+def stdio_front(
+    engine: EngineLike, binding: StaticBinding, settings: Settings, audit: AuditLog, limiter: TokenBucketLimiter
+) -> ToolFrontEnd:
+    """The tool front end of one stdio client: its binding, deadline and approval window."""
+    return ToolFrontEnd(
+        engine,
+        binding,
+        audit=audit,
+        limiter=limiter,
+        default_deadline_ms=settings.deadline_ms,
+        approval=HumanApproval(settings.approval_ttl_s, caller=caller_of(binding.resolve)),
+    )
+
+
 async def _serve(front: ToolFrontEnd) -> None:
     server = front.build_server()
     async with stdio_server() as (read_stream, write_stream):
@@ -33,18 +49,15 @@ def serve_stdio(
     engine: EngineLike,
     binding: StaticBinding,
     settings: Settings,
+    audit: AuditLog | None = None,
+    limiter: TokenBucketLimiter | None = None,
 ) -> None:
-    """Serve until stdin closes; audit lines go to `<data_dir>/audit.jsonl`."""
-    audit = AuditLog(Path(settings.data_dir) / AUDIT_FILE)
-    front = ToolFrontEnd(
-        engine,
-        binding,
-        audit=audit,
-        limiter=TokenBucketLimiter(rate=settings.rate, burst=settings.burst),
-        default_deadline_ms=settings.deadline_ms,
-        approval=HumanApproval(settings.approval_ttl_s, caller=caller_of(binding.resolve)),
-    )
+    """Serve this process's own client until stdin closes; audit lines go to `audit`
+    (default: its own log on `<data_dir>/audit.jsonl`, closed on return)."""
+    own_audit = AuditLog(Path(settings.data_dir) / AUDIT_FILE) if audit is None else audit
+    limiter = limiter or TokenBucketLimiter(rate=settings.rate, burst=settings.burst)
     try:
-        anyio.run(_serve, front)
+        anyio.run(_serve, stdio_front(engine, binding, settings, own_audit, limiter))
     finally:
-        audit.close()
+        if audit is None:
+            own_audit.close()

@@ -1,0 +1,211 @@
+"""Several stdio MCP clients on one memory: the client socket of the data directory's holder.
+
+Why: one process holds a data directory (`service.operator.ownership`), yet a desktop
+user runs several MCP clients on one memory (two Claude Code sessions, Claude Desktop
+beside them). The holder (the first `engram serve --stdio`, a background server started
+for the directory, or `engram serve` over HTTP) listens on `<data_dir>/mcp.sock`
+(mode 0600 in a 0700 directory) and checks with SO_PEERCRED that each peer runs as the
+same user (or root). Every later `engram serve --stdio` bridges its stdin and stdout to
+it (`service.mcp.bridge`).
+
+A connection opens with one JSON line, the `Hello`: the launching client's context
+environment (`ENGRAM_CONTEXT` or `ENGRAM_CONTEXT_FILE`, checked here exactly as at a
+launch) and its per-client settings. The holder answers `{"ok": true}` (or `{"ok": false,
+"reason": ...}` and closes), then speaks MCP as over stdio, one JSON-RPC message per
+line, through a front end of the connection's own: its own binding and session, so an
+elicitation goes back to the client whose call asked for it and to no other.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import socket
+import struct
+import threading
+import time
+from pathlib import Path
+
+import anyio
+from mcp.server.stdio import stdio_server
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from engram.models.errors import AttachRefused  # noqa: F401 - raised and caught here
+from engram.service.settings import Settings
+
+from .audit import AuditLog
+from .host_context import ContextUnavailable, binding_from_env
+from .rate_limit import TokenBucketLimiter
+from .server import EngineLike
+from .stdio import stdio_front
+
+logger = logging.getLogger("engram.mcp.clients")
+
+SOCKET_FILE = "mcp.sock"
+#: sun_path holds 108 bytes with its terminating NUL.
+MAX_SOCKET_PATH = 107
+MAX_HELLO_BYTES = 64 * 1024
+
+
+class Hello(BaseModel):
+    """What a bridged client tells the holder first: how it is bound, and its own
+    deadline and approval window (the engine, model and store are the holder's)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    context: dict[str, str]
+    deadline_ms: int = Field(ge=1, le=600_000)
+    approval_ttl_s: int = Field(ge=1, le=300)
+
+
+def socket_path(data_dir: Path) -> Path:
+    """`<data_dir>/mcp.sock`; ValueError when the path is too long for a Unix socket."""
+    path = Path(data_dir).resolve() / SOCKET_FILE
+    if len(str(path).encode()) > MAX_SOCKET_PATH:
+        raise ValueError(f"data directory path too long for a Unix socket: {path}")
+    return path
+
+
+def peer_uid(conn: socket.socket) -> int:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return uid
+
+
+class ClientSocket:
+    """Serve bridged stdio clients of `engine` on `<data_dir>/mcp.sock`, a thread each.
+    The caller must hold the data directory (a socket file left by a killed holder is
+    replaced)."""
+
+    def __init__(
+        self,
+        engine: EngineLike,
+        data_dir: Path,
+        settings: Settings,
+        *,
+        audit: AuditLog,
+        limiter: TokenBucketLimiter,
+        secret: bytes | None,
+    ) -> None:
+        self.path = socket_path(data_dir)
+        self._engine, self._settings, self._audit, self._limiter, self._secret = (
+            engine,
+            settings,
+            audit,
+            limiter,
+            secret,
+        )
+        self.path.unlink(missing_ok=True)
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            self._listener.bind(str(self.path))
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+        self._listener.listen(16)
+        self._changed = threading.Condition()
+        self._clients = 0
+        self._last_left = time.monotonic()
+        self._thread = threading.Thread(target=self._accept, name="engram-clients", daemon=True)
+
+    def start(self) -> ClientSocket:
+        self._thread.start()
+        return self
+
+    @property
+    def clients(self) -> int:
+        """How many bridged clients are connected now."""
+        with self._changed:
+            return self._clients
+
+    def wait_idle(self, idle_s: float) -> None:
+        """Return once no client has been connected for `idle_s` seconds."""
+        with self._changed:
+            while True:
+                if self._clients:
+                    self._changed.wait()
+                    continue
+                remaining = self._last_left + idle_s - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._changed.wait(remaining)
+
+    def close(self) -> None:
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
+        except OSError:
+            pass
+        self._listener.close()
+        self.path.unlink(missing_ok=True)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._changed:
+                self._clients += 1
+                self._changed.notify_all()
+            threading.Thread(target=self._serve, args=(conn,), name="engram-client", daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            if peer_uid(conn) not in (os.getuid(), 0):
+                logger.warning("client socket: refused a peer running as another user")
+                return
+            anyio.run(self._session, conn)
+        except Exception:  # noqa: BLE001 - one client's failure never stops the others
+            logger.exception("client socket: a bridged client's session failed")
+        finally:
+            conn.close()
+            with self._changed:
+                self._clients -= 1
+                self._last_left = time.monotonic()
+                self._changed.notify_all()
+
+    async def _session(self, conn: socket.socket) -> None:
+        reader, writer = conn.makefile("rb"), conn.makefile("wb")
+        line = reader.readline(MAX_HELLO_BYTES + 1)
+        try:
+            hello = Hello.model_validate_json(line)
+            binding = binding_from_env(hello.context, self._secret)
+        except (ValidationError, ContextUnavailable) as exc:
+            reason = exc.reason if isinstance(exc, ContextUnavailable) else "not a hello"
+            writer.write(json.dumps({"ok": False, "reason": reason}).encode() + b"\n")
+            writer.flush()
+            logger.info("client socket: refused a client (%s)", reason)
+            return
+        writer.write(b'{"ok": true}\n')
+        writer.flush()
+        settings = self._settings.model_copy(
+            update={"deadline_ms": hello.deadline_ms, "approval_ttl_s": hello.approval_ttl_s}
+        )
+        server = stdio_front(self._engine, binding, settings, self._audit, self._limiter).build_server()
+        stdin = anyio.wrap_file(io.TextIOWrapper(reader, encoding="utf-8", errors="replace"))
+        stdout = anyio.wrap_file(io.TextIOWrapper(writer, encoding="utf-8", write_through=True))
+        async with stdio_server(stdin, stdout) as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def attach(path: Path, hello: Hello) -> socket.socket:
+    """A connection to the holder's client socket, its hello accepted. Raises OSError
+    (FileNotFoundError, ConnectionRefusedError: no holder listens) or AttachRefused."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(str(path))
+        conn.sendall(hello.model_dump_json().encode() + b"\n")
+        with conn.makefile("rb") as reader:
+            answer = reader.readline(MAX_HELLO_BYTES)
+        if not answer:
+            raise ConnectionResetError("the holder closed the client socket")
+        reply = json.loads(answer)
+        if not reply.get("ok"):
+            raise AttachRefused(str(reply.get("reason")))
+    except BaseException:
+        conn.close()
+        raise
+    return conn
