@@ -94,6 +94,12 @@ class Settings(BaseSettings):
         description="Data directory (store, indexes, keys, host_secret, audit.jsonl).",
         json_schema_extra={SHOWN_DEFAULT: "the user's data directory: ~/.local/share/engram on Linux"},
     )
+    model_cache_dir: Path = Field(
+        default_factory=lambda: user_cache_dir() / "models",
+        description="Where the model's runtime files (the ONNX export of the installed model, about 110 MB) "
+        "are made once and shared by every data directory.",
+        json_schema_extra={SHOWN_DEFAULT: "~/.cache/engram/models on Linux (the user's cache directory)"},
+    )
     host: str = Field("127.0.0.1", description="Interface to listen on. Loopback keeps DNS-rebinding protection on.")
     port: int = Field(8765, ge=0, le=65535, description="TCP port.")
     load_model: bool = Field(True, description="Load the embedding model (semantic channel).")

@@ -154,11 +154,11 @@ def _refuse_unservable(settings: Any) -> None:
 
 def _serve_stdio(settings: Any) -> None:
     """One client, bound at launch from the environment, over stdin/stdout. A launch that
-    finds the data directory's holder bridges to it; otherwise it becomes the holder: the
-    engine warms up before the first message is read, and later launches' clients are
+    finds the data directory's holder bridges to it; otherwise it becomes the holder: it
+    answers at once while the engine warms up (tool calls wait), and later launches' clients are
     served over its client socket, also after its own client has left, until none has
     been connected for `client_idle_s`."""
-    from engram.service.mcp.client_socket import AttachRefused, attach, socket_path
+    from engram.service.mcp.bridge import AttachRefused, attach, socket_path
     from engram.service.operator.ownership import DataDirLock, DirectoryHeld
 
     data_dir = settings.data_dir
@@ -216,7 +216,7 @@ def _optional_host_secret(data_dir: Path) -> bytes | None:
 def _stdio_binding(settings: Any, secret: bytes | None) -> tuple[Any, Any]:
     """This launch's binding (exit 2 without a trusted context) and the hello that asks
     the holder for the same binding."""
-    from engram.service.mcp.client_socket import Hello
+    from engram.service.mcp.bridge import Hello
     from engram.service.mcp.host_context import CONTEXT_ENV, CONTEXT_FILE_ENV, ContextUnavailable, binding_from_env
 
     try:
@@ -259,12 +259,13 @@ def _serve_background(settings: Any) -> None:
 
 @contextlib.contextmanager
 def _stdio_server_parts(settings: Any, secret: bytes | None) -> Iterator[tuple[Any, Any, Any, Any]]:
-    """The engine (warm), audit log, rate limiter, operator channel and client socket of
+    """The engine (warming up in the background: tool calls wait for it, see
+    `service.mcp.stdio`), audit log, rate limiter, operator channel and client socket of
     a process holding the data directory for stdio clients."""
     from engram.service.mcp.audit import AUDIT_FILE, AuditLog
     from engram.service.mcp.rate_limit import TokenBucketLimiter
 
-    engine = open_engine(settings, seed_vectors=settings.seed_vectors)
+    engine = open_engine(settings, background=True, seed_vectors=settings.seed_vectors)
     audit = AuditLog(Path(settings.data_dir) / AUDIT_FILE)
     limiter = TokenBucketLimiter(rate=settings.rate, burst=settings.burst)
     try:
@@ -323,8 +324,7 @@ def _release_stdio() -> None:
 def _bridge(first: Any, path: Path, hello: Any, data_dir: Path) -> None:
     """Relay this process's stdio to the holder until stdin closes; reconnect (starting a
     background server when nobody holds the directory) if the holder goes away."""
-    from engram.service.mcp.bridge import Bridge
-    from engram.service.mcp.client_socket import AttachRefused
+    from engram.service.mcp.bridge import AttachRefused, Bridge
 
     connections = iter([first])
 
@@ -341,7 +341,7 @@ def _bridge(first: Any, path: Path, hello: Any, data_dir: Path) -> None:
 def _attach_or_start(path: Path, hello: Any, data_dir: Path) -> Any:
     """A connection to the holder, starting a background server while nobody holds the
     data directory (a killed holder's lock is gone with it; its socket file is replaced)."""
-    from engram.service.mcp.client_socket import attach
+    from engram.service.mcp.bridge import attach
     from engram.service.operator.ownership import is_held
 
     deadline = time.monotonic() + ATTACH_WAIT_S

@@ -20,9 +20,59 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, BinaryIO
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from engram.models.errors import AttachRefused  # noqa: F401 - raised and caught here
+
 logger = logging.getLogger("engram.mcp.bridge")
+
+SOCKET_FILE = "mcp.sock"
+#: sun_path holds 108 bytes with its terminating NUL.
+MAX_SOCKET_PATH = 107
+MAX_HELLO_BYTES = 64 * 1024
+
+
+class Hello(BaseModel):
+    """What a bridged client tells the holder first: how it is bound, and its own
+    deadline and approval window (the engine, model and store are the holder's)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    context: dict[str, str]
+    deadline_ms: int = Field(ge=1, le=600_000)
+    approval_ttl_s: int = Field(ge=1, le=300)
+
+
+def socket_path(data_dir: Path) -> Path:
+    """`<data_dir>/mcp.sock`; ValueError when the path is too long for a Unix socket."""
+    path = Path(data_dir).resolve() / SOCKET_FILE
+    if len(str(path).encode()) > MAX_SOCKET_PATH:
+        raise ValueError(f"data directory path too long for a Unix socket: {path}")
+    return path
+
+
+def attach(path: Path, hello: Hello) -> socket.socket:
+    """A connection to the holder's client socket, its hello accepted. Raises OSError
+    (FileNotFoundError, ConnectionRefusedError: no holder listens) or AttachRefused."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(str(path))
+        conn.sendall(hello.model_dump_json().encode() + b"\n")
+        with conn.makefile("rb") as reader:
+            answer = reader.readline(MAX_HELLO_BYTES)
+        if not answer:
+            raise ConnectionResetError("the holder closed the client socket")
+        reply = json.loads(answer)
+        if not reply.get("ok"):
+            raise AttachRefused(str(reply.get("reason")))
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
 
 #: The id of a replayed `initialize`, whose answer the bridge keeps to itself.
 REPLAY_ID = "engram-bridge-replay"

@@ -30,42 +30,18 @@ from pathlib import Path
 
 import anyio
 from mcp.server.stdio import stdio_server
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-from engram.models.errors import AttachRefused  # noqa: F401 - raised and caught here
 from engram.service.settings import Settings
 
 from .audit import AuditLog
+from .bridge import MAX_HELLO_BYTES, Hello, socket_path
 from .host_context import ContextUnavailable, binding_from_env
 from .rate_limit import TokenBucketLimiter
 from .server import EngineLike
 from .stdio import stdio_front
 
 logger = logging.getLogger("engram.mcp.clients")
-
-SOCKET_FILE = "mcp.sock"
-#: sun_path holds 108 bytes with its terminating NUL.
-MAX_SOCKET_PATH = 107
-MAX_HELLO_BYTES = 64 * 1024
-
-
-class Hello(BaseModel):
-    """What a bridged client tells the holder first: how it is bound, and its own
-    deadline and approval window (the engine, model and store are the holder's)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    context: dict[str, str]
-    deadline_ms: int = Field(ge=1, le=600_000)
-    approval_ttl_s: int = Field(ge=1, le=300)
-
-
-def socket_path(data_dir: Path) -> Path:
-    """`<data_dir>/mcp.sock`; ValueError when the path is too long for a Unix socket."""
-    path = Path(data_dir).resolve() / SOCKET_FILE
-    if len(str(path).encode()) > MAX_SOCKET_PATH:
-        raise ValueError(f"data directory path too long for a Unix socket: {path}")
-    return path
 
 
 def peer_uid(conn: socket.socket) -> int:
@@ -189,23 +165,3 @@ class ClientSocket:
         stdout = anyio.wrap_file(io.TextIOWrapper(writer, encoding="utf-8", write_through=True))
         async with stdio_server(stdin, stdout) as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
-
-
-def attach(path: Path, hello: Hello) -> socket.socket:
-    """A connection to the holder's client socket, its hello accepted. Raises OSError
-    (FileNotFoundError, ConnectionRefusedError: no holder listens) or AttachRefused."""
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        conn.connect(str(path))
-        conn.sendall(hello.model_dump_json().encode() + b"\n")
-        with conn.makefile("rb") as reader:
-            answer = reader.readline(MAX_HELLO_BYTES)
-        if not answer:
-            raise ConnectionResetError("the holder closed the client socket")
-        reply = json.loads(answer)
-        if not reply.get("ok"):
-            raise AttachRefused(str(reply.get("reason")))
-    except BaseException:
-        conn.close()
-        raise
-    return conn

@@ -12,10 +12,13 @@ clients launched after it, each bridged over its client socket
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
 from mcp.server.stdio import stdio_server
 
+from engram.models.codes import ContractError, ErrorCode
+from engram.service.engine import CallContext
 from engram.service.settings import Settings
 
 from .audit import AUDIT_FILE, AuditLog
@@ -25,12 +28,40 @@ from .rate_limit import TokenBucketLimiter
 from .server import EngineLike, ToolFrontEnd
 
 
+class _CallsAfterWarmUp:
+    """The engine as a stdio client sees it: the handshake and `tools/list` are answered
+    while the engine warms up in the background (loading the model takes seconds, longer
+    than some clients wait for a server to start), and a tool call waits for the
+    warm-up, for most of its deadline; past that it is DEADLINE_EXCEEDED, nothing applied."""
+
+    #: The share of a call's deadline it may spend waiting for the warm-up, so that this
+    #: answer, not the deadline's (which reports a mutation as begun), comes first.
+    WAIT_SHARE = 0.8
+
+    def __init__(self, engine: EngineLike, default_deadline_ms: int) -> None:
+        self._engine = engine
+        self._default_deadline_ms = default_deadline_ms
+
+    def execute(self, tool: str, ctx: CallContext, arguments: dict[str, Any]) -> dict[str, Any]:
+        wait_ready = getattr(self._engine, "wait_ready", None)
+        deadline_s = (ctx.deadline_ms or self._default_deadline_ms) / 1000
+        if wait_ready is not None and not wait_ready(deadline_s * self.WAIT_SHARE):
+            raise ContractError(ErrorCode.DEADLINE_EXCEEDED)
+        return self._engine.execute(tool, ctx, arguments)
+
+    def tenant_enabled(self, tenant: str) -> bool:
+        return self._engine.tenant_enabled(tenant)
+
+    def readiness(self) -> dict[str, Any]:
+        return self._engine.readiness()
+
+
 def stdio_front(
     engine: EngineLike, binding: StaticBinding, settings: Settings, audit: AuditLog, limiter: TokenBucketLimiter
 ) -> ToolFrontEnd:
     """The tool front end of one stdio client: its binding, deadline and approval window."""
     return ToolFrontEnd(
-        engine,
+        _CallsAfterWarmUp(engine, settings.deadline_ms),
         binding,
         audit=audit,
         limiter=limiter,

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from engram.models.tools import CAPTURE, REQUEST_ADMISSION, SEARCH, TOOLS, WITHDRAW
 from engram.service.cli import app
-from engram.service.mcp.client_socket import SOCKET_FILE
+from engram.service.mcp.bridge import SOCKET_FILE
 from engram.service.operator.ownership import LOCK_FILE, is_held
 
 ROOT = Path(__file__).resolve().parents[2]
