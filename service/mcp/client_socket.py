@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import socket
-import struct
 import threading
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ import anyio
 from mcp.server.stdio import stdio_server
 from pydantic import ValidationError
 
+from engram.service.operator.ownership import peer_is_owner
 from engram.service.settings import Settings
 
 from .audit import AuditLog
@@ -42,12 +42,6 @@ from .server import EngineLike
 from .stdio import stdio_front
 
 logger = logging.getLogger("engram.mcp.clients")
-
-
-def peer_uid(conn: socket.socket) -> int:
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return uid
 
 
 class ClientSocket:
@@ -130,7 +124,7 @@ class ClientSocket:
 
     def _serve(self, conn: socket.socket) -> None:
         try:
-            if peer_uid(conn) not in (os.getuid(), 0):
+            if not peer_is_owner(conn):
                 logger.warning("client socket: refused a peer running as another user")
                 return
             anyio.run(self._session, conn)

@@ -140,3 +140,26 @@ async def test_a_killed_holder_is_replaced_on_the_next_call_and_idles_out(tmp_pa
     finally:
         if background.poll() is None:
             background.kill()
+
+
+async def test_an_http_server_on_the_directory_serves_stdio_clients_too(tmp_path):
+    data, server = _entry(tmp_path)
+    launcher = [server.command, *server.args[: server.args.index("serve")]]
+    http = subprocess.Popen(
+        [*launcher, "serve", "--no-model", "--port", "0", "-d", str(data)],
+        env=server.env,
+        cwd=server.cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        await _until(lambda: (data / SOCKET_FILE).exists() and is_held(data), "the HTTP server's client socket")
+        async with Client(server) as client:
+            assert sorted(t.name for t in (await client.list_tools()).tools) == sorted(TOOLS)
+            await _admitted(client, "Staging deploys wait for the smoke tests.")
+            assert await _found(client, "smoke tests") == 1
+            assert _holder_pid(data) == http.pid  # served by the HTTP server, not a process of its own
+    finally:
+        http.terminate()
+        http.wait(timeout=EVENT_WAIT_S)
