@@ -91,6 +91,24 @@ async def _until(condition: Any, what: str) -> None:
         await anyio.sleep(0.1)
 
 
+async def _holder(server: StdioServerParameters, data: Path, args: list[str]) -> subprocess.Popen[bytes]:
+    """A server started apart from any client, once it listens for stdio clients."""
+    process = subprocess.Popen(
+        [server.command, *args],
+        env=server.env,
+        cwd=server.cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        await _until(lambda: (data / SOCKET_FILE).exists() and is_held(data), "a server holding the directory")
+    except BaseException:
+        process.kill()
+        raise
+    return process
+
+
 async def test_two_clients_share_one_memory_with_their_own_elicitations(tmp_path):
     data, server = _entry(tmp_path)
     first, second = Human(), Human()
@@ -116,16 +134,8 @@ async def test_two_clients_share_one_memory_with_their_own_elicitations(tmp_path
 async def test_a_killed_holder_is_replaced_on_the_next_call_and_idles_out(tmp_path, mode):
     """Legacy clients' handshake is replayed to the replacement; modern calls carry their own."""
     data, server = _entry(tmp_path)
-    background = subprocess.Popen(
-        [server.command, *server.args, "--background"],
-        env=server.env,
-        cwd=server.cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    background = await _holder(server, data, [*server.args, "--background"])
     try:
-        await _until(lambda: (data / SOCKET_FILE).exists() and is_held(data), "the background server")
         async with Client(server, mode=mode) as client:
             await _admitted(client, "The billing ledger is reconciled nightly.")
             background.send_signal(signal.SIGKILL)  # between two calls: the admission was acknowledged
@@ -144,17 +154,9 @@ async def test_a_killed_holder_is_replaced_on_the_next_call_and_idles_out(tmp_pa
 
 async def test_an_http_server_on_the_directory_serves_stdio_clients_too(tmp_path):
     data, server = _entry(tmp_path)
-    launcher = [server.command, *server.args[: server.args.index("serve")]]
-    http = subprocess.Popen(
-        [*launcher, "serve", "--no-model", "--port", "0", "-d", str(data)],
-        env=server.env,
-        cwd=server.cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    launcher = server.args[: server.args.index("serve")]
+    http = await _holder(server, data, [*launcher, "serve", "--no-model", "--port", "0", "-d", str(data)])
     try:
-        await _until(lambda: (data / SOCKET_FILE).exists() and is_held(data), "the HTTP server's client socket")
         async with Client(server) as client:
             assert sorted(t.name for t in (await client.list_tools()).tools) == sorted(TOOLS)
             await _admitted(client, "Staging deploys wait for the smoke tests.")
