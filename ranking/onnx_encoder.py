@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engram.ranking.minilm import MINILM_DIM, model_path
+from engram.ranking.minilm import MINILM_DIM, model_path, quiet_loading
 from engram.ranking.native import load_cxx_runtime
 from engram.ranking.profiles import QueryPrecision
 from engram.ranking.storage import atomic_write
@@ -135,10 +135,8 @@ def export(destination: Path) -> None:
             pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
             return torch.nn.functional.normalize(pooled, p=2, dim=1)
 
-    from transformers.utils import logging as transformers_logging
-
     logger.info("preparing the model's runtime files once: exporting %s", destination)
-    transformers_logging.disable_progress_bar()  # no "Loading weights" bar on a stdio server's stderr
+    quiet_loading()
     model = AutoModel.from_pretrained(str(model_path()))
     model.eval()
     sample = {name: torch.ones((2, 8), dtype=torch.int64) for name in INPUTS}
