@@ -37,7 +37,8 @@ def serve(
         typer.Option(
             "--stdio",
             help="Serve MCP over stdin/stdout for one scope bound at launch by ENGRAM_CONTEXT "
-            "(a JWT signed with the host secret) or ENGRAM_CONTEXT_FILE (a JSON claims file).",
+            "(a JWT signed with the host secret) or ENGRAM_CONTEXT_FILE (a JSON claims file). On a data "
+            "directory another engram serve holds, bridge to it over <data-dir>/mcp.sock instead.",
         ),
     ] = False,
     load_model: Annotated[
