@@ -40,6 +40,8 @@ def test_server_json_is_valid_for_the_mcp_registry():
     assert list(Draft7Validator(schema).iter_errors({**document, "name": "engram"}))
     (package,) = document["packages"]
     assert package["identifier"] == PROJECT["name"]
+    # Registry clients run a PyPI package as `uvx IDENTIFIER ARGS`: a command of that name.
+    assert PROJECT["scripts"][package["identifier"]] == PROJECT["scripts"]["engram"]
     assert document["version"] == package["version"] == PROJECT["version"]
 
 
