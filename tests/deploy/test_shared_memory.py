@@ -165,3 +165,41 @@ async def test_an_http_server_on_the_directory_serves_stdio_clients_too(tmp_path
     finally:
         http.terminate()
         http.wait(timeout=EVENT_WAIT_S)
+
+
+def test_two_clients_launched_at_once_share_one_holder(tmp_path):
+    """Both launches race for the directory: one holds it, the other bridges to it."""
+    data, server = _entry(tmp_path)
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+    handshake = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+    ]
+    launches = [
+        subprocess.Popen(
+            [server.command, *server.args],
+            env=server.env,
+            cwd=server.cwd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(2)
+    ]
+    try:
+        for process in launches:
+            assert process.stdin is not None
+            process.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in handshake))
+            process.stdin.flush()
+        for process in launches:
+            assert process.stdout is not None
+            answers = [json.loads(process.stdout.readline()) for _ in range(2)]
+            assert sorted(t["name"] for t in answers[1]["result"]["tools"]) == sorted(TOOLS)
+        assert _holder_pid(data) in {process.pid for process in launches}
+    finally:
+        for process in launches:
+            assert process.stdin is not None
+            process.stdin.close()
+        for process in launches:
+            process.wait(timeout=EVENT_WAIT_S)
