@@ -29,7 +29,7 @@ def eval_command(
             "--data-dir",
             "-d",
             help="Root of the per-collection engine directories (the embedding cache); default: "
-            "<ENGRAM_DATA_DIR, else ./data>/eval.",
+            "<ENGRAM_DATA_DIR, else the user's data directory>/eval.",
         ),
     ] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Output directory (default ./eval-out/<dataset>).")] = None,

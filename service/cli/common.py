@@ -106,6 +106,7 @@ def open_engine(
             group=settings.group,
             advertise_url=advertised_url(settings) if serve_replica else None,
             seed_vectors=seed_vectors,
+            model_cache=settings.model_cache_dir,
         )
     except (SchemaTooNew, DeviceUnavailable) as exc:
         echo_error(f"engram: {exc}")

@@ -7,6 +7,8 @@ import contextlib
 import gc
 import logging
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -37,7 +39,8 @@ def serve(
         typer.Option(
             "--stdio",
             help="Serve MCP over stdin/stdout for one scope bound at launch by ENGRAM_CONTEXT "
-            "(a JWT signed with the host secret) or ENGRAM_CONTEXT_FILE (a JSON claims file).",
+            "(a JWT signed with the host secret) or ENGRAM_CONTEXT_FILE (a JSON claims file). On a data "
+            "directory another engram serve holds, bridge to it over <data-dir>/mcp.sock instead.",
         ),
     ] = False,
     load_model: Annotated[
@@ -68,6 +71,15 @@ def serve(
     advertise_url: Annotated[str | None, typer.Option(help=field_help("advertise_url"), show_default=False)] = None,
     seed_vectors: Annotated[Path | None, typer.Option(help=field_help("seed_vectors"), show_default=False)] = None,
     workers: Annotated[int | None, typer.Option(help=field_help("workers"), show_default=False)] = None,
+    client_idle_s: Annotated[int | None, typer.Option(help=field_help("client_idle_s"), show_default=False)] = None,
+    background: Annotated[
+        bool,
+        typer.Option(
+            "--background",
+            help="Hold the data directory for stdio clients only, until none has been connected for "
+            "--client-idle-s (what `serve --stdio` starts when the server it bridged to has gone).",
+        ),
+    ] = False,
 ) -> None:
     """Serve the six memory tools over MCP (streamable HTTP at /mcp, or --stdio).
 
@@ -98,16 +110,21 @@ def serve(
         advertise_url=advertise_url,
         seed_vectors=seed_vectors,
         workers=workers,
+        client_idle_s=client_idle_s,
     )
     from engram.service.logs import configure_logging
 
     configure_logging(settings.log_level, settings.log_format)
     _refuse_unservable(settings)
-    settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    from engram.service.engine import claim_data_dir
+
+    claim_data_dir(settings.data_dir)
     if stdio and settings.workers > 1:
         echo_error("engram: --workers serves HTTP; --stdio is one process for one host")
         raise typer.Exit(2)
-    if stdio:
+    if background:
+        _serve_background(settings)
+    elif stdio:
         _serve_stdio(settings)
     elif settings.workers > 1:
         from .workers import Supervisor
@@ -141,32 +158,230 @@ def _refuse_unservable(settings: Any) -> None:
 
 
 def _serve_stdio(settings: Any) -> None:
-    """One scope, bound at launch from the environment, over stdin/stdout; the engine
-    warms up before the first message is read."""
-    from engram.service.mcp.host_context import ContextUnavailable, binding_from_env, load_host_secret
-    from engram.service.mcp.stdio import serve_stdio
+    """One client, bound at launch from the environment, over stdin/stdout. A launch that
+    finds the data directory's holder bridges to it; otherwise it becomes the holder: it
+    answers at once while the engine warms up (tool calls wait), and later launches' clients are
+    served over its client socket, also after its own client has left, until none has
+    been connected for `client_idle_s`."""
+    from engram.service.mcp.bridge import AttachRefused, attach, socket_path
+    from engram.service.operator.ownership import DataDirLock, DirectoryHeld
 
     data_dir = settings.data_dir
+    secret = _optional_host_secret(data_dir)
+    binding, hello = _stdio_binding(settings, secret)
     try:
-        secret: bytes | None = load_host_secret(data_dir)
+        path: Path | None = socket_path(data_dir)
+    except ValueError as exc:
+        echo_error(f"engram: warning: {exc}; one client at a time on this data directory")
+        path = None
+    deadline = time.monotonic() + ATTACH_WAIT_S
+    while True:
+        if path is not None:
+            try:
+                conn = attach(path, hello)
+            except OSError:
+                pass
+            except AttachRefused as exc:
+                echo_error(f"engram: the server holding {data_dir} refused this client ({exc})")
+                raise typer.Exit(2) from None
+            else:
+                _bridge(conn, path, hello, data_dir)
+                return
+        try:
+            lock = DataDirLock(data_dir).acquire()
+            break
+        except DirectoryHeld:
+            if time.monotonic() > deadline:
+                echo_error(f"engram: another engram process holds {data_dir} and serves no stdio clients")
+                raise typer.Exit(2) from None
+            time.sleep(ATTACH_POLL_S)
+    try:
+        _hold_for_stdio(settings, secret, binding)
+    finally:
+        lock.release()
+
+
+#: How long a launch waits for the holder of its data directory to listen (it may be
+#: loading the model) before giving up.
+ATTACH_WAIT_S = 120.0
+ATTACH_POLL_S = 0.1
+#: Where a background server started for stdio clients writes its log.
+BACKGROUND_LOG = "background.log"
+
+
+def _optional_host_secret(data_dir: Path) -> bytes | None:
+    from engram.service.mcp.host_context import load_host_secret
+
+    try:
+        return load_host_secret(data_dir)
     except RuntimeError:
-        secret = None
+        return None
+
+
+def _stdio_binding(settings: Any, secret: bytes | None) -> tuple[Any, Any]:
+    """This launch's binding (exit 2 without a trusted context) and the hello that asks
+    the holder for the same binding."""
+    from engram.service.mcp.bridge import Hello
+    from engram.service.mcp.host_context import CONTEXT_ENV, CONTEXT_FILE_ENV, ContextUnavailable, binding_from_env
+
     try:
         binding = binding_from_env(os.environ, secret)
     except ContextUnavailable as exc:
         echo_error(f"engram: no trusted context for stdio ({exc.reason})")
         raise typer.Exit(2) from None
-    with _holding_data_dir(data_dir):
-        started = _warming_up(settings)
-        engine = open_engine(settings, seed_vectors=settings.seed_vectors)
-        _say_when_ready(engine, started)
+    context = {name: os.environ[name] for name in (CONTEXT_ENV, CONTEXT_FILE_ENV) if os.environ.get(name)}
+    if CONTEXT_FILE_ENV in context:
+        context[CONTEXT_FILE_ENV] = str(Path(context[CONTEXT_FILE_ENV]).resolve())
+    hello = Hello(context=context, deadline_ms=settings.deadline_ms, approval_ttl_s=settings.approval_ttl_s)
+    return binding, hello
+
+
+def _hold_for_stdio(settings: Any, secret: bytes | None, binding: Any) -> None:
+    """Serve this process's own client, and the bridged ones until they have gone."""
+    from engram.service.mcp.stdio import serve_stdio
+
+    with _stdio_server_parts(settings, secret) as (engine, audit, limiter, clients):
+        serve_stdio(engine, binding, settings, audit, limiter)
+        if clients is not None and clients.clients:
+            _release_stdio()
+            logging.getLogger("engram.mcp.clients").info(
+                "own client left; serving %d bridged client(s) until none for %d s",
+                clients.clients,
+                settings.client_idle_s,
+            )
+            clients.wait_idle(settings.client_idle_s)
+
+
+def _serve_background(settings: Any) -> None:
+    """The background server of a data directory's stdio clients: started by a bridge
+    that found no holder, it exits once none has been connected for `client_idle_s`."""
+    with _holding_data_dir(settings.data_dir):
+        with _stdio_server_parts(settings, _optional_host_secret(settings.data_dir)) as (_, _, _, clients):
+            if clients is None:
+                raise typer.Exit(2)
+            clients.wait_idle(settings.client_idle_s)
+
+
+@contextlib.contextmanager
+def _stdio_server_parts(settings: Any, secret: bytes | None) -> Iterator[tuple[Any, Any, Any, Any]]:
+    """The engine (warming up in the background: tool calls wait for it, see
+    `service.mcp.stdio`), audit log, rate limiter, operator channel and client socket of
+    a process holding the data directory for stdio clients."""
+    from engram.service.mcp.audit import AUDIT_FILE, AuditLog
+    from engram.service.mcp.rate_limit import TokenBucketLimiter
+
+    started = _warming_up(settings)
+    engine = open_engine(settings, background=True, seed_vectors=settings.seed_vectors)
+    _say_when_ready(engine, started)
+    audit = AuditLog(Path(settings.data_dir) / AUDIT_FILE)
+    limiter = TokenBucketLimiter(rate=settings.rate, burst=settings.burst)
+    try:
         _collect_less_once_ready(engine)
         _warn_tenants_not_opted_in(engine)
+        with (
+            _operator_channel(engine, settings.data_dir),
+            _client_socket(engine, settings, secret, audit, limiter) as clients,
+        ):
+            yield engine, audit, limiter, clients
+    finally:
+        audit.close()
+        engine.close()
+
+
+@contextlib.contextmanager
+def _client_socket(engine: Any, settings: Any, secret: bytes | None, audit: Any, limiter: Any) -> Iterator[Any]:
+    """The holder's socket for bridged stdio clients (None where the path is too long)."""
+    from engram.service.mcp.client_socket import ClientSocket
+
+    try:
+        clients = ClientSocket(engine, settings.data_dir, settings, audit=audit, limiter=limiter, secret=secret).start()
+    except ValueError:
+        yield None
+        return
+    try:
+        yield clients
+    finally:
+        clients.close()
+
+
+@contextlib.contextmanager
+def _stdio_clients_beside_http(engine: Any, settings: Any, secret: bytes) -> Iterator[None]:
+    """`engram serve` over HTTP also serves the data directory's stdio clients."""
+    from engram.service.mcp.audit import AUDIT_FILE, AuditLog
+    from engram.service.mcp.rate_limit import TokenBucketLimiter
+
+    audit = AuditLog(Path(settings.data_dir) / AUDIT_FILE)
+    limiter = TokenBucketLimiter(rate=settings.rate, burst=settings.burst)
+    try:
+        with _client_socket(engine, settings, secret, audit, limiter):
+            yield
+    finally:
+        audit.close()
+
+
+def _release_stdio() -> None:
+    """Point stdin and stdout at the null device: the client that launched this process
+    has left, and sees its stdout close while the process serves the others."""
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+
+
+def _bridge(first: Any, path: Path, hello: Any, data_dir: Path) -> None:
+    """Relay this process's stdio to the holder until stdin closes; reconnect (starting a
+    background server when nobody holds the directory) if the holder goes away."""
+    from engram.service.mcp.bridge import AttachRefused, Bridge
+
+    connections = iter([first])
+
+    def connect() -> Any:
+        return next(connections, None) or _attach_or_start(path, hello, data_dir)
+
+    try:
+        Bridge(connect, sys.stdin.buffer, sys.stdout.buffer).run()
+    except (TimeoutError, AttachRefused) as exc:
+        echo_error(f"engram: lost the server holding {data_dir} ({exc})")
+        raise typer.Exit(1) from None
+
+
+def _attach_or_start(path: Path, hello: Any, data_dir: Path) -> Any:
+    """A connection to the holder, starting a background server while nobody holds the
+    data directory (a killed holder's lock is gone with it; its socket file is replaced)."""
+    from engram.service.mcp.bridge import attach
+    from engram.service.operator.ownership import is_held
+
+    deadline = time.monotonic() + ATTACH_WAIT_S
+    started: subprocess.Popen[bytes] | None = None
+    while time.monotonic() < deadline:
         try:
-            with _operator_channel(engine, data_dir):
-                serve_stdio(engine, binding, settings)
-        finally:
-            engine.close()
+            return attach(path, hello)
+        except OSError:
+            pass
+        if not is_held(data_dir) and (started is None or started.poll() is not None):
+            started = _start_background(data_dir)
+        time.sleep(ATTACH_POLL_S)
+    raise TimeoutError(f"no server listened on {path} within {ATTACH_WAIT_S:.0f} s")
+
+
+def _start_background(data_dir: Path) -> subprocess.Popen[bytes]:
+    """`engram <this launch's arguments> --background`, detached, logging to
+    `<data_dir>/background.log`, without this client's context in its environment."""
+    from engram.service.mcp.host_context import CONTEXT_ENV, CONTEXT_FILE_ENV
+
+    env = {k: v for k, v in os.environ.items() if k not in (CONTEXT_ENV, CONTEXT_FILE_ENV)}
+    log = os.open(Path(data_dir) / BACKGROUND_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "engram.service.cli", *sys.argv[1:], "--background"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=env,
+            start_new_session=True,
+        )
+    finally:
+        os.close(log)
 
 
 def serve_http(settings: Any, secret: bytes, *, on_listening: Callable[[], None] | None = None) -> None:
@@ -191,7 +406,8 @@ def serve_http(settings: Any, secret: bytes, *, on_listening: Callable[[], None]
         logs = {"log_config": None, "log_level": settings.log_level.value}
         with _operator_channel(engine, settings.data_dir):
             if on_listening is None:
-                uvicorn.run(application, host=settings.host, port=settings.port, **logs)
+                with _stdio_clients_beside_http(engine, settings, secret):
+                    uvicorn.run(application, host=settings.host, port=settings.port, **logs)
                 return
             from .workers import listening_socket
 
@@ -260,7 +476,7 @@ def _warn_tenants_not_opted_in(engine: Any) -> None:
 
 @contextlib.contextmanager
 def _holding_data_dir(data_dir: Path) -> Iterator[None]:
-    """Hold the data directory for the life of a server; exit 2 if another process does."""
+    """Hold the data directory for the life of a server; exit 1 if another process does."""
     from engram.service.operator.ownership import DataDirLock, DirectoryHeld
 
     try:

@@ -198,8 +198,6 @@ class Supervisor:
 
     def _start(self, worker: _Worker, *, seed: Path | None = None) -> None:
         settings = worker.settings
-        if settings.load_model:
-            self._share_models(settings.data_dir)
         if seed is not None:
             settings = settings.model_copy(update={"seed_vectors": seed})
         worker.ready = self._context.Event()
@@ -208,24 +206,6 @@ class Supervisor:
         )
         worker.process.start()
         worker.started_at, worker.restart_at = time.monotonic(), None
-
-    def _share_models(self, data_dir: Path) -> None:
-        """Give a worker the derived model files (the query encoder's ONNX export) the data
-        directory or worker 0 already made, linked where the file system allows, so that
-        no worker exports the model again."""
-        from engram.service.engine import MODELS_DIR
-
-        target = data_dir / MODELS_DIR
-        for source_dir in (self._settings.data_dir / MODELS_DIR, self._workers[0].settings.data_dir / MODELS_DIR):
-            if source_dir == target or not source_dir.is_dir():
-                continue
-            target.mkdir(parents=True, exist_ok=True)
-            for source in source_dir.iterdir():
-                if source.is_file() and not (target / source.name).exists():
-                    try:
-                        (target / source.name).hardlink_to(source)
-                    except OSError:
-                        shutil.copyfile(source, target / source.name)
 
     def _wait_ready(self, workers: list[_Worker]) -> bool:
         """Wait until every one of ``workers`` listens; False if one exits or we stop first."""

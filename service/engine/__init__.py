@@ -6,6 +6,7 @@ they never import the engine's modules directly.
 
 from .clock import now_ms
 from .context import CallContext, Confirmation
+from .data_directory import claim_data_dir
 from .engine import DB_FILE, MODELS_DIR, Engine, export_keys
 from .gates import operation_digest
 from .ingestion import (
@@ -45,6 +46,7 @@ __all__ = [
     "PreparedBatch",
     "Submission",
     "WriterSpec",
+    "claim_data_dir",
     "examine",
     "export_keys",
     "identify",

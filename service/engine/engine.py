@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 import threading
 from collections.abc import Callable, Iterator
@@ -35,6 +34,7 @@ from . import admission, capture, export, ingestion, operator, reading, search, 
 from . import routing as routing_ops
 from .clock import instant, now_ms
 from .context import CallContext
+from .data_directory import claim_data_dir
 from .dependencies import Dependencies
 from .paging import SnapshotCache
 from .policy import ADMISSION_POLICY_FILE, HOST_POLICY_FILE, Policies
@@ -98,6 +98,7 @@ class Engine:
         group: str = DEFAULT_GROUP,
         advertise_url: str | None = None,
         seed_vectors: Path | None = None,
+        model_cache: Path | None = None,
     ) -> Engine:
         """Open (or create) the data directory, then load the model and let every
         projection catch up with the journal (in a thread when `background`).
@@ -113,12 +114,12 @@ class Engine:
         follows the journal and acknowledges purges; operator commands do not.
         ``seed_vectors``: a directory `engram admin export-vectors` wrote on a peer; the
         warm-up takes the vectors of records that match it instead of embedding them
-        (see :mod:`.seed`)."""
+        (see :mod:`.seed`). ``model_cache``: where the ONNX export is made once and
+        shared (default: ``data_dir/models``)."""
         if encoder is None and load_model and Device(device) not in (Device.AUTO, Device.CPU):
             resolve_device(device)  # a named device this machine lacks fails here, before anything opens
         data_dir = Path(data_dir)
-        data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(data_dir, 0o700)  # also when a caller created it first, with its umask
+        claim_data_dir(data_dir)
         store = open_store(data_dir / DB_FILE, database_url, database_timeout_ms=database_timeout_ms)
         shared = store if isinstance(store, SharedStore) else None
         ring = KeyRing(
@@ -130,7 +131,7 @@ class Engine:
         # restored from a backup) is applied again from the ledger beside the KEKs.
         transitions.reapply_shreds(store, ring.key_dir)
         if encoder is None and load_model:
-            encoder = MiniLMEncoder(data_dir / MODELS_DIR, device=device)
+            encoder = MiniLMEncoder(model_cache or data_dir / MODELS_DIR, device=device)
         ranker = Ranker(data_dir / "index", encoder)
         replica_id = replica_id_for(data_dir)
         routing = (

@@ -11,7 +11,9 @@ Its surface is its modules, each imported by name.
 
 __all__ = [
     "audit",
+    "bridge",
     "client_config",
+    "client_socket",
     "elicitation",
     "host_context",
     "local_context",

@@ -341,17 +341,18 @@ class ToolFrontEnd:
         audit: AuditLog,
         observer: CallObserver | None = None,
         state_key: bytes | None = None,
+        limiter: TokenBucketLimiter | None = None,
     ) -> ToolFrontEnd:
         """The front end `settings` describe, for HTTP and stdio alike: the per-principal
-        token bucket, the default deadline, human approval (its sealed state keyed by
-        `state_key`; replicas sharing it accept each other's, None: a key of this
-        process)."""
+        token bucket (``limiter``, shared by the clients of one process, or a new one),
+        the default deadline, human approval (its sealed state keyed by `state_key`;
+        replicas sharing it accept each other's, None: a key of this process)."""
         return cls(
             engine,
             binding,
             audit=audit,
             observer=observer,
-            limiter=TokenBucketLimiter(rate=settings.rate, burst=settings.burst),
+            limiter=limiter or TokenBucketLimiter(rate=settings.rate, burst=settings.burst),
             default_deadline_ms=settings.deadline_ms,
             approval=HumanApproval(settings.approval_ttl_s, state_key=state_key, caller=caller_of(binding.resolve)),
         )

@@ -19,7 +19,6 @@ import logging
 import os
 import socket
 import socketserver
-import struct
 import threading
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from engram.models.errors import ChannelAbsent, OperatorFailure  # noqa: F401 - 
 from engram.service.engine import Engine
 
 from .commands import known, run
+from .ownership import peer_is_owner
 
 logger = logging.getLogger("engram.operator")
 
@@ -60,17 +60,11 @@ def socket_path(data_dir: Path) -> Path:
     return Path(data_dir).resolve() / SOCKET_FILE
 
 
-def _peer_uid(conn: socket.socket) -> int:
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return uid
-
-
 class _Handler(socketserver.StreamRequestHandler):
     server: _Server
 
     def handle(self) -> None:
-        if _peer_uid(self.connection) not in (os.getuid(), 0):
+        if not peer_is_owner(self.connection):
             logger.warning("operator channel: refused a peer running as another user")
             return
         line = self.rfile.readline(MAX_REQUEST_BYTES + 1)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+import socket
+import struct
+import sys
 from pathlib import Path
 from types import TracebackType
 
@@ -59,3 +62,21 @@ def is_held(data_dir: Path) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+#: macOS's getsockopt level and option for a Unix socket peer's credentials (a
+#: `struct xucred`: version, uid, ...); Linux has SO_PEERCRED (pid, uid, gid).
+_SOL_LOCAL, _LOCAL_PEERCRED, _XUCRED_SIZE = 0, 0x001, 76
+
+
+def peer_is_owner(conn: socket.socket) -> bool:
+    """Whether the peer of a Unix socket in the data directory runs as this process's
+    user (or root): the check every socket of the directory makes before reading."""
+    if hasattr(socket, "SO_PEERCRED"):
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _pid, uid, _gid = struct.unpack("3i", creds)
+    elif sys.platform == "darwin":
+        _version, uid = struct.unpack_from("Ii", conn.getsockopt(_SOL_LOCAL, _LOCAL_PEERCRED, _XUCRED_SIZE))
+    else:
+        return False
+    return uid in (os.getuid(), 0)
