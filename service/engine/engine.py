@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import threading
 from collections.abc import Callable, Iterator
