@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,10 +141,27 @@ def _instant(ms: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
 
 
-def scripted_history(mcp_url: str, admitted: int = 4, workspace: str = "ws1") -> History:
+def _in_a_thread(run: Callable[[], Awaitable[None]]) -> None:
+    """Run the calls in a thread of their own: Playwright's sync API keeps an event loop
+    in this one."""
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(anyio.run, run).result()
+
+
+def forget(mcp_url: str, record_id: str, workspace: str = "ws1") -> None:
+    """Forget one record over MCP, with the host's confirmation."""
+
+    async def run() -> None:
+        args = {"record_id": record_id, "idempotency_key": key("forget"), "reason_ref": "r:obsolete"}
+        value(await call(mcp_url, confirmed_token(FORGET, args, record_id, workspace=workspace), "auto", FORGET, args))
+
+    _in_a_thread(run)
+
+
+def scripted_history(mcp_url: str, admitted: int = 4, workspace: str = "ws1", *, forgets: bool = True) -> History:
     """Over MCP in scope acme/<workspace>: `admitted` captures admitted (the first one
-    expiring tomorrow), one left pending, one withdrawn; then a search, and a forget of
-    the last admitted record."""
+    expiring tomorrow), one left pending, one withdrawn; then a search, and (with
+    `forgets`) a forget of the last admitted record."""
     history = History()
 
     def marked(args: dict[str, Any]) -> dict[str, Any]:
@@ -169,14 +186,11 @@ def scripted_history(mcp_url: str, admitted: int = 4, workspace: str = "ws1") ->
         value(await call(mcp_url, token, "auto", WITHDRAW, withdraw))
         history.search_arguments = {"query": "ledger service balances PostgreSQL", "purpose_ref": PURPOSE}
         history.search_output = value(await call(mcp_url, tok, "auto", SEARCH, history.search_arguments))
-        history.forgotten = history.records[-1]
-        forget = {"record_id": history.forgotten, "idempotency_key": key("forget"), "reason_ref": "r:obsolete"}
-        token = confirmed_token(FORGET, forget, history.forgotten, workspace=workspace)
-        value(await call(mcp_url, token, "auto", FORGET, forget))
 
-    # In a thread of its own: Playwright's sync API keeps an event loop in this one.
-    with ThreadPoolExecutor(1) as pool:
-        pool.submit(anyio.run, run).result()
+    _in_a_thread(run)
+    if forgets:
+        history.forgotten = history.records[-1]
+        forget(mcp_url, history.forgotten, workspace)
     return history
 
 
