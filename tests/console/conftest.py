@@ -28,13 +28,14 @@ from test_e2e_engine import (
     PURPOSE,
     call,
     capture_args,
+    code,
     confirmed_token,
     ctx_token,
     key,
     value,
 )
 
-from engram.models.tools import CAPTURE, FORGET, REQUEST_ADMISSION, SEARCH, WITHDRAW
+from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -160,8 +161,8 @@ def forget(mcp_url: str, record_id: str, workspace: str = "ws1") -> None:
 
 def scripted_history(mcp_url: str, admitted: int = 4, workspace: str = "ws1", *, forgets: bool = True) -> History:
     """Over MCP in scope acme/<workspace>: `admitted` captures admitted (the first one
-    expiring tomorrow), one left pending, one withdrawn; then a search, and (with
-    `forgets`) a forget of the last admitted record."""
+    expiring tomorrow), one left pending, one withdrawn; then a search, a get of an
+    unknown record (NOT_FOUND), and (with `forgets`) a forget of the last admitted one."""
     history = History()
 
     def marked(args: dict[str, Any]) -> dict[str, Any]:
@@ -186,6 +187,8 @@ def scripted_history(mcp_url: str, admitted: int = 4, workspace: str = "ws1", *,
         value(await call(mcp_url, token, "auto", WITHDRAW, withdraw))
         history.search_arguments = {"query": "ledger service balances PostgreSQL", "purpose_ref": PURPOSE}
         history.search_output = value(await call(mcp_url, tok, "auto", SEARCH, history.search_arguments))
+        unknown = {"record_id": "mem_" + "a" * 52, "purpose_ref": PURPOSE}
+        assert code(await call(mcp_url, tok, "auto", GET, unknown)) == "NOT_FOUND"
 
     _in_a_thread(run)
     if forgets:

@@ -90,6 +90,18 @@ def test_the_scopes_page_shows_lag_against_the_journal_head_and_refreshes_it(tab
     assert tab.page.locator("#scopes-table").count() == 1
 
 
+def test_the_audit_page_filters_by_code_and_plots_the_errors(tab, served):
+    tab.page.goto(served.console + "/audit?code=NOT_FOUND")
+    assert _cell(tab, "#audit-matched") == "1"
+    assert tab.page.locator("#audit-table tbody tr").count() == 1
+    assert "engram_memory_get" in tab.page.inner_text("#audit-table tbody")
+    plotted = tab.page.evaluate("Chart.getChart(document.getElementById('errors-chart')).data.datasets[0]")
+    assert plotted["label"] == "NOT_FOUND" and sum(plotted["data"]) == 1
+    tab.page.goto(served.console + "/audit?tool=engram_memory_capture")
+    assert _cell(tab, "#audit-matched") == "6"
+    assert tab.errors == []
+
+
 def test_the_reports_page_plots_the_eval_and_bench_reports(tab, served):
     tab.page.goto(served.console + "/reports")
     tab.page.wait_for_load_state("networkidle")
