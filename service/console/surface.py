@@ -21,6 +21,8 @@ from engram.service.operator.commands import run as run_operator_command
 
 #: Where the console looks for records about to expire.
 EXPIRING_WITHIN_MS = 7 * 24 * 3600 * 1000
+#: How many expiring records a page lists (it counts them all).
+LISTED = 50
 #: The candidates state an operator must decide (`engram admin adjudicate`).
 AWAITING_ADJUDICATION = "pending_adjudication"
 
@@ -76,7 +78,8 @@ def overview(engine: Engine, started_at: float) -> dict[str, Any]:
         "candidates_by_state": _sum(row["candidates"] for row in rows),
         "awaiting_adjudication": sum(row["awaiting_adjudication"] for row in rows),
         "expiring_within_days": EXPIRING_WITHIN_MS // (24 * 3600 * 1000),
-        "expiring": expiring,
+        "expiring_count": len(expiring),
+        "expiring": expiring[:LISTED],
     }
 
 
@@ -87,8 +90,9 @@ def scope(engine: Engine, tenant: str, workspace: str) -> dict[str, Any] | None:
     if row is None:
         return None
     until = int(time.time() * 1000) + EXPIRING_WITHIN_MS
-    row["expiring"] = [e for e in engine.expiring_before(until) if (e["tenant"], e["workspace"]) == (tenant, workspace)]
-    row["pending_purges"] = [p for p in engine.pending_purges() if (p["tenant"], p["workspace"]) == (tenant, workspace)]
+    expiring = [e for e in engine.expiring_before(until) if (e["tenant"], e["workspace"]) == (tenant, workspace)]
+    purges = [p for p in engine.pending_purges() if (p["tenant"], p["workspace"]) == (tenant, workspace)]
+    row.update(expiring_count=len(expiring), expiring=expiring[:LISTED], pending_purges=purges)
     return row
 
 

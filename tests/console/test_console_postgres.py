@@ -39,6 +39,10 @@ def test_the_console_shows_two_replicas_and_the_purge_the_absent_one_owes(chromi
         assert tab.page.locator(f'#replicas-table tr[data-replica="{absent}"]').count() == 1
         purge = tab.page.locator(f'#purges-table tr[data-record="{forgotten}"]')
         assert purge.count() == 1 and absent in purge.inner_text()
+        # The heartbeats refresh in place: htmx polls the registry without a reload.
+        with tab.page.expect_response(lambda r: r.url.endswith("/fragments/replicas"), timeout=10_000) as polled:
+            pass
+        assert polled.value.status == 200 and absent in polled.value.text()
         tab.page.goto(served.console + "/")
         assert tab.page.locator("#store-kind").inner_text().startswith("postgresql")
         tab.page.goto(served.console + "/replicas")
