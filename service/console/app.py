@@ -21,6 +21,7 @@ from typing import Annotated, Any
 
 import anyio.to_thread
 from fastapi import Depends, FastAPI, Form, Request
+from fastapi.middleware.trustedhost import TrustedHostMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
@@ -61,6 +62,8 @@ class ConsoleConfig:
     report_dirs: list[Path]
     secure_cookie: bool
     started_at: float
+    #: Host names a request may name (DNS-rebinding protection); "*" for any.
+    allowed_hosts: tuple[str, ...] = ("*",)
 
 
 class _NotLoggedIn(Exception):
@@ -108,6 +111,7 @@ def create_console(engine: Engine, access: ConsoleAccess, config: ConsoleConfig)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.globals["charts"] = charts
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(config.allowed_hosts))
 
     async def read(function: Callable[..., Any], *args: Any) -> Any:
         return await anyio.to_thread.run_sync(lambda: function(*args))

@@ -15,6 +15,7 @@ holds an MCP call; the login links it accepts are minted through the operator so
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import threading
 import time
@@ -30,6 +31,8 @@ from .access import ConsoleAccess
 from .app import ConsoleConfig, create_console
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+#: The Host names a loopback console answers to.
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 #: The operator-socket command minting a login link.
 LINK_COMMAND = "console-link"
 
@@ -62,6 +65,8 @@ class ConsoleListener:
         self.settings = settings
         self.tls = settings.console_tls_cert is not None
         self.access = ConsoleAccess(settings.console_link_ttl_s, settings.console_session_s)
+        if settings.console_host in LOOPBACK:  # a page of another site resolving to 127.0.0.1 is refused
+            config = dataclasses.replace(config, allowed_hosts=LOOPBACK_NAMES)
         app = create_console(engine, self.access, config)
         ssl: dict[str, Any] = {}
         if self.tls:

@@ -133,6 +133,9 @@ def test_a_link_works_once_and_a_spent_one_says_how_to_get_another(chromium, ser
     try:
         first.page.goto(link)
         assert first.page.url == served.console + "/"
+        first.page.click("form.logout button")  # a POST carrying the CSRF token
+        first.page.wait_for_url(served.console + "/login-ended")
+        assert first.page.goto(served.console + "/").status == 401
         answer = second.page.goto(link)
         assert answer is not None and answer.status == 403
         assert "engram admin console-link" in second.page.inner_text("main")
@@ -189,6 +192,12 @@ def test_every_answer_holds_no_record_text_and_no_query(tab, served):
     leaks = [(url, needle) for url, body in bodies.items() for needle in needles if needle in body]
     assert leaks == []
     assert len(bodies) >= len(PAGES) + len(API)
+
+
+def test_a_page_of_another_host_name_is_refused(served):
+    """DNS rebinding: a site whose name resolves to 127.0.0.1 names itself in Host."""
+    assert httpx.get(served.console + "/", headers={"Host": "attacker.example"}).status_code == 400
+    assert httpx.get(f"http://localhost:{served.console_port}/").status_code == 401  # the login help
 
 
 def test_the_pages_forbid_inline_script_and_framing(served):
