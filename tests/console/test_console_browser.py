@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import API, PAGES, ROOT, Served, Tab, artefacts, engram, scripted_history
+from console_support import API, PAGES, ROOT, Served, Tab, artefacts, engram, scripted_history
 
 pytest.importorskip("playwright", reason="playwright is not installed (the test extra)")
 

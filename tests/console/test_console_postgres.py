@@ -5,7 +5,7 @@ page says the absent replica still owes."""
 from __future__ import annotations
 
 import pytest
-from conftest import Served, Tab, artefacts, engram, forget, scripted_history
+from console_support import Served, Tab, artefacts, engram, forget, scripted_history
 
 pytest.importorskip("playwright", reason="playwright is not installed (the test extra)")
 
