@@ -3,6 +3,8 @@ CSRF check, the cookie's Secure flag under TLS, and the binds `engram serve` ref
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
@@ -10,7 +12,7 @@ from typer.testing import CliRunner
 from engram.service.cli import app as cli
 from engram.service.console.access import ConsoleAccess, LinkState, csrf_matches
 from engram.service.console.app import ConsoleConfig, create_console
-from engram.service.console.listener import refusal
+from engram.service.console.listener import LINK_COMMAND, ConsoleListener, refusal
 from engram.service.settings import Settings
 
 runner = CliRunner()
@@ -115,3 +117,57 @@ def test_a_console_link_needs_a_live_server(tmp_path):
     result = runner.invoke(cli, ["admin", "console-link", "-d", str(tmp_path)])
     assert result.exit_code == 1
     assert "engram serve --console-port" in result.output
+
+
+def _self_signed(folder: Path) -> tuple[Path, Path]:
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+def test_the_listener_serves_tls_and_its_links_log_in_with_a_secure_cookie(tmp_path):
+    import httpx
+
+    from engram.service.engine import Engine
+
+    cert, key = _self_signed(tmp_path)
+    settings = Settings(data_dir=tmp_path / "data", console_port=0, console_tls_cert=cert, console_tls_key=key)
+    assert refusal(settings) is None
+    engine = Engine.open(settings.data_dir, load_model=False)
+    config = ConsoleConfig(tmp_path / "audit.jsonl", [], secure_cookie=True, started_at=0.0)
+    listener = ConsoleListener(engine, settings, config).start()
+    try:
+        link = listener.commands()[LINK_COMMAND]({})["url"]
+        assert link.startswith(f"https://127.0.0.1:{listener.port}/login/")
+        with httpx.Client(verify=False) as client:
+            answer = client.get(link, follow_redirects=False)
+            assert answer.status_code == 303 and "secure" in answer.headers["set-cookie"].lower()
+            assert client.get(link).status_code == 403  # spent
+            with pytest.raises(httpx.TransportError):
+                httpx.get(link.replace("https://", "http://"))  # no plain HTTP on a TLS console
+    finally:
+        listener.stop()
+        engine.close()
