@@ -35,11 +35,14 @@ def _version() -> str:
 
 
 def scopes(engine: Engine) -> list[dict[str, Any]]:
-    """Each scope: opt-in, counts by lifecycle state, journal head, each channel's
-    projection cursor and lag behind the head, and its index bytes on this replica."""
+    """Each scope: opt-in, counts by lifecycle state, journal head, each running
+    channel's projection cursor and lag behind the head, and its index bytes here."""
     rows = []
     enabled: dict[str, bool] = {}
+    # Without a model the semantic channel is off by the operator's choice, not behind.
+    off = set() if engine.encoder is not None else {"semantic"}
     for stats in engine.scope_stats():
+        lags = {channel: lag for channel, lag in sorted(stats.projection_lag.items()) if channel not in off}
         tenant, workspace = stats.scope
         if tenant not in enabled:
             enabled[tenant] = engine.tenant_enabled(tenant)
@@ -53,8 +56,8 @@ def scopes(engine: Engine) -> list[dict[str, Any]]:
                 "candidates": dict(sorted(stats.counts.candidates.items())),
                 "awaiting_adjudication": stats.counts.candidates.get(AWAITING_ADJUDICATION, 0),
                 "journal_head": head,
-                "lag": dict(sorted(stats.projection_lag.items())),
-                "cursor": {channel: head - lag for channel, lag in sorted(stats.projection_lag.items())},
+                "lag": lags,
+                "cursor": {channel: head - lag for channel, lag in lags.items()},
                 "index_bytes": engine.index_bytes(stats.scope),
             }
         )

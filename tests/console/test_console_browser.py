@@ -83,6 +83,7 @@ def test_the_scopes_page_shows_lag_against_the_journal_head_and_refreshes_it(tab
     assert _cell(tab, f'{row} td[data-field="current"]') == "2"
     head = int(_cell(tab, f'{row} td[data-field="head"]'))
     assert _cell(tab, f'{row} td[data-field="lag-lexical"]') == f"{head} / 0"
+    assert _cell(tab, f'{row} td[data-field="lag-semantic"]') == "off"  # served without a model
     # htmx replaces the live table without a reload: the fragment request is seen.
     with tab.page.expect_response(lambda r: r.url.endswith("/fragments/scopes"), timeout=10_000) as polled:
         pass
