@@ -13,6 +13,7 @@ __all__ = [
     "bench_cli",
     "bench_report",
     "cli",
+    "console_poll",
     "corpus_gen",
     "extra",
     "fusion_cli",

@@ -598,6 +598,7 @@ def run_bench(
     resume: bool = False,
     raw_bulk: bool = True,
     ingest_minutes: float | None = None,
+    console: bool = False,
 ) -> dict[str, Any]:
     from engram.ranking import MiniLMEncoder
 
@@ -641,6 +642,17 @@ def run_bench(
         try:
             if load and n == 0:
                 result["load"] = load_run(engine, root / "data", texts, clients=clients, calls=calls, run=run, say=say)
+                if console:
+                    from .console_poll import console_polled
+
+                    say("the same load run with the operator console open and polled")
+                    with console_polled(engine, root / "data") as polls:
+                        beside = load_run(engine, root / "data", texts, clients=clients, calls=calls, run=run, say=say)
+                    result["load_with_console"] = {**beside, "console": polls.as_json()}
+                    # Without it once more (A, B, A): the first run also warms the engine up.
+                    result["load_again"] = load_run(
+                        engine, root / "data", texts, clients=clients, calls=calls, run=run, say=say
+                    )
         finally:
             engine.close()
         # A closed engine keeps its indexes in memory while referenced: at 10M records

@@ -34,6 +34,14 @@ def bench(
         ),
     ] = 400,
     load: Annotated[bool, typer.Option("--load/--no-load", help="Run the MCP-over-HTTP load run.")] = True,
+    with_console: Annotated[
+        bool,
+        typer.Option(
+            "--console/--no-console",
+            help="Run the load run again with the operator console served and polled as an open page polls "
+            "it, then once more without (bench.json: load, load_with_console, load_again).",
+        ),
+    ] = False,
     encoder_sample: Annotated[
         int,
         typer.Option(
@@ -208,6 +216,7 @@ def bench(
             say=say,
             resume=resume,
             ingest_minutes=ingest_for,
+            console=with_console,
         )
         if database_url:
             import json

@@ -255,6 +255,13 @@ class Ranker:
         the lexical channel's directory, so a projected scope always counts)."""
         return self._lexical.held(scope_key) or self._semantic.held(scope_key)
 
+    def index_bytes(self, scope_key: str) -> dict[str, int]:
+        """Bytes each channel's files of the scope take on disk (0 for none here)."""
+        return {
+            LEXICAL: _bytes_under(self._lexical._dir(scope_key)),
+            SEMANTIC: _bytes_under(self._semantic._dir(scope_key)),
+        }
+
     def checkpoint(self, scope_key: str | None = None) -> None:
         """Make every applied change durable now (all scopes, or just ``scope_key``)."""
         self._semantic.checkpoint(scope_key)
@@ -499,3 +506,10 @@ class Ranker:
             raise SemanticUnavailable(f"model failed: {type(exc).__name__}") from exc
         self._encoder_error = None
         return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self._dim)
+
+
+def _bytes_under(directory: Path) -> int:
+    """The sizes of the regular files under ``directory`` (0 when it is absent)."""
+    if not directory.is_dir():
+        return 0
+    return sum(path.stat().st_size for path in directory.rglob("*") if path.is_file())

@@ -177,6 +177,32 @@ class Settings(BaseSettings):
         "once its own client has left, or the background server started for them) exits once no client has "
         "been connected for this many seconds.",
     )
+    console_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="TCP port of the operator console, a second listener of `engram serve` (none: no console). "
+        "Log in with a link from `engram admin console-link`.",
+    )
+    console_host: str = Field(
+        "127.0.0.1",
+        description="Interface the console listens on. Any other than loopback needs --console-tls-cert, "
+        "--console-tls-key and --console-remote, or serve refuses to start.",
+    )
+    console_remote: bool = Field(False, description="Allow the console on a non-loopback interface (with TLS only).")
+    console_tls_cert: Path | None = Field(None, description="PEM certificate the console serves HTTPS with.")
+    console_tls_key: Path | None = Field(None, description="PEM private key of --console-tls-cert.")
+    console_link_ttl_s: int = Field(
+        300, ge=10, le=3600, description="Seconds a console login link stays valid (it works once)."
+    )
+    console_session_s: int = Field(
+        8 * 3600, ge=60, le=7 * 24 * 3600, description="Seconds a console session lasts after its login."
+    )
+    console_reports: list[Path] = Field(
+        default_factory=list,
+        description="Directories of `engram eval` / `engram bench` output the console plots (searched for "
+        "bench.json and metrics files).",
+    )
     log_level: LogLevel = Field(LogLevel.INFO, description="Log threshold of engram.* and the HTTP server.")
     log_format: LogFormat = Field(LogFormat.TEXT, description="Log lines as text or as one JSON object each.")
 

@@ -418,3 +418,32 @@ def route_move(
 def expire(data_dir: DataDir = None) -> None:
     """Expire every record whose retention expires_at has passed."""
     typer.echo(f"expired {run_operator_command(data_dir, 'expire', {})} record(s)")
+
+
+@admin.command("console-link")
+def console_link(data_dir: DataDir = None) -> None:
+    """Print a one-time login link to the operator console of the live server.
+
+    Only the server that owns the data directory can mint it (through its operator
+    socket), and only when it serves a console (`engram serve --console-port PORT`). The
+    link works once, for a few minutes (--console-link-ttl-s); it sets a session cookie.
+    """
+    from engram.service.console.listener import LINK_COMMAND
+    from engram.service.operator.channel import ChannelAbsent, OperatorFailure, call
+
+    directory = command_settings(data_dir=data_dir).data_dir
+    try:
+        link = call(directory, LINK_COMMAND, {})
+    except ChannelAbsent:
+        echo_error(
+            f"engram: no live server owns {directory}; the console runs inside `engram serve --console-port PORT`"
+        )
+        raise typer.Exit(1) from None
+    except OperatorFailure as exc:
+        if exc.code == "UNKNOWN_COMMAND":
+            echo_error("engram: the live server serves no console; restart it with --console-port PORT")
+        else:
+            echo_error(f"engram: {exc.code}: {exc.message}")
+        raise typer.Exit(1) from None
+    typer.echo(link["url"])
+    echo_error(f"engram: works once, within {link['expires_in_s']} s")

@@ -80,6 +80,20 @@ def serve(
             "--client-idle-s (what `serve --stdio` starts when the server it bridged to has gone).",
         ),
     ] = False,
+    console_port: Annotated[int | None, typer.Option(help=field_help("console_port"), show_default=False)] = None,
+    console_host: Annotated[str | None, typer.Option(help=field_help("console_host"), show_default=False)] = None,
+    console_remote: Annotated[
+        bool | None, typer.Option("--console-remote", help=field_help("console_remote"), show_default=False)
+    ] = None,
+    console_tls_cert: Annotated[
+        Path | None, typer.Option(help=field_help("console_tls_cert"), show_default=False)
+    ] = None,
+    console_tls_key: Annotated[
+        Path | None, typer.Option(help=field_help("console_tls_key"), show_default=False)
+    ] = None,
+    console_reports: Annotated[
+        list[Path] | None, typer.Option(help=field_help("console_reports") + " Repeatable.", show_default=False)
+    ] = None,
 ) -> None:
     """Serve the six memory tools over MCP (streamable HTTP at /mcp, or --stdio).
 
@@ -111,6 +125,12 @@ def serve(
         seed_vectors=seed_vectors,
         workers=workers,
         client_idle_s=client_idle_s,
+        console_port=console_port,
+        console_host=console_host,
+        console_remote=console_remote,
+        console_tls_cert=console_tls_cert,
+        console_tls_key=console_tls_key,
+        console_reports=console_reports or None,
     )
     from engram.service.logs import configure_logging
 
@@ -119,6 +139,9 @@ def serve(
     from engram.service.engine import claim_data_dir
 
     claim_data_dir(settings.data_dir)
+    if stdio and settings.console_port is not None:
+        echo_error("engram: the console is served beside HTTP; --stdio serves no console")
+        raise typer.Exit(2)
     if stdio and settings.workers > 1:
         echo_error("engram: --workers serves HTTP; --stdio is one process for one host")
         raise typer.Exit(2)
@@ -151,6 +174,11 @@ def _refuse_unservable(settings: Any) -> None:
             "engram: --workers needs a shared store (--database-url): an embedded store is one process; "
             "several workers are several replicas of one database"
         )
+        raise typer.Exit(2)
+    from engram.service.console.listener import refusal
+
+    if (reason := refusal(settings)) is not None:
+        echo_error(f"engram: console refused: {reason}")
         raise typer.Exit(2)
     if settings.seed_vectors is not None and not (settings.seed_vectors / SEED_HEADER).is_file():
         echo_error(f"engram: {settings.seed_vectors} is not a seed written by `engram admin export-vectors`")
@@ -404,7 +432,7 @@ def serve_http(settings: Any, secret: bytes, *, on_listening: Callable[[], None]
         application = create_app(engine, settings, host_secret=secret, close_engine=True)
         # log_config=None: uvicorn's loggers propagate to the handler configured above.
         logs = {"log_config": None, "log_level": settings.log_level.value}
-        with _operator_channel(engine, settings.data_dir):
+        with _console(engine, settings) as served, _operator_channel(engine, settings.data_dir, served):
             if on_listening is None:
                 with _stdio_clients_beside_http(engine, settings, secret):
                     uvicorn.run(application, host=settings.host, port=settings.port, **logs)
@@ -491,14 +519,45 @@ def _holding_data_dir(data_dir: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _operator_channel(engine: Any, data_dir: Path) -> Iterator[None]:
+def _console(engine: Any, settings: Any) -> Iterator[dict[str, Any]]:
+    """The operator console on its own listener when `console_port` is set; yields the
+    operator-socket commands it answers (none without a console)."""
+    if settings.console_port is None:
+        yield {}
+        return
+    import time
+
+    from engram.service.console.app import ConsoleConfig
+    from engram.service.console.listener import ConsoleListener
+    from engram.service.mcp.audit import AUDIT_FILE
+
+    config = ConsoleConfig(
+        audit_path=settings.data_dir / AUDIT_FILE,
+        report_dirs=list(settings.console_reports),
+        secure_cookie=settings.console_tls_cert is not None,
+        started_at=time.time(),
+    )
+    try:
+        console = ConsoleListener(engine, settings, config).start()
+    except OSError as exc:
+        echo_error(f"engram: {exc}")
+        raise typer.Exit(2) from None
+    echo_error(f"engram: console at {console.base_url()} (log in with `engram admin console-link`)")
+    try:
+        yield console.commands()
+    finally:
+        console.stop()
+
+
+@contextlib.contextmanager
+def _operator_channel(engine: Any, data_dir: Path, served: dict[str, Any] | None = None) -> Iterator[None]:
     """The live server's operator socket (<data_dir>/operator.sock, owner-only). A data
     directory whose path is too long for a Unix socket serves without one (admin
     commands are then refused while the server runs), with a warning."""
     from engram.service.operator.channel import OperatorChannel
 
     try:
-        channel = OperatorChannel(engine, data_dir).start()
+        channel = OperatorChannel(engine, data_dir, served).start()
     except ValueError as exc:
         echo_error(f"engram: warning: no operator channel ({exc}); stop the server to run admin commands")
         yield

@@ -20,7 +20,15 @@ import numpy as np
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.scope import Scope
 from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, TOOLS, WITHDRAW, parse_arguments
-from engram.ranking import Device, Encoder, MiniLMEncoder, Ranker, SemanticUnavailable
+from engram.ranking import (
+    HYBRID_PROFILE,
+    LEXICAL_PROFILE,
+    Device,
+    Encoder,
+    MiniLMEncoder,
+    Ranker,
+    SemanticUnavailable,
+)
 from engram.ranking.encoder import resolve_device
 from engram.service.store import open_store
 from engram.service.store.base import (
@@ -523,6 +531,46 @@ class Engine:
             for e in self.deps.store.events(scope)
             if e.subject == subject or e.body.get("candidate_id") == subject
         ]
+
+    @property
+    def store_kind(self) -> str:
+        """``postgresql`` for a store several replicas share, else ``sqlite``."""
+        return "postgresql" if self.deps.replica is not None else "sqlite"
+
+    def profiles(self) -> list[dict[str, str]]:
+        """The ranking profiles this release serves: name, version, configuration digest."""
+        return [
+            {"name": p.name, "version": p.version, "config_digest": p.config_digest()}
+            for p in (LEXICAL_PROFILE, HYBRID_PROFILE)
+        ]
+
+    def expiring_before(self, at_ms: int) -> list[dict[str, Any]]:
+        """Current records whose retention ends by ``at_ms`` (ids and instants only)."""
+        return [
+            {"tenant": r.scope[0], "workspace": r.scope[1], "record_id": r.record_id, "expires_at_ms": r.expires_at_ms}
+            for r in self.deps.store.due_for_expiry(at_ms)
+        ]
+
+    def pending_purges(self) -> list[dict[str, Any]]:
+        """Forgotten records whose bytes some index still holds, each with the replicas
+        that still owe their purge (on an embedded store: none named, this process's
+        sweeper owes them)."""
+        owed: dict[tuple[str, str, str], list[str]] = {}
+        if self.deps.replica is not None:
+            shared = self.deps.replica.store
+            for entry in shared.replica_entries():
+                for scope, ids in shared.purges_awaiting(entry.replica_id).items():
+                    for record_id in ids:
+                        owed.setdefault((*scope, record_id), []).append(entry.replica_id)
+        return [
+            {"tenant": t, "workspace": w, "record_id": r, "owed_by": sorted(owed.get((t, w, r), []))}
+            for (t, w), ids in sorted(self.deps.store.pending_purges().items())
+            for r in sorted(ids)
+        ]
+
+    def index_bytes(self, scope: Scope) -> dict[str, int]:
+        """Bytes each index channel of the scope takes on this replica's disk."""
+        return self.deps.ranker.index_bytes(scope_key(scope))
 
     def replicas(self) -> list[dict[str, Any]]:
         """The replicas registered on a shared store (operator surface)."""

@@ -20,6 +20,7 @@ import os
 import socket
 import socketserver
 import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,6 +36,8 @@ logger = logging.getLogger("engram.operator")
 
 SOCKET_FILE = "operator.sock"
 MAX_REQUEST_BYTES = 1 << 20
+#: A command of the serving process itself: its JSON arguments in, a JSON value out.
+ServedCommand = Callable[[dict[str, Any]], Any]
 #: sun_path holds 108 bytes with its terminating NUL.
 MAX_SOCKET_PATH = 107
 
@@ -75,8 +78,9 @@ class _Handler(socketserver.StreamRequestHandler):
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
-    def __init__(self, path: str, engine: Engine) -> None:
+    def __init__(self, path: str, engine: Engine, served: Mapping[str, ServedCommand]) -> None:
         self.engine = engine
+        self.served = served
         self._serial = threading.Lock()  # one operator command at a time
         super().__init__(path, _Handler)
 
@@ -86,7 +90,7 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         try:
             request = json.loads(line)
             name, args = request["command"], request.get("args", {})
-            if not known(name) or not isinstance(args, dict):
+            if not (known(name) or name in self.served) or not isinstance(args, dict):
                 raise KeyError(name)
         except (ValueError, KeyError, TypeError):
             return {"ok": False, "code": "UNKNOWN_COMMAND", "message": "not an operator request"}
@@ -99,7 +103,7 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             }
         with self._serial:
             try:
-                result = run(self.engine, name, args)
+                result = self.served[name](args) if name in self.served else run(self.engine, name, args)
             except ContractError as exc:  # the operator's reader: what to fix, where the engine said
                 return {"ok": False, "code": exc.code.value, "message": exc.detail or exc.message}
             except Exception as exc:  # noqa: BLE001 - reported to the operator, logged by type
@@ -111,16 +115,17 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 class OperatorChannel:
     """Serve operator commands for `engine` on `<data_dir>/operator.sock` in a thread.
-    The caller must own the data directory (service.operator.ownership)."""
+    The caller must own the data directory (service.operator.ownership). ``served``
+    adds commands only the serving process can answer (the console's login links)."""
 
-    def __init__(self, engine: Engine, data_dir: Path) -> None:
+    def __init__(self, engine: Engine, data_dir: Path, served: Mapping[str, ServedCommand] | None = None) -> None:
         self.path = socket_path(data_dir)
         if len(str(self.path).encode()) > MAX_SOCKET_PATH:
             raise ValueError(f"data directory path too long for a Unix socket: {self.path}")
         self.path.unlink(missing_ok=True)  # a socket left by a killed server
         old = os.umask(0o177)
         try:
-            self._server = _Server(str(self.path), engine)
+            self._server = _Server(str(self.path), engine, served or {})
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)

@@ -27,7 +27,15 @@ PACKAGES = sorted(
     for p in (ROOT / room).rglob("__init__.py")
 )
 #: Rooms that call the engine and the ranker from outside, and the facades they must use.
-OUTER_ROOMS = ("index_data", "eval", "service/cli", "service/http", "service/mcp", "service/operator")
+OUTER_ROOMS = (
+    "index_data",
+    "eval",
+    "service/cli",
+    "service/http",
+    "service/mcp",
+    "service/operator",
+    "service/console",
+)
 FACADES = ("engram.ranking", "engram.service.engine")
 
 

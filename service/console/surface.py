@@ -1,0 +1,150 @@
+"""Every read the console makes of the engine, in one place.
+
+Why one adapter: the console must see only the engine's operator surface (never the
+store behind it), and that surface may move (operator-only methods leaving `Engine`
+for an operator object). Pages and the JSON API call these functions and nothing
+else of the engine, so such a move touches this module only. What comes back is
+plain JSON values: ids, states, counts, cursors, digests, sizes and timings; no
+record or candidate text, no query.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import time
+from typing import Any
+
+from engram.models.codes import ContractError
+from engram.models.outputs import RankReceipt
+from engram.service.engine import Engine
+from engram.service.operator.commands import run as run_operator_command
+
+#: Where the console looks for records about to expire.
+EXPIRING_WITHIN_MS = 7 * 24 * 3600 * 1000
+#: How many expiring records a page lists (it counts them all).
+LISTED = 50
+#: The candidates state an operator must decide (`engram admin adjudicate`).
+AWAITING_ADJUDICATION = "pending_adjudication"
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("sentropic-engram")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def scopes(engine: Engine) -> list[dict[str, Any]]:
+    """Each scope: opt-in, counts by lifecycle state, journal head, each running
+    channel's projection cursor and lag behind the head, and its index bytes here."""
+    rows = []
+    enabled: dict[str, bool] = {}
+    # Without a model the semantic channel is off by the operator's choice, not behind.
+    off = set() if engine.encoder is not None else {"semantic"}
+    for stats in engine.scope_stats():
+        lags = {channel: lag for channel, lag in sorted(stats.projection_lag.items()) if channel not in off}
+        tenant, workspace = stats.scope
+        if tenant not in enabled:
+            enabled[tenant] = engine.tenant_enabled(tenant)
+        head = engine.scope_cursor(stats.scope)
+        rows.append(
+            {
+                "tenant": tenant,
+                "workspace": workspace,
+                "opted_in": enabled[tenant],
+                "records": dict(sorted(stats.counts.records.items())),
+                "candidates": dict(sorted(stats.counts.candidates.items())),
+                "awaiting_adjudication": stats.counts.candidates.get(AWAITING_ADJUDICATION, 0),
+                "journal_head": head,
+                "lag": lags,
+                "cursor": {channel: head - lag for channel, lag in lags.items()},
+                "index_bytes": engine.index_bytes(stats.scope),
+            }
+        )
+    return sorted(rows, key=lambda row: (row["tenant"], row["workspace"]))
+
+
+def overview(engine: Engine, started_at: float) -> dict[str, Any]:
+    """The first page: what runs, whether it is ready, and what needs the operator."""
+    rows = scopes(engine)
+    expiring = engine.expiring_before(int(time.time() * 1000) + EXPIRING_WITHIN_MS)
+    return {
+        "version": _version(),
+        "store_kind": engine.store_kind,
+        "replica_id": engine.replica_id,
+        "readiness": engine.readiness(),
+        "uptime_s": round(time.time() - started_at, 1),
+        "profiles": engine.profiles(),
+        "journal_head": max((row["journal_head"] for row in rows), default=0),
+        "scopes": rows,
+        "records_by_state": _sum(row["records"] for row in rows),
+        "candidates_by_state": _sum(row["candidates"] for row in rows),
+        "awaiting_adjudication": sum(row["awaiting_adjudication"] for row in rows),
+        "expiring_within_days": EXPIRING_WITHIN_MS // (24 * 3600 * 1000),
+        "expiring_count": len(expiring),
+        "expiring": expiring[:LISTED],
+    }
+
+
+def scope(engine: Engine, tenant: str, workspace: str) -> dict[str, Any] | None:
+    """One scope's row, with its records about to expire and its pending purges; None
+    for a scope the store does not know."""
+    row = next((r for r in scopes(engine) if (r["tenant"], r["workspace"]) == (tenant, workspace)), None)
+    if row is None:
+        return None
+    until = int(time.time() * 1000) + EXPIRING_WITHIN_MS
+    expiring = [e for e in engine.expiring_before(until) if (e["tenant"], e["workspace"]) == (tenant, workspace)]
+    purges = [p for p in engine.pending_purges() if (p["tenant"], p["workspace"]) == (tenant, workspace)]
+    row.update(expiring_count=len(expiring), expiring=expiring[:LISTED], pending_purges=purges)
+    return row
+
+
+def replicas(engine: Engine) -> dict[str, Any]:
+    """The replica registry, scope routes and pending purges (with who still owes each);
+    on an embedded store there is no registry, only this process."""
+    try:
+        registry, routes = engine.replicas(), engine.routes()
+        shared = True
+    except ContractError:
+        registry, routes, shared = [], [], False
+    return {
+        "shared": shared,
+        "store_kind": engine.store_kind,
+        "this_replica": engine.replica_id,
+        "replicas": registry,
+        "routes": routes,
+        "pending_purges": engine.pending_purges(),
+    }
+
+
+def receipt_contributions(receipt: dict[str, Any]) -> dict[str, Any]:
+    """A rank receipt checked against the contract, reduced to its numbers: each
+    candidate's per-channel contributions, the profile and the digests. Raises
+    pydantic's ValidationError for anything that is not a rank receipt."""
+    parsed = RankReceipt.model_validate(receipt)
+    return {
+        "profile": parsed.profile,
+        "profile_version": parsed.profile_version,
+        "profile_config_digest": parsed.profile_config_digest,
+        "channels": list(parsed.channels),
+        "system_as_of": parsed.system_as_of,
+        "candidate_count": parsed.candidate_count,
+        "ordered_ids_digest": parsed.ordered_ids_digest,
+        "receipt_digest": parsed.receipt_digest,
+        "contributions": [c.model_dump() for c in parsed.contributions],
+    }
+
+
+def replay(engine: Engine, tenant: str, workspace: str, arguments: dict[str, Any], receipt: dict[str, Any]) -> Any:
+    """Re-run the search a receipt describes under the current profile, exactly as
+    `engram admin replay-search` does (the same operator command)."""
+    args = {"tenant": tenant, "workspace": workspace, "arguments": arguments, "receipt": receipt}
+    return run_operator_command(engine, "replay-search", args)
+
+
+def _sum(counts: Any) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for one in counts:
+        for state, n in one.items():
+            total[state] = total.get(state, 0) + n
+    return dict(sorted(total.items()))
