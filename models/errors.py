@@ -7,6 +7,7 @@ such.
 
     EngramError
     ├── ContractError            a failure the contract names (models.codes): an error envelope
+    │   └── SecretRefused        SECRET_DETECTED, naming the rule that fired (service.secrets)
     ├── CanonicalizationRefused  a value JCS cannot canonicalise (also ValueError)
     ├── DeviceUnavailable        the named encoder device is not on this machine
     ├── SemanticUnavailable      the semantic channel cannot serve: RANKING_UNAVAILABLE

@@ -9,6 +9,7 @@ __all__ = [
     "logs",
     "mcp",
     "operator",
+    "secrets",
     "settings",
     "store",
 ]

@@ -47,6 +47,7 @@ import numpy as np
 from engram.models.digests import DigestKind, digest, seal_receipt
 from engram.models.scope import Scope
 from engram.ranking import IndexDocument
+from engram.service.secrets import find_secret_each
 from engram.service.store import open_store
 from engram.service.store.base import Store
 
@@ -66,7 +67,6 @@ from .records import (
     scope_key,
 )
 from .sealing import BodyVault, KeyRing
-from .secret_scan import find_secret_each
 
 INGEST_TOOL = "engram_operator_ingest"
 INGEST_POLICY = "engram.operator-ingest"
@@ -108,12 +108,15 @@ class PreparedRecord:
 @dataclass
 class ExaminedBatch:
     """A batch after :func:`examine`: the records it may write (not yet checked against
-    the store) and what it refused or found twice. Plain data, so it crosses processes."""
+    the store) and what it refused or found twice, with the id of the secret rule that
+    refused each submission (by its position in the batch), so a summary can name why.
+    Plain data, so it crosses processes."""
 
     scope: Scope
     records: list[PreparedRecord]
     refused: Counter[str] = field(default_factory=Counter)
     skipped: int = 0  # twice in this batch
+    secret_rules: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -164,6 +167,7 @@ def examine(scope: Scope, submissions: Sequence[Submission], *, scan_secrets: bo
     for position, (sub, secret) in enumerate(zip(submissions, verdicts)):
         if secret is not None:
             batch.refused[Refusal.SECRET.value] += 1
+            batch.secret_rules[position] = secret
             continue
         p_digest, e_digest, r_digest, rid = identify(scope, sub)
         if rid in candidates:
