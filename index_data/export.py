@@ -139,7 +139,7 @@ def export(
     """Write TENANT/WORKSPACE's current records to OUT as record JSONL (the store is the
     one `engram admin --database-url/--key-dir` name, as for every admin command). With a
     server running on the data directory, the server writes the files."""
-    from engram.service.cli.common import run_operator_command
+    from engram.service.cli import run_operator_command
     from engram.service.settings import load_settings
 
     directory = load_settings(data_dir=data_dir).data_dir

@@ -26,8 +26,9 @@ from . import admin  # noqa: F401
 # isort: on
 from . import apps, common
 from .apps import app
+from .common import run_operator_command
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "run_operator_command"]
 
 
 def _register_plugins(parent: typer.Typer, plugins: dict[str, tuple[str, str]]) -> None:

@@ -22,7 +22,8 @@ from engram.models.scope import Scope
 from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW, parse_arguments
 from engram.ranking import Device, Encoder, MiniLMEncoder, Ranker, SemanticUnavailable
 from engram.ranking.encoder import resolve_device
-from engram.service import secrets
+from engram.service.secrets import detector as secret_detector
+from engram.service.secrets import refuse_secrets
 from engram.service.store import open_store
 from engram.service.store.base import (
     DEFAULT_DATABASE_TIMEOUT_MS,
@@ -178,7 +179,7 @@ class Engine:
         load = getattr(self._encoder, "load", None)
         if load is not None:
             load()
-        secrets.detector()  # detect-secrets' plugins, which the first capture would import
+        secret_detector()  # detect-secrets' plugins, which the first capture would import
         self.deps.ranker.warm_query_time()
         self._finish_rotation()  # one interrupted, or waiting out the shared grace
         if self.deps.routing is not None:
@@ -226,7 +227,7 @@ class Engine:
         if tool in KEPT_ARGUMENTS:
             # Every string a mutation keeps (payload, evidence, locators, reason refs) is
             # scanned; the idempotency key is kept only as a digest.
-            secrets.refuse_secrets(args.model_dump(exclude_none=True, exclude={"idempotency_key"}))
+            refuse_secrets(args.model_dump(exclude_none=True, exclude={"idempotency_key"}))
         try:
             with self._serving(ctx.scope):
                 return OPERATIONS[tool](self.deps, ctx, args)
