@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 app = typer.Typer(
-    help="HNSW engines side by side: recall@10, p50/p99, build time, RAM and disk per M, ef and storage type.",
+    help="HNSW engines (hnswlib, usearch) side by side on the same vectors.",
     invoke_without_command=True,
     add_completion=False,
 )

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 app = typer.Typer(
-    help="Capacity benchmark: ingest rate, search latency, raw engines, RSS, disk, HNSW recall, load.",
+    help="Capacity and latency benchmarks.",
     invoke_without_command=True,
     add_completion=False,
     context_settings={"allow_interspersed_args": True},

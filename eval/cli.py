@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 app = typer.Typer(
-    help="Relevance evaluation (nDCG@10, recall@100, MRR@10) through engram_memory_search.",
+    help="Relevance evaluation runs and reports.",
     invoke_without_command=True,
     no_args_is_help=True,
     add_completion=False,

@@ -12,8 +12,7 @@ from typing import Annotated
 import typer
 
 app = typer.Typer(
-    help="Fit the fusion constants (power of the normalised BM25, base weight and confidence gain) "
-    "on hits saved by engram eval --save-hits.",
+    help="Fit the fusion constants on saved hits, leave one collection out.",
     invoke_without_command=True,
     no_args_is_help=True,
     add_completion=False,

@@ -12,8 +12,7 @@ from typing import Annotated
 import typer
 
 app = typer.Typer(
-    help="Enrich a LoCoMo conversation in BEIR layout with LoCoMo's own question categories "
-    "(metadata.category) and session dates (metadata.valid_time), for engram eval.",
+    help="LoCoMo in BEIR layout with its question categories and dates.",
     invoke_without_command=True,
     no_args_is_help=True,
     add_completion=False,

@@ -16,7 +16,7 @@ from engram.models.device import Device
 from engram.service.settings import field_help
 
 app = typer.Typer(
-    help="Bulk-ingest a corpus (BEIR directory or record JSONL) as accepted records.",
+    help="Bulk-ingest corpora into memory.",
     invoke_without_command=True,
     no_args_is_help=True,
     add_completion=False,

@@ -29,7 +29,7 @@ from engram.models.scope import Scope
 from engram.service.settings import field_help
 
 app = typer.Typer(
-    help="Export a scope's current records as record JSONL (and vectors) for `engram ingest`.",
+    help="Export a scope's current records (and vectors) for `engram ingest`.",
     invoke_without_command=True,
     no_args_is_help=True,
     add_completion=False,

@@ -10,6 +10,8 @@ would say the same in more words and miss nothing this does not.
 from __future__ import annotations
 
 import ast
+import re
+from importlib.metadata import entry_points
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,3 +118,32 @@ def test_the_walk_sees_imports_in_functions_and_relative_ones() -> None:
     found = [m for _, m in _imports_in(text, "engram.service.engine")]
     assert found == ["engram.eval", "engram.service.cli"]
     assert not {_room(m) for m in found} & ALLOWED["service.engine"]
+
+
+def test_the_service_names_no_room_above_it_even_as_a_string() -> None:
+    """The commands of index_data/ and eval/ reach `engram` through entry points, never
+    a table of module names inside service/."""
+    above = re.compile(r"\bengram\.(?:index_data|eval)\b")
+    wrong = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in sorted((ROOT / "service").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and above.search(node.value)
+    ]
+    assert wrong == []
+
+
+def test_every_registered_command_is_on_the_command_line() -> None:
+    from typer.main import get_command
+
+    from engram.service.cli import app
+    from engram.service.cli.apps import ADMIN_COMMANDS, COMMANDS
+    from engram.service.operator.commands import known
+
+    cli = get_command(app)
+    admin = cli.commands["admin"]  # type: ignore[attr-defined]
+    commands = {e.name for e in entry_points(group=COMMANDS)}
+    admin_commands = {e.name for e in entry_points(group=ADMIN_COMMANDS)}
+    assert {"ingest", "eval", "bench"} <= commands <= set(cli.commands)  # type: ignore[attr-defined]
+    assert "export" in admin_commands and admin_commands <= set(admin.commands)
+    assert known("export") and not known("no-such-command")
