@@ -14,7 +14,7 @@ functions.
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
+import importlib.metadata
 
 import typer
 
@@ -37,7 +37,7 @@ def _register_plugins(parent: typer.Typer, group: str) -> None:
     `app` each), in name order. One whose optional dependencies (the `eval` extra) are
     missing is reported and left out; a module of the project's own that fails to
     import is an error."""
-    for entry in sorted(entry_points(group=group), key=lambda e: e.name):
+    for entry in sorted(importlib.metadata.entry_points(group=group), key=lambda e: e.name):
         try:
             sub = entry.load()
         except ModuleNotFoundError as exc:
