@@ -137,7 +137,8 @@ def _refuse_unservable(settings: Any) -> None:
 def _serve_stdio(settings: Any) -> None:
     """One scope, bound at launch from the environment, over stdin/stdout; the engine
     warms up before the first message is read."""
-    from engram.service.mcp.host_context import ContextUnavailable, binding_from_env, load_host_secret
+    from engram.models.errors import ContextUnavailable
+    from engram.service.mcp.host_context import binding_from_env, load_host_secret
     from engram.service.mcp.stdio import serve_stdio
 
     data_dir = settings.data_dir

@@ -37,10 +37,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from engram.models.digests import CanonicalizationRefused
+from engram.models.errors import ContextUnavailable
 from engram.models.tools import ALWAYS_CONFIRMED, CAPTURE, CONFIRMATION_TARGET, FORGET, REQUEST_ADMISSION, WITHDRAW
 from engram.service.engine import CallContext, Confirmation, operation_digest
-
-from .host_context import ContextUnavailable
 
 logger = logging.getLogger("engram.mcp.elicitation")
 

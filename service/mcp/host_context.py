@@ -60,7 +60,7 @@ from typing import Any
 
 import jwt
 
-from engram.models.errors import ContextUnavailable  # noqa: F401 - raised and caught here
+from engram.models.errors import ContextUnavailable
 from engram.models.tools import CAPTURE, CONFIRMABLE, GET, SEARCH, TOOLS
 from engram.service.engine import CallContext, Confirmation
 

@@ -34,12 +34,13 @@ import httpx2
 
 from engram.models.codes import ErrorCode
 from engram.models.envelope import envelope_text, failure_envelope
+from engram.models.errors import ContextUnavailable
 from engram.models.scope import Scope
 from engram.models.tools import MUTATIONS
 from engram.service.engine import CallContext
 
 from .audit import AuditLog, Durability, audit_digest, audit_text_digest
-from .host_context import HEADER, ContextUnavailable, verify_token
+from .host_context import HEADER, verify_token
 from .server import ARRIVED_AT, new_audit_id
 
 logger = logging.getLogger("engram.router")

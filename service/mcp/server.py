@@ -45,14 +45,15 @@ from pydantic import ValidationError
 
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.envelope import envelope_text, failure_envelope, success_envelope
-from engram.models.errors import StoreUnavailable
+from engram.models.errors import ContextUnavailable
 from engram.models.tools import MUTATIONS, TOOLS, ToolSpec
 from engram.service.engine import CallContext
+from engram.service.store import StoreUnavailable
 
 from .audit import AuditLog, Durability, audit_digest, audit_text_digest
 from .duplicate_keys import MARK_HEADER
 from .elicitation import HumanApproval, needs_confirmation
-from .host_context import ContextUnavailable, check_purpose
+from .host_context import check_purpose
 from .metrics import Metrics
 from .rate_limit import TokenBucketLimiter
 
