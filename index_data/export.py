@@ -21,7 +21,7 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import IO, Annotated, Any, BinaryIO, cast
 
 import typer
 
@@ -99,7 +99,7 @@ def write_export(engine: Any, scope: Scope, out: Path, *, vectors: bool = False)
             )
             target = vectors_path(out)
             with _private(target, "wb") as handle:
-                VectorSource(matrix, np.asarray(offsets, dtype=np.int64)).save(handle)
+                VectorSource(matrix, np.asarray(offsets, dtype=np.int64)).save(cast(BinaryIO, handle))
             del matrix
             summary["vectors"] = str(target)
             summary["passages"] = passages
