@@ -91,7 +91,7 @@ def _approved(answer: Any) -> bool:
     return _field(answer, "action") == "accept" and isinstance(content, Mapping) and content.get("approve") is True
 
 
-def _message(tool: str, target_field: str, target: str, digest: str) -> str:
+def _message(tool: str, target_field: str | None, target: str, digest: str) -> str:
     verb = {
         WITHDRAW: "Withdraw candidate",
         FORGET: "Forget record",

@@ -262,7 +262,8 @@ def _signed_context(token: str, secret: bytes) -> _SignedContext:
         )
     except jwt.PyJWTError:
         raise ContextUnavailable("signature") from None
-    iat, exp = claims.get("iat"), claims.get("exp")
+    iat: Any = claims.get("iat")  # checked below to be numbers
+    exp: Any = claims.get("exp")
     for value in (iat, exp):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ContextUnavailable("times")

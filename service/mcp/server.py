@@ -266,7 +266,8 @@ class ToolFrontEnd:
             title=SERVER_TITLE,
             instructions=INSTRUCTIONS,
             on_list_tools=self.list_tools,
-            on_call_tool=self.call_tool,
+            # The SDK's runner sends a handler's dict result as it is (mcp.server.runner).
+            on_call_tool=self.call_tool,  # type: ignore[arg-type]
             # Mcp-Param header validation looks schemas up here instead of running the
             # caller-scoped tools/list handler without a caller.
             get_tool_input_schema=lambda name: self.tools[name].input_schema if name in self.tools else None,
