@@ -16,6 +16,7 @@ precomputed as ``.npz`` files (``vectors`` and ``query_vectors`` arrays, the lay
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib.util
 import json
@@ -53,7 +54,7 @@ class EngineSpec:
 
 def build(
     spec: EngineSpec, vectors: np.ndarray, threads: int
-) -> tuple[Any, Callable[[np.ndarray, int], np.ndarray], Callable[[int], None], Callable[[Path], None]]:
+) -> tuple[Any, Callable[[np.ndarray, int], np.ndarray], Callable[[int], None], Callable[[Path], object]]:
     """The built index, ``knn(query, k) -> labels``, ``set_ef(ef)`` and ``save(path)``."""
     n, dim = vectors.shape
     labels = np.arange(n, dtype=np.int64)
@@ -76,7 +77,7 @@ def build(
     index.add(labels, vectors, threads=threads)
 
     def set_ef(ef: int) -> None:
-        index.expansion_search = ef
+        index.expansion_search = ef  # type: ignore[misc]  # usearch's setter is unannotated
 
     return index, lambda q, k: index.search(q, k).keys, set_ef, lambda p: index.save(str(p))
 
@@ -217,7 +218,7 @@ def run(
     sets: list[tuple[str, Callable[[], tuple[np.ndarray, np.ndarray]]]] = []
     if real:
         sets.append(("real", lambda: real_vectors(real)))
-    sets += [(f"synthetic-{n}", lambda n=n: synthetic_vectors(n, queries)) for n in sizes]
+    sets += [(f"synthetic-{n}", functools.partial(synthetic_vectors, n, queries)) for n in sizes]
     for name, make in sets:
         vectors, qs = make()
         rows += compare(name, vectors, qs[:queries] if name != "real" else qs, specs, efs, out / "work", threads, say)

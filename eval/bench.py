@@ -45,6 +45,7 @@ calls :mod:`eval.bench_calls`.
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib.util
 import json
@@ -346,6 +347,7 @@ def bench_size(
     config = HYBRID_PROFILE.config
     assert config.semantic is not None
     lexical_k, semantic_k = config.lexical.cap, config.semantic.cap
+    precision = config.semantic.query_precision
     expansion = config.semantic.expansion_for(len(vectors))  # one passage per record
     rescored = config.semantic.rescore_for(10)  # candidates a walk for the top 10 rescores
     raw = ranker.raw_engines(key, HYBRID_PROFILE)
@@ -361,7 +363,7 @@ def bench_size(
         ),
         "lexical_channel": (lambda q: raw.lexical_channel(q, lexical_k), texts),
         # The encoder as the profile runs it on a query (its query precision).
-        "raw_encoder_query": (lambda q: encode_queries(encoder, [q], config.semantic.query_precision), texts),
+        "raw_encoder_query": (lambda q: encode_queries(encoder, [q], precision), texts),
         "raw_tantivy_candidates": (lambda q: raw.tantivy(q, lexical_k), texts),
         "raw_hnsw_candidates": (lambda v: raw.knn(v, semantic_k, max(expansion, semantic_k)), vectors_q),
         "raw_hnsw_k10_ef128": (lambda v: raw.knn(v, 10, 128), vectors_q),
@@ -522,6 +524,11 @@ FRESH_SCOPE_RECORDS = (0, 10)
 FRESH_ROUNDS = 5  # capture, admission, search: the first, then four later ones
 
 
+def _offset_capture_args(offset: int, run: str, n: int) -> dict[str, Any]:
+    """The n-th capture after ``offset`` already stored ones, as one client of ``run``."""
+    return note_capture_args(offset + n, 0, run)
+
+
 def fresh_first_calls(
     work: Path, encoder: Any, run: str, *, say: Callable[[str], None] = print
 ) -> list[dict[str, Any]]:
@@ -566,7 +573,7 @@ def fresh_first_calls(
             # encoder; the other had the engine write its scope, so its export is given.
             model_cache=work / "models" if records else None,
             searches=0,
-            capture_args=lambda n, offset=records: note_capture_args(offset + n, 0, run),
+            capture_args=functools.partial(_offset_capture_args, records, run),
             mutations=FRESH_ROUNDS,
             say=say,
         )

@@ -191,10 +191,11 @@ class SyntheticCorpus:
         """The vectors of :meth:`chunks`'s chunk at ``start`` (of ``n`` records), without
         making its texts: the generator is advanced past the doubles they draw, about a
         third of the work of the whole chunk."""
-        rng = np.random.default_rng([self.spec.seed, start])
+        bits = np.random.PCG64([self.spec.seed, start])  # what default_rng seeds
+        rng = np.random.Generator(bits)
         topics, weights = self._mixtures(rng, n)
         lengths = rng.integers(self.spec.min_words, self.spec.max_words + 1, size=n)
-        rng.bit_generator.advance(_TEXT_DRAWS * int(lengths.sum()))
+        bits.advance(_TEXT_DRAWS * int(lengths.sum()))
         return self._vectors(rng, topics, weights)
 
     def records(self, chunk: int = CHUNK, first: int = 0) -> Iterator[IngestRecord]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,7 +154,7 @@ def default_grid(fusion: FusionConfig) -> Grid:
 _Fit = tuple[float, float, float, float]  # power, base, gain, training mean
 
 
-def best_triple(tables: dict[float, Sequence[WeightTable]], fusion: FusionConfig, grid: Grid) -> _Fit:
+def best_triple(tables: Mapping[float, Sequence[WeightTable]], fusion: FusionConfig, grid: Grid) -> _Fit:
     """The (power, base, gain) with the best mean over each power's ``tables``; ties go
     to the first power of the grid."""
     best: _Fit = (fusion.lexical_norm_power, fusion.base_lexical_weight, fusion.confidence_gain, -1.0)

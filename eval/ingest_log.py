@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engram.index_data.ingest import IngestReport
-from engram.models.errors import StoreUnavailable
+from engram.service.store import StoreUnavailable
 
 #: The ingest stops when less than this is free on the data directory's disk (GiB).
 MIN_FREE_GIB = 10.0

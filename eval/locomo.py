@@ -31,9 +31,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from engram.models.errors import EnrichError
+from engram.models.errors import EngramError
 
-#: LoCoMo's question categories (Maharana et al., 2024), by the number its file gives.
+
+class EnrichError(EngramError, ValueError):
+    """LoCoMo's JSON and a conversation in BEIR layout do not fit together (no sample for
+    the conversation, an unknown session, a date not in LoCoMo's form)."""
+
+
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 #: How LoCoMo writes a session's date and time: "1:56 pm on 8 May, 2023".
 SESSION_DATE_FORMAT = "%I:%M %p on %d %B, %Y"

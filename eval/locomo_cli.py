@@ -41,7 +41,7 @@ def locomo_enrich(
     question's LoCoMo category (single-hop, multi-hop, temporal, open-domain, adversarial)
     as metadata.category. A conversation is paired with the LoCoMo sample whose questions
     its queries are."""
-    from engram.models.errors import EnrichError
+    from engram.eval.locomo import EnrichError
 
     from .locomo import enrich, read_samples
 

@@ -303,26 +303,30 @@ def _model_runs(
         gathered.hits[qid] = _hits_json(engine.ranker.channel_hits(key, text, HYBRID_PROFILE), collection.rid_to_doc)
 
     for channel in model_runs + (["naive_rrf"] if "hybrid" in channels else []):
+        ask: Callable[[str, str], list[str]]
         if channel == "hybrid":
 
-            def ask(qid: str, text: str, channel: str = channel) -> list[str]:
+            def ask_engine(qid: str, text: str, channel: str = channel) -> list[str]:
                 ids, receipt = engine_search(engine, ctx, text, "lexical_and_semantic")
                 gathered.receipts.setdefault(
                     channel, {"profile": receipt.get("profile"), "channels": receipt.get("channels")}
                 )
                 return ids
 
+            ask = ask_engine
         else:
             profile = SEMANTIC_ONLY if channel == "semantic" else NAIVE_RRF
             # naive RRF sees the candidates a search gives fusion (CANDIDATE_CAP)
             cap = DEPTH if channel == "semantic" else CANDIDATE_CAP
 
-            def ask(
+            def ask_ranker(
                 qid: str, text: str, channel: str = channel, profile: Profile = profile, cap: int = cap
             ) -> list[str]:
                 ranked = engine.ranker.search(key, text, profile, valid_as_of_ms=now_ms(), candidate_cap=cap)
                 gathered.receipts.setdefault(channel, {"profile": profile.name, "channels": list(ranked.channels)})
                 return [c.record_id for c in ranked.candidates[:DEPTH]]
+
+            ask = ask_ranker
 
         gathered.run_queries(
             collection, channel, progress, ask, keep_hits if save_hits and channel == "hybrid" else None

@@ -130,14 +130,16 @@ def engine_worker(data: Path, queries: int) -> None:
         ctx = bench_context()
         key = scope_key(SCOPE)
         ranker = engine.ranker
-        encoder = engine.encoder
+        # Any: the tree measured may be older than this one (no encode_queries there).
+        encoder: Any = engine.encoder
         config = HYBRID_PROFILE.config
-        assert config.semantic is not None and encoder is not None
+        semantic = config.semantic
+        assert semantic is not None and encoder is not None
         raw = ranker.raw_engines(key, HYBRID_PROFILE)
         texts = _queries(queries)
         # The encoder as the profile runs it on a query; a tree without a query
         # precision encodes queries as passages.
-        precision = getattr(config.semantic, "query_precision", None)
+        precision = getattr(semantic, "query_precision", None)
         encode_query = (
             (lambda q: encoder.encode_queries([q], precision)) if precision else (lambda q: encoder.encode([q]))
         )
@@ -148,7 +150,7 @@ def engine_worker(data: Path, queries: int) -> None:
             "ranker_hybrid": lambda i: ranker.search(key, texts[i], HYBRID_PROFILE, valid_as_of_ms=2_000_000_000_000),
             "raw_encoder": lambda i: encode_query(texts[i]),
             "raw_tantivy": lambda i: raw.tantivy(texts[i], config.lexical.cap),
-            "raw_scan": lambda i: raw.knn(vectors[i], config.semantic.cap, None),
+            "raw_scan": lambda i: raw.knn(vectors[i], semantic.cap, None),
         }
         print("ready", flush=True)
         for line in sys.stdin:
@@ -251,7 +253,7 @@ def mcp_probe(work: Path, trees: list[Path], queries: int, rounds: int) -> dict[
     from engram.eval.bench_calls import PURPOSE
     from engram.service.mcp.host_context import HEADER, mint_token
 
-    servers = []
+    servers: list[dict[str, Any]] = []
     try:
         for n, tree in enumerate(trees):
             data = _copy(work, f"mcp{n}")

@@ -319,8 +319,10 @@ def measure_service(
             out["searches"] = {"asked": searches, "answered": answered, "failed": searches - answered}
             out["after_searches"] = server.memory()
             admitted = 0
-            for n in range(mutations if capture_args is not None else 0):
-                captured = call(CAPTURE, capture_args(n), "capture")
+            make_capture = capture_args
+            for n in range(mutations if make_capture is not None else 0):
+                assert make_capture is not None
+                captured = call(CAPTURE, make_capture(n), "capture")
                 if captured is None:
                     continue
                 decided = call(

@@ -94,7 +94,7 @@ def ingest(
     """
     import itertools
 
-    from engram.models.errors import CorpusInvalid
+    from engram.index_data.readers import CorpusInvalid
     from engram.service.cli.common import DataDirUse, command_settings
     from engram.service.engine import Engine
     from engram.service.store import SchemaTooNew, StoreUnavailable

@@ -21,7 +21,7 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import IO, Annotated, Any, BinaryIO, cast
 
 import typer
 
@@ -96,7 +96,7 @@ def write_export(engine: Any, scope: Scope, out: Path, *, vectors: bool = False)
             )
             target = vectors_path(out)
             with _private(target, "wb") as handle:
-                VectorSource(matrix, np.asarray(offsets, dtype=np.int64)).save(handle)
+                VectorSource(matrix, np.asarray(offsets, dtype=np.int64)).save(cast(BinaryIO, handle))
             del matrix
             summary["vectors"] = str(target)
             summary["passages"] = passages
@@ -136,7 +136,7 @@ def export(
     """Write TENANT/WORKSPACE's current records to OUT as record JSONL (the store is the
     one `engram admin --database-url/--key-dir` name, as for every admin command). With a
     server running on the data directory, the server writes the files."""
-    from engram.service.cli.common import run_operator_command
+    from engram.service.cli import run_operator_command
 
     summary = run_operator_command(
         data_dir, "export", {"tenant": tenant, "workspace": workspace, "out": str(out.resolve()), "vectors": vectors}

@@ -31,9 +31,18 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from engram.models.errors import CorpusInvalid  # noqa: F401 - raised here, caught by the command
+from engram.models.errors import EngramError
 
 from .records import DEFAULT_VALID_TIME_MS, IngestRecord
+
+
+class CorpusInvalid(EngramError, ValueError):
+    """A line of a corpus file that cannot be read as a document (not UTF-8, not JSON,
+    no id): the message names the file, the line and what is wrong, never its text."""
+
+    def __init__(self, path: Path, line: int | None, problem: str) -> None:
+        super().__init__(f"{path}:{line}: {problem}" if line is not None else f"{path}: {problem}")
+        self.path, self.line, self.problem = path, line, problem
 
 
 def beir_text(title: str | None, text: str | None) -> str:

@@ -17,10 +17,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from engram.models.codes import ContractError
-from engram.models.errors import RefusedRecord  # noqa: F401 - raised and caught here
+from engram.models.errors import EngramError
 from engram.models.scope import Scope
 from engram.models.tools import CAPTURE, parse_arguments
 from engram.service.engine import Submission, identify
+
+
+class RefusedRecord(EngramError, ValueError):
+    """A source document that cannot become a record (empty, oversized, invalid...):
+    ``reason`` one word, ``detail`` what was wrong (field paths and rules, no value)."""
+
+    def __init__(self, reason: str, detail: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason, self.detail = reason, detail
+
 
 #: A fixed default valid time (2000-01-01T00:00:00.000Z) for sources that carry no date:
 #: deterministic digests, and equal recency for every record (ranking by relevance alone).

@@ -32,12 +32,18 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 
-from engram.models.errors import LoadStopped
+from engram.models.errors import EngramError
 from engram.models.scope import Scope
 from engram.ranking import usable_cores
 from engram.service.engine import BatchWriter, CallContext, CommittedBatch, Engine, ExaminedBatch, WriterSpec, examine
 
 from .records import IngestRecord, RefusedDocument, RefusedRecord, submission
+
+
+class LoadStopped(EngramError):
+    """A batch of a bulk load sent after one that failed: a load stops at its first
+    failure, so it is not written."""
+
 
 #: Source records cut into one batch, each with its position in the source.
 Chunk = list[tuple[int, IngestRecord]]

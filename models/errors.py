@@ -1,39 +1,39 @@
-"""Every exception engram raises on purpose, in one place, under one base class.
+"""Every exception engram raises on purpose derives from `EngramError`, defined here.
 
-Callers catch `EngramError` to catch any of them; each room raises its own and the
-edges translate them (the MCP layer into contract envelopes, the CLI into exit codes).
-Where a class also derives from `ValueError`, code that validates input may catch it as
-such.
+Callers catch `EngramError` to catch any of them. The contract's own live here (models
+is the contract in code); every other room's are defined in the module that raises
+them, and the edges translate them (the MCP layer into contract envelopes, the CLI
+into exit codes). Where a class also derives from `ValueError`, code that validates
+input may catch it as such. The tree (kept whole by tests/deploy/test_errors.py):
 
     EngramError
-    ├── ContractError            a failure the contract names (models.codes): an error envelope
-    ├── CanonicalizationRefused  a value JCS cannot canonicalise (also ValueError)
-    ├── DeviceUnavailable        the named encoder device is not on this machine
-    ├── SemanticUnavailable      the semantic channel cannot serve: RANKING_UNAVAILABLE
-    ├── CorruptIndex             a scope's vector files are missing or do not check out
-    ├── StoreUnavailable         the store could not serve; nothing was committed
-    ├── CommitUncertain          the commit itself failed: the outcome is unknown
-    ├── BackupUnsupported        this store is backed up with its database's own tools
-    ├── SchemaTooNew             a newer release migrated the database
-    ├── CorruptPacked            packed bytes that do not unpack (also ValueError)
-    ├── SealBroken               a record's key is gone or its ciphertext does not authenticate
-    ├── ContextUnavailable       no trusted host context for a call: JSON-RPC -32603
-    ├── ConfigFileMissing        the named config file does not exist
-    ├── ConfigFileInvalid        a client's config file is not a JSON object
-    ├── DirectoryHeld            another process owns the data directory
-    ├── ChannelAbsent            no server answers on the operator socket
-    ├── OperatorFailure          the server ran an operator command and it failed
-    ├── AttachRefused            the data directory's holder refused a stdio client's hello
-    ├── NoLiveReplica            a scope's target replica group has no live replica
-    ├── RefusedRecord            a source document that cannot become a record (also ValueError)
-    ├── CorpusInvalid            a corpus file's line that is not a document (also ValueError)
-    ├── LoadStopped              a load's batch sent after one that failed: not written
-    └── EnrichError              LoCoMo's JSON and a BEIR conversation do not fit together (also ValueError)
+    ├── ContractError            a failure the contract names: an error envelope (models.codes)
+    │   └── SecretRefused        SECRET_DETECTED, naming the rule that fired (service.secrets.scanner)
+    ├── CanonicalizationRefused  a value JCS cannot canonicalise, also ValueError (models.errors)
+    ├── ContextUnavailable       no trusted host context for a call: JSON-RPC -32603 (models.errors)
+    ├── DeviceUnavailable        the named encoder device is not on this machine (ranking.encoder)
+    ├── SemanticUnavailable      the semantic channel cannot serve: RANKING_UNAVAILABLE (ranking.semantic)
+    ├── CorruptIndex             a scope's vector files are missing or do not check out (ranking.semantic)
+    ├── StoreUnavailable         the store could not serve; nothing was committed (service.store.base)
+    ├── CommitUncertain          the commit itself failed: the outcome is unknown (service.store.base)
+    ├── BackupUnsupported        this store is backed up with its database's own tools (service.store.base)
+    ├── SchemaTooNew             a newer release migrated the database (service.store.migrations)
+    ├── CorruptPacked            packed bytes that do not unpack, also ValueError (service.store.compact)
+    ├── SealBroken               a record's key is gone or its ciphertext does not authenticate (service.engine.sealing)
+    ├── NoLiveReplica            a scope's target replica group has no live replica (service.engine.routing)
+    ├── ConfigFileMissing        the named config file does not exist (service.settings)
+    ├── ConfigFileInvalid        a client's config file is not a JSON object (service.mcp.client_config)
+    ├── DirectoryHeld            another process owns the data directory (service.operator.ownership)
+    ├── ChannelAbsent            no server answers on the operator socket (service.operator.channel)
+    ├── OperatorFailure          the server ran an operator command and it failed (service.operator.channel)
+    ├── AttachRefused            the data directory's holder refused a stdio client's hello (service.mcp.bridge)
+    ├── RefusedRecord            a source document that cannot become a record, also ValueError (index_data.records)
+    ├── CorpusInvalid            a corpus file's line that is not a document, also ValueError (index_data.readers)
+    ├── LoadStopped              a load's batch sent after one that failed: not written (index_data.writer)
+    └── EnrichError              LoCoMo's JSON and a BEIR conversation do not fit, also ValueError (eval.locomo)
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 
 class EngramError(Exception):
@@ -45,54 +45,7 @@ class CanonicalizationRefused(EngramError, ValueError):
     """The value cannot be canonicalised (NaN, -0, unsafe integer, lone surrogate...)."""
 
 
-# Ranking
-class DeviceUnavailable(EngramError):
-    """A device was asked for by name and this machine does not have it."""
-
-
-class SemanticUnavailable(EngramError):
-    """The semantic channel cannot serve this request (reason in the message)."""
-
-
-class CorruptIndex(EngramError):
-    """A scope's vector files are missing, truncated or do not match their checksum."""
-
-
-# Store
-class StoreUnavailable(EngramError):
-    """The store could not serve (locked, disk full, I/O error): nothing was committed."""
-
-
-class CommitUncertain(EngramError):
-    """The commit itself failed: the mutation may or may not be durable."""
-
-
-class BackupUnsupported(EngramError):
-    """This store is backed up with its database's own tools, not `engram admin backup`."""
-
-
-class SchemaTooNew(EngramError):
-    """The database was migrated by a newer release than this code."""
-
-    def __init__(self, found: int, known: int) -> None:
-        super().__init__(
-            f"database schema version {found} is newer than this release knows ({known});"
-            " upgrade engram before opening this database"
-        )
-        self.found = found
-        self.known = known
-
-
-class CorruptPacked(EngramError, ValueError):
-    """Bytes that claim to be packed but do not unpack to a JSON object."""
-
-
-# Engine
-class SealBroken(EngramError):
-    """The key is gone or the ciphertext does not authenticate."""
-
-
-# Host binding and configuration
+# Host binding
 class ContextUnavailable(EngramError):
     """No trusted context for this call: answered as JSON-RPC -32603, never detailed."""
 
@@ -103,72 +56,3 @@ class ContextUnavailable(EngramError):
         # The reason is for server-side debugging only; it never reaches the wire.
         super().__init__(self.message)
         self.reason = reason
-
-
-class ConfigFileMissing(EngramError):
-    """The named config file does not exist (a typo must not silently fall back)."""
-
-
-class ConfigFileInvalid(EngramError):
-    """The client's file exists but is not a JSON object; it is left untouched."""
-
-
-# Operator surface
-class DirectoryHeld(EngramError):
-    """Another process (a server, or another admin command) owns the data directory."""
-
-    def __init__(self, data_dir: Path) -> None:
-        super().__init__(f"another engram process holds {data_dir}")
-        self.data_dir = data_dir
-
-
-class ChannelAbsent(EngramError):
-    """No server answers on the data directory's operator socket."""
-
-
-class AttachRefused(EngramError):
-    """The process holding the data directory refused a bridged stdio client (the reason
-    is the message)."""
-
-
-class OperatorFailure(EngramError):
-    """The server ran the command and it failed (a contract code, or an internal fault)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-
-
-class NoLiveReplica(EngramError):
-    """The target group has no live replica to project the scope."""
-
-
-# Bulk ingestion
-class RefusedRecord(EngramError, ValueError):
-    """A source document that cannot become a record (empty, oversized, invalid...):
-    ``reason`` one word, ``detail`` what was wrong (field paths and rules, no value)."""
-
-    def __init__(self, reason: str, detail: str | None = None) -> None:
-        super().__init__(reason)
-        self.reason, self.detail = reason, detail
-
-
-class CorpusInvalid(EngramError, ValueError):
-    """A line of a corpus file that cannot be read as a document (not UTF-8, not JSON,
-    no id): the message names the file, the line and what is wrong, never its text."""
-
-    def __init__(self, path: Path, line: int | None, problem: str) -> None:
-        super().__init__(f"{path}:{line}: {problem}" if line is not None else f"{path}: {problem}")
-        self.path, self.line, self.problem = path, line, problem
-
-
-class LoadStopped(EngramError):
-    """A batch of a bulk load sent after one that failed: a load stops at its first
-    failure, so it is not written."""
-
-
-# Evaluation
-class EnrichError(EngramError, ValueError):
-    """LoCoMo's JSON and a conversation in BEIR layout do not fit together (no sample for
-    the conversation, an unknown session, a date not in LoCoMo's form)."""

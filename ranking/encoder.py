@@ -27,9 +27,14 @@ from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 import numpy as np
 
 from engram.models.device import Device
-from engram.models.errors import DeviceUnavailable  # noqa: F401 - raised and caught here
+from engram.models.errors import EngramError
 from engram.ranking.minilm import MINILM_DIM, model_path, quiet_loading
 from engram.ranking.profiles import QueryPrecision
+
+
+class DeviceUnavailable(EngramError):
+    """A device was asked for by name and this machine does not have it."""
+
 
 if TYPE_CHECKING:
     from engram.ranking.onnx_encoder import OnnxMiniLM

@@ -89,7 +89,7 @@ from typing import TYPE_CHECKING, NamedTuple, cast
 
 import numpy as np
 
-from engram.models.errors import CorruptIndex, SemanticUnavailable  # noqa: F401 - raised and caught here
+from engram.models.errors import EngramError
 from engram.ranking.batching import NaturalBatcher
 from engram.ranking.checkpointer import Checkpointer
 from engram.ranking.hnswlib_file import HnswlibVectors
@@ -100,6 +100,15 @@ from engram.ranking.read_write_lock import ReadWriteLock
 from engram.ranking.scope_meta import read_meta, write_meta
 from engram.ranking.storage import atomic_write, atomic_write_json, read_json
 from engram.ranking.vector_rows import VectorRows
+
+
+class CorruptIndex(EngramError):
+    """A scope's vector files are missing, truncated or do not match their checksum."""
+
+
+class SemanticUnavailable(EngramError):
+    """The semantic channel cannot serve this request (reason in the message)."""
+
 
 if TYPE_CHECKING:  # loaded through usearch_index(), after the C++ runtime
     from usearch.index import Index, Matches

@@ -12,6 +12,7 @@ __all__ = [
     "logs",
     "mcp",
     "operator",
+    "secrets",
     "settings",
     "store",
 ]

@@ -40,12 +40,12 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False)
 
 
-class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class StderrHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is when a line is logged, not when logging was
     configured: a host that swaps stderr (a test runner's capture) and closes it later
     must not leave the handler writing to a closed stream."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self):  # noqa: ANN201 - the StreamHandler attribute
         return sys.stderr
 

@@ -35,8 +35,13 @@ from pydantic_settings import (
 )
 
 from engram.models.device import Device
-from engram.models.errors import ConfigFileMissing  # noqa: F401 - raised and caught here
+from engram.models.errors import EngramError
 from engram.service.store.base import DEFAULT_DATABASE_TIMEOUT_MS, DEFAULT_GROUP
+
+
+class ConfigFileMissing(EngramError):
+    """The named config file does not exist (a typo must not silently fall back)."""
+
 
 ENV_PREFIX = "ENGRAM_"
 CONFIG_ENV = "ENGRAM_CONFIG"

@@ -1,5 +1,5 @@
-"""The `engram` command groups (typer apps) and the table of sub-commands other rooms
-contribute; the command modules register themselves on these groups."""
+"""The `engram` command groups (typer apps) and the entry-point groups under which other
+rooms contribute sub-commands; the command modules register themselves on these groups."""
 
 from __future__ import annotations
 
@@ -37,19 +37,7 @@ def _prepare_process() -> None:
     prepare_process()
 
 
-#: Sub-commands other rooms contribute: name -> (module, help). One whose optional
-#: dependencies (the `eval` extra) are missing is reported and left out; a module of the
-#: project's own that fails to import is an error.
-PLUGINS: dict[str, tuple[str, str]] = {
-    "ingest": ("engram.index_data.cli", "Bulk-ingest corpora into memory."),
-    "eval": ("engram.eval.cli", "Relevance evaluation runs and reports."),
-    "bench": ("engram.eval.bench_cli", "Capacity and latency benchmarks."),
-    "bench-ann": ("engram.eval.ann_cli", "HNSW engines (hnswlib, usearch) side by side on the same vectors."),
-    "fusion-fit": ("engram.eval.fusion_cli", "Fit the fusion constants on saved hits, leave one collection out."),
-    "locomo-enrich": ("engram.eval.locomo_cli", "LoCoMo in BEIR layout with its question categories and dates."),
-}
-
-#: Operator sub-commands other rooms contribute under `engram admin`, the same way.
-ADMIN_PLUGINS: dict[str, tuple[str, str]] = {
-    "export": ("engram.index_data.export", "Export a scope's current records (and vectors) for `engram ingest`."),
-}
+#: The entry-point groups other rooms register sub-commands under (pyproject.toml),
+#: each a `typer.Typer`: top-level commands, and operator commands under `engram admin`.
+COMMANDS = "engram.commands"
+ADMIN_COMMANDS = "engram.admin_commands"

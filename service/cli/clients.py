@@ -65,8 +65,8 @@ def context_init(
 
     `engram connect CLIENT` then points a desktop client at it; nothing needs re-minting.
     """
+    from engram.models.errors import ContextUnavailable
     from engram.models.tools import TOOLS
-    from engram.service.mcp.host_context import ContextUnavailable
     from engram.service.mcp.local_context import context_path, local_claims, write_context_file
 
     settings = command_settings(use=DataDirUse.CREATES, data_dir=data_dir)
@@ -122,8 +122,9 @@ def context_mint(
     and --arguments it carries a confirmation bound to that tool, its target and the
     operation digest of exactly those arguments (valid 300 s, usable once within 30 s).
     """
+    from engram.models.errors import ContextUnavailable
     from engram.models.tools import TOOLS
-    from engram.service.mcp.host_context import ContextUnavailable, load_host_secret
+    from engram.service.mcp.host_context import load_host_secret
     from engram.service.mcp.local_context import (
         confirmation_claim,
         context_path,

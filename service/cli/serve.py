@@ -249,8 +249,9 @@ def _optional_host_secret(data_dir: Path) -> bytes | None:
 def _stdio_binding(settings: Any, secret: bytes | None) -> tuple[Any, Any]:
     """This launch's binding (exit 2 without a trusted context) and the hello that asks
     the holder for the same binding."""
+    from engram.models.errors import ContextUnavailable
     from engram.service.mcp.bridge import Hello
-    from engram.service.mcp.host_context import CONTEXT_ENV, CONTEXT_FILE_ENV, ContextUnavailable, binding_from_env
+    from engram.service.mcp.host_context import CONTEXT_ENV, CONTEXT_FILE_ENV, binding_from_env
 
     try:
         binding = binding_from_env(os.environ, secret)

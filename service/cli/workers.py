@@ -232,8 +232,7 @@ class Supervisor:
     def _seed(self) -> Path | None:
         """Worker 0's vectors, exported for new workers to start from (None: the export
         failed, and they embed what they project)."""
-        from engram.models.errors import ChannelAbsent, OperatorFailure
-        from engram.service.operator.channel import call
+        from engram.service.operator.channel import ChannelAbsent, OperatorFailure, call
 
         seed = self._settings.data_dir / SEED_DIR
         shutil.rmtree(seed, ignore_errors=True)

@@ -15,6 +15,7 @@ from engram.models.digests import DigestKind, seal_receipt
 from engram.models.inputs import AdmissionInput
 from engram.models.scope import Scope
 from engram.models.tools import REQUEST_ADMISSION
+from engram.service.secrets import refuse_secrets
 from engram.service.store.base import CandidateRow, JournalEvent, Transaction
 
 from .acceptance import Acceptance, accept_records
@@ -27,7 +28,6 @@ from .lifecycle import AdmissionStatus, CandidateState, require_pending
 from .policy import Decision, check_fresh
 from .records import Trust, candidate_aad, evidence_digest, record_id, transaction_receipt
 from .sealing import SealBroken
-from .secret_scan import refuse_secrets
 
 
 def settle(

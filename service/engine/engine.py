@@ -30,6 +30,8 @@ from engram.ranking import (
     SemanticUnavailable,
 )
 from engram.ranking.encoder import resolve_device
+from engram.service.secrets import detector as secret_detector
+from engram.service.secrets import refuse_secrets
 from engram.service.store import open_store
 from engram.service.store.base import (
     DEFAULT_DATABASE_TIMEOUT_MS,
@@ -39,7 +41,7 @@ from engram.service.store.base import (
     StoreUnavailable,
 )
 
-from . import admission, capture, export, ingestion, operator, reading, search, secret_scan, transitions
+from . import admission, capture, export, ingestion, operator, reading, search, transitions
 from . import routing as routing_ops
 from .clock import instant, now_ms
 from .context import CallContext
@@ -187,7 +189,7 @@ class Engine:
         load = getattr(self._encoder, "load", None)
         if load is not None:
             load()
-        secret_scan.detector()  # detect-secrets' plugins, which the first capture would import
+        secret_detector()  # detect-secrets' plugins, which the first capture would import
         self.deps.ranker.warm_query_time()
         self._finish_rotation()  # one interrupted, or waiting out the shared grace
         if self.deps.routing is not None:
@@ -246,7 +248,7 @@ class Engine:
         if TOOLS[tool].mutation:
             # Every string a mutation keeps (payload, evidence, locators, reason refs) is
             # scanned; the idempotency key is kept only as a digest.
-            secret_scan.refuse_secrets(args.model_dump(exclude_none=True, exclude={"idempotency_key"}))
+            refuse_secrets(args.model_dump(exclude_none=True, exclude={"idempotency_key"}))
         try:
             with self._serving(ctx.scope):
                 return operation(self.deps, ctx, args)

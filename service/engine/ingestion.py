@@ -46,6 +46,7 @@ import numpy as np
 from engram.models.digests import DigestKind, digest, seal_receipt
 from engram.models.scope import Scope
 from engram.ranking import IndexDocument
+from engram.service.secrets import find_secret_each
 from engram.service.store import open_store
 from engram.service.store.base import Store
 
@@ -65,7 +66,6 @@ from .records import (
     scope_key,
 )
 from .sealing import BodyVault, KeyRing
-from .secret_scan import find_secret_each
 
 INGEST_TOOL = "engram_operator_ingest"
 INGEST_POLICY = "engram.operator-ingest"
@@ -117,7 +117,9 @@ class PreparedRecord:
 @dataclass
 class ExaminedBatch:
     """A batch after :func:`examine`: the records it may write (not yet checked against
-    the store) and what it refused or found twice. Plain data, so it crosses processes."""
+    the store) and what it refused (each with its position and reason, and for a secret
+    the id of the rule that fired, so a summary can name why) or found twice. Plain data,
+    so it crosses processes."""
 
     scope: Scope
     records: list[PreparedRecord]

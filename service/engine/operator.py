@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.scope import Scope
+from engram.service.secrets import refuse_secrets
 
 from .clock import instant, now_ms
 from .dependencies import Dependencies
 from .lifecycle import operator_target
-from .secret_scan import refuse_secrets
 
 
 def transition(deps: Dependencies, scope: Scope, record_id: str, operation: str, reason_ref: str) -> str:

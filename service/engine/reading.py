@@ -7,7 +7,7 @@ answer as an unknown id or another scope's id, by design.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.digests import DigestKind, digest, seal_receipt
@@ -24,7 +24,7 @@ from .records import authorization_receipt, disclose, record_aad
 from .sealing import SealBroken
 
 
-def eligible(row: RecordRow | None, as_of_ms: int, now: int | None = None) -> bool:
+def eligible(row: RecordRow | None, as_of_ms: int, now: int | None = None) -> TypeGuard[RecordRow]:
     """Valid time is judged at `as_of_ms` (a later search page reuses the first page's);
     a retention expiry is a deadline for disclosure, judged at `now` when that is later."""
     if row is None or row.state != RecordState.ACCEPTED_CURRENT:

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engram.models.codes import ContractError, ErrorCode
-from engram.models.errors import NoLiveReplica  # noqa: F401 - raised here
+from engram.models.errors import EngramError
 from engram.models.scope import Scope
 from engram.ranking.read_write_lock import ReadWriteLock
 from engram.service.store.base import DEFAULT_GROUP, Route, SharedStore
@@ -50,6 +50,11 @@ from .clock import now_ms
 from .dependencies import Dependencies
 from .records import scope_key
 from .replica import LIVE_WITHIN_MS
+
+
+class NoLiveReplica(EngramError):
+    """The target group has no live replica to project the scope."""
+
 
 logger = logging.getLogger("engram.routing")
 

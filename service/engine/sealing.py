@@ -25,10 +25,15 @@ from pathlib import Path
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from engram.models.digests import DigestKind, digest
-from engram.models.errors import SealBroken  # noqa: F401 - raised and caught here
+from engram.models.errors import EngramError
 from engram.models.scope import Scope
 from engram.service.store import compact
 from engram.service.store.base import Store
+
+
+class SealBroken(EngramError):
+    """The key is gone or the ciphertext does not authenticate."""
+
 
 NONCE_BYTES = 12
 #: First plaintext byte of a body sealed zlib-compressed alone (before packing; an

@@ -10,6 +10,7 @@ header the handler checks. Any client-sent copy of that header is stripped first
 from __future__ import annotations
 
 import json
+from collections.abc import MutableMapping
 from typing import Any
 
 from engram.service.mcp.server import MARK_HEADER
@@ -50,7 +51,7 @@ class DuplicateKeyMarker:
     def __init__(self, app: Any) -> None:
         self.app = app
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope.get("method") != "POST":
             await self.app(scope, receive, send)
             return

@@ -25,9 +25,15 @@ from typing import Any, BinaryIO
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engram.models.errors import AttachRefused  # noqa: F401 - raised and caught here
+from engram.models.errors import EngramError
 
 logger = logging.getLogger("engram.mcp.bridge")
+
+
+class AttachRefused(EngramError):
+    """The process holding the data directory refused a bridged stdio client (the reason
+    is the message)."""
+
 
 SOCKET_FILE = "mcp.sock"
 #: sun_path holds 108 bytes with its terminating NUL.

@@ -18,9 +18,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from engram.models.errors import ConfigFileInvalid  # noqa: F401 - raised and caught here
+from engram.models.errors import EngramError
 
 from .host_context import CONTEXT_FILE_ENV
+
+
+class ConfigFileInvalid(EngramError):
+    """The client's file exists but is not a JSON object; it is left untouched."""
 
 
 class McpClient(StrEnum):

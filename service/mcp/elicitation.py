@@ -38,10 +38,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from engram.models.digests import CanonicalizationRefused
+from engram.models.errors import ContextUnavailable
 from engram.models.tools import ToolSpec
 from engram.service.engine import CallContext, Confirmation, operation_digest
-
-from .host_context import ContextUnavailable
 
 logger = logging.getLogger("engram.mcp.elicitation")
 

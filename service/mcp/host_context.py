@@ -61,7 +61,7 @@ from typing import Any
 
 import jwt
 
-from engram.models.errors import ContextUnavailable  # noqa: F401 - raised and caught here
+from engram.models.errors import ContextUnavailable
 from engram.models.tools import TOOLS, ConfirmWhen, ToolSpec
 from engram.service.engine import CallContext, Confirmation
 
@@ -269,7 +269,8 @@ def _signed_context(token: str, secret: bytes) -> _SignedContext:
         )
     except jwt.PyJWTError:
         raise ContextUnavailable("signature") from None
-    iat, exp = claims.get("iat"), claims.get("exp")
+    iat: Any = claims.get("iat")  # checked below to be numbers
+    exp: Any = claims.get("exp")
     for value in (iat, exp):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ContextUnavailable("times")

@@ -48,14 +48,15 @@ from pydantic import ValidationError
 
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.envelope import envelope_text, failure_envelope, success_envelope
-from engram.models.errors import StoreUnavailable
+from engram.models.errors import ContextUnavailable
 from engram.models.tools import TOOLS, ToolSpec
 from engram.service.engine import CallContext
 from engram.service.settings import Settings
+from engram.service.store import StoreUnavailable
 
 from .audit import AuditLog, Durability, audit_digest, audit_text_digest
 from .elicitation import HumanApproval, caller_of
-from .host_context import ContextUnavailable, check_purpose
+from .host_context import check_purpose
 from .rate_limit import TokenBucketLimiter
 
 logger = logging.getLogger("engram.mcp")

@@ -26,11 +26,25 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from engram.models.codes import ContractError
-from engram.models.errors import ChannelAbsent, OperatorFailure  # noqa: F401 - raised and caught here
+from engram.models.errors import EngramError
 from engram.service.engine import Engine
 
 from .commands import known, run
 from .ownership import peer_is_owner
+
+
+class ChannelAbsent(EngramError):
+    """No server answers on the data directory's operator socket."""
+
+
+class OperatorFailure(EngramError):
+    """The server ran the command and it failed (a contract code, or an internal fault)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
 
 logger = logging.getLogger("engram.operator")
 

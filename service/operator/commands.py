@@ -6,8 +6,8 @@ Arguments and results are JSON values, so a command means the same on either pat
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
@@ -61,21 +61,27 @@ COMMANDS: dict[str, Command] = {
 }
 
 
-#: Commands other rooms contribute: name -> (module, function), imported when first run,
-#: as service.cli's PLUGINS are, so this room never imports the outer ones at load.
-CONTRIBUTED: dict[str, tuple[str, str]] = {
-    "export": ("engram.index_data.export", "operator_export"),
-}
+#: The entry-point group other rooms register operator commands under (pyproject.toml):
+#: name -> a function (engine, args); loaded when first run, so this room never imports
+#: the outer ones.
+CONTRIBUTED = "engram.operator_commands"
+
+
+def _contributed(name: str) -> EntryPoint | None:
+    found = entry_points(group=CONTRIBUTED, name=name)
+    return next(iter(found), None)
 
 
 def known(name: str) -> bool:
-    return name in COMMANDS or name in CONTRIBUTED
+    return name in COMMANDS or _contributed(name) is not None
 
 
 def run(engine: Engine, name: str, args: dict[str, Any]) -> Any:
     """Run one operator command; KeyError for a name that is not :func:`known`."""
-    if name in CONTRIBUTED:
-        module, function = CONTRIBUTED[name]
-        command: Command = getattr(importlib.import_module(module), function)
-        return command(engine, args)
-    return COMMANDS[name](engine, args)
+    if name in COMMANDS:
+        return COMMANDS[name](engine, args)
+    entry = _contributed(name)
+    if entry is None:
+        raise KeyError(name)
+    command: Command = entry.load()
+    return command(engine, args)

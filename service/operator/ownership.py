@@ -11,7 +11,16 @@ import sys
 from pathlib import Path
 from types import TracebackType
 
-from engram.models.errors import DirectoryHeld  # noqa: F401 - raised and caught here
+from engram.models.errors import EngramError
+
+
+class DirectoryHeld(EngramError):
+    """Another process (a server, or another admin command) owns the data directory."""
+
+    def __init__(self, data_dir: Path) -> None:
+        super().__init__(f"another engram process holds {data_dir}")
+        self.data_dir = data_dir
+
 
 LOCK_FILE = "engram.lock"
 

@@ -12,8 +12,21 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from engram.models.errors import BackupUnsupported, CommitUncertain, StoreUnavailable  # noqa: F401 - raised and caught here
+from engram.models.errors import EngramError
 from engram.models.scope import Scope
+
+
+class StoreUnavailable(EngramError):
+    """The store could not serve (locked, disk full, I/O error): nothing was committed."""
+
+
+class CommitUncertain(EngramError):
+    """The commit itself failed: the mutation may or may not be durable."""
+
+
+class BackupUnsupported(EngramError):
+    """This store is backed up with its database's own tools, not `engram admin backup`."""
+
 
 #: The replica group of a replica started without one (and of every scope a database
 #: held before scopes were routed): one group holding every scope, as before groups.

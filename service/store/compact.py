@@ -22,7 +22,12 @@ from typing import Any
 import orjson
 
 from engram.models import compact_json
-from engram.models.errors import CorruptPacked  # noqa: F401 - raised and caught here
+from engram.models.errors import EngramError
+
+
+class CorruptPacked(EngramError, ValueError):
+    """Bytes that claim to be packed but do not unpack to a JSON object."""
+
 
 #: First byte of a value packed against the version-1 dictionary.
 PACKED_V1 = 0x02

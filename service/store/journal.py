@@ -18,7 +18,7 @@ import json
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from engram.models.digests import DigestKind, digest
 from engram.models.scope import Scope
@@ -149,6 +149,14 @@ def stored_digest(value: str) -> bytes:
     if not value.startswith(DIGEST_PREFIX):
         raise ValueError("not a sha256 digest")
     return bytes.fromhex(value[len(DIGEST_PREFIX) :])
+
+
+@overload
+def read_digest(stored: str | bytes) -> str: ...
+
+
+@overload
+def read_digest(stored: None) -> None: ...
 
 
 def read_digest(stored: str | bytes | None) -> str | None:

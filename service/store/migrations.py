@@ -18,7 +18,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engram.models.errors import SchemaTooNew  # noqa: F401 - raised and caught here
+from engram.models.errors import EngramError
+
+
+class SchemaTooNew(EngramError):
+    """The database was migrated by a newer release than this code."""
+
+    def __init__(self, found: int, known: int) -> None:
+        super().__init__(
+            f"database schema version {found} is newer than this release knows ({known});"
+            " upgrade engram before opening this database"
+        )
+        self.found = found
+        self.known = known
+
 
 VERSION_TABLE = "schema_migrations"
 

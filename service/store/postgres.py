@@ -205,13 +205,13 @@ def _candidate(row: tuple[Any, ...] | None) -> CandidateRow | None:
     return CandidateRow((row[0], row[1]), row[2], row[3], row[4], _bytes(row[5]), *row[6:])
 
 
-def _record(row: tuple[Any, ...]) -> RecordRow:
+def _record(row: Any) -> RecordRow:
     return RecordRow(
         (row[0], row[1]), row[2], row[3], read_digest(row[4]), read_digest(row[5]), row[6], _bytes(row[7]), *row[8:14]
     )
 
 
-def _record_with_key(row: tuple[Any, ...]) -> RecordRow:
+def _record_with_key(row: Any) -> RecordRow:
     wrapped = None if row[14] is None else (bytes(row[14]), row[15])
     return RecordRow(
         (row[0], row[1]),
@@ -221,7 +221,12 @@ def _record_with_key(row: tuple[Any, ...]) -> RecordRow:
         read_digest(row[5]),
         row[6],
         _bytes(row[7]),
-        *row[8:14],
+        row[8],
+        row[9],
+        row[10],
+        row[11],
+        row[12],
+        row[13],
         wrapped_key=wrapped,
     )
 
@@ -307,7 +312,7 @@ def _execute_many(conn: psycopg.Connection[Any], query: str, rows: Sequence[Sequ
 class _PgTx:
     """Statements of one transaction on one connection."""
 
-    def __init__(self, conn: psycopg.Connection[Any], *, writing: bool) -> None:
+    def __init__(self, conn: _BoundedConnection, *, writing: bool) -> None:
         self.conn = conn
         self._writing = writing
         self._locked: set[Scope] = set()
@@ -584,7 +589,7 @@ class PostgresStore:
                 f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} ("
                 "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL)"
             )
-            applied = tx.conn.execute(f"SELECT COALESCE(MAX(version), 0) FROM {VERSION_TABLE}").fetchone()
+            applied: Any = tx.conn.execute(f"SELECT COALESCE(MAX(version), 0) FROM {VERSION_TABLE}").fetchone()
             for step in pending(int(applied[0]), POSTGRES_MIGRATIONS):
                 for statement in step.statements:
                     tx.conn.execute(statement)
@@ -1060,7 +1065,7 @@ class PostgresStore:
             tx.conn.execute(
                 "INSERT INTO secrets VALUES (%s,%s) ON CONFLICT (name) DO NOTHING", (name, secrets.token_bytes(32))
             )
-            row = tx.conn.execute("SELECT material FROM secrets WHERE name=%s", (name,)).fetchone()
+            row: Any = tx.conn.execute("SELECT material FROM secrets WHERE name=%s", (name,)).fetchone()
         return bytes(row[0])
 
     # physical hygiene and backup -----------------------------------------------------------

@@ -171,25 +171,16 @@ _RECORD_WITH_KEY = (
 )
 
 
-def _record(row: sqlite3.Row) -> RecordRow:
-    values = tuple(row)
+def _record(row: sqlite3.Row, wrapped_key: tuple[bytes, str] | None = None) -> RecordRow:
+    v = tuple(row)
+    record, payload = read_digest(v[4]), read_digest(v[5])
     return RecordRow(
-        (values[0], values[1]), values[2], values[3], read_digest(values[4]), read_digest(values[5]), *values[6:14]
+        (v[0], v[1]), v[2], v[3], record, payload, v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13], wrapped_key
     )
 
 
 def _record_with_key(row: sqlite3.Row) -> RecordRow:
-    values = tuple(row)
-    wrapped = None if values[14] is None else (values[14], values[15])
-    return RecordRow(
-        (values[0], values[1]),
-        values[2],
-        values[3],
-        read_digest(values[4]),
-        read_digest(values[5]),
-        *values[6:14],
-        wrapped_key=wrapped,
-    )
+    return _record(row, None if row[14] is None else (row[14], row[15]))
 
 
 def _event(row: sqlite3.Row) -> JournalEvent:

@@ -8,6 +8,7 @@ so a value that reached the journal, a reservation or the confirmation ledger fa
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -30,8 +31,11 @@ from engine_support import (
     withdraw_args,
 )
 
-from engram.service.engine import secret_scan as secret_rules
+from engram.service import secrets as secret_rules
+from engram.service.engine import Submission, examine
 from engram.service.engine.engine import DB_FILE
+from engram.service.engine.ingestion import Refusal
+from engram.service.secrets import SecretRefused, scanner
 
 FAKE = "hunter2x" + "Q7"  # what a person writes after "password:"
 PROSE_SECRET = f"password: {FAKE}"
@@ -64,6 +68,31 @@ def test_capture_refuses_a_secret_in_any_field(engine, where: str) -> None:
         payload["primary_event"]["type_ref"] = PROSE_SECRET
     assert error_of(engine.execute, CAPTURE, ctx, args).code is ErrorCode.SECRET_DETECTED
     assert _cursor(engine, ctx) == 0
+
+
+def test_a_refusal_names_the_rule_that_fired(engine) -> None:
+    """The envelope stays the contract's constant one; the exception behind it carries
+    the rule id (never the value), for logs and summaries, across processes too."""
+    ctx = context()
+    err = error_of(engine.execute, CAPTURE, ctx, capture_args(f"Rotate it: {PROSE_SECRET}"))
+    assert err.code is ErrorCode.SECRET_DETECTED
+    assert isinstance(err, SecretRefused) and err.rule == "prose-credential"
+    assert FAKE not in str(err) and FAKE not in err.message
+    copy = pickle.loads(pickle.dumps(err))
+    assert (copy.code, copy.rule) == (ErrorCode.SECRET_DETECTED, "prose-credential")
+
+
+def test_a_bulk_refusal_names_the_rule_by_position() -> None:
+    leaky = [
+        Submission("c0", {"text": "deploy key AKIAIOSFODNN7EXAMPLE"}, {}),
+        Submission("c1", {"text": PROSE_SECRET}, {}),
+    ]
+    batch = examine(("acme", "ws"), leaky)
+    assert batch.records == []
+    assert [(r.position, r.reason, r.rule) for r in batch.refused] == [
+        (0, Refusal.SECRET, "aws-access-key"),
+        (1, Refusal.SECRET, "prose-credential"),
+    ]
 
 
 @pytest.mark.sqlite_only("reads the SQLite files' bytes")
@@ -162,7 +191,7 @@ def test_missing_detect_secrets_fails_closed(tmp_path: Path) -> None:
     """Without detect-secrets the detector refuses everything rather than pass it."""
     code = (
         "import sys; sys.modules['detect_secrets'] = None\n"
-        "from engram.service.engine.secret_scan import find_secret, DETECTOR_UNAVAILABLE\n"
+        "from engram.service.secrets import find_secret, DETECTOR_UNAVAILABLE\n"
         "assert find_secret('an ordinary sentence about kites') == DETECTOR_UNAVAILABLE\n"
         "print('closed')\n"
     )
@@ -173,7 +202,7 @@ def test_missing_detect_secrets_fails_closed(tmp_path: Path) -> None:
 
 def test_engine_refuses_while_detector_is_down(engine, monkeypatch: pytest.MonkeyPatch) -> None:
     down = dataclasses.replace(secret_rules.detector(), fault=secret_rules.DETECTOR_UNAVAILABLE)
-    monkeypatch.setattr(secret_rules, "detector", lambda: down)
+    monkeypatch.setattr(scanner, "detector", lambda: down)
     ctx = context()
     err = error_of(engine.execute, CAPTURE, ctx, capture_args("A perfectly ordinary decision."))
     assert err.code is ErrorCode.SECRET_DETECTED

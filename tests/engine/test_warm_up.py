@@ -10,8 +10,8 @@ import time
 from engine_support import HashingTestEncoder, accept, context, open_engine, search_ids
 
 from engram.ranking.semantic import SemanticIndex
-from engram.service.engine import secret_scan
 from engram.service.engine.records import scope_key
+from engram.service.secrets import scanner
 
 
 def test_checkpoints_that_catching_up_made_due_are_saved_before_the_engine_is_ready(
@@ -75,10 +75,10 @@ def test_what_warm_up_replays_after_a_crash_is_saved_before_ready(engine, data_d
 def test_the_secret_detector_is_loaded_before_ready(data_dir) -> None:
     """detect-secrets' plugins are imported and started by warm-up, not by the first
     capture after ready."""
-    secret_scan.detector.cache_clear()
+    scanner.detector.cache_clear()
     opened = open_engine(data_dir)
     try:
-        assert secret_scan.detector.cache_info().currsize == 1
-        assert secret_scan.detector.cache_info().misses == 1
+        assert scanner.detector.cache_info().currsize == 1
+        assert scanner.detector.cache_info().misses == 1
     finally:
         opened.close()

@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from engram.eval.locomo import enrich, read_samples
+from engram.eval.locomo import EnrichError, enrich, read_samples
 from engram.eval.relevance import load_query_categories
 from engram.index_data.readers import read_beir
-from engram.models.errors import EnrichError
 
 
 def ms(iso: str) -> int:

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 from mcp_support import FakeEngine, claims
 
-from engram.models.errors import AttachRefused
 from engram.models.tools import TOOLS
 from engram.service.mcp.audit import AuditLog
-from engram.service.mcp.bridge import Hello, attach, socket_path
+from engram.service.mcp.bridge import AttachRefused, Hello, attach, socket_path
 from engram.service.mcp.client_socket import ClientSocket
 from engram.service.mcp.host_context import CONTEXT_FILE_ENV
 from engram.service.mcp.rate_limit import TokenBucketLimiter

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 import engram.ranking.vector_rows as vector_rows
-from engram.models.errors import CorruptIndex
-from engram.ranking.semantic import SemanticIndex
+from engram.ranking.semantic import CorruptIndex, SemanticIndex
 from engram.ranking.vector_rows import VectorRows
 
 
