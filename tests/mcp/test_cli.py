@@ -234,9 +234,12 @@ def test_the_server_freezes_what_warm_up_loaded_out_of_the_collectors_reach_once
 
 def test_commands_that_read_a_data_directory_refuse_one_that_does_not_exist(tmp_path, monkeypatch):
     """A mistyped --data-dir is refused (exit 2, named), never taken for a new, empty
-    store; and a database URL without -d does not create ./data."""
-    monkeypatch.chdir(tmp_path)
+    store; and a database URL without -d does not create the default data directory."""
+    work, share = tmp_path / "work", tmp_path / "share"
+    work.mkdir()
+    monkeypatch.chdir(work)
     monkeypatch.delenv("ENGRAM_DATA_DIR", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(share))
     for command in (
         ["admin", "tenant", "status", "acme", "-d", "nope"],
         ["admin", "backup", "out", "-d", "nope"],
@@ -244,10 +247,10 @@ def test_commands_that_read_a_data_directory_refuse_one_that_does_not_exist(tmp_
         ["admin", "--database-url", "postgresql://engram@db.invalid/engram", "route", "list"],
     ):
         result = runner.invoke(app, command)
-        named = "nope" if "-d" in command else "data"
+        named = "nope" if "-d" in command else str(share / "engram")
         assert result.exit_code == 2, (command, result.output)
         assert f"data directory {named} does not exist" in result.output
-    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    assert sorted(p.name for p in work.iterdir()) == [] and not share.exists()
 
 
 def test_commands_that_create_a_data_directory_say_so(tmp_path, monkeypatch):
