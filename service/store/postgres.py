@@ -45,7 +45,7 @@ from typing import Any
 import psycopg
 from psycopg import pq, sql
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .base import (
     DEFAULT_DATABASE_TIMEOUT_MS,
@@ -62,6 +62,7 @@ from .base import (
     StateCounts,
     StoreUnavailable,
 )
+from .connectivity import Connectivity, ConnectivityState
 from .journal import (
     RECORD_COLUMNS,
     StoredEvent,
@@ -179,6 +180,9 @@ JOURNAL_CHANNEL = "engram_journal"
 # One advisory-lock key space for migrations (scope locks hash the scope into another).
 _MIGRATION_LOCK = 0x656E6772616D  # "engram"
 POOL_SIZE = 8
+#: How long a checkout waits while no server accepts connections: enough to be handed
+#: a connection the pool holds, never a second bound (connectivity.py).
+UNREACHABLE_CHECKOUT_S = 0.05
 
 _CANDIDATE_COLUMNS = (
     "tenant, workspace, candidate_id, state, key_id, sealed, record_digest, payload_digest, principal, created_cursor"
@@ -278,11 +282,14 @@ class _BoundedConnection(psycopg.Connection[Any]):
 
 def connection_options(url: str, timeout_s: float) -> dict[str, Any]:
     """libpq parameters that bound connecting and detect a vanished peer, for those the
-    URL does not set itself."""
+    URL does not set itself. ``connect_timeout`` applies to each host of a multi-host
+    URL (a formation's nodes) in turn, so the bound is shared among them."""
     given = conninfo_to_dict(url)
+    hosts = max(1, len(str(given.get("host") or given.get("hostaddr") or "").split(",")))
     probe_s = max(1, round(timeout_s / 4))
     options: dict[str, Any] = {
-        "connect_timeout": max(2, math.ceil(timeout_s)),  # libpq counts whole seconds, 2 at least
+        # libpq counts whole seconds, 2 at least
+        "connect_timeout": max(2, math.floor(timeout_s / hosts)),
         "keepalives": 1,
         "keepalives_idle": probe_s,
         "keepalives_interval": probe_s,
@@ -509,6 +516,7 @@ class PostgresStore:
         self.timeout_s = timeout_ms / 1000
         self._options = connection_options(url, self.timeout_s)
         self._local = threading.local()
+        self._connectivity = Connectivity()
         self._listener: _BoundedConnection | None = None
         self._listener_checked = 0.0
         try:
@@ -541,6 +549,30 @@ class PostgresStore:
         conn.execute(
             sql.SQL("SET idle_in_transaction_session_timeout = {}").format(sql.Literal(int(2 * self.timeout_s * 1000)))
         )
+        self._connectivity.connected(_server(conn))
+
+    def connectivity_state(self) -> ConnectivityState:
+        return self._connectivity.state()
+
+    @contextmanager
+    def _checkout(self) -> Iterator[_BoundedConnection]:
+        """A pooled connection, waiting at most the bound for one. A wait that ended
+        with no server accepting a connection (an attempt failed, or the pool could have
+        grown and did not) marks the database unreachable: until the pool connects
+        again, checkouts only take what the pool holds, so a call of several
+        statements answers within one bound, not one per statement."""
+        unreachable = self._connectivity.unreachable
+        before = self._pool.get_stats()
+        try:
+            with self._pool.connection(timeout=UNREACHABLE_CHECKOUT_S if unreachable else None) as conn:
+                yield conn
+        except PoolTimeout:
+            after = self._pool.get_stats()
+            if after.get("connections_errors", 0) > before.get("connections_errors", 0) or after.get(
+                "pool_size", 0
+            ) < after.get("pool_max", POOL_SIZE):
+                self._connectivity.lost()
+            raise
 
     @contextmanager
     def _lent(
@@ -553,7 +585,7 @@ class PostgresStore:
         runs on the next one, so a drop costs no call; one that stayed silent until
         the bound is not tried again (the network is down, not one connection)."""
         for attempt in range(POOL_SIZE + 1):
-            with self._pool.connection() as conn:
+            with self._checkout() as conn:
                 try:
                     cursor = conn.execute(first, params)
                 except psycopg.OperationalError:
@@ -1014,6 +1046,7 @@ class PostgresStore:
                 listener = _BoundedConnection.connect(self.url, autocommit=True, **self._options)
                 listener.bound_s = self.timeout_s
                 listener.execute(f"LISTEN {JOURNAL_CHANNEL}")
+                self._connectivity.connected(_server(listener))
             except psycopg.Error:
                 if listener is not None:
                     listener.close()
@@ -1041,7 +1074,7 @@ class PostgresStore:
     def put_snapshot(self, snapshot_id: str, body: str, created_ms: int, expire_before_ms: int) -> None:
         """One statement, so one round trip: the expired snapshots go as this one is stored."""
         try:
-            with self._pool.connection() as conn:
+            with self._checkout() as conn:
                 conn.execute(
                     "WITH expired AS (DELETE FROM snapshots WHERE created_ms < %s) "
                     "INSERT INTO snapshots VALUES (%s,%s,%s)",
@@ -1068,7 +1101,7 @@ class PostgresStore:
         """VACUUM the tables that held destroyed bytes; False when the server refused
         (retry later)."""
         try:
-            with self._pool.connection() as conn:
+            with self._checkout() as conn:
                 for table in ("keys", "candidates", "records"):
                     conn.execute(sql.SQL("VACUUM {}").format(sql.Identifier(table)))
         except psycopg.Error:
@@ -1080,7 +1113,7 @@ class PostgresStore:
         loaded in one go has no statistics, and the planner read a page's candidates
         through the wrong index, filtering the whole scope (eval/RESULTS.md, Stores and
         replicas)."""
-        with self._pool.connection() as conn:
+        with self._checkout() as conn:
             for table in ("records", "keys", "journal", "candidates"):
                 conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
 
@@ -1105,6 +1138,12 @@ class PostgresStore:
         if self._listener is not None:
             self._listener.close()
         self._pool.close()
+
+
+def _server(conn: psycopg.Connection[Any]) -> str:
+    """``host:port`` of the server a connection reached (of a multi-host URL, the one
+    that accepted it)."""
+    return f"{conn.info.host}:{conn.info.port}"
 
 
 def _rollback(conn: psycopg.Connection[Any]) -> None:
