@@ -15,6 +15,7 @@ __all__ = [
     "cli",
     "corpus_gen",
     "extra",
+    "formation",
     "fusion_cli",
     "fusion_fit",
     "ingest_log",

@@ -180,6 +180,18 @@ JOURNAL_CHANNEL = "engram_journal"
 # One advisory-lock key space for migrations (scope locks hash the scope into another).
 _MIGRATION_LOCK = 0x656E6772616D  # "engram"
 POOL_SIZE = 8
+#: COMMIT, after making a transaction that wrote nothing write one WAL record (a
+#: transactional logical message, which any role may emit), so that its commit too waits
+#: for the synchronous standby. What such a transaction read (an idempotency reservation
+#: it replays, a duplicate it found) may be another session's commit still waiting for
+#: the standby: visible on the primary before it is replicated, and gone if a failover
+#: happens now. Its answer is then acknowledged only once that is on the standby (the
+#: commit waits past it), or answered MUTATION_OUTCOME_UNKNOWN. Sent with COMMIT in
+#: one round trip (the simple query protocol).
+_COMMIT = (
+    "SELECT CASE WHEN pg_current_xact_id_if_assigned() IS NULL"
+    " THEN pg_logical_emit_message(true, 'engram', '') END; COMMIT"
+)
 #: How long a checkout waits while no server accepts connections: enough to be handed
 #: a connection the pool holds, never a second bound (connectivity.py).
 UNREACHABLE_CHECKOUT_S = 0.05
@@ -646,7 +658,7 @@ class PostgresStore:
                 finally:
                     self._local.conn = outer
                 try:
-                    conn.execute("COMMIT")
+                    conn.execute(_COMMIT)
                 except psycopg.OperationalError as exc:
                     raise CommitUncertain() from exc
                 except psycopg.Error as exc:
