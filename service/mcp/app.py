@@ -94,7 +94,10 @@ def _front_end(engine: EngineLike, settings: Settings, host_secret: bytes, audit
     """The tool handlers: host binding, the per-principal token bucket, the default
     deadline, human approval, audit and metrics."""
     binding = HeaderBinding(host_secret)
-    metrics = Metrics(scope_stats=getattr(engine, "scope_stats", None))
+    metrics = Metrics(
+        scope_stats=getattr(engine, "scope_stats", None),
+        store_connectivity=getattr(engine, "store_connectivity", None),
+    )
     # The engine may report per-channel ranking latency (lexical, semantic, fusion).
     hook = getattr(engine, "set_channel_latency_observer", None)
     if callable(hook):

@@ -21,8 +21,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from rel_support import (
     PURPOSE,
     ReplicaProcess,
@@ -191,6 +193,18 @@ class Storm:
         assert set(kept) <= live and not live & set(self.forgotten)
 
 
+def _store_metrics(replica: ReplicaProcess) -> tuple[dict[str, float], set[str]]:
+    """The replica's store connectivity from its /metrics: sample -> value, and the server it names."""
+    text = httpx.get(f"http://127.0.0.1:{replica.port}/metrics", timeout=30).text
+    samples = [
+        sample
+        for family in text_string_to_metric_families(text)
+        if family.name.startswith("engram_store_")
+        for sample in family.samples
+    ]
+    return {s.name: s.value for s in samples}, {s.labels["server"] for s in samples if "server" in s.labels}
+
+
 def _storm_through(replicas: list[ReplicaProcess], event: Any) -> Storm:
     """Run the storm, do `event` once it is under way, then keep it going until both
     replicas wrote again; the storm, stopped."""
@@ -212,9 +226,13 @@ def test_primary_lost_mid_storm(formation: Formation, replicas: list[ReplicaProc
     assert before is not None
     storm = _storm_through(replicas, before.stop)  # the node's keeper and postgres, SIGKILLed
     storm.check(formation)
-    assert storm.retried > 0 and storm.codes[ErrorCode.STORE_UNAVAILABLE.value] > 0  # the outage was seen
     after = formation.primary()
     assert after is not None and after is not before
+    assert storm.retried > 0 and storm.codes[ErrorCode.STORE_UNAVAILABLE.value] > 0  # the outage was seen
+    for replica in replicas:  # each saw the primary change, and says so on /metrics
+        scraped, server = _store_metrics(replica)
+        assert scraped["engram_store_primary_changes_total"] >= 1 and scraped["engram_store_reachable"] == 1
+        assert server == {after.address}
     before.run()  # the old primary rejoins as the standby
     formation.wait_settled()
 

@@ -12,7 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 from postgres_support import PostgresCluster
+from prometheus_client.parser import text_string_to_metric_families
 
+from engram.service.mcp.metrics import Metrics
 from engram.service.store.base import StoreUnavailable
 from engram.service.store.postgres import PostgresStore
 
@@ -39,6 +41,17 @@ def _unavailable(store: PostgresStore) -> bool:
     return False
 
 
+def _scraped(store: PostgresStore) -> dict[str, float]:
+    """The store's connectivity as /metrics exposes it: sample name -> value."""
+    text = Metrics(store_connectivity=store.connectivity_state).render().decode()
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name.startswith("engram_store_")
+        for sample in family.samples
+    }
+
+
 def test_calls_fail_within_one_bound_while_no_server_answers_and_resume(server: PostgresCluster) -> None:
     store = PostgresStore(server.create_database(), timeout_ms=BOUND_MS)
     try:
@@ -50,6 +63,7 @@ def test_calls_fail_within_one_bound_while_no_server_answers_and_resume(server: 
         assert _unavailable(store)  # waited the bound: nothing accepts a connection
         down = store.connectivity_state()
         assert not down.reachable and down.outages == 1
+        assert _scraped(store)["engram_store_reachable"] == 0
 
         # Several statements of one call (a route lookup, the tenant check, a read):
         # together within one bound, where each used to wait a bound of its own.
@@ -66,5 +80,8 @@ def test_calls_fail_within_one_bound_while_no_server_answers_and_resume(server: 
         back = store.connectivity_state()
         assert back.reachable and back.reconnects == 1 and back.server == first.server
         assert back.primary_changes == 0  # the same server came back
+        scraped = _scraped(store)
+        assert scraped["engram_store_reachable"] == 1
+        assert scraped["engram_store_outages_total"] == 1 and scraped["engram_store_reconnects_total"] == 1
     finally:
         store.close()
