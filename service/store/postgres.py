@@ -183,8 +183,8 @@ POOL_SIZE = 8
 #: COMMIT, after making a transaction that wrote nothing write one WAL record (a
 #: transactional logical message, which any role may emit), so that its commit too waits
 #: for the synchronous standby. What such a transaction read (an idempotency reservation
-#: it replays, a duplicate it found) may be another session's commit still waiting for
-#: the standby: visible on the primary before it is replicated, and gone if a failover
+#: it replays, a duplicate it found) may be an earlier commit whose wait for the standby
+#: was cancelled: visible on the primary before it is replicated, and gone if a failover
 #: happens now. Its answer is then acknowledged only once that is on the standby (the
 #: commit waits past it), or answered MUTATION_OUTCOME_UNKNOWN. Sent with COMMIT in
 #: one round trip (the simple query protocol).

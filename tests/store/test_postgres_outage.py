@@ -8,9 +8,13 @@ A server of its own (stopped and started here), so the session's shared one stay
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
+import psycopg
 import pytest
+from engine_support import CAPTURE, ContractError, ErrorCode, capture_args, context, open_engine
 from postgres_support import PostgresCluster
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -85,3 +89,51 @@ def test_calls_fail_within_one_bound_while_no_server_answers_and_resume(server: 
         assert scraped["engram_store_outages_total"] == 1 and scraped["engram_store_reconnects_total"] == 1
     finally:
         store.close()
+
+
+def _set_sync_standby(server: PostgresCluster, names: str | None) -> None:
+    with psycopg.connect(server.url(), autocommit=True) as conn:
+        if names is None:
+            conn.execute("ALTER SYSTEM RESET synchronous_standby_names")
+        else:
+            conn.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{names}'")
+        conn.execute("SELECT pg_reload_conf()")
+
+
+def _cancel_sync_waits(server: PostgresCluster) -> int:
+    """Cancel every backend's wait for its synchronous standby: each such commit is then
+    visible on this server, replicated or not (what a manager or an operator releasing
+    stuck commits does). How many there were."""
+    with psycopg.connect(server.url(), autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
+        ).fetchall()
+    return len(rows)
+
+
+def test_a_replay_is_acknowledged_only_once_the_standby_has_it(server: PostgresCluster, tmp_path: Path) -> None:
+    """A commit whose wait for the synchronous standby was cancelled is visible on the
+    primary without being on the standby. A retry that replays it must wait for the
+    standby too, or it acknowledges what a failover would lose."""
+    engine = open_engine(tmp_path / "replica", database_url=server.create_database(), database_timeout_ms=BOUND_MS)
+    try:
+        engine.set_tenant_enabled("acme", True)
+        ctx = context()
+        args = capture_args(f"Waits for its standby {uuid.uuid4().hex}.")
+        _set_sync_standby(server, "engram_absent_standby")
+        with pytest.raises(ContractError) as first:
+            engine.execute(CAPTURE, ctx, args)
+        assert first.value.code is ErrorCode.MUTATION_OUTCOME_UNKNOWN
+        assert _cancel_sync_waits(server) == 1  # now visible here, on no standby
+
+        with pytest.raises(ContractError) as retry:  # the replay waits for the standby as well
+            engine.execute(CAPTURE, ctx, args)
+        assert retry.value.code is ErrorCode.MUTATION_OUTCOME_UNKNOWN
+
+        _cancel_sync_waits(server)
+        _set_sync_standby(server, None)  # the standby requirement gone: the retry is acknowledged
+        replayed = engine.execute(CAPTURE, ctx, args)
+        assert replayed["status"] == "duplicate_exact"  # the first attempt had committed
+        assert sum(engine.deps.store.state_counts(ctx.scope).candidates.values()) == 1  # one effect
+    finally:
+        engine.close()
