@@ -15,6 +15,7 @@ __all__ = [
     "cli",
     "corpus_gen",
     "extra",
+    "failover_bench",
     "formation",
     "fusion_cli",
     "fusion_fit",
