@@ -196,6 +196,16 @@ class Formation:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, *, fast_monitor: bool = True) -> Formation:
+        """Monitor, then primary, then standby; on any failure everything started is
+        stopped and the directory removed before the error propagates."""
+        try:
+            self._start(fast_monitor)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self, fast_monitor: bool) -> None:
         self._initdb(self.monitor)
         self.autoctl(
             "create", "monitor", "--pgdata", str(self.monitor.pgdata), "--pgport", str(self.monitor.port),
@@ -222,7 +232,6 @@ class Formation:
             node.run()
             want = {"single"} if i == 0 else {"primary", "secondary"}
             self._wait(functools.partial(self._joined, node, want), f"{node.name} to join")
-        return self
 
     def stop(self) -> None:
         for node in [*self.nodes, self.monitor]:
