@@ -4,11 +4,12 @@ accepts them, which server it is, and how often that changed.
 Why it exists: under a failover manager the primary can vanish and another node take
 its place. While no server accepts a connection, a call that waited the whole
 `database_timeout_ms` for one, then another wait of its next statement, would answer
-after several bounds; once a checkout has found nothing to connect to, later
-checkouts do not wait again (they take a connection the pool has, or fail at once)
-until the pool connects anew, so every call answers within one bound. The same state
-counts primary changes, reconnections and outages for the metrics, and logs each
-transition once.
+after several bounds; once a checkout has found nothing to connect to, checkouts in
+the following bound do not wait again (they take a connection the pool has, or fail at
+once), so a call answers within one bound. After that bound a checkout waits again,
+which gives the pool the time to connect once a server is back, and a connection made
+ends it all at once. The same state counts primary changes, reconnections and
+outages for the metrics, and logs each transition once.
 """
 
 from __future__ import annotations
@@ -37,19 +38,23 @@ class ConnectivityState:
 class Connectivity:
     """Thread-safe record of the store's connections to the database server."""
 
-    def __init__(self) -> None:
+    def __init__(self, hold_s: float) -> None:
         self._lock = threading.Lock()
+        self._hold_s = hold_s
         self._server: str | None = None
-        self._down_since: float | None = None
+        self._down_since: float | None = None  # the outage began (no connection made since)
+        self._lost_at: float | None = None  # the last checkout that waited its bound for a server
         self._connections = 0
         self._primary_changes = 0
         self._outages = 0
         self._reconnects = 0
 
     @property
-    def unreachable(self) -> bool:
-        """No server accepted a connection since the last checkout that timed out for lack of one."""
-        return self._down_since is not None
+    def failing_fast(self) -> bool:
+        """A checkout waited its bound for a server less than ``hold_s`` ago, and no
+        connection was made since: checkouts do not wait again."""
+        lost = self._lost_at
+        return lost is not None and time.monotonic() - lost < self._hold_s
 
     def connected(self, server: str) -> None:
         """A connection to `server` was opened."""
@@ -61,6 +66,7 @@ class Connectivity:
                     "database reachable again at %s after %.1f s", server, time.monotonic() - self._down_since
                 )
                 self._down_since = None
+            self._lost_at = None
             if self._server is not None and server != self._server:
                 self._primary_changes += 1
                 logger.warning("database primary changed from %s to %s", self._server, server)
@@ -69,8 +75,9 @@ class Connectivity:
     def lost(self) -> None:
         """A checkout waited its bound and no server accepted a connection meanwhile."""
         with self._lock:
+            self._lost_at = time.monotonic()
             if self._down_since is None:
-                self._down_since = time.monotonic()
+                self._down_since = self._lost_at
                 self._outages += 1
                 logger.warning(
                     "database unreachable (last primary %s): calls answer STORE_UNAVAILABLE until a server"

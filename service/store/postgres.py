@@ -528,7 +528,7 @@ class PostgresStore:
         self.timeout_s = timeout_ms / 1000
         self._options = connection_options(url, self.timeout_s)
         self._local = threading.local()
-        self._connectivity = Connectivity()
+        self._connectivity = Connectivity(hold_s=self.timeout_s)
         self._listener: _BoundedConnection | None = None
         self._listener_checked = 0.0
         try:
@@ -570,13 +570,13 @@ class PostgresStore:
     def _checkout(self) -> Iterator[_BoundedConnection]:
         """A pooled connection, waiting at most the bound for one. A wait that ended
         with no server accepting a connection (an attempt failed, or the pool could have
-        grown and did not) marks the database unreachable: until the pool connects
-        again, checkouts only take what the pool holds, so a call of several
+        grown and did not) marks the database unreachable: for the next bound, or until
+        the pool connects, checkouts only take what the pool holds, so a call of several
         statements answers within one bound, not one per statement."""
-        unreachable = self._connectivity.unreachable
+        fast = self._connectivity.failing_fast
         before = self._pool.get_stats()
         try:
-            with self._pool.connection(timeout=UNREACHABLE_CHECKOUT_S if unreachable else None) as conn:
+            with self._pool.connection(timeout=UNREACHABLE_CHECKOUT_S if fast else None) as conn:
                 yield conn
         except PoolTimeout:
             after = self._pool.get_stats()
