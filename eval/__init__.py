@@ -16,6 +16,8 @@ __all__ = [
     "console_poll",
     "corpus_gen",
     "extra",
+    "failover_bench",
+    "formation",
     "fusion_cli",
     "fusion_fit",
     "ingest_log",

@@ -40,6 +40,7 @@ from engram.service.store.base import (
     SharedStore,
     StoreUnavailable,
 )
+from engram.service.store.connectivity import ConnectivityState
 
 from . import admission, capture, export, ingestion, operator, reading, search, transitions
 from . import routing as routing_ops
@@ -324,6 +325,12 @@ class Engine:
     def scope_stats(self) -> list[ScopeStats]:
         """Per scope: candidates and records by state, projection lag by channel."""
         return scope_stats(self.deps)
+
+    def store_connectivity(self) -> ConnectivityState | None:
+        """The shared database server as the store's connections see it (None: the
+        embedded store)."""
+        state = getattr(self.deps.store, "connectivity_state", None)
+        return state() if callable(state) else None
 
     def set_channel_latency_observer(self, observe: Callable[[str, float], None] | None) -> None:
         """`observe(channel, seconds)` after each ranking stage (lexical, semantic, fusion)."""

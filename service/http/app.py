@@ -91,7 +91,10 @@ async def metrics_route(metrics: Annotated[Metrics, Depends(_metrics)]) -> Respo
 def _metrics_of(engine: EngineLike) -> Metrics:
     """The app's metrics: per-scope counts from the engine, and the per-channel ranking
     latency (lexical, semantic, fusion) where the engine reports it."""
-    metrics = Metrics(scope_stats=getattr(engine, "scope_stats", None))
+    metrics = Metrics(
+        scope_stats=getattr(engine, "scope_stats", None),
+        store_connectivity=getattr(engine, "store_connectivity", None),
+    )
     hook = getattr(engine, "set_channel_latency_observer", None)
     if callable(hook):
         hook(metrics.observe_channel_latency)

@@ -5,6 +5,7 @@ not collide on the global default registry. What it holds: MCP calls by tool and
 outcome code and their latency; each ranking stage's latency (the engine reports it
 through `observe_channel_latency`); per scope, at scrape time, projection lag and the
 number of candidates and records in each state (counts and cursors, never content);
+the shared database server's connectivity (primary changes, outages, reconnections);
 and the process itself (memory, CPU, open files, garbage collection).
 """
 
@@ -24,7 +25,7 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 logger = logging.getLogger("engram.mcp.metrics")
@@ -67,11 +68,50 @@ class ScopeCollector(Collector):
         yield from (lag, records, candidates)
 
 
+class StoreConnectivityCollector(Collector):
+    """The shared database server as the store's connections see it, read when
+    Prometheus scrapes (no I/O): reachable or not, which server, and how often the
+    primary changed, connections were lost and made again (logged as they happen)."""
+
+    def __init__(self, state: Callable[[], Any]) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[Metric]:
+        state = self._state()
+        if state is None:  # the embedded store
+            return
+        yield GaugeMetricFamily(
+            "engram_store_reachable",
+            "1 while the database server accepts connections; 0 from a call that found none until one is made.",
+            value=int(state.reachable),
+        )
+        server = GaugeMetricFamily(
+            "engram_store_server", "The database server last connected to (host:port).", labels=["server"]
+        )
+        server.add_metric([state.server or ""], 1)
+        yield server
+        for name, help_, value in (
+            (
+                "primary_changes",
+                "Connections made to another server than the one before (a failover).",
+                state.primary_changes,
+            ),
+            ("outages", "Times no database server accepted a connection within the bound.", state.outages),
+            ("reconnects", "Outages that ended with a connection made.", state.reconnects),
+            ("connections", "Connections made to the database server.", state.connections),
+        ):
+            yield CounterMetricFamily(f"engram_store_{name}", help_, value=value)
+
+
 class Metrics:
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(
-        self, registry: CollectorRegistry | None = None, *, scope_stats: Callable[[], Iterable[Any]] | None = None
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        scope_stats: Callable[[], Iterable[Any]] | None = None,
+        store_connectivity: Callable[[], Any] | None = None,
     ) -> None:
         self.registry = registry or CollectorRegistry()
         self.calls = Counter(
@@ -99,6 +139,8 @@ class Metrics:
         GCCollector(registry=self.registry)
         if scope_stats is not None:
             self.registry.register(ScopeCollector(scope_stats))
+        if store_connectivity is not None:
+            self.registry.register(StoreConnectivityCollector(store_connectivity))
 
     def observe_call(self, tool: str, code: str, seconds: float) -> None:
         self.calls.labels(tool=tool, code=code).inc()

@@ -45,7 +45,7 @@ from typing import Any
 import psycopg
 from psycopg import pq, sql
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .base import (
     DEFAULT_DATABASE_TIMEOUT_MS,
@@ -62,6 +62,7 @@ from .base import (
     StateCounts,
     StoreUnavailable,
 )
+from .connectivity import Connectivity, ConnectivityState
 from .journal import (
     RECORD_COLUMNS,
     StoredEvent,
@@ -179,6 +180,21 @@ JOURNAL_CHANNEL = "engram_journal"
 # One advisory-lock key space for migrations (scope locks hash the scope into another).
 _MIGRATION_LOCK = 0x656E6772616D  # "engram"
 POOL_SIZE = 8
+#: COMMIT, after making a transaction that wrote nothing write one WAL record (a
+#: transactional logical message, which any role may emit), so that its commit too waits
+#: for the synchronous standby. What such a transaction read (an idempotency reservation
+#: it replays, a duplicate it found) may be an earlier commit whose wait for the standby
+#: was cancelled: visible on the primary before it is replicated, and gone if a failover
+#: happens now. Its answer is then acknowledged only once that is on the standby (the
+#: commit waits past it), or answered MUTATION_OUTCOME_UNKNOWN. Sent with COMMIT in
+#: one round trip (the simple query protocol).
+_COMMIT = (
+    "SELECT CASE WHEN pg_current_xact_id_if_assigned() IS NULL"
+    " THEN pg_logical_emit_message(true, 'engram', '') END; COMMIT"
+)
+#: How long a checkout waits while no server accepts connections: enough to be handed
+#: a connection the pool holds, never a second bound (connectivity.py).
+UNREACHABLE_CHECKOUT_S = 0.05
 
 _CANDIDATE_COLUMNS = (
     "tenant, workspace, candidate_id, state, key_id, sealed, record_digest, payload_digest, principal, created_cursor"
@@ -283,11 +299,14 @@ class _BoundedConnection(psycopg.Connection[Any]):
 
 def connection_options(url: str, timeout_s: float) -> dict[str, Any]:
     """libpq parameters that bound connecting and detect a vanished peer, for those the
-    URL does not set itself."""
+    URL does not set itself. ``connect_timeout`` applies to each host of a multi-host
+    URL (a formation's nodes) in turn, so the bound is shared among them."""
     given = conninfo_to_dict(url)
+    hosts = max(1, len(str(given.get("host") or given.get("hostaddr") or "").split(",")))
     probe_s = max(1, round(timeout_s / 4))
     options: dict[str, Any] = {
-        "connect_timeout": max(2, math.ceil(timeout_s)),  # libpq counts whole seconds, 2 at least
+        # libpq counts whole seconds, 2 at least
+        "connect_timeout": max(2, math.floor(timeout_s / hosts)),
         "keepalives": 1,
         "keepalives_idle": probe_s,
         "keepalives_interval": probe_s,
@@ -514,6 +533,7 @@ class PostgresStore:
         self.timeout_s = timeout_ms / 1000
         self._options = connection_options(url, self.timeout_s)
         self._local = threading.local()
+        self._connectivity = Connectivity(hold_s=self.timeout_s)
         self._listener: _BoundedConnection | None = None
         self._listener_checked = 0.0
         try:
@@ -546,6 +566,30 @@ class PostgresStore:
         conn.execute(
             sql.SQL("SET idle_in_transaction_session_timeout = {}").format(sql.Literal(int(2 * self.timeout_s * 1000)))
         )
+        self._connectivity.connected(_server(conn))
+
+    def connectivity_state(self) -> ConnectivityState:
+        return self._connectivity.state()
+
+    @contextmanager
+    def _checkout(self) -> Iterator[_BoundedConnection]:
+        """A pooled connection, waiting at most the bound for one. A wait that ended
+        with no server accepting a connection (an attempt failed, or the pool could have
+        grown and did not) marks the database unreachable: for the next bound, or until
+        the pool connects, checkouts only take what the pool holds, so a call of several
+        statements answers within one bound, not one per statement."""
+        fast = self._connectivity.failing_fast
+        before = self._pool.get_stats()
+        try:
+            with self._pool.connection(timeout=UNREACHABLE_CHECKOUT_S if fast else None) as conn:
+                yield conn
+        except PoolTimeout:
+            after = self._pool.get_stats()
+            if after.get("connections_errors", 0) > before.get("connections_errors", 0) or after.get(
+                "pool_size", 0
+            ) < after.get("pool_max", POOL_SIZE):
+                self._connectivity.lost()
+            raise
 
     @contextmanager
     def _lent(
@@ -558,7 +602,7 @@ class PostgresStore:
         runs on the next one, so a drop costs no call; one that stayed silent until
         the bound is not tried again (the network is down, not one connection)."""
         for attempt in range(POOL_SIZE + 1):
-            with self._pool.connection() as conn:
+            with self._checkout() as conn:
                 try:
                     cursor = conn.execute(first, params)
                 except psycopg.OperationalError:
@@ -619,7 +663,7 @@ class PostgresStore:
                 finally:
                     self._local.conn = outer
                 try:
-                    conn.execute("COMMIT")
+                    conn.execute(_COMMIT)
                 except psycopg.OperationalError as exc:
                     raise CommitUncertain() from exc
                 except psycopg.Error as exc:
@@ -1019,6 +1063,7 @@ class PostgresStore:
                 listener = _BoundedConnection.connect(self.url, autocommit=True, **self._options)
                 listener.bound_s = self.timeout_s
                 listener.execute(f"LISTEN {JOURNAL_CHANNEL}")
+                self._connectivity.connected(_server(listener))
             except psycopg.Error:
                 if listener is not None:
                     listener.close()
@@ -1046,7 +1091,7 @@ class PostgresStore:
     def put_snapshot(self, snapshot_id: str, body: str, created_ms: int, expire_before_ms: int) -> None:
         """One statement, so one round trip: the expired snapshots go as this one is stored."""
         try:
-            with self._pool.connection() as conn:
+            with self._checkout() as conn:
                 conn.execute(
                     "WITH expired AS (DELETE FROM snapshots WHERE created_ms < %s) "
                     "INSERT INTO snapshots VALUES (%s,%s,%s)",
@@ -1073,7 +1118,7 @@ class PostgresStore:
         """VACUUM the tables that held destroyed bytes; False when the server refused
         (retry later)."""
         try:
-            with self._pool.connection() as conn:
+            with self._checkout() as conn:
                 for table in ("keys", "candidates", "records"):
                     conn.execute(sql.SQL("VACUUM {}").format(sql.Identifier(table)))
         except psycopg.Error:
@@ -1085,7 +1130,7 @@ class PostgresStore:
         loaded in one go has no statistics, and the planner read a page's candidates
         through the wrong index, filtering the whole scope (docs/results/, Stores and
         replicas)."""
-        with self._pool.connection() as conn:
+        with self._checkout() as conn:
             for table in ("records", "keys", "journal", "candidates"):
                 conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
 
@@ -1110,6 +1155,12 @@ class PostgresStore:
         if self._listener is not None:
             self._listener.close()
         self._pool.close()
+
+
+def _server(conn: psycopg.Connection[Any]) -> str:
+    """``host:port`` of the server a connection reached (of a multi-host URL, the one
+    that accepted it)."""
+    return f"{conn.info.host}:{conn.info.port}"
 
 
 def _rollback(conn: psycopg.Connection[Any]) -> None:

@@ -291,7 +291,8 @@ class FaultProxy:
                 link.wrote_marker = False
             elif statement.startswith(self.marker):
                 link.wrote_marker = True
-            elif statement == "COMMIT" and link.wrote_marker and self._commit_fault is not None:
+            # The COMMIT may close a query of several statements ("...; COMMIT").
+            elif statement.rstrip("; ").endswith("COMMIT") and link.wrote_marker and self._commit_fault is not None:
                 hit = True
         if not hit:
             return None
