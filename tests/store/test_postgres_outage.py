@@ -18,7 +18,7 @@ from engine_support import CAPTURE, ContractError, ErrorCode, capture_args, cont
 from postgres_support import PostgresCluster
 from prometheus_client.parser import text_string_to_metric_families
 
-from engram.service.mcp.metrics import Metrics
+from engram.service.http.metrics import Metrics
 from engram.service.store.base import StoreUnavailable
 from engram.service.store.postgres import PostgresStore
 
