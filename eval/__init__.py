@@ -15,6 +15,7 @@ __all__ = [
     "cli",
     "corpus_gen",
     "extra",
+    "fts5_peer",
     "fusion_cli",
     "fusion_fit",
     "ingest_log",
