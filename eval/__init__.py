@@ -18,6 +18,7 @@ __all__ = [
     "extra",
     "failover_bench",
     "formation",
+    "fts5_peer",
     "fusion_cli",
     "fusion_fit",
     "ingest_log",

@@ -68,9 +68,9 @@ def eval_command(
         bool,
         typer.Option(
             "--raw-anchors",
-            help="Also run the raw engines alone (Tantivy BM25 and exact MiniLM over title + text, "
-            "RRF k 60 of their top 100: the data READMEs' anchors) and test hybrid against their "
-            "RRF query by query (embeds every document once more).",
+            help="Also run exact MiniLM alone over title + text and the RRF (k 60) of its top 100 "
+            "with raw BM25's (the data READMEs' anchors), and test hybrid against that RRF query by "
+            "query (embeds every document once more). Raw BM25 and the FTS5 keyword peer run always.",
         ),
     ] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,

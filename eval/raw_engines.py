@@ -1,4 +1,5 @@
-"""The raw engines alone on a BEIR collection: the anchors the data READMEs publish.
+"""The raw engines alone on a BEIR collection: the anchors the data READMEs publish,
+and a keyword-only peer's ranking.
 
 Why: the data READMEs give only the raw engines' mean nDCG@10 (Tantivy BM25, exact
 MiniLM, naive RRF of the two), the floor hybrid must beat; a paired test of hybrid
@@ -6,7 +7,9 @@ against them needs their runs query by query. They are rebuilt here as the READM
 describe them, with none of the service in the way: Tantivy's ``en_stem`` BM25 over
 title + text in a fresh in-memory index, the exact cosine of the model's vectors of
 title + text (no passages, no HNSW index, no fusion constants), and reciprocal rank
-fusion (k 60) of their top 100.
+fusion (k 60) of their top 100. Beside them, ``raw_fts5``: SQLite FTS5 ranking as a
+keyword-only memory server does (:mod:`eval.fts5_peer`). The two keyword anchors need
+no model, so they run without one.
 
 A query reaches Tantivy's parser lowercased and with every character that is not a
 letter, a digit or a space replaced by a space, so no user text is query syntax (NPL's
@@ -21,9 +24,13 @@ from typing import Any
 import numpy as np
 import tantivy
 
+from .fts5_peer import fts5_search
+
 DEPTH = 100
 RRF_K = 60
-RUNS = ("raw_bm25", "raw_minilm", "raw_rrf")
+#: The anchors that need no model.
+KEYWORD_RUNS = ("raw_bm25", "raw_fts5")
+RUNS = (*KEYWORD_RUNS, "raw_minilm", "raw_rrf")
 _BATCH = 64
 
 
@@ -60,16 +67,23 @@ def reciprocal_rank_fusion(*lists: Sequence[str], k: int = RRF_K) -> list[str]:
 
 
 def raw_runs(
-    docs: Sequence[tuple[str, str]], queries: Mapping[str, str], encoder: Any
+    docs: Sequence[tuple[str, str]], queries: Mapping[str, str], encoder: Any = None
 ) -> dict[str, dict[str, list[str]]]:
-    """``raw_bm25``, ``raw_minilm`` and ``raw_rrf`` runs (query id -> doc ids, best
-    first) of ``queries`` over ``docs`` ((id, title + text) pairs); ``encoder`` is the
-    service's model (:class:`ranking.Encoder`), unit vectors out."""
-    out: dict[str, dict[str, list[str]]] = {name: {} for name in RUNS}
+    """The anchors' runs (query id -> doc ids, best first) of ``queries`` over ``docs``
+    ((id, title + text) pairs): ``raw_bm25`` and ``raw_fts5`` always; with ``encoder``
+    (the service's model, :class:`ranking.Encoder`, unit vectors out) also
+    ``raw_minilm`` and ``raw_rrf``."""
+    names = RUNS if encoder is not None else KEYWORD_RUNS
+    out: dict[str, dict[str, list[str]]] = {name: {} for name in names}
     qids = list(queries)
     if not docs or not qids:
         return out
-    bm25 = _bm25(docs)
+    bm25, fts5 = _bm25(docs), fts5_search(docs, DEPTH)
+    for qid in qids:
+        out["raw_bm25"][qid] = bm25(queries[qid])
+        out["raw_fts5"][qid] = fts5(queries[qid])
+    if encoder is None:
+        return out
     ids = [doc_id for doc_id, _ in docs]
     texts = [text for _, text in docs]
     matrix = np.vstack(
@@ -77,10 +91,8 @@ def raw_runs(
     )
     vectors = np.asarray(encoder.encode([queries[q] for q in qids]), dtype=np.float32)
     for qid, vector in zip(qids, vectors):
-        lexical = bm25(queries[qid])
         top = np.argsort(-(matrix @ vector), kind="stable")[:DEPTH]
         semantic = [ids[j] for j in top.tolist()]
-        out["raw_bm25"][qid] = lexical
         out["raw_minilm"][qid] = semantic
-        out["raw_rrf"][qid] = reciprocal_rank_fusion(lexical, semantic)[:DEPTH]
+        out["raw_rrf"][qid] = reciprocal_rank_fusion(out["raw_bm25"][qid], semantic)[:DEPTH]
     return out

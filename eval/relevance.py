@@ -20,9 +20,10 @@ Channels, and how each is obtained:
     evaluation profile (``NAIVE_RRF``): the naive fusion that hybrid must beat, measured
     on the service's own channels so that the two pair query by query in a significance
     test (the data READMEs' RRF anchor fuses the raw engines instead).
-``raw_bm25``, ``raw_minilm``, ``raw_rrf`` (baselines, with ``raw_anchors``)
-    The raw engines alone, as the data READMEs' anchors were measured
-    (:mod:`eval.raw_engines`), so hybrid pairs with them query by query too.
+``raw_bm25``, ``raw_fts5`` (baselines, every run); ``raw_minilm``, ``raw_rrf`` (with ``raw_anchors``)
+    The raw engines alone, as the data READMEs' anchors were measured, and SQLite FTS5
+    ranking as a keyword-only peer does (:mod:`eval.raw_engines`), so hybrid pairs with
+    them query by query too, and the lexical channel with the two keyword anchors.
 ``semantic``
     No semantic-only profile exists in the engine, so this is the ranker's public
     ``Ranker.search`` with an evaluation profile (``SEMANTIC_ONLY``): every lexical field
@@ -32,8 +33,9 @@ Channels, and how each is obtained:
     all-current collection.
 
 Where ``queries.jsonl`` gives each query a category (``metadata.category``), the report
-adds ``categories``: per category, every run's nDCG@10 and recall@10 over its queries and
-hybrid's paired test against the same runs as the whole collection's.
+adds ``categories``: per category, every run's nDCG@10 and recall@10 over its queries,
+hybrid's paired test against the same runs as the whole collection's, and the lexical
+channel's against the keyword anchors.
 
 The collection is ingested into a dedicated scope (``eval`` / ``beir-<name>``) with
 :func:`index_data.ingest.ingest_corpus`; a second run reuses it (idempotent: nothing is
@@ -69,15 +71,17 @@ from engram.ranking import (
 from engram.service.engine import CANDIDATE_CAP, CallContext, now_ms, scope_key
 
 from .metrics import METRICS, NDCG10, by_category, evaluate, load_qrels, mean_metrics, paired_randomization
+from .raw_engines import KEYWORD_RUNS, raw_runs
 from .raw_engines import RUNS as RAW_RUNS
-from .raw_engines import raw_runs
 from .report import label
 
 CHANNELS = ("lexical", "semantic", "hybrid")
 #: Runs that are not channels of the service but what hybrid is judged against.
 BASELINES = ("naive_rrf", *RAW_RUNS)
 #: What each report tests hybrid against, query by query.
-PAIRED = ("lexical", "semantic", "naive_rrf", "raw_rrf")
+PAIRED = ("lexical", "semantic", "naive_rrf", "raw_rrf", "raw_fts5")
+#: What each report tests the lexical channel against, query by query.
+LEXICAL_PAIRED = KEYWORD_RUNS
 DEPTH = 100
 PAGE_LIMIT = 50
 MAX_PACKET = 1_048_576
@@ -369,17 +373,22 @@ def _reports(
         "channels": {c: mean_metrics(per_query[c]) for c in CHANNELS if c in per_query},
         "baselines": {c: mean_metrics(per_query[c]) for c in BASELINES if c in per_query},
         "significance": {
-            f"hybrid_vs_{c}": paired_randomization(
-                [per_query["hybrid"][q][NDCG10] for q in judged], [per_query[c][q][NDCG10] for q in judged]
+            f"{reference}_vs_{c}": paired_randomization(
+                [per_query[reference][q][NDCG10] for q in judged], [per_query[c][q][NDCG10] for q in judged]
             )
-            for c in PAIRED
-            if "hybrid" in per_query and c in per_query
+            for reference, paired in (("hybrid", PAIRED), ("lexical", LEXICAL_PAIRED))
+            for c in paired
+            if reference in per_query and c in per_query
         },
         "split": split,
         "context_turns": context_turns,
         "timings": gathered.timings,
     }
-    sections = by_category(per_query, load_query_categories(dataset_dir), paired=PAIRED)
+    categories = load_query_categories(dataset_dir)
+    sections = by_category(per_query, categories, paired=PAIRED)
+    lexical_tests = by_category(per_query, categories, paired=LEXICAL_PAIRED, reference="lexical")
+    for name, entry in sections.items():
+        entry.setdefault("significance", {}).update(lexical_tests[name].get("significance", {}))
     if sections:  # only a collection whose queries carry categories reports them
         report_json["categories"] = sections
     details = {
@@ -419,9 +428,10 @@ def run_relevance(
     (``.npz``, as ``engram ingest --vectors`` reads), so the corpus is not embedded again.
     ``save_hits``: also keep each judged query's channel hits as the hybrid profile's
     fusion receives them (``details["hits"]``, written as hits.json.gz), the input of
-    ``engram fusion-fit``. ``raw_anchors``: also run the raw engines alone over the plain
+    ``engram fusion-fit``. ``raw_anchors``: also run the raw model alone over the plain
     collection (:func:`eval.raw_engines.raw_runs`, which embeds every document once more,
-    whole) and test hybrid against their RRF.
+    whole) and test hybrid against its RRF with raw BM25; the keyword anchors (raw BM25,
+    FTS5) run on every call.
     """
     from engram.ranking import MiniLMEncoder
     from engram.service.engine import MODELS_DIR, Engine
@@ -455,12 +465,11 @@ def run_relevance(
         gathered.timings["ingest"] = report.as_dict()
         if any(c in ("semantic", "hybrid") for c in channels):
             _model_runs(engine, collection, channels, gathered, progress=progress, save_hits=save_hits)
-        if raw_anchors:
-            say(f"[{name}] the raw engines alone (BM25, exact MiniLM, their RRF)")
-            t = time.perf_counter()
-            plain = [(doc.external_id, doc.text) for doc in read_beir(dataset_dir, name)]
-            gathered.runs.update(raw_runs(plain, dict(collection.texts()), encoder))
-            gathered.timings["raw_engines_s"] = round(time.perf_counter() - t, 3)
+        say(f"[{name}] the raw engines alone (BM25, FTS5" + (", exact MiniLM, their RRF)" if raw_anchors else ")"))
+        t = time.perf_counter()
+        plain = [(doc.external_id, doc.text) for doc in read_beir(dataset_dir, name)]
+        gathered.runs.update(raw_runs(plain, dict(collection.texts()), encoder if raw_anchors else None))
+        gathered.timings["raw_engines_s"] = round(time.perf_counter() - t, 3)
     finally:
         engine.close()
     if "lexical" in channels:

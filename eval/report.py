@@ -178,8 +178,9 @@ def label(report: dict[str, Any]) -> str:
 
 
 def results_table(reports: list[dict[str, Any]]) -> str:
-    """The cross-collection table for docs/results/: every channel, both raw anchors,
-    and the paired test of hybrid against the better single channel."""
+    """The cross-collection table of the relevance results: every channel, the raw
+    anchors, the paired test of hybrid against the better single channel, and the
+    keyword-only peer (FTS5) with the lexical channel's and hybrid's paired tests."""
     head = ["| collection | docs | queries |"]
     sep = ["|---|---|---|"]
     for channel in ("lexical", "semantic", "hybrid"):
@@ -188,8 +189,9 @@ def results_table(reports: list[dict[str, Any]]) -> str:
     head.append(
         " raw BM25 nDCG@10 | naive RRF nDCG@10 | hybrid - best channel (p) |"
         " RRF of the channels nDCG@10 | hybrid - it (p) | hybrid - raw engines' RRF (p) |"
+        " FTS5 peer nDCG@10 | lexical - it (p) | hybrid - it (p) |"
     )
-    sep.append("---|---|---|---|---|---|")
+    sep.append("---|---|---|---|---|---|---|---|---|")
     lines = ["".join(head), "".join(sep)]
     for rep in reports:
         row = f"| {label(rep)} | {rep['docs']:,} | {rep['queries']} |"
@@ -207,5 +209,10 @@ def results_table(reports: list[dict[str, Any]]) -> str:
         row += f" {test['delta']:+.3f} ({test['p']:.3f}) |" if test else " - |"
         test = tests.get("hybrid_vs_raw_rrf")
         row += f" {test['delta']:+.3f} ({test['p']:.3f}) |" if test else " - |"
+        peer = rep.get("baselines", {}).get("raw_fts5")
+        row += f" {peer['ndcg@10']:.3f} |" if peer else " - |"
+        for channel in ("lexical", "hybrid"):
+            test = tests.get(f"{channel}_vs_raw_fts5")
+            row += f" {test['delta']:+.3f} ({test['p']:.3f}) |" if test else " - |"
         lines.append(row)
     return "\n".join(lines) + "\n"

@@ -50,6 +50,7 @@ then reads 0 and the projector rebuilds the scope from its journal on its next c
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import shutil
@@ -64,7 +65,7 @@ import tantivy
 
 from engram.ranking import record_words
 from engram.ranking.documents import IndexDocument
-from engram.ranking.profiles import LexicalConfig
+from engram.ranking.profiles import FieldWeights, LexicalConfig
 from engram.ranking.query_time import WHEN_WORDS
 from engram.ranking.storage import atomic_write_json, read_json
 
@@ -99,6 +100,19 @@ def _analyzer(*, drop_stopwords: bool = False) -> tantivy.TextAnalyzer:
     return builder.filter(tantivy.Filter.stemmer("english")).build()
 
 
+@functools.lru_cache(maxsize=8)
+def _content_analyzer(stopwords: tuple[str, ...]) -> tantivy.TextAnalyzer:
+    """The document pipeline less ``stopwords`` (matched lowercased, before stemming)."""
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+        .filter(tantivy.Filter.remove_long(40))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.custom_stopword(list(stopwords)))
+        .filter(tantivy.Filter.stemmer("english"))
+        .build()
+    )
+
+
 def _schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     builder.add_text_field("scope", stored=True, tokenizer_name="raw")
@@ -112,11 +126,14 @@ def _schema() -> tantivy.Schema:
 
 
 class _QueryWords(NamedTuple):
-    """The words a query is ranked by, in its order, and whether it reads as a
-    description (long: content words, a repeat counts) or not (every token once)."""
+    """The words a query is ranked by, in its order, whether it reads as a description
+    (long: content words, a repeat counts) or a question (every token once), and a
+    question's distinct content words (:meth:`LexicalIndex.query_content`; none for a
+    description)."""
 
     words: list[str]
     description: bool
+    content: list[str]
 
 
 class LexicalHit(NamedTuple):
@@ -324,14 +341,26 @@ class LexicalIndex:
         one of nothing but stop words) all its tokens."""
         tokens = self.tokens(query)
         if len(tokens) > config.long_query_tokens and (content := self._query_analyzer.analyze(query)):
-            return _QueryWords(content, description=True)
-        return _QueryWords(tokens, description=False)
+            return _QueryWords(content, description=True, content=[])
+        question_content = _content_analyzer(config.question_stopwords).analyze(query)
+        return _QueryWords(tokens, description=False, content=list(dict.fromkeys(question_content)))
+
+    def query_content(self, query: str, config: LexicalConfig) -> list[str]:
+        """A question's distinct content words, in order: its terms less
+        ``config.question_stopwords`` (matched before stemming). In a question the other
+        words weigh ``config.question_stopword_weight`` (unless nothing else is left), and
+        a record holding every content word (at least two) gets the coordination clause
+        (:meth:`_query_clauses`). None for a description, whose stop words are dropped."""
+        return self._query_words(query, config).content
 
     def _terms(self, query: _QueryWords, config: LexicalConfig, *, asks_when: bool) -> dict[str, float]:
         if query.description:
             terms = {token: count**config.long_query_count_power for token, count in Counter(query.words).items()}
         else:
             terms = dict.fromkeys(query.words, 1.0)
+            if query.content and config.question_stopword_weight != 1.0:
+                content = set(query.content)
+                terms = {t: 1.0 if t in content else config.question_stopword_weight for t in terms}
         if asks_when and config.when_terms_weight > 0:
             for token in self._when_tokens:
                 terms.setdefault(token, config.when_terms_weight)
@@ -351,9 +380,7 @@ class LexicalIndex:
         if limit <= 0:
             return []
         words = self._query_words(query, config)
-        clauses = self._query_clauses(
-            self._terms(words, config, asks_when=asks_when), self._pairs(words, config), config
-        )
+        clauses = self._query_clauses(words, config, asks_when=asks_when)
         if not clauses:
             return []
         entry = self._lookup(scope_key, create=False)
@@ -392,10 +419,7 @@ class LexicalIndex:
         searcher = entry.index.searcher()
 
         def probe(query: str, k: int) -> Any:
-            words = self._query_words(query, config)
-            clauses = self._query_clauses(
-                self._terms(words, config, asks_when=False), self._pairs(words, config), config
-            )
+            clauses = self._query_clauses(self._query_words(query, config), config, asks_when=False)
             return searcher.search(tantivy.Query.boolean_query(clauses), limit=k, count=False)
 
         return probe
@@ -426,13 +450,18 @@ class LexicalIndex:
         ]
 
     def _query_clauses(
-        self, terms: dict[str, float], pairs: list[tuple[str, str]], config: LexicalConfig
+        self, words: _QueryWords, config: LexicalConfig, *, asks_when: bool
     ) -> list[tuple[tantivy.Occur, tantivy.Query]]:
         """One SHOULD clause per (term, weighted field), boosted by the field weight times
-        the term's weight (:meth:`query_terms`), and one per (pair, weighted field), a
+        the term's weight (:meth:`query_terms`), one per (pair, weighted field), a
         phrase boosted by the field weight times ``config.pair_weight``
-        (:meth:`query_pairs`); alternatives measured: ``docs/results/``."""
+        (:meth:`query_pairs`), and, for a question of two or more content words
+        (:meth:`query_content`), the coordination clause: every content word in some
+        weighted field, its BM25 boosted by ``config.coordination_weight``, so a record
+        holding all of them ranks above one holding a few many times; alternatives
+        measured: ``docs/results/relevance.md``."""
         weights = config.field_weights
+        terms, pairs = self._terms(words, config, asks_when=asks_when), self._pairs(words, config)
         clauses = []
         for token, term_weight in sorted(terms.items()):
             for name in TEXT_FIELDS:
@@ -446,7 +475,27 @@ class LexicalIndex:
                 if weight > 0:
                     phrase = tantivy.Query.phrase_query(self._schema, name, list(pair), config.pair_slop)
                     clauses.append((tantivy.Occur.Should, tantivy.Query.boost_query(phrase, weight)))
+        if config.coordination_weight > 0 and len(words.content) >= 2:
+            every = tantivy.Query.boolean_query(
+                [(tantivy.Occur.Must, self._any_field(token, weights)) for token in words.content]
+            )
+            clauses.append((tantivy.Occur.Should, tantivy.Query.boost_query(every, config.coordination_weight)))
         return clauses
+
+    def _any_field(self, token: str, weights: FieldWeights) -> tantivy.Query:
+        """``token`` in any weighted field, each field's BM25 boosted by its weight."""
+        return tantivy.Query.boolean_query(
+            [
+                (
+                    tantivy.Occur.Should,
+                    tantivy.Query.boost_query(
+                        tantivy.Query.term_query(self._schema, name, token, index_option="freq"), weights.get(name)
+                    ),
+                )
+                for name in TEXT_FIELDS
+                if weights.get(name) > 0
+            ]
+        )
 
     # -- scope cache ------------------------------------------------------------------
 

@@ -85,6 +85,15 @@ class LexicalConfig:
     # together ranks above one holding them apart (LexicalIndex.query_pairs). 0: off.
     pair_weight: float = 0.0
     pair_slop: int = 2
+    # A question's function words (``question_stopwords``, matched lowercased before
+    # stemming: "what", "did", "the"...) weigh ``question_stopword_weight`` instead of 1,
+    # its other words being its content words (LexicalIndex.query_content). 1: as any word.
+    question_stopwords: tuple[str, ...] = ()
+    question_stopword_weight: float = 1.0
+    # Coordination: a record holding every content word of a question (at least two)
+    # scores its BM25 over those words once more, times ``coordination_weight``, so it
+    # ranks above a record holding one of them many times. 0: off.
+    coordination_weight: float = 0.0
 
 
 class VectorStorage(enum.StrEnum):
@@ -250,7 +259,11 @@ class ProfileConfig:
         return cls(
             channels=tuple(Channel(c) for c in data["channels"]),
             lexical=LexicalConfig(
-                **{**lexical, "field_weights": FieldWeights(**_known(FieldWeights, data["lexical"]["field_weights"]))}
+                **{
+                    **lexical,
+                    "field_weights": FieldWeights(**_known(FieldWeights, data["lexical"]["field_weights"])),
+                    "question_stopwords": tuple(lexical.get("question_stopwords", ())),
+                }
             ),
             semantic=SemanticConfig(**_semantic_fields(_known(SemanticConfig, semantic))) if semantic else None,
             fusion=FusionConfig(**{**_known(FusionConfig, fusion), "method": FusionMethod(fusion["method"])})
@@ -353,18 +366,38 @@ def _config_digest(config: ProfileConfig) -> str:
 # slops 0, 2 and 8): at 0.1 and slop 2 none lost more than 0.002 nDCG@10, at 0.2 NPL lost
 # 0.013. Hybrid moved by less than noise on every collection and conversation
 # (docs/results/relevance.md).
+# Questions (lexical v7, hybrid v18): a question's function words weigh 0.3, and a record
+# holding all its content words (two or more) scores their BM25 once more at 0.5. Chosen
+# on the lexical channel alone over the ten dev collections against the FTS5 keyword
+# peer (eval/fts5_peer.py): function words at 0.2 to 0.5 lifted every conversation by
+# 0.02 to 0.07 nDCG@10 and lost nothing elsewhere (at 1, plain BM25, each "what" or
+# "did" outweighs a rare content word held once); the coordination clause added 0.001
+# to 0.005 on every collection (docs/results/relevance.md).
+QUESTION_STOPWORDS = tuple(
+    sorted(
+        "a an and are as at be but by did do does for from had has have how i in is it of on or our "
+        "that the their they this to was we were what when where which who whom whose why will with "
+        "you your".split()
+    )
+)
 SHIPPED_LEXICAL = LexicalConfig(
-    when_terms_weight=0.5, field_weights=FieldWeights(speaker=0.5), pair_weight=0.1, pair_slop=2
+    when_terms_weight=0.5,
+    field_weights=FieldWeights(speaker=0.5),
+    pair_weight=0.1,
+    pair_slop=2,
+    question_stopwords=QUESTION_STOPWORDS,
+    question_stopword_weight=0.3,
+    coordination_weight=0.5,
 )
 TIME_WINDOW = ValidTimeConfig(window_boost=0.5)
 LEXICAL_PROFILE = Profile(
     name="lexical",
-    version="6",
+    version="7",
     config=ProfileConfig(channels=(LEXICAL,), lexical=SHIPPED_LEXICAL, valid_time=TIME_WINDOW),
 )
 HYBRID_PROFILE = Profile(
     name="lexical_and_semantic",
-    version="17",
+    version="18",
     config=ProfileConfig(
         channels=(LEXICAL, SEMANTIC),
         semantic=SemanticConfig(),

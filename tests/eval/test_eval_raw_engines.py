@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from engram.eval.raw_engines import RUNS, raw_runs, reciprocal_rank_fusion
+from engram.eval.fts5_peer import fts5_search, relaxed_expression, strict_expression
+from engram.eval.raw_engines import KEYWORD_RUNS, RUNS, raw_runs, reciprocal_rank_fusion
 from engram.eval.relevance import run_relevance
 
 
@@ -46,3 +47,38 @@ def test_eval_with_raw_anchors_tests_hybrid_against_their_rrf(tiny_beir: Path, t
     assert set(details["runs"]["raw_rrf"]) == {f"q{i}" for i in range(6)}
     # Every document of the collection shares its topic's words: BM25 alone finds them all.
     assert report["baselines"]["raw_bm25"]["recall@100"] == 1.0
+
+
+def test_fts5_peer_requires_every_word_as_a_prefix_before_any_word():
+    docs = [
+        ("both", "the support group met on tuesday"),
+        ("one", "group group group group"),
+        ("prefix", "a supporting role in the groups"),
+        ("none", "kubernetes ingress certificates"),
+    ]
+    search = fts5_search(docs, 10)
+    # Every word required, each as a prefix: "groups" and "supporting" match too.
+    assert strict_expression("support group?") == "support* AND group*"
+    assert sorted(search("support group?")) == ["both", "prefix"]
+    # Nothing holds every word: any content word, stop words ("did", "the") dropped.
+    assert relaxed_expression("Did the group meet in March?") == "group* OR meet* OR march*"
+    assert set(search("Did the group meet in March?")) == {"both", "one", "prefix"}
+    # BM25 ranks the document holding the word four times above those holding it once.
+    assert search("Did the group meet in March?")[0] == "one"
+    # No fallback for a question holding a number, or of fewer than three words.
+    assert relaxed_expression("Did the group meet in 2023?") is None
+    assert search("Did the group meet in 2023?") == []
+    assert search("group meeting") == []
+    # An apostrophe makes the question one quoted phrase; the fallback keeps the word whole.
+    assert strict_expression("What is Caroline's group?") == '"What is Caroline\'s group"*'
+    assert relaxed_expression("What is Caroline's group?") == '"caroline\'s"* OR group*'
+    # Capitalised operators are FTS5 syntax to the peer; a malformed expression finds nothing.
+    assert strict_expression("ingress AND certificates?") == 'ingress AND "certificates?"'
+    assert search("ingress AND certificates?") == ["none"]
+    assert search("ingress AND") == []
+
+
+def test_keyword_anchors_run_without_the_model():
+    runs = raw_runs([("a", "billing ledger"), ("b", "ingress certificate")], {"q": "billing ledger"})
+    assert set(runs) == set(KEYWORD_RUNS)
+    assert runs["raw_fts5"]["q"] == ["a"] and runs["raw_bm25"]["q"] == ["a"]

@@ -8,6 +8,16 @@ from pathlib import Path
 from engram.eval.relevance import run_relevance
 from engram.eval.report import results_table, write_outputs
 
+#: Hybrid against the channels and fusions, both against the keyword anchors.
+PAIRED_TESTS = {
+    "hybrid_vs_lexical",
+    "hybrid_vs_semantic",
+    "hybrid_vs_naive_rrf",
+    "hybrid_vs_raw_fts5",
+    "lexical_vs_raw_bm25",
+    "lexical_vs_raw_fts5",
+}
+
 
 def test_report_shape_and_outputs(tiny_beir: Path, tmp_path: Path, encoder):
     data = tmp_path / "data"
@@ -23,7 +33,9 @@ def test_report_shape_and_outputs(tiny_beir: Path, tmp_path: Path, encoder):
         "context_turns",
         "timings",
     ]
-    assert set(report["significance"]) == {"hybrid_vs_lexical", "hybrid_vs_semantic", "hybrid_vs_naive_rrf"}
+    # The keyword anchors need no model: every run tests hybrid and the lexical channel against them.
+    assert set(report["significance"]) == PAIRED_TESTS
+    assert set(report["baselines"]) == {"naive_rrf", "raw_bm25", "raw_fts5"}
     assert all(0.0 < t["p"] <= 1.0 for t in report["significance"].values())
     assert report["dataset"] == "tiny" and report["docs"] == 30
     assert report["queries"] == 6  # the unjudged query does not count
@@ -84,10 +96,6 @@ def test_categories_per_channel(tiny_beir: Path, tmp_path: Path, encoder):
             expected = round(sum(per_query[q][metric] for q in ("q0", "q1", "q2")) / 3, 4)
             assert sections["temporal"]["runs"][run][metric] == expected
         assert sections["single-hop"]["runs"][run]["ndcg@10"] == round(per_query["q3"]["ndcg@10"], 4)
-    assert set(sections["temporal"]["significance"]) == {
-        "hybrid_vs_lexical",
-        "hybrid_vs_semantic",
-        "hybrid_vs_naive_rrf",
-    }
+    assert set(sections["temporal"]["significance"]) == PAIRED_TESTS
     text = markdown(report)
     assert "Per query category" in text and "| temporal | 3 |" in text and "| single-hop | 1 |" in text

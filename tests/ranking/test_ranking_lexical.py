@@ -13,7 +13,7 @@ from ranking_support import doc
 
 from engram.ranking import record_words
 from engram.ranking.lexical import INDEX_DIR, LEGACY_INDEX_DIRS, LexicalIndex
-from engram.ranking.profiles import LEXICAL_PROFILE, FieldWeights
+from engram.ranking.profiles import LEXICAL_PROFILE, FieldWeights, LexicalConfig
 
 WEIGHTS = LEXICAL_PROFILE.config.lexical
 SECRET = "zyxquorblat"
@@ -43,6 +43,13 @@ def seed_a(index: LexicalIndex) -> None:
         removals=[],
         through_cursor=4,
     )
+
+
+def lines_index(tmp_path: Path, **lines: str) -> LexicalIndex:
+    """An index of scope A holding one record per line, named by its keyword."""
+    index = LexicalIndex(tmp_path / "lexical")
+    index.apply("A", upserts=[doc("A", rid, text) for rid, text in lines.items()], removals=[], through_cursor=1)
+    return index
 
 
 def scored(index: LexicalIndex, scope: str, query: str) -> list[tuple[str, float]]:
@@ -231,16 +238,11 @@ def test_per_scope_index_of_an_older_layout_is_dropped_with_its_cursor(
 def test_a_named_speaker_lifts_what_that_person_said(tmp_path: Path):
     """A question naming a person ranks that person's own line above a line said to them
     once the speaker field weighs; at weight 0 the speaker field changes nothing."""
-    index = LexicalIndex(tmp_path / "lexical")
-    index.apply(
-        "A",
-        upserts=[
-            doc("A", "said", "Caroline: I went to the support group yesterday."),
-            doc("A", "told", "Melanie: Caroline, the support group sounds great!"),
-            doc("A", "other", "Melanie: I painted a sunrise by the lake."),
-        ],
-        removals=[],
-        through_cursor=3,
+    index = lines_index(
+        tmp_path,
+        said="Caroline: I went to the support group yesterday.",
+        told="Melanie: Caroline, the support group sounds great!",
+        other="Melanie: I painted a sunrise by the lake.",
     )
     query = "What did Caroline say about the support group?"
     unweighted = dataclasses.replace(WEIGHTS, field_weights=FieldWeights(speaker=0.0))
@@ -271,16 +273,22 @@ def test_canonical_and_other_ids_come_back_exactly_also_after_a_purge(tmp_path: 
 
 def test_short_queries_weigh_each_term_once_long_ones_drop_stop_words(tmp_path: Path):
     index = LexicalIndex(tmp_path / "lexical")
-    # a question: every distinct term once, stop words kept (plain BM25)
+    # a question: every distinct term once, its function words at the question weight
+    function_word = WEIGHTS.question_stopword_weight
+    assert 0 < function_word < 1
     assert index.query_terms("What is on the list of the payments?", WEIGHTS) == {
-        "what": 1.0,
-        "is": 1.0,
-        "on": 1.0,
-        "the": 1.0,
+        "what": function_word,
+        "is": function_word,
+        "on": function_word,
+        "the": function_word,
         "list": 1.0,
-        "of": 1.0,
+        "of": function_word,
         "payment": 1.0,
     }
+    # a question of nothing but function words weighs them all as words
+    assert index.query_terms("Who was it?", WEIGHTS) == {"who": 1.0, "was": 1.0, "it": 1.0}
+    plain = dataclasses.replace(WEIGHTS, question_stopword_weight=1.0)
+    assert set(index.query_terms("What is on the list?", plain).values()) == {1.0}
     # a description: stop words dropped, a repeated content word weighs sqrt(count)
     long = "The effect of the payments on the ledger and the effect of late payments on " * 2
     assert len(index.tokens(long)) > WEIGHTS.long_query_tokens
@@ -378,3 +386,39 @@ def test_a_commit_cut_before_its_metadata_does_not_block_the_next(tmp_path: Path
     assert scored(reopened, "A", "lunch") == []
     assert {r for r, _ in scored(reopened, "A", "payment")} == {"a1", "a2", "a3-purged-zq"}
     reopened.close()
+
+
+def test_a_question_ranks_the_record_holding_all_its_content_words_first(tmp_path: Path):
+    """Plain BM25 puts the line of function words ("what did you do at the") first and
+    scores the record holding every content word once below one saying a single word
+    three times; light function words and the coordination clause put the record that
+    answers the whole question first."""
+    index = lines_index(
+        tmp_path,
+        all="Melanie: my pottery class meets at the dance studio on the corner every week after work",
+        repeated="Caroline: studio, studio, studio!",
+        pottery1="Caroline: pottery is fun",
+        pottery2="Melanie: I love pottery",
+        filler="Caroline: what did you do at the weekend?",
+    )
+    question = "What did Melanie do at the pottery studio?"
+    assert index.query_content(question, WEIGHTS) == ["melani", "potteri", "studio"]
+    plain = dataclasses.replace(WEIGHTS, coordination_weight=0.0, question_stopword_weight=1.0)
+    light = dataclasses.replace(WEIGHTS, coordination_weight=0.0)
+
+    def ranked(query: str, config: LexicalConfig) -> dict[str, float]:
+        return {h.record_id: h.score for h in index.search("A", query, config, 10)}
+
+    assert list(ranked(question, plain))[:2] == ["filler", "all"]
+    assert list(ranked(question, WEIGHTS))[0] == "all"
+    # Light function words lower the filler line; the clause lifts only the record
+    # holding every content word: its content words' BM25 once more, times the weight.
+    assert ranked(question, light)["filler"] < ranked(question, plain)["filler"]
+    with_clause, without = ranked(question, WEIGHTS), ranked(question, light)
+    assert {r for r in with_clause if with_clause[r] != pytest.approx(without[r])} == {"all"}
+    both, one = ranked("pottery studio", WEIGHTS), ranked("pottery studio", light)
+    assert both["all"] == pytest.approx(one["all"] * (1 + WEIGHTS.coordination_weight))
+    assert both["repeated"] == pytest.approx(one["repeated"])
+    # A description has no question content words, hence no clause.
+    assert index.query_content("the pottery studio " * 10, WEIGHTS) == []
+    index.close()

@@ -135,5 +135,5 @@ def test_the_shipped_profiles_read_time_and_the_evaluation_channels_stay_pure():
     for profile in (LEXICAL_PROFILE, HYBRID_PROFILE):
         assert profile.config.reads_query_time
         assert profile.config.lexical.when_terms_weight == 0.5 and profile.config.valid_time.window_boost == 0.5
-    assert (LEXICAL_PROFILE.version, HYBRID_PROFILE.version) == ("6", "17")
+    assert (LEXICAL_PROFILE.version, HYBRID_PROFILE.version) == ("7", "18")
     assert SEMANTIC_ONLY.config.valid_time.window_boost == 0.0  # the channel's own order
