@@ -26,6 +26,7 @@ from .records import index_document, scope_key
 from .routing import NoLiveReplica
 from .search import CANDIDATE_CAP
 from .seed import HEADER as SEED_HEADER
+from .sweeper import PurgeSchedule
 
 __all__ = [
     "CANDIDATE_CAP",
@@ -42,6 +43,7 @@ __all__ = [
     "ExaminedBatch",
     "NoLiveReplica",
     "PreparedBatch",
+    "PurgeSchedule",
     "Submission",
     "WriterSpec",
     "examine",

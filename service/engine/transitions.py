@@ -33,9 +33,6 @@ from .sealing import record_shred, shred_digest, shred_entries
 
 logger = logging.getLogger("engram.keys")
 
-# Above this many live records in the scope, forget answers projection_invalidation
-# "pending" and leaves the index rewrite (which grows with the scope) to the sweeper.
-INLINE_PURGE_LIMIT = 50_000
 # With replicas sharing the store: how long a forget waits for every live replica to
 # purge its own indexes before it answers `pending` (finished as they catch up).
 PEER_PURGE_WAIT_S = 3.0
@@ -183,11 +180,12 @@ def forget(deps: Dependencies, ctx: CallContext, args: ForgetInput) -> dict[str,
     if was_replay:
         return result
     with after_commit():
-        if deps.store.live_more_than(ctx.scope, INLINE_PURGE_LIMIT):
-            # Logically gone at once (search re-checks the store, the projector drops it);
-            # the physical rewrite of a large scope's index runs in the background sweeper.
-            deps.sweeper.schedule(lambda: sweep_owed(deps))
+        if deps.store.live_more_than(ctx.scope, deps.purge.inline_records):
+            # Out of every search once caught up (deleted from the lexical index, hidden
+            # in the graph; search also re-checks the store); the rewrite of the scope's
+            # files, which grows with the scope, runs in the background sweeper.
             deps.projector.catch_up(ctx.scope)
+            deps.sweeper.schedule(lambda: sweep_owed(deps))
             return _finish(deps, ctx, args.idempotency_key, result)
         try:
             coverage = invalidate(deps, ctx.scope, [args.record_id], peers_wait_s=PEER_PURGE_WAIT_S)
