@@ -5,7 +5,7 @@ the forgets that came within it."""
 
 from __future__ import annotations
 
-from engine_support import accept, context, forget, open_engine, search_ids
+from engine_support import accept, context, forget, open_engine, search, search_ids
 
 from engram.service.engine import PurgeSchedule
 
@@ -68,5 +68,33 @@ def test_forgets_within_the_delay_share_one_background_rewrite(data_dir, backend
         assert engine.deps.store.pending_purges() == {}
         assert not _files_hold(data_dir, b"zentrabique") and not _files_hold(data_dir, b"vulmorphic")
         assert search_ids(engine, ctx, "gauge calibrated spring") == [keep]
+    finally:
+        engine.close()
+
+
+def test_pending_purge_hides_the_record_from_every_search_and_page(data_dir, backend) -> None:
+    engine = open_engine(data_dir, purge=PurgeSchedule(inline_records=0, delay_s=300))  # purge held off
+    try:
+        ctx = context()
+        ids = [accept(engine, ctx, f"The vole report {i} lists open incidents.") for i in range(12)]
+        for channels in ("lexical", "lexical_and_semantic"):
+            policy = {"minimum_channels": channels, "network": "forbid"}
+            first = search(engine, ctx, "vole report incidents", limit=4, capability_policy=policy)
+            seen = [p["record"]["record_id"] for p in first["records"]]
+            rest = [rid for rid in ids if rid not in seen]
+            gone = rest[0]
+            assert forget(engine, ctx, gone)["projection_invalidation"] == "pending"
+            ids.remove(gone)
+            later, cursor = [], first["next_page_cursor"]
+            while cursor:  # the pages pinned before the forget
+                page = search(
+                    engine, ctx, "vole report incidents", limit=4, page_cursor=cursor, capability_policy=policy
+                )
+                later += [p["record"]["record_id"] for p in page["records"]]
+                cursor = page.get("next_page_cursor")
+            assert gone not in later and sorted(later) == sorted(set(rest) - {gone})
+            fresh = search_ids(engine, ctx, f"vole report {gone}", limit=20, capability_policy=policy)
+            assert gone not in fresh and len(fresh) == len(ids)
+        assert len(engine.deps.store.pending_purges()[ctx.scope]) == 2  # still owed: nothing purged yet
     finally:
         engine.close()
