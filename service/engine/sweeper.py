@@ -15,7 +15,9 @@ purge completes in the same process once the fault goes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +26,8 @@ logger = logging.getLogger("engram.sweeper")
 
 RETRY_FIRST_S = 1.0
 RETRY_MAX_S = 30.0
+#: The sweeper thread's nice value (Linux sets it per thread).
+SWEEP_NICENESS = 10
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,11 @@ class Sweeper:
                 self._thread.start()
 
     def _run(self) -> None:
+        # A rewrite is CPU work nobody waits on: below the calls' threads, so that on a
+        # busy machine it slows down rather than the searches and admissions beside it
+        # (threads Tantivy and usearch start from this one inherit the priority).
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SWEEP_NICENESS)
         pause = RETRY_FIRST_S
         while not self._stopping.is_set():
             with self._lock:

@@ -181,10 +181,11 @@ def forget(deps: Dependencies, ctx: CallContext, args: ForgetInput) -> dict[str,
         return result
     with after_commit():
         if deps.store.live_more_than(ctx.scope, deps.purge.inline_records):
-            # Out of every search once caught up (deleted from the lexical index, hidden
-            # in the graph; search also re-checks the store); the rewrite of the scope's
-            # files, which grows with the scope, runs in the background sweeper.
-            deps.projector.catch_up(ctx.scope)
+            # Out of every search from the commit on: search re-checks each candidate
+            # against the store, and its catch-up (or the next admission's) deletes the
+            # record from the lexical index and hides it in the graph, which needs no
+            # wait here behind a catch-up embedding an admission. The rewrite of the
+            # scope's files, which grows with the scope, runs in the background sweeper.
             deps.sweeper.schedule(lambda: sweep_owed(deps))
             return _finish(deps, ctx, args.idempotency_key, result)
         try:
