@@ -186,8 +186,9 @@ def forget(deps: Dependencies, ctx: CallContext, args: ForgetInput) -> dict[str,
             # record from the lexical index and hides it in the graph, which needs no
             # wait here behind a catch-up embedding an admission. The rewrite of the
             # scope's files, which grows with the scope, runs in the background sweeper.
+            # The answer is the one reserved at the commit (`pending`): nothing to rewrite.
             deps.sweeper.schedule(lambda: sweep_owed(deps))
-            return _finish(deps, ctx, args.idempotency_key, result)
+            return result
         try:
             coverage = invalidate(deps, ctx.scope, [args.record_id], peers_wait_s=PEER_PURGE_WAIT_S)
         finally:
