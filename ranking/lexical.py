@@ -268,6 +268,11 @@ class LexicalIndex:
                         continue
                     writer.add_document(self._restore(stored))
             del searcher
+            # The copy's segments are written and merged here, without the lock; what
+            # the lock then covers is a commit of the applies made meanwhile.
+            writer.commit()
+            writer.wait_merging_threads()
+            writer = fresh.writer(WRITER_HEAP_BYTES, 1)
             with entry.lock:
                 changes, entry.changes = entry.changes, None
                 if entry.closed or changes is None:

@@ -444,6 +444,7 @@ class SemanticIndex:
             live = state.labels.live_labels()
             count = source.count
         index, rows, generation = self._fresh(scope_key, state, live, source.read, count)
+        rows.sync()  # hashed here, without the lock: the save re-hashes only what changes below
         with state.changing:
             with state.lock.write():
                 if self._scopes.get(scope_key) is not state or state.rows is not source:
