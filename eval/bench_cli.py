@@ -131,6 +131,13 @@ def bench(
     soak_window: Annotated[
         float, typer.Option("--soak-window", min=1, help="Seconds per latency window of the soak.")
     ] = 300.0,
+    soak_forgets: Annotated[
+        bool,
+        typer.Option(
+            "--soak-forgets/--no-soak-forgets",
+            help="Whether the soak's clients forget; without, the same mix less its forgets (what forgets cost).",
+        ),
+    ] = True,
     database_url: Annotated[
         str | None,
         typer.Option(
@@ -186,6 +193,7 @@ def bench(
                 scratch,
                 seconds=soak,
                 window_s=soak_window,
+                forgets=soak_forgets,
                 clients=clients,
                 batch_size=batch_size,
                 progress=progress,

@@ -77,8 +77,18 @@ class Tally:
 class SoakClients:
     """The hosts: one context each, the server's host secret to sign confirmations."""
 
-    def __init__(self, server: ServedDirectory, *, clients: int, texts: list[str], known: list[str], model: bool):
+    def __init__(
+        self,
+        server: ServedDirectory,
+        *,
+        clients: int,
+        texts: list[str],
+        known: list[str],
+        model: bool,
+        forgets: bool = True,
+    ):
         self.server, self.clients, self.texts, self.known = server, clients, texts, known
+        self.forgets = forgets  # False: the cycle's forget step does nothing (the mix without forgets)
         self.minimum = "lexical_and_semantic" if model else "lexical"
         self.run = uuid.uuid4().hex[:10]
         self.tally = Tally()
@@ -139,7 +149,7 @@ class SoakClients:
                 outcome, decided = await self.call(http, token, REQUEST_ADMISSION, args, "request_admission", t0)
                 if decided is not None and decided["outcome"]["status"] == "accepted":
                     mine.append(decided["outcome"]["record_id"])
-            elif mine:  # forget the oldest record this client admitted, with a human's approval
+            elif mine and self.forgets:  # forget the oldest record this client admitted, with a human's approval
                 record_id = mine.pop(0)
                 args = {"record_id": record_id, "idempotency_key": f"soak-fgt-{uuid.uuid4().hex}", "reason_ref": "r"}
                 approved = int(time.time() * 1000)
@@ -251,9 +261,11 @@ def run_soak(
     batch_size: int | None = None,
     progress: bool = False,
     say: Callable[[str], None] = print,
+    forgets: bool = True,
 ) -> dict[str, Any]:
     """Ingest ``size`` records, serve them, drive the mixed load for ``seconds``; write
-    OUT/soak.json and OUT/soak.md and return the figures."""
+    OUT/soak.json and OUT/soak.md and return the figures. ``forgets`` False: the same
+    mix with its forget step left out (what forgets cost the other calls)."""
     from engram.index_data.records import record_id_for
     from engram.ranking import MiniLMEncoder
 
@@ -284,6 +296,7 @@ def run_soak(
         "window_s": window_s,
         "clients": clients,
         "cycle": list(CYCLE),
+        "forgets": forgets,
         "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
         "ingest_records_per_s": ingested.get("ingest_records_per_s"),
         "server": "engram " + " ".join(server.command[3:]),
@@ -299,7 +312,7 @@ def run_soak(
             samples.append({"at_s": round(elapsed, 1), **server.memory(), "open_files": server.open_files()})
 
         sample(0.0)
-        soak = SoakClients(server, clients=clients, texts=texts, known=known, model=model)
+        soak = SoakClients(server, clients=clients, texts=texts, known=known, model=model, forgets=forgets)
         say(f"[soak] {clients} clients for {seconds:.0f} s on {size} records ({result['server']})")
         wall = asyncio.run(soak.drive(seconds, sample, min(window_s, 30.0)))
         sample(wall)

@@ -53,6 +53,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import os
 import shutil
 import threading
 from collections import Counter, OrderedDict
@@ -67,7 +68,7 @@ from engram.ranking import record_words
 from engram.ranking.documents import IndexDocument
 from engram.ranking.profiles import FieldWeights, LexicalConfig
 from engram.ranking.query_time import WHEN_WORDS
-from engram.ranking.storage import atomic_write_json, read_json
+from engram.ranking.storage import atomic_write_json, read_json, sync_directory
 
 logger = logging.getLogger("engram.ranking")
 
@@ -81,6 +82,10 @@ INDEX_DIR = "index-v4"
 #: Per-scope index directories of earlier layouts: ``index`` had no id columns,
 #: ``index-v2`` no speaker field, ``index-v3`` no word positions.
 LEGACY_INDEX_DIRS = ("index", "index-v2", "index-v3")
+#: Beside a scope's index while a purge runs: the fresh copy it writes, then the index it
+#: replaced (deleted once the copy is in place).
+FRESH_DIR = f"{INDEX_DIR}.fresh"
+RETIRED_DIR = f"{INDEX_DIR}.retired"
 ID_COLUMNS = tuple(f"rid{i}" for i in range(record_words.WORDS))
 
 
@@ -152,7 +157,7 @@ class _Scope:
     entry must look the scope up again.
     """
 
-    __slots__ = ("key", "directory", "index", "writer", "cursor", "closed", "lock")
+    __slots__ = ("key", "directory", "index", "writer", "cursor", "closed", "lock", "changes")
 
     def __init__(self, key: str, directory: Path, index: tantivy.Index | None, cursor: int) -> None:
         self.key = key
@@ -162,6 +167,9 @@ class _Scope:
         self.cursor = cursor
         self.closed = False
         self.lock = threading.Lock()
+        # While a purge copies the index: each apply's (upserts, replaced record ids),
+        # in order, for the purge to replay into its copy before swapping it in.
+        self.changes: list[tuple[list[IndexDocument], list[str]]] | None = None
 
 
 class LexicalIndex:
@@ -185,6 +193,7 @@ class LexicalIndex:
         self._writers_lock = threading.Lock()
         path.mkdir(parents=True, exist_ok=True)
         self._drop_legacy_layout()
+        self._recover()
 
     # -- projection -------------------------------------------------------------------
 
@@ -240,39 +249,80 @@ class LexicalIndex:
                     writer.rollback()
                     raise
                 entry.index.reload()
+                if entry.changes is not None:
+                    entry.changes.append((list(upserts), replaced))
             self._advance(entry, through_cursor)
 
-    def purge(self, scope_key: str, record_ids: Sequence[str]) -> None:
-        """Rewrite the scope's index without ``record_ids`` so none of their bytes remain."""
+    def purge(self, scope_key: str, record_ids: Sequence[str]) -> bool:
+        """Rewrite the scope's index without ``record_ids`` so none of their bytes remain.
+
+        The scope stays writable and searchable meanwhile: its live documents are copied
+        from a searcher's snapshot into a fresh index beside the current one, without the
+        scope's lock; only the end holds it, to replay the applies made in between, commit,
+        and swap the fresh index in (see :meth:`_swap`). Returns False, having changed
+        nothing, when the scope was closed meanwhile (evicted, dropped, reset): try again.
+        """
         purged = set(record_ids)
         if not purged:
-            return
+            return True
         with self._locked(scope_key, create=False) as entry:
             if entry is None or entry.index is None:
-                return
-            index = entry.index
-            writer = self._live_writer(entry)
-            index.reload()
-            searcher = index.searcher()
-            try:
-                writer.delete_all_documents()
-                if searcher.num_docs:
-                    hits = searcher.search(tantivy.Query.all_query(), limit=searcher.num_docs, count=False).hits
-                    for _, address in hits:
-                        stored = searcher.doc(address)
-                        if stored["scope"][0] != scope_key or stored["record_id"][0] in purged:
-                            continue
-                        writer.add_document(self._restore(stored))
-                writer.commit()
-            except Exception:
-                writer.rollback()
-                raise
+                return True
+            entry.index.reload()
+            searcher = entry.index.searcher()
+            entry.changes = []  # what applies change from now on, replayed into the copy
+        fresh_dir = entry.directory / FRESH_DIR
+        shutil.rmtree(fresh_dir, ignore_errors=True)
+        fresh = self._open_index(fresh_dir, create=True)
+        assert fresh is not None
+        writer = fresh.writer(WRITER_HEAP_BYTES, 1)
+        try:
+            if searcher.num_docs:
+                hits = searcher.search(tantivy.Query.all_query(), limit=searcher.num_docs, count=False).hits
+                for _, address in hits:
+                    stored = searcher.doc(address)
+                    if stored["scope"][0] != scope_key or stored["record_id"][0] in purged:
+                        continue
+                    writer.add_document(self._restore(stored))
             del searcher
-            # Closing the writer finishes merges and releases old segment files, which
-            # the fresh writer's garbage collection then deletes.
-            self._close_writer(entry)
-            self._live_writer(entry)
-            index.reload()
+            # The copy's segments are written and merged here, without the lock; what
+            # the lock then covers is a commit of the applies made meanwhile.
+            writer.commit()
+            writer.wait_merging_threads()
+            writer = fresh.writer(WRITER_HEAP_BYTES, 1)
+            with entry.lock:
+                changes, entry.changes = entry.changes, None
+                if entry.closed or changes is None:
+                    return False
+                for upserts, replaced in changes:
+                    if replaced:
+                        writer.delete_documents_by_query(self._records_query(scope_key, replaced))
+                    for doc in self._documents(upserts):
+                        writer.add_document(doc)
+                writer.commit()
+                writer.wait_merging_threads()
+                self._swap(entry, fresh_dir)
+        except BaseException:
+            with entry.lock:
+                entry.changes = None
+            raise
+        finally:
+            del writer
+            shutil.rmtree(fresh_dir, ignore_errors=True)
+            shutil.rmtree(entry.directory / RETIRED_DIR, ignore_errors=True)
+        return True
+
+    def _swap(self, entry: _Scope, fresh_dir: Path) -> None:
+        """Put the committed index in ``fresh_dir`` in place of the entry's (caller holds
+        ``entry.lock``). Two renames, then a sync of the scope's directory: a crash between
+        them leaves no current index but a complete fresh one, which :meth:`_recover`
+        puts in place on the next open."""
+        self._close_writer(entry)
+        current = entry.directory / INDEX_DIR
+        os.rename(current, entry.directory / RETIRED_DIR)
+        os.rename(fresh_dir, current)
+        sync_directory(entry.directory)
+        entry.index = self._open_index(current, create=False)
 
     def reset(self) -> None:
         """Delete every scope's index and cursor (for a projection rebuild)."""
@@ -639,6 +689,22 @@ class LexicalIndex:
                 "when its scope is next caught up (a server does it during warm-up, before /readyz answers 200)",
                 dropped,
             )
+
+    def _recover(self) -> None:
+        """Finish or undo purges a crash interrupted, before any scope opens: a fresh copy
+        whose swap was cut between its two renames (no current index) is put in place;
+        any other copy, and every index a swap retired, is deleted (they may hold bytes
+        of the records being purged, whose purge is still owed and runs again)."""
+        for fresh in self._root.glob(f"*/{FRESH_DIR}"):
+            current = fresh.parent / INDEX_DIR
+            if not (current / "meta.json").is_file() and (fresh.parent / RETIRED_DIR).is_dir():
+                shutil.rmtree(current, ignore_errors=True)
+                os.rename(fresh, current)
+                sync_directory(fresh.parent)
+            else:
+                shutil.rmtree(fresh)
+        for retired in self._root.glob(f"*/{RETIRED_DIR}"):
+            shutil.rmtree(retired)
 
     # -- internals --------------------------------------------------------------------
 

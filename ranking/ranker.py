@@ -149,6 +149,7 @@ class Ranker:
         # An apply's lexical channel runs here beside its semantic channel.
         self._apply_pool = ThreadPoolExecutor(1, thread_name_prefix="engram-apply")
         self._lifecycle = threading.Lock()
+        self._purges: dict[str, threading.Lock] = {}  # one per scope: its purges take turns
         #: Called with (stage, seconds) after each search stage: lexical, semantic
         #: (query encoding included), fusion. Set by the engine's owner (metrics).
         self.observe_latency: Callable[[str, float], None] | None = None
@@ -227,15 +228,21 @@ class Ranker:
 
     def purge(self, scope_key: str, record_ids: Sequence[str]) -> bool:
         """Physically remove already-removed records from both channels' files (a scope
-        this process keeps nothing of has nothing to purge, and gets no files)."""
+        this process keeps nothing of has nothing to purge, and gets no files). Each
+        channel rewrites its files beside the scope's searches and applies, and swaps
+        the rewrite in; one purge of a scope runs at a time. False: not done (a fault,
+        or the scope closed meanwhile), to be tried again."""
         if not record_ids or not self.holds(scope_key):
             return True
-        try:
-            self._lexical.purge(scope_key, record_ids)
-            self._semantic.purge(scope_key, record_ids)
-        except (CorruptIndex, OSError, RuntimeError, ValueError):
-            return False
-        return True
+        with self._purge_lock(scope_key):
+            try:
+                return self._lexical.purge(scope_key, record_ids) and self._semantic.purge(scope_key, record_ids)
+            except (CorruptIndex, OSError, RuntimeError, ValueError):
+                return False
+
+    def _purge_lock(self, scope_key: str) -> threading.Lock:
+        with self._lifecycle:
+            return self._purges.setdefault(scope_key, threading.Lock())
 
     def reset(self) -> None:
         """Drop every index file and cursor (before a rebuild from the journal)."""

@@ -432,15 +432,53 @@ class SemanticIndex:
         self._checkpointer.stop()
         self.checkpoint()
 
-    def purge(self, scope_key: str, record_ids: Sequence[str]) -> None:
-        """Rebuild the scope's index from live vectors only and save it (with anything
-        else unsaved) before returning, so hidden ones leave the disk."""
+    def purge(self, scope_key: str, record_ids: Sequence[str]) -> bool:
+        """Rebuild the scope's graph and rows from live vectors only and save them before
+        returning, so hidden ones leave the disk.
+
+        The scope stays searchable and writable meanwhile: the fresh graph and rows are
+        built from the live labels of a moment, without the scope's lock; only the end
+        holds it alone, to bring them up to the labels applies added or hid in between
+        and swap them in, and the save then runs beside searches, as a checkpoint does.
+        Returns False, having changed nothing, when the scope was reset, dropped or given
+        its first rows meanwhile: try again."""
         state = self._scope(scope_key)
         with state.changing, state.lock.write():
             for record_id in record_ids:
                 self._hide(state, record_id)
-            self._rebuild(scope_key, state, state.read)
-            self._save(scope_key, state)
+            if state.rows is None:  # no vector was ever written: nothing to rebuild
+                self._save(scope_key, state)
+                return True
+            source: VectorRows = state.rows
+            live = state.labels.live_labels()
+            count = source.count
+        index, rows, generation = self._fresh(scope_key, state, live, source.read, count)
+        rows.sync()  # hashed here, without the lock: the save re-hashes only what changes below
+        with state.changing:
+            with state.lock.write():
+                if self._scopes.get(scope_key) is not state or state.rows is not source:
+                    rows.close()
+                    rows.path.unlink(missing_ok=True)
+                    return False
+                now = state.labels.live_labels()
+                hidden = np.setdiff1d(live, now, assume_unique=True)
+                if len(hidden):  # hidden while the copy was made: out of both
+                    index.remove(_keys(hidden))
+                    for label in hidden.tolist():
+                        rows.write(label, np.zeros((1, rows.dim), np.float32))
+                added = np.setdiff1d(now, live, assume_unique=True)
+                if len(added):  # applied while the copy was made: into both
+                    vectors = source.read(added)
+                    for label, vector in zip(added.tolist(), vectors):
+                        rows.write(label, vector[None, :])
+                    index.add(_keys(added), _codes(vectors, index))
+                rows.extend_to(state.labels.next_label)
+                source.close()
+                state.index, state.rows, state.rows_generation = index, rows, generation
+                state.unsaved += 1
+            with state.lock.read():
+                self._save(scope_key, state)
+        return True
 
     def reset(self) -> None:
         self._checkpointer.discard()
@@ -705,17 +743,34 @@ class SemanticIndex:
 
     def _rebuild(self, scope_key: str, state: _ScopeVectors, stored: Callable[[np.ndarray], np.ndarray]) -> None:
         """Replace the scope's graph and rows by fresh ones built with the configured
-        parameters from the live labels' vectors (``stored`` reads them, a chunk at a
-        time): a new rows generation holding live rows only, so that vectors of hidden
-        labels are gone from both (caller holds ``state.lock`` or owns ``state``)."""
-        live = state.labels.live_labels()
+        parameters from the live labels' vectors (caller holds ``state.lock`` or owns
+        ``state``)."""
+        count = state.rows.count if state.rows is not None else 0
+        fresh = self._fresh(scope_key, state, state.labels.live_labels(), stored, count)
+        fresh[1].extend_to(state.labels.next_label)
+        if state.rows is not None:
+            state.rows.close()
+        state.index, state.rows, state.rows_generation = fresh
+
+    def _fresh(
+        self,
+        scope_key: str,
+        state: _ScopeVectors,
+        live: np.ndarray,
+        stored: Callable[[np.ndarray], np.ndarray],
+        count: int,
+    ) -> tuple[Index, VectorRows, int]:
+        """A graph built with the configured parameters from the vectors of ``live``
+        (``stored`` reads them, a chunk at a time), and a new rows generation holding
+        their rows only (of the first ``count`` rows, every other row zero), so that
+        vectors of hidden labels are in neither. Changes nothing of ``state``."""
         dim = state.rows.dim if state.rows is not None else state.index.ndim
         fresh = _new_index(dim, self._graph)
         generation = state.rows_generation + 1
         path = self._rows_path(scope_key, generation, self._graph.storage.value)
         dtype = _ROW_TYPES[self._graph.storage]
         if state.rows is not None and state.rows.dtype == dtype:
-            rows = state.rows.rewritten(path, live)  # live rows only, every other row zero
+            rows = state.rows.rewritten(path, live, count)  # live rows only, every other row zero
         else:  # from an earlier release's index: its live vectors, every other row zero
             rows = VectorRows.create(path, dim, dtype)
             for start in range(0, len(live), LOAD_CHUNK):
@@ -724,14 +779,11 @@ class SemanticIndex:
                 span = np.zeros((int(chunk[-1]) - first + 1, dim), np.float32)
                 span[chunk - first] = stored(chunk)
                 rows.write(first, span)
-        rows.extend_to(state.labels.next_label)
-        rows.sync()
+        rows.extend_to(int(live[-1]) + 1 if len(live) else 0)
         for start in range(0, len(live), LOAD_CHUNK):
             chunk = live[start : start + LOAD_CHUNK]
             fresh.add(_keys(chunk), _codes(rows.read(chunk), fresh))
-        if state.rows is not None:
-            state.rows.close()
-        state.index, state.rows, state.rows_generation = fresh, rows, generation
+        return fresh, rows, generation
 
     def _hide(self, state: _ScopeVectors, record_id: str) -> bool:
         """Hide the record's passages; False when the scope did not hold it."""

@@ -30,6 +30,15 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
         raise
 
 
+def sync_directory(directory: Path) -> None:
+    """Make the renames and new names inside ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def atomic_write_json(path: Path, value: Any) -> None:
     data = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
     atomic_write(path, lambda tmp: tmp.write_bytes(data))

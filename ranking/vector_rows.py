@@ -83,21 +83,23 @@ class VectorRows:
             raise
         return rows
 
-    def rewritten(self, path: Path, live: np.ndarray) -> VectorRows:
-        """A new file at ``path`` with the same row count, holding the rows of the
+    def rewritten(self, path: Path, live: np.ndarray, count: int | None = None) -> VectorRows:
+        """A new file at ``path`` with the same row count (or the first ``count`` rows:
+        a copy taken while rows are appended past them), holding the rows of the
         ``live`` labels (ascending) and zeros everywhere else (written through a
         temporary file; its hashes are computed by the next :meth:`sync`)."""
+        upto = self.count if count is None else count
 
         def write(tmp: Path) -> None:
             with open(tmp, "wb") as out:
-                for first, block in self.chunks():
+                for first, block in self.chunks(upto=upto):
                     keep = live[np.searchsorted(live, first) : np.searchsorted(live, first + len(block))] - first
                     cleared = np.zeros_like(block)
                     cleared[keep] = block[keep]
                     out.write(cleared.tobytes())
 
         atomic_write(path, write)
-        fresh = VectorRows(path, self.dim, self.dtype, self.count, [])
+        fresh = VectorRows(path, self.dim, self.dtype, upto, [])
         fresh._hashed = 0
         return fresh
 
@@ -134,10 +136,12 @@ class VectorRows:
             self._mapped = mapped  # an earlier map is unmapped once no read holds it
         return mapped
 
-    def chunks(self, rows: int = READ_ROWS) -> Iterator[tuple[int, np.ndarray]]:
-        """(first label, rows in the stored type) over the whole file, in order."""
-        for first in range(0, self.count, rows):
-            n = min(rows, self.count - first)
+    def chunks(self, rows: int = READ_ROWS, upto: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+        """(first label, rows in the stored type) over the whole file (or its first
+        ``upto`` rows), in order."""
+        end = self.count if upto is None else upto
+        for first in range(0, end, rows):
+            n = min(rows, end - first)
             data = os.pread(self._fd, n * self.row_bytes, first * self.row_bytes)
             if len(data) != n * self.row_bytes:
                 raise ValueError("vector rows file is shorter than its row count")

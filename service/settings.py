@@ -208,6 +208,21 @@ class Settings(BaseSettings):
         description="Directories of `engram eval` / `engram bench` output the console plots (searched for "
         "bench.json and metrics files).",
     )
+    inline_purge_records: int = Field(
+        2_000,
+        ge=0,
+        description="A forget in a scope of at most this many live records rewrites the scope's index files "
+        "before it answers (projection_invalidation complete); in a larger scope it answers once the record "
+        "is out of every search (pending), and the background purge rewrites them.",
+    )
+    purge_delay_s: float = Field(
+        5.0,
+        ge=0,
+        le=300,
+        description="How long the background purge waits after a forget answered pending, so that forgets "
+        "within that time share one rewrite: a forgotten record's bytes leave this replica's files within "
+        "this delay plus one rewrite of its scope.",
+    )
     log_level: LogLevel = Field(LogLevel.INFO, description="Log threshold of engram.* and the HTTP server.")
     log_format: LogFormat = Field(LogFormat.TEXT, description="Log lines as text or as one JSON object each.")
 

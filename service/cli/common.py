@@ -89,7 +89,7 @@ def open_engine(
     """The engine the settings describe (data directory, store, keys, model, replica
     group); a database this release cannot read exits 2 with the reason."""
     from engram.ranking import DeviceUnavailable
-    from engram.service.engine import Engine
+    from engram.service.engine import Engine, PurgeSchedule
     from engram.service.settings import advertised_url
     from engram.service.store import SchemaTooNew
 
@@ -107,6 +107,7 @@ def open_engine(
             advertise_url=advertised_url(settings) if serve_replica else None,
             seed_vectors=seed_vectors,
             model_cache=settings.model_cache_dir,
+            purge=PurgeSchedule(settings.inline_purge_records, settings.purge_delay_s),
         )
     except (SchemaTooNew, DeviceUnavailable) as exc:
         echo_error(f"engram: {exc}")

@@ -27,6 +27,7 @@ from .records import index_document, scope_key
 from .routing import NoLiveReplica
 from .search import CANDIDATE_CAP
 from .seed import HEADER as SEED_HEADER
+from .sweeper import PurgeSchedule
 
 __all__ = [
     "CANDIDATE_CAP",
@@ -44,6 +45,7 @@ __all__ = [
     "ExaminedBatch",
     "NoLiveReplica",
     "PreparedBatch",
+    "PurgeSchedule",
     "Submission",
     "WriterSpec",
     "claim_data_dir",

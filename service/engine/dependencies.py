@@ -14,7 +14,7 @@ from .policy import Policies
 from .projector import Projector
 from .replica import Replica
 from .sealing import BodyVault
-from .sweeper import Sweeper
+from .sweeper import PurgeSchedule, Sweeper
 
 if TYPE_CHECKING:
     from .routing import Routing
@@ -23,8 +23,9 @@ if TYPE_CHECKING:
 @dataclass
 class Dependencies:
     """What every operation works with (the store, the key vault, the ranker and its
-    projector, the policies, the paging snapshots, the purge sweeper, and on a shared
-    store this replica and its routing), built once by ``Engine.open``."""
+    projector, the policies, the paging snapshots, when forgets purge and the purge
+    sweeper, and on a shared store this replica and its routing), built once by
+    ``Engine.open``."""
 
     data_dir: Path
     store: Store
@@ -33,6 +34,7 @@ class Dependencies:
     projector: Projector
     policies: Policies
     snapshots: SnapshotCache
+    purge: PurgeSchedule = field(default_factory=PurgeSchedule)
     sweeper: Sweeper = field(default_factory=Sweeper)
     replica: Replica | None = None  # set when the store is shared by several replicas
     routing: Routing | None = None  # set with `replica`: this replica's group and the scope routes

@@ -56,6 +56,7 @@ from .replica import Replica, replica_id_for
 from .sealing import SHARED_RETIRE_GRACE_S, BodyVault, KeyRing, copy_key_dir, shred_entries
 from .seed import SeedTally, SeedVectors, write_seed
 from .stats import ScopeStats, scope_stats
+from .sweeper import DEFAULT_PURGE, PurgeSchedule, Sweeper
 
 Operation = Callable[[Dependencies, CallContext, Any], dict[str, Any]]
 
@@ -111,6 +112,7 @@ class Engine:
         advertise_url: str | None = None,
         seed_vectors: Path | None = None,
         model_cache: Path | None = None,
+        purge: PurgeSchedule = DEFAULT_PURGE,
     ) -> Engine:
         """Open (or create) the data directory, then load the model and let every
         projection catch up with the journal (in a thread when `background`).
@@ -127,7 +129,9 @@ class Engine:
         ``seed_vectors``: a directory `engram admin export-vectors` wrote on a peer; the
         warm-up takes the vectors of records that match it instead of embedding them
         (see :mod:`.seed`). ``model_cache``: where the ONNX export is made once and
-        shared (default: ``data_dir/models``)."""
+        shared (default: ``data_dir/models``).
+        ``purge``: which forgets purge before they answer, and how
+        long the background purge waits for more (see :mod:`.sweeper`)."""
         if encoder is None and load_model and Device(device) not in (Device.AUTO, Device.CPU):
             resolve_device(device)  # a named device this machine lacks fails here, before anything opens
         data_dir = Path(data_dir)
@@ -157,6 +161,8 @@ class Engine:
             projector=Projector(store, vault, ranker, projects=routing.projects if routing is not None else None),
             policies=Policies(data_dir),
             snapshots=SnapshotCache(shared),
+            purge=purge,
+            sweeper=Sweeper(purge.delay_s),
             replica=Replica(shared, replica_id, group, advertise_url) if shared is not None else None,
             routing=routing,
         )

@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from engram.models.digests import DigestKind, digest
 from engram.models.errors import EngramError
 from engram.models.scope import Scope
+from engram.ranking.storage import sync_directory
 from engram.service.store import compact
 from engram.service.store.base import Store
 
@@ -85,7 +86,7 @@ class KeyRing:
             handle.flush()
             os.fsync(handle.fileno())
         os.rename(partial, path)
-        _fsync_dir(self.key_dir)
+        sync_directory(self.key_dir)
 
     @property
     def active_id(self) -> str:
@@ -189,7 +190,7 @@ class KeyRing:
                 for old in [k for k in self._keks if k not in needed]:
                     (self.key_dir / f"{old}.key").unlink(missing_ok=True)
                     del self._keks[old]
-            _fsync_dir(self.key_dir)
+            sync_directory(self.key_dir)
         return rewrapped
 
 
@@ -267,15 +268,7 @@ def copy_key_dir(source: Path, dest: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-    _fsync_dir(dest)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    sync_directory(dest)
 
 
 def new_data_key() -> tuple[str, bytes]:

@@ -33,9 +33,6 @@ from .sealing import record_shred, shred_digest, shred_entries
 
 logger = logging.getLogger("engram.keys")
 
-# Above this many live records in the scope, forget answers projection_invalidation
-# "pending" and leaves the index rewrite (which grows with the scope) to the sweeper.
-INLINE_PURGE_LIMIT = 50_000
 # With replicas sharing the store: how long a forget waits for every live replica to
 # purge its own indexes before it answers `pending` (finished as they catch up).
 PEER_PURGE_WAIT_S = 3.0
@@ -180,12 +177,15 @@ def forget(deps: Dependencies, ctx: CallContext, args: ForgetInput) -> dict[str,
     if was_replay:
         return result
     with after_commit():
-        if deps.store.live_more_than(ctx.scope, INLINE_PURGE_LIMIT):
-            # Logically gone at once (search re-checks the store, the projector drops it);
-            # the physical rewrite of a large scope's index runs in the background sweeper.
+        if deps.store.live_more_than(ctx.scope, deps.purge.inline_records):
+            # Out of every search from the commit on: search re-checks each candidate
+            # against the store, and its catch-up (or the next admission's) deletes the
+            # record from the lexical index and hides it in the graph, which needs no
+            # wait here behind a catch-up embedding an admission. The rewrite of the
+            # scope's files, which grows with the scope, runs in the background sweeper.
+            # The answer is the one reserved at the commit (`pending`): nothing to rewrite.
             deps.sweeper.schedule(lambda: sweep_owed(deps))
-            deps.projector.catch_up(ctx.scope)
-            return _finish(deps, ctx, args.idempotency_key, result)
+            return result
         try:
             coverage = invalidate(deps, ctx.scope, [args.record_id], peers_wait_s=PEER_PURGE_WAIT_S)
         finally:

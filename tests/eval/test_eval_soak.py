@@ -32,6 +32,23 @@ def test_tiny_soak_run(tmp_path: Path, encoder) -> None:
     assert "errors that are not retriable codes: **0**" in report and "p99 per window" in report
 
 
+def test_soak_without_forgets_runs_the_same_mix_less_its_forgets(tmp_path: Path, encoder) -> None:
+    result = run_soak(
+        200,
+        tmp_path / "out",
+        tmp_path / "work",
+        seconds=4,
+        window_s=4,
+        clients=2,
+        encoder=encoder,
+        say=lambda _m: None,
+        forgets=False,
+    )
+    assert result["forgets"] is False and result["errors"] == 0, result
+    assert set(result["by_operation"]) == set(OPERATIONS) - {"search_hybrid", "forget"}, result["by_operation"]
+    assert result["verified"]["forgotten"] == 0 and result["verified"]["admitted_current"] > 0
+
+
 def test_windows_count_errors_apart_from_retriable_answers() -> None:
     calls = [
         Call(0.5, "get", 0.010, "ok"),
