@@ -109,8 +109,8 @@ def _router(engine: EngineLike, mcp_app: Any, settings: Settings, host_secret: b
     return ScopeRouter(
         DuplicateKeyMarker(mcp_app),
         secret=host_secret,
-        destination=engine.route_destination,
-        replica_id=engine.replica_id,
+        destination=engine.route_destination,  # type: ignore[attr-defined]  # a routed engine has it
+        replica_id=engine.replica_id,  # type: ignore[attr-defined]
         deadline_ms=settings.deadline_ms,
         approval_ttl_s=settings.approval_ttl_s,
         audit=audit,
