@@ -38,7 +38,10 @@ citations' source references, and ``speaker``, the name a transcript line opens 
 naming a person can favour what that person said. Each field keeps its words' positions,
 so that each pair of adjacent query words can also be looked up as a phrase
 (:meth:`LexicalIndex.query_pairs`): a record holding the query's words together ranks
-above one holding them far apart.
+above one holding them far apart. In a question the function words weigh less than the
+content words, and a record holding every content word gets a conjunctive clause as a
+boost (:meth:`LexicalIndex.query_content`): it ranks above one holding a single word
+many times.
 
 Layout changes: earlier versions kept one shared index directly under the lexical root
 and cursors in ``lexical_cursors.json`` beside it, later a per-scope ``index/`` with no
