@@ -6,7 +6,9 @@ questions without dates or numbers. ``engram eval`` reports it as an anchor
 (``raw_fts5``) beside raw BM25, so every collection says whether the lexical channel and
 hybrid beat it, query by query.
 
-The peer's scheme, as its search code builds it (rules re-expressed here, no code taken):
+The peer's scheme, as its search code builds it (basicmachines-co/basic-memory, main branch
+of 2026-08: ``sqlite_search_repository.py``, ``search_query.py``; rules re-expressed here,
+no code taken):
 
 - One FTS5 table, ``tokenize='unicode61 tokenchars 0x2F'`` (case folded, diacritics
   removed, ``/`` inside a token, no stemming), ``prefix='1,2,3,4'``; a document is a note

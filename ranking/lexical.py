@@ -38,7 +38,10 @@ citations' source references, and ``speaker``, the name a transcript line opens 
 naming a person can favour what that person said. Each field keeps its words' positions,
 so that each pair of adjacent query words can also be looked up as a phrase
 (:meth:`LexicalIndex.query_pairs`): a record holding the query's words together ranks
-above one holding them far apart.
+above one holding them far apart. In a question the function words weigh less than the
+content words, and a record holding every content word gets a conjunctive clause as a
+boost (:meth:`LexicalIndex.query_content`): it ranks above one holding a single word
+many times.
 
 Layout changes: earlier versions kept one shared index directly under the lexical root
 and cursors in ``lexical_cursors.json`` beside it, later a per-scope ``index/`` with no
@@ -363,10 +366,12 @@ class LexicalIndex:
         """Each distinct query term (stemmed as documents are) and its weight.
 
         A short query (at most ``config.long_query_tokens`` tokens) is a question or a
-        keyword list: every distinct term weighs 1, stop words included, exactly as plain
-        BM25 over the text ranks it. In short records (conversation turns, notes) a
-        function word still tells records apart, and dropping it lost to plain BM25 on
-        every conversation. A longer query is a description: its stop words are noise
+        keyword list: every distinct term counts once, its content words at 1 and its
+        function words (``config.question_stopwords``) at ``config.question_stopword_weight``
+        (all at 1 when nothing else is left). In short records (conversation turns, notes)
+        a function word still tells records apart, so it is weighed down, not dropped:
+        dropping it lost on ADI and NPL, while at full weight "what", "did" and "the"
+        together outweigh a rare content word. A longer query is a description: its stop words are noise
         that repetition would amplify, so they are dropped (unless nothing else is left),
         and a content word said n times weighs ``n ** long_query_count_power``, since a
         description repeats what it is about.

@@ -70,7 +70,7 @@ class LexicalConfig:
     # digests) costs time in proportion to this depth.
     cap: int = 200
     # A query of at most this many analysed tokens is a question: each distinct term
-    # counts once, stop words included, as plain BM25 ranks it. A longer one is a
+    # counts once (its function words at question_stopword_weight). A longer one is a
     # description: stop words are dropped and a content word said n times weighs
     # n ** long_query_count_power (see LexicalIndex.query_terms).
     long_query_tokens: int = 24
