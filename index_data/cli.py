@@ -95,7 +95,7 @@ def ingest(
     import itertools
 
     from engram.index_data.readers import CorpusInvalid
-    from engram.service.cli.common import DataDirUse, command_settings
+    from engram.service.cli import DataDirUse, command_settings
     from engram.service.engine import Engine
     from engram.service.store import SchemaTooNew, StoreUnavailable
 

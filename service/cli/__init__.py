@@ -27,9 +27,9 @@ from . import admin  # noqa: F401
 # isort: on
 from . import apps, common
 from .apps import app
-from .common import run_operator_command
+from .common import DataDirUse, command_settings, run_operator_command
 
-__all__ = ["app", "main", "run_operator_command"]
+__all__ = ["DataDirUse", "app", "command_settings", "main", "run_operator_command"]
 
 
 def _register_plugins(parent: typer.Typer, group: str) -> None:

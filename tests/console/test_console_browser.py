@@ -22,6 +22,7 @@ pytest.importorskip("playwright", reason="playwright is not installed (the test 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     data = tmp_path_factory.mktemp("console") / "data"
+    data.mkdir()
     enabled = engram("admin", "tenant", "enable", "acme", "-d", str(data))
     assert enabled.returncode == 0, enabled.stderr
     # Reports the repository keeps: one collection's evaluation, one capacity run.

@@ -13,6 +13,7 @@ pytest.importorskip("playwright", reason="playwright is not installed (the test 
 @pytest.fixture(scope="module")
 def replicas(tmp_path_factory, postgres_cluster):
     root = tmp_path_factory.mktemp("console-pg")
+    (root / "a").mkdir()
     shared = ("--database-url", postgres_cluster.create_database(), "--key-dir", str(root / "keys"))
     enabled = engram("admin", *shared, "tenant", "enable", "acme", "-d", str(root / "a"))
     assert enabled.returncode == 0, enabled.stderr
