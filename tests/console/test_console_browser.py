@@ -17,6 +17,8 @@ import pytest
 from console_support import API, PAGES, ROOT, Served, Tab, artefacts, engram, scripted_history
 
 pytest.importorskip("playwright", reason="playwright is not installed (the test extra)")
+# One served console and one browser for the module, on one worker.
+pytestmark = pytest.mark.xdist_group("console-browser")
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,8 @@ from engram.eval.formation import Formation
 from engram.models.codes import ErrorCode
 from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION
 
-pytestmark = pytest.mark.slow  # a formation and two servers: about three minutes here
+# A formation and two servers, about three minutes here: started once, on one worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("failover-formation")]
 
 TIMEOUT_MS = 2000
 OUTAGE = {ErrorCode.STORE_UNAVAILABLE.value, ErrorCode.MUTATION_OUTCOME_UNKNOWN.value}
