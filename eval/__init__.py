@@ -28,6 +28,7 @@ __all__ = [
     "memory",
     "metrics",
     "neighbours",
+    "purge_timing",
     "raw_engines",
     "relevance",
     "replica_bench",

@@ -28,9 +28,12 @@ to the stored field.
 Text fields are *stored* so that :meth:`LexicalIndex.purge` can rewrite a scope's index
 without the purged documents: tantivy-py exposes no explicit merge, and a deleted
 document's terms and stored bytes survive in its segment until that segment is rewritten.
-A purge therefore deletes every document of the scope's index, re-adds the live ones from
-the stored fields in the same commit (Tantivy drops segments left with no live
-documents), and collects the old files.
+A purge therefore copies the live documents from the stored fields into a fresh index
+beside the current one (``index-v4.fresh``), without the scope's lock, so that the scope
+keeps taking applies and answering searches; then, under the lock, it replays the
+applies made meanwhile, renames the current index away (``index-v4.retired``) and the
+fresh one into its place, and deletes the retired one. Opening the lexical root finishes
+or undoes a swap a crash interrupted.
 
 Fields (:data:`TEXT_FIELDS`, each weighed by the profile): the record's text by kind, its
 citations' source references, and ``speaker``, the name a transcript line opens with

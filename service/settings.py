@@ -209,7 +209,7 @@ class Settings(BaseSettings):
         "bench.json and metrics files).",
     )
     inline_purge_records: int = Field(
-        2_000,
+        250,
         ge=0,
         description="A forget in a scope of at most this many live records rewrites the scope's index files "
         "before it answers (projection_invalidation complete); in a larger scope it answers once the record "

@@ -36,7 +36,7 @@ class PurgeSchedule:
     ``Settings.purge_delay_s``): before the forget answers, in a scope of at most
     ``inline_records`` live records; else in the background, ``delay_s`` after it."""
 
-    inline_records: int = 2_000
+    inline_records: int = 250
     delay_s: float = 5.0
 
 

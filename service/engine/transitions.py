@@ -3,8 +3,10 @@
 Both answer only after the effect is committed, then finish the physical part (key
 bytes out of the WAL; for forget, the record purged from every index) and report it:
 `complete` only when it is true, otherwise `pending`, which a background sweep or the
-operator's `engram admin purge` completes. The first answer is what the idempotency
-reservation replays, so it is written back once the physical outcome is known.
+operator's `engram admin sweep-invalidations` completes. The first answer is what the
+idempotency reservation replays, so it is written back once the physical outcome is
+known. A forget in a scope larger than the schedule's inline limit (see :mod:`.sweeper`)
+leaves the purge to the background sweep at once and answers `pending` as committed.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def test_large_scope_forget_is_pending_then_swept(data_dir, backend, monkeypatch
 
 
 def test_forgets_within_the_delay_share_one_background_rewrite(data_dir, backend) -> None:
-    engine = open_engine(data_dir, purge=PurgeSchedule(inline_records=0, delay_s=2.0))
+    engine = open_engine(data_dir, purge=PurgeSchedule(inline_records=0, delay_s=5.0))
     try:
         ctx = context()
         first = accept(engine, ctx, "the zentrabique archive closes at dusk")
