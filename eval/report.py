@@ -114,6 +114,10 @@ def markdown(report: dict[str, Any], details: dict[str, Any] | None = None, plot
             f"Ingest: {ingest.get('ingested', 0)} new records, {ingest.get('skipped_existing', 0)} "
             f"already present, refused {ingest.get('refused', {})}, {ingest.get('seconds')} s.",
         ]
+        lines += [
+            f"- refused `{r['id']}`: {r['reason']}" + (f" ({r['detail']})" if r.get("detail") else "")
+            for r in ingest.get("refused_records", [])
+        ]
     for plot in plots or []:
         lines += ["", f"![{plot}]({plot})"]
     return "\n".join(lines) + "\n"

@@ -99,3 +99,15 @@ def test_categories_per_channel(tiny_beir: Path, tmp_path: Path, encoder):
     assert set(sections["temporal"]["significance"]) == PAIRED_TESTS
     text = markdown(report)
     assert "Per query category" in text and "| temporal | 3 |" in text and "| single-hop | 1 |" in text
+
+
+def test_the_summary_names_each_refused_document_and_the_rule(tiny_beir: Path, tmp_path: Path, encoder):
+    """A document the secret scan refuses is named in the report, with the rule that fired."""
+    from engram.eval.report import markdown
+
+    with open(tiny_beir / "corpus.jsonl", "a") as f:
+        f.write(json.dumps({"_id": "leak", "title": "deploy notes", "text": "deploy key AKIAIOSFODNN7EXAMPLE"}) + "\n")
+    report, _ = run_relevance(tiny_beir, tmp_path / "data", encoder=encoder, progress=False, channels=["lexical"])
+    refused = report["timings"]["ingest"]["refused_records"]
+    assert refused == [{"id": "leak", "reason": "secret", "detail": "aws-access-key"}]
+    assert "- refused `leak`: secret (aws-access-key)" in markdown(report)
