@@ -8,7 +8,11 @@ What must hold through each event: every answer is ok or a retriable outage code
 its idempotency key until it is acknowledged and resolves to one effect, every
 acknowledged admission is readable through both replicas and none is duplicated,
 every acknowledged forget is NOT_FOUND and out of search, and both replicas write
-again without a restart. One formation for the module (about 50 s to start here).
+again without a restart. Forgets acknowledged before the event stay forgotten on the
+new primary, read from its tables: no body and no wrapped data key left, the purge
+acknowledgements given before kept and every purge owed done by both replicas, and
+the shred ledger naming each forget, its positioned entries naming tombstones the new
+primary's journal holds. One formation for the module (about 50 s to start here).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -40,6 +45,8 @@ from rel_support import (
 from engram.eval.formation import Formation
 from engram.models.codes import ErrorCode
 from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION
+from engram.service.engine.sealing import shred_digest, shred_entries
+from engram.service.store.journal import read_digest
 
 # A formation and two servers, about three minutes here: started once, on one worker.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("failover-formation")]
@@ -65,9 +72,17 @@ def formation() -> Iterator[Formation]:
 
 
 @pytest.fixture(scope="module")
-def replicas(formation: Formation, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[ReplicaProcess]]:
+def key_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The replicas' shared key directory: KEKs and the shred ledger."""
+    return tmp_path_factory.mktemp("failover-keys") / "keys"
+
+
+@pytest.fixture(scope="module")
+def replicas(
+    formation: Formation, key_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[ReplicaProcess]]:
     root = tmp_path_factory.mktemp("failover")
-    url, keys = formation.url(), root / "keys"
+    url, keys = formation.url(), key_dir
     enable_tenant(url, keys, root / "operator")
     timeout = ("--database-timeout-ms", str(TIMEOUT_MS))
     started = [ReplicaProcess(name, root, url, keys, *timeout).launch() for name in ("a", "b")]
@@ -88,8 +103,13 @@ class Storm:
     word: str = field(default_factory=unique_token)
     accepted: dict[str, str] = field(default_factory=dict)  # record id -> the word only its text holds
     forgotten: list[str] = field(default_factory=list)
+    forget_keys: dict[str, str] = field(default_factory=dict)  # forgotten record id -> its idempotency key
     codes: Counter[str] = field(default_factory=Counter)
-    retried: int = 0  # mutations acknowledged only on a retry with the same key
+    retried: set[str] = field(default_factory=set)  # keys of mutations acknowledged only on a retry
+    #: Forgets acknowledged before the event, and the purge acknowledgements (record id,
+    #: replica id) the primary then held for them.
+    forgotten_before: list[str] = field(default_factory=list)
+    acked_before: set[tuple[str, str]] = field(default_factory=set)
     unsettled: list[str] = field(default_factory=list)
     last_ok: dict[str, float] = field(default_factory=dict)  # replica -> monotonic time of its last ok
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -134,7 +154,8 @@ class Storm:
                 self.codes[code] += 1
                 if env["ok"]:
                     self.last_ok[replica.name] = time.monotonic()
-                    self.retried += attempt > 0
+                    if attempt > 0:
+                        self.retried.add(args["idempotency_key"])
             if env["ok"]:
                 return env["output"]["value"]
             if code not in OUTAGE or time.monotonic() > deadline:
@@ -168,10 +189,22 @@ class Storm:
                 if self._settle(n + i, FORGET, args, confirmed=True) is not None:
                     with self._lock:
                         self.forgotten.append(victim)
+                        self.forget_keys[victim] = args["idempotency_key"]
 
-    def check(self, formation: Formation) -> None:
+    def mark_event(self, formation: Formation) -> None:
+        """Note the forgets acknowledged so far and the purge acknowledgements the
+        primary holds for them, just before the event."""
+        with self._lock:
+            self.forgotten_before = list(self.forgotten)
+        with psycopg.connect(formation.url(), connect_timeout=5) as conn:
+            rows = conn.execute(
+                "SELECT record_id, replica_id FROM purge_acks WHERE record_id = ANY(%s)", (self.forgotten_before,)
+            ).fetchall()
+        self.acked_before = {(r[0], r[1]) for r in rows}
+
+    def check(self, formation: Formation, key_dir: Path) -> None:
         """Every answer was ok or retriable and settled; what was acknowledged holds on
-        both replicas, once each."""
+        both replicas, once each; what was forgotten stays so on the primary."""
         assert not self.unsettled, self.unsettled
         assert set(self.codes) <= {"ok"} | OUTAGE, self.codes
         kept = [rid for rid in self.accepted if rid not in set(self.forgotten)]
@@ -192,6 +225,80 @@ class Storm:
             live = {r[0] for r in conn.execute("SELECT record_id FROM records WHERE state = 'accepted_current'")}
         assert twice == [], "an admission took effect twice"
         assert set(kept) <= live and not live & set(self.forgotten)
+        self._check_forgets_kept(formation, key_dir)
+
+    def _check_forgets_kept(self, formation: Formation, key_dir: Path) -> None:
+        """Read from the primary's tables and the key directory: each acknowledged forget
+        left no body and no wrapped key, kept the purge acknowledgements given before the
+        event, had its purge done by every replica, and is in the shred ledger with its
+        tombstone in the primary's journal."""
+        forgotten = list(self.forgotten)
+        with psycopg.connect(formation.url(), connect_timeout=5) as conn:
+            bodies = conn.execute(
+                "SELECT record_id FROM records WHERE record_id = ANY(%s)"
+                " AND (key_id IS NOT NULL OR sealed IS NOT NULL)",
+                (forgotten,),
+            ).fetchall()
+            # Data keys wrap only candidate and record bodies: one neither references is a
+            # forgotten body's key that was not destroyed.
+            orphans = conn.execute(
+                "SELECT key_id FROM keys k WHERE NOT EXISTS (SELECT 1 FROM records r WHERE r.key_id = k.key_id)"
+                " AND NOT EXISTS (SELECT 1 FROM candidates c WHERE c.key_id = k.key_id)"
+            ).fetchall()
+            acks = {(r[0], r[1]) for r in conn.execute("SELECT record_id, replica_id FROM purge_acks")}
+            pending = {r[0] for r in conn.execute("SELECT record_id FROM pending_purges")}
+            scopes = {
+                r[2]: (r[0], r[1])
+                for r in conn.execute(
+                    "SELECT tenant, workspace, record_id FROM records WHERE record_id = ANY(%s)", (forgotten,)
+                )
+            }
+            tombstones = {
+                (int(r[0]), read_digest(r[1])): r[2]
+                for r in conn.execute(
+                    "SELECT cursor, event_digest, subject FROM journal WHERE kind = 'record_tombstoned'"
+                    " AND subject = ANY(%s)",
+                    (forgotten,),
+                )
+            }
+        assert bodies == [], "a forgotten record kept its body"
+        assert orphans == [], "a forgotten record's wrapped data key outlived its forget"
+        # An acknowledgement given before the event is kept while its purge is pending
+        # (once every replica acknowledged, the purge and its acknowledgements go together).
+        assert {a for a in self.acked_before if a[0] in pending} <= acks
+        self._wait_purged(formation)
+        ledger: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for entry in shred_entries(key_dir):
+            if entry["kind"] == "record":
+                ledger.setdefault((entry["scope"], entry["subject"]), []).append(entry)
+        for rid in forgotten:
+            entries = ledger.get((shred_digest(list(scopes[rid])), shred_digest(rid)), [])
+            assert entries, f"{rid}: no shred entry"
+            ended = [tuple(e["ended"]) for e in entries if "ended" in e]
+            # Positions are written once the commit returned: a forget acknowledged on its
+            # first try has them; one acknowledged by a retry may hold only the entry made
+            # before a commit the failover cut (what a restore applies).
+            if self.forget_keys[rid] not in self.retried:
+                assert ended, f"{rid}: acknowledged, but its shred entry names no journal position"
+            for cursor, event_digest in ended:
+                assert tombstones.get((int(cursor), event_digest)) == rid, f"{rid}: its tombstone is not in the journal"
+
+    def _wait_purged(self, formation: Formation, timeout_s: float = 60) -> None:
+        """Every registered replica acknowledged (or settled) the purge of each forgotten record."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with psycopg.connect(formation.url(), connect_timeout=5) as conn:
+                owed = conn.execute(
+                    "SELECT p.record_id, r.replica_id FROM pending_purges p CROSS JOIN replicas r"
+                    " WHERE p.record_id = ANY(%s) AND NOT EXISTS (SELECT 1 FROM purge_acks a"
+                    " WHERE a.tenant = p.tenant AND a.workspace = p.workspace AND a.record_id = p.record_id"
+                    " AND a.replica_id = r.replica_id)",
+                    (list(self.forgotten),),
+                ).fetchall()
+            if not owed or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert owed == [], f"purges owed after the event: {owed}"
 
 
 def _store_metrics(replica: ReplicaProcess) -> tuple[dict[str, float], set[str]]:
@@ -206,12 +313,13 @@ def _store_metrics(replica: ReplicaProcess) -> tuple[dict[str, float], set[str]]
     return {s.name: s.value for s in samples}, {s.labels["server"] for s in samples if "server" in s.labels}
 
 
-def _storm_through(replicas: list[ReplicaProcess], event: Any) -> Storm:
-    """Run the storm, do `event` once it is under way, then keep it going until both
-    replicas wrote again; the storm, stopped."""
+def _storm_through(replicas: list[ReplicaProcess], formation: Formation, event: Any) -> Storm:
+    """Run the storm, do `event` once it is under way (forgets acknowledged before it),
+    then keep it going until both replicas wrote again; the storm, stopped."""
     storm = Storm(replicas).start()
     try:
-        storm.wait(lambda: len(storm.accepted) >= 6)
+        storm.wait(lambda: len(storm.accepted) >= 6 and len(storm.forgotten) >= 2)
+        storm.mark_event(formation)
         at = time.monotonic()
         event()
         storm.wait(lambda: storm.served_since(at) and len(storm.forgotten) >= 2)
@@ -222,14 +330,14 @@ def _storm_through(replicas: list[ReplicaProcess], event: Any) -> Storm:
     return storm
 
 
-def test_primary_lost_mid_storm(formation: Formation, replicas: list[ReplicaProcess]) -> None:
+def test_primary_lost_mid_storm(formation: Formation, replicas: list[ReplicaProcess], key_dir: Path) -> None:
     before = formation.primary()
     assert before is not None
-    storm = _storm_through(replicas, before.stop)  # the node's keeper and postgres, SIGKILLed
-    storm.check(formation)
+    storm = _storm_through(replicas, formation, before.stop)  # the node's keeper and postgres, SIGKILLed
+    storm.check(formation, key_dir)
     after = formation.primary()
     assert after is not None and after is not before
-    assert storm.retried > 0 and storm.codes[ErrorCode.STORE_UNAVAILABLE.value] > 0  # the outage was seen
+    assert storm.retried and storm.codes[ErrorCode.STORE_UNAVAILABLE.value] > 0  # the outage was seen
     for replica in replicas:  # each saw the primary change, and says so on /metrics
         scraped, server = _store_metrics(replica)
         assert scraped["engram_store_primary_changes_total"] >= 1 and scraped["engram_store_reachable"] == 1
@@ -238,15 +346,15 @@ def test_primary_lost_mid_storm(formation: Formation, replicas: list[ReplicaProc
     formation.wait_settled()
 
 
-def test_planned_switchover_mid_storm(formation: Formation, replicas: list[ReplicaProcess]) -> None:
+def test_planned_switchover_mid_storm(formation: Formation, replicas: list[ReplicaProcess], key_dir: Path) -> None:
     before = formation.primary()
-    storm = _storm_through(replicas, formation.switchover)
-    storm.check(formation)
+    storm = _storm_through(replicas, formation, formation.switchover)
+    storm.check(formation, key_dir)
     assert formation.primary() not in (None, before)
     formation.wait_settled()
 
 
-def test_both_nodes_down_then_one_back(formation: Formation, replicas: list[ReplicaProcess]) -> None:
+def test_both_nodes_down_then_one_back(formation: Formation, replicas: list[ReplicaProcess], key_dir: Path) -> None:
     primary = formation.primary()
     assert primary is not None
     others = [n for n in formation.nodes if n is not primary]
@@ -266,6 +374,6 @@ def test_both_nodes_down_then_one_back(formation: Formation, replicas: list[Repl
         storm.wait(lambda: len(storm.accepted) >= 4 and storm.served_since(0.0) and len(storm.forgotten) >= 1)
     finally:
         storm.stop()
-    storm.check(formation)
+    storm.check(formation, key_dir)
     for node in others:
         node.run()
