@@ -47,7 +47,15 @@ def ingest(
         Path | None,
         typer.Option("--vectors", help=".npy (one row per document) or .npz (vectors + offsets per passage)."),
     ] = None,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Records per store transaction.")] = 512,
+    batch_size: Annotated[
+        int | None,
+        typer.Option(
+            "--batch-size",
+            min=1,
+            help="Records per store transaction [default: 512 where the model embeds them, else 4096].",
+            show_default=False,
+        ),
+    ] = None,
     depth: Annotated[
         int,
         typer.Option(

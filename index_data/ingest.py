@@ -122,6 +122,20 @@ class _Batch:
 
 _DONE = object()
 
+#: Records per batch (one store transaction, one commit of each index) where the batch is
+#: embedded here: the encoder's pace (tens of passages a second on a CPU) bounds it.
+EMBEDDED_BATCH = 512
+#: Records per batch where nothing is embedded (precomputed vectors, or no model). Each
+#: batch costs a Tantivy commit and reload, a cursor write, a transaction and a usearch
+#: add's start, whatever its size: at 4,096 records the loading process spent about a
+#: quarter less CPU than at 512 (``docs/results/capacity.md``).
+PRECOMPUTED_BATCH = 4096
+
+
+def default_batch(embedding: bool) -> int:
+    """Records per batch of a load that embeds its batches, or does not."""
+    return EMBEDDED_BATCH if embedding else PRECOMPUTED_BATCH
+
 
 class _Stages:
     """Bounded hand-offs between pipeline threads that give up once any stage failed."""
@@ -301,7 +315,7 @@ def ingest_corpus(
     records: Iterable[IngestRecord],
     *,
     vectors: np.ndarray | VectorSource | None = None,
-    batch_size: int = 512,
+    batch_size: int | None = None,
     depth: int = 2,
     progress: bool = True,
     purpose_ref: str = DEFAULT_PURPOSE,
@@ -317,15 +331,18 @@ def ingest_corpus(
     array or ``.npy`` gives one vector per document; a :class:`VectorSource` with offsets
     gives one row per passage window). Without them the engine's encoder embeds each
     batch in the middle stage (an engine without a model projects lexically only, and its
-    semantic channel reports itself behind). ``depth``: batches each queue holds.
+    semantic channel reports itself behind). ``batch_size``: records per batch (None:
+    :func:`default_batch`). ``depth``: batches each queue holds.
     ``worker``: write the batches (examine, seal, commit) in a worker process, beside
     the indexing; False writes them on the calling thread; None chooses
     (:func:`~index_data.writer.default_worker`).
     """
-    if batch_size < 1 or depth < 1:
-        raise ValueError("batch_size and depth must be positive")
     source = VectorSource(np.asarray(vectors)) if isinstance(vectors, np.ndarray) else vectors
     embedding = source is None and engine.encoder is not None
+    if batch_size is None:
+        batch_size = default_batch(embedding)
+    if batch_size < 1 or depth < 1:
+        raise ValueError("batch_size and depth must be positive")
     report = IngestReport(
         scope=scope, vectors="precomputed" if source is not None else ("encoder" if embedding else "none")
     )

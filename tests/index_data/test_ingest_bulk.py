@@ -378,6 +378,20 @@ def test_precomputed_vectors_one_row_and_passage_offsets(engine, encoder):
     assert report.ingested == 12
 
 
+def test_a_load_with_nothing_to_embed_commits_larger_batches(engine, encoder):
+    """Per batch a load pays a transaction, a Tantivy commit and a usearch add whatever
+    the batch holds: with precomputed vectors 600 records are one batch; embedded here,
+    the encoder's pace keeps batches of 512."""
+    records = [IngestRecord(external_id=f"b{i}", text=f"batch sizing note {i}", source_ref="kb") for i in range(600)]
+    report = ingest_corpus(
+        engine, SCOPE, records, vectors=encoder.encode([r.text for r in records]), progress=False, worker=False
+    )
+    assert (report.ingested, report.batches) == (600, 1)
+    assert engine.deps.ranker.projection_cursor(scope_key(SCOPE)) == {"lexical": 600, "semantic": 600}
+    embedded = ingest_corpus(engine, ("acme", "kb2"), records, progress=False, worker=False)
+    assert (embedded.ingested, embedded.batches, embedded.vectors) == (600, 2, "encoder")
+
+
 def test_readers(tiny_beir: Path, tmp_path: Path):
     docs = list(read_beir(tiny_beir))
     assert len(docs) == 30
