@@ -44,6 +44,7 @@ class Connectivity:
         self._server: str | None = None
         self._down_since: float | None = None  # the outage began (no connection made since)
         self._lost_at: float | None = None  # the last checkout that waited its bound for a server
+        self._connected_at: float | None = None  # the last connection made
         self._connections = 0
         self._primary_changes = 0
         self._outages = 0
@@ -59,6 +60,7 @@ class Connectivity:
     def connected(self, server: str) -> None:
         """A connection to `server` was opened."""
         with self._lock:
+            self._connected_at = time.monotonic()
             self._connections += 1
             if self._down_since is not None:
                 self._reconnects += 1
@@ -72,9 +74,13 @@ class Connectivity:
                 logger.warning("database primary changed from %s to %s", self._server, server)
             self._server = server
 
-    def lost(self) -> None:
-        """A checkout waited its bound and no server accepted a connection meanwhile."""
+    def lost(self, since: float) -> None:
+        """A checkout that began at `since` (monotonic) waited its bound and no server
+        accepted a connection meanwhile. A connection made during that wait (the server
+        came back while it waited) means the server is reachable: nothing is lost."""
         with self._lock:
+            if self._connected_at is not None and self._connected_at >= since:
+                return
             self._lost_at = time.monotonic()
             if self._down_since is None:
                 self._down_since = self._lost_at

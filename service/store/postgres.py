@@ -579,6 +579,7 @@ class PostgresStore:
         the pool connects, checkouts only take what the pool holds, so a call of several
         statements answers within one bound, not one per statement."""
         fast = self._connectivity.failing_fast
+        began = time.monotonic()
         before = self._pool.get_stats()
         try:
             with self._pool.connection(timeout=UNREACHABLE_CHECKOUT_S if fast else None) as conn:
@@ -588,7 +589,7 @@ class PostgresStore:
             if after.get("connections_errors", 0) > before.get("connections_errors", 0) or after.get(
                 "pool_size", 0
             ) < after.get("pool_max", POOL_SIZE):
-                self._connectivity.lost()
+                self._connectivity.lost(since=began)
             raise
 
     @contextmanager

@@ -267,7 +267,7 @@ def test_option_help_is_readable_at_80_columns_and_flags_show_no_type():
     assert shown.exit_code == 0
     lines = shown.output.splitlines()
     assert max(len(line) for line in lines) <= 80
-    assert any("--batch-size" in line and "Records per store transaction." in line for line in lines)
+    assert any("--batch-size" in line and "Records per store transaction" in line for line in lines)
     assert "<bool>" not in shown.output and "COMMAND" not in shown.output
     admin_help = runner.invoke(app, ["admin", "tenant", "enable", "--help"], env={"COLUMNS": "80"})
     assert "<bool>" not in admin_help.output and "--help" in admin_help.output
