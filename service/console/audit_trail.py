@@ -4,7 +4,8 @@ Why a reader here: the audit log (one JSON line per tool call, written by the MC
 end) already holds only ids, codes, timings and digests. The console reads the file's
 tail (the recent calls an operator asks about), keeps only the fields below (so a
 field added to the log later is not shown until it is listed here), filters by tool,
-code, tenant and time, and counts each error code per minute for the plot.
+code, tenant and time, counts each error code per minute for the plot, and lists the
+recent searches whose rank receipts the receipts page can show.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from engram.models.tools import SEARCH
 
 #: The fields of a line the console shows (all identifiers, codes, timings, digests).
 FIELDS = (
@@ -27,12 +30,15 @@ FIELDS = (
     "code",
     "arguments_digest",
     "response_digest",
+    "receipt_digest",
     "latency_ms",
 )
 #: How much of the file's end is read: the recent calls.
 TAIL_BYTES = 16 << 20
 #: The code of a call that succeeded (not an error).
 SUCCESS = "ok"
+#: How many recent searches the receipts page offers.
+RECENT_SEARCHES = 50
 
 
 @dataclass(frozen=True)
@@ -103,3 +109,10 @@ def audit(path: Path, wanted: AuditFilter, limit: int = 200) -> dict[str, Any]:
             "codes": {code: [per_minute[m][code] for m in minutes] for code in codes},
         },
     }
+
+
+def recent_searches(path: Path, limit: int = RECENT_SEARCHES) -> list[dict[str, Any]]:
+    """The newest ``limit`` searches that answered with a rank receipt, newest first."""
+    lines = recent_lines(path)
+    found = [line for line in lines if line["tool"] == SEARCH and line["code"] == SUCCESS and line["receipt_digest"]]
+    return found[-limit:][::-1]

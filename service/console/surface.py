@@ -142,6 +142,21 @@ def replay(engine: Engine, tenant: str, workspace: str, arguments: dict[str, Any
     return run_operator_command(engine, "replay-search", args)
 
 
+def recent_receipt(engine: Engine, receipt_digest: str) -> dict[str, Any] | None:
+    """A recent search's receipt reduced to its numbers, and its replay under the
+    current profile; None once this process no longer keeps it. The search's
+    arguments (its query) stay inside: only the replay's verdict comes back."""
+    kept = engine.recent_search(receipt_digest)
+    if kept is None:
+        return None
+    tenant, workspace = kept.scope
+    try:
+        replayed = replay(engine, tenant, workspace, kept.arguments, kept.receipt)
+    except ContractError as exc:
+        replayed = {"refused": exc.code.value}
+    return {"scope": f"{tenant}/{workspace}", "result": receipt_contributions(kept.receipt), "replayed": replayed}
+
+
 def _sum(counts: Any) -> dict[str, int]:
     total: dict[str, int] = {}
     for one in counts:
