@@ -333,9 +333,10 @@ class Engine:
             reasons.append("semantic channel unavailable")
         return {"ready": not reasons, "reasons": reasons}
 
-    def scope_stats(self) -> list[ScopeStats]:
-        """Per scope: candidates and records by state, projection lag by channel."""
-        return scope_stats(self.deps)
+    def scope_stats(self, only: Scope | None = None) -> list[ScopeStats]:
+        """Per scope (or for ``only``): candidates and records by state, projection lag
+        by channel."""
+        return scope_stats(self.deps, only)
 
     def store_connectivity(self) -> ConnectivityState | None:
         """The shared database server as the store's connections see it (None: the

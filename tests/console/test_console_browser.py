@@ -155,6 +155,16 @@ def test_a_recent_search_picked_from_the_audit_shows_its_receipt_and_replay(tab,
     assert tab.errors == []
 
 
+def test_a_search_whose_receipt_is_no_longer_kept_is_answered_as_such(tab, served):
+    tab.page.goto(served.console + "/receipts")
+    token = tab.page.get_attribute("input[name=csrf_token]", "value")
+    jar = {"engram_console": tab.context.cookies()[0]["value"]}
+    form = {"receipt_digest": "sha256:" + "0" * 64, "csrf_token": token}
+    answer = httpx.post(served.console + "/receipts/recent", data=form, cookies=jar)
+    assert answer.status_code == 404
+    assert "no longer kept" in answer.text
+
+
 def test_a_link_works_once_and_a_spent_one_says_how_to_get_another(chromium, served):
     link = served.link()
     first, second = Tab(chromium), Tab(chromium)
