@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,7 +113,42 @@ def audit(path: Path, wanted: AuditFilter, limit: int = 200) -> dict[str, Any]:
 
 
 def recent_searches(path: Path, limit: int = RECENT_SEARCHES) -> list[dict[str, Any]]:
-    """The newest ``limit`` searches that answered with a rank receipt, newest first."""
-    lines = recent_lines(path)
-    found = [line for line in lines if line["tool"] == SEARCH and line["code"] == SUCCESS and line["receipt_digest"]]
-    return found[-limit:][::-1]
+    """The newest ``limit`` searches that answered with a rank receipt, newest first.
+    Read from the end back, parsing only the lines that name the search tool, so a
+    page costs the searches it shows rather than the whole tail."""
+    marker = json.dumps({"tool": SEARCH}, separators=(",", ":"))[1:-1].encode()
+    found: list[dict[str, Any]] = []
+    for raw in _newest_first(path):
+        if marker not in raw:
+            continue
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            continue  # a line cut by a crash mid-write
+        if isinstance(line, dict) and line.get("tool") == SEARCH and line.get("code") == SUCCESS:
+            if line.get("receipt_digest"):
+                found.append({name: line.get(name) for name in FIELDS})
+                if len(found) == limit:
+                    break
+    return found
+
+
+def _newest_first(path: Path, block: int = 1 << 18) -> Iterator[bytes]:
+    """The whole lines of the file's last TAIL_BYTES, newest first, read in blocks."""
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with handle:
+        end = handle.seek(0, os.SEEK_END)
+        floor = max(0, end - TAIL_BYTES)
+        position, rest = end, b""
+        while position > floor:
+            size = min(block, position - floor)
+            position -= size
+            handle.seek(position)
+            lines = (handle.read(size) + rest).split(b"\n")
+            rest = lines[0]
+            yield from (raw for raw in reversed(lines[1:]) if raw)
+        if rest and floor == 0:  # above the floor, the first line may be cut
+            yield rest
