@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from engram.models.tools import SEARCH
 
 #: The fields of a line the console shows (all identifiers, codes, timings, digests).
@@ -78,7 +80,7 @@ def recent_lines(path: Path) -> list[dict[str, Any]]:
     lines = []
     for raw in data.splitlines():
         try:
-            line = json.loads(raw)
+            line = orjson.loads(raw)
         except ValueError:
             continue  # a line cut by a crash mid-write
         if isinstance(line, dict):
@@ -122,7 +124,7 @@ def recent_searches(path: Path, limit: int = RECENT_SEARCHES) -> list[dict[str, 
         if marker not in raw:
             continue
         try:
-            line = json.loads(raw)
+            line = orjson.loads(raw)
         except ValueError:
             continue  # a line cut by a crash mid-write
         if isinstance(line, dict) and line.get("tool") == SEARCH and line.get("code") == SUCCESS:
