@@ -32,7 +32,7 @@ from engram.service.engine import Engine
 
 from . import charts, surface
 from .access import COOKIE, CSRF_FIELD, CSRF_HEADER, ConsoleAccess, LinkState, Session, csrf_matches
-from .audit_trail import AuditFilter, audit
+from .audit_trail import AuditFilter, audit, recent_searches
 from .reports import reports
 
 HERE = Path(__file__).parent
@@ -199,9 +199,24 @@ def create_console(engine: Engine, access: ConsoleAccess, config: ConsoleConfig)
         wanted = AuditFilter(tool, code, tenant, since, until)
         return page(request, "audit", view=await read(audit, config.audit_path, wanted), wanted=wanted)
 
+    async def receipts(request: Request, status_code: int = 200, **values: Any) -> HTMLResponse:
+        """The receipts page: the recent searches to pick from, and what was shown."""
+        values.setdefault("result", None)
+        values.setdefault("problem", None)
+        searches = await read(recent_searches, config.audit_path)
+        return page(request, "receipts", status_code=status_code, searches=searches, **values)
+
     @app.get("/receipts", response_class=HTMLResponse)
     async def receipts_page(request: Request, _: LoggedIn) -> Response:
-        return page(request, "receipts", result=None, problem=None)
+        return await receipts(request)
+
+    @app.post("/receipts/recent", response_class=HTMLResponse)
+    async def recent_receipt_post(request: Request, _: Checked, receipt_digest: Annotated[str, Form()]) -> Response:
+        shown = await read(surface.recent_receipt, engine, receipt_digest)
+        if shown is None:
+            problem = "this search's receipt is no longer kept (restarted, or pushed out by newer searches)"
+            return await receipts(request, status_code=404, problem=problem)
+        return await receipts(request, picked=receipt_digest, **shown)
 
     @app.post("/receipts", response_class=HTMLResponse)
     async def receipts_post(
@@ -217,16 +232,16 @@ def create_console(engine: Engine, access: ConsoleAccess, config: ConsoleConfig)
             body = json.loads(receipt)
             result = surface.receipt_contributions(body.get("rank_receipt", body))
         except (ValueError, AttributeError, ValidationError):
-            return page(request, "receipts", status_code=422, result=None, problem="not a rank receipt")
+            return await receipts(request, status_code=422, problem="not a rank receipt")
         replayed = None
         if arguments.strip():
             try:
                 replayed = await read(surface.replay, engine, tenant, workspace, json.loads(arguments), body)
             except ValueError:
-                return page(request, "receipts", status_code=422, result=result, problem="arguments are not JSON")
+                return await receipts(request, status_code=422, result=result, problem="arguments are not JSON")
             except ContractError as exc:
                 replayed = {"refused": exc.code.value}
-        return page(request, "receipts", result=result, replayed=replayed, problem=None)
+        return await receipts(request, result=result, replayed=replayed)
 
     @app.get("/reports", response_class=HTMLResponse)
     async def reports_page(request: Request, _: LoggedIn) -> Response:

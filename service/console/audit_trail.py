@@ -4,7 +4,8 @@ Why a reader here: the audit log (one JSON line per tool call, written by the MC
 end) already holds only ids, codes, timings and digests. The console reads the file's
 tail (the recent calls an operator asks about), keeps only the fields below (so a
 field added to the log later is not shown until it is listed here), filters by tool,
-code, tenant and time, and counts each error code per minute for the plot.
+code, tenant and time, counts each error code per minute for the plot, and lists the
+recent searches whose rank receipts the receipts page can show.
 """
 
 from __future__ import annotations
@@ -12,9 +13,14 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import orjson
+
+from engram.models.tools import SEARCH
 
 #: The fields of a line the console shows (all identifiers, codes, timings, digests).
 FIELDS = (
@@ -27,12 +33,15 @@ FIELDS = (
     "code",
     "arguments_digest",
     "response_digest",
+    "receipt_digest",
     "latency_ms",
 )
 #: How much of the file's end is read: the recent calls.
 TAIL_BYTES = 16 << 20
 #: The code of a call that succeeded (not an error).
 SUCCESS = "ok"
+#: How many recent searches the receipts page offers.
+RECENT_SEARCHES = 50
 
 
 @dataclass(frozen=True)
@@ -71,7 +80,7 @@ def recent_lines(path: Path) -> list[dict[str, Any]]:
     lines = []
     for raw in data.splitlines():
         try:
-            line = json.loads(raw)
+            line = orjson.loads(raw)
         except ValueError:
             continue  # a line cut by a crash mid-write
         if isinstance(line, dict):
@@ -103,3 +112,45 @@ def audit(path: Path, wanted: AuditFilter, limit: int = 200) -> dict[str, Any]:
             "codes": {code: [per_minute[m][code] for m in minutes] for code in codes},
         },
     }
+
+
+def recent_searches(path: Path, limit: int = RECENT_SEARCHES) -> list[dict[str, Any]]:
+    """The newest ``limit`` searches that answered with a rank receipt, newest first.
+    Read from the end back, parsing only the lines that name the search tool, so a
+    page costs the searches it shows rather than the whole tail."""
+    marker = json.dumps({"tool": SEARCH}, separators=(",", ":"))[1:-1].encode()
+    found: list[dict[str, Any]] = []
+    for raw in _newest_first(path):
+        if marker not in raw:
+            continue
+        try:
+            line = orjson.loads(raw)
+        except ValueError:
+            continue  # a line cut by a crash mid-write
+        if isinstance(line, dict) and line.get("tool") == SEARCH and line.get("code") == SUCCESS:
+            if line.get("receipt_digest"):
+                found.append({name: line.get(name) for name in FIELDS})
+                if len(found) == limit:
+                    break
+    return found
+
+
+def _newest_first(path: Path, block: int = 1 << 18) -> Iterator[bytes]:
+    """The whole lines of the file's last TAIL_BYTES, newest first, read in blocks."""
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with handle:
+        end = handle.seek(0, os.SEEK_END)
+        floor = max(0, end - TAIL_BYTES)
+        position, rest = end, b""
+        while position > floor:
+            size = min(block, position - floor)
+            position -= size
+            handle.seek(position)
+            lines = (handle.read(size) + rest).split(b"\n")
+            rest = lines[0]
+            yield from (raw for raw in reversed(lines[1:]) if raw)
+        if rest and floor == 0:  # above the floor, the first line may be cut
+            yield rest

@@ -34,14 +34,15 @@ def _version() -> str:
         return "unknown"
 
 
-def scopes(engine: Engine) -> list[dict[str, Any]]:
-    """Each scope: opt-in, counts by lifecycle state, journal head, each running
-    channel's projection cursor and lag behind the head, and its index bytes here."""
+def scopes(engine: Engine, only: tuple[str, str] | None = None) -> list[dict[str, Any]]:
+    """Each scope (or ``only`` that one): opt-in, counts by lifecycle state, journal
+    head, each running channel's projection cursor and lag behind the head, and its
+    index bytes here."""
     rows = []
     enabled: dict[str, bool] = {}
     # Without a model the semantic channel is off by the operator's choice, not behind.
     off = set() if engine.encoder is not None else {"semantic"}
-    for stats in engine.scope_stats():
+    for stats in engine.scope_stats(only):
         lags = {channel: lag for channel, lag in sorted(stats.projection_lag.items()) if channel not in off}
         tenant, workspace = stats.scope
         if tenant not in enabled:
@@ -89,9 +90,10 @@ def overview(engine: Engine, started_at: float) -> dict[str, Any]:
 def scope(engine: Engine, tenant: str, workspace: str) -> dict[str, Any] | None:
     """One scope's row, with its records about to expire and its pending purges; None
     for a scope the store does not know."""
-    row = next((r for r in scopes(engine) if (r["tenant"], r["workspace"]) == (tenant, workspace)), None)
-    if row is None:
+    found = scopes(engine, (tenant, workspace))
+    if not found:
         return None
+    row = found[0]
     until = int(time.time() * 1000) + EXPIRING_WITHIN_MS
     expiring = [e for e in engine.expiring_before(until) if (e["tenant"], e["workspace"]) == (tenant, workspace)]
     purges = [p for p in engine.pending_purges() if (p["tenant"], p["workspace"]) == (tenant, workspace)]
@@ -140,6 +142,21 @@ def replay(engine: Engine, tenant: str, workspace: str, arguments: dict[str, Any
     `engram admin replay-search` does (the same operator command)."""
     args = {"tenant": tenant, "workspace": workspace, "arguments": arguments, "receipt": receipt}
     return run_operator_command(engine, "replay-search", args)
+
+
+def recent_receipt(engine: Engine, receipt_digest: str) -> dict[str, Any] | None:
+    """A recent search's receipt reduced to its numbers, and its replay under the
+    current profile; None once this process no longer keeps it. The search's
+    arguments (its query) stay inside: only the replay's verdict comes back."""
+    kept = engine.recent_search(receipt_digest)
+    if kept is None:
+        return None
+    tenant, workspace = kept.scope
+    try:
+        replayed = replay(engine, tenant, workspace, kept.arguments, kept.receipt)
+    except ContractError as exc:
+        replayed = {"refused": exc.code.value}
+    return {"scope": f"{tenant}/{workspace}", "result": receipt_contributions(kept.receipt), "replayed": replayed}
 
 
 def _sum(counts: Any) -> dict[str, int]:

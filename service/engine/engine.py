@@ -51,6 +51,7 @@ from .dependencies import Dependencies
 from .paging import SnapshotCache
 from .policy import ADMISSION_POLICY_FILE, HOST_POLICY_FILE, Policies
 from .projector import Projector
+from .recent_searches import RecentSearch, RecentSearches
 from .records import scope_key
 from .replica import Replica, replica_id_for
 from .sealing import SHARED_RETIRE_GRACE_S, BodyVault, KeyRing, copy_key_dir, shred_entries
@@ -94,6 +95,7 @@ class Engine:
         self._serve_replica = serve_replica and deps.replica is not None
         self._seed_vectors = seed_vectors
         self._warm_up_tally = SeedTally()
+        self._recent_searches = RecentSearches()
 
     @classmethod
     def open(
@@ -258,11 +260,14 @@ class Engine:
             refuse_secrets(args.model_dump(exclude_none=True, exclude={"idempotency_key"}))
         try:
             with self._serving(ctx.scope):
-                return operation(self.deps, ctx, args)
+                value = operation(self.deps, ctx, args)
         except StoreUnavailable:
             raise ContractError(ErrorCode.STORE_UNAVAILABLE) from None
         except CommitUncertain:
             raise ContractError(ErrorCode.MUTATION_OUTCOME_UNKNOWN) from None
+        if tool == SEARCH:
+            self._recent_searches.remember(ctx.scope, args.model_dump(exclude_none=True), value["rank_receipt"])
+        return value
 
     def _serving(self, scope: Scope) -> contextlib.AbstractContextManager[None]:
         """A serving replica answers only the scopes routed to its group."""
@@ -328,9 +333,10 @@ class Engine:
             reasons.append("semantic channel unavailable")
         return {"ready": not reasons, "reasons": reasons}
 
-    def scope_stats(self) -> list[ScopeStats]:
-        """Per scope: candidates and records by state, projection lag by channel."""
-        return scope_stats(self.deps)
+    def scope_stats(self, only: Scope | None = None) -> list[ScopeStats]:
+        """Per scope (or for ``only``): candidates and records by state, projection lag
+        by channel."""
+        return scope_stats(self.deps, only)
 
     def store_connectivity(self) -> ConnectivityState | None:
         """The shared database server as the store's connections see it (None: the
@@ -424,6 +430,11 @@ class Engine:
 
     def expire_due(self) -> list[tuple[Scope, str]]:
         return operator.expire_due(self.deps)
+
+    def recent_search(self, receipt_digest: str) -> RecentSearch | None:
+        """A search this process answered lately, by its rank receipt's digest (the one
+        its audit line names), with what a replay needs; None once it is no longer kept."""
+        return self._recent_searches.get(receipt_digest)
 
     def replay_search(self, ctx: CallContext, arguments: dict[str, Any], receipt: dict[str, Any]) -> dict[str, Any]:
         """Re-run a search pinned to a rank receipt (operator surface; see search.replay)."""

@@ -23,8 +23,9 @@ class ScopeStats:
     projection_lag: dict[str, int]
 
 
-def scope_stats(deps: Dependencies) -> list[ScopeStats]:
-    """One entry per scope the store knows."""
-    return [
-        ScopeStats(scope, deps.store.state_counts(scope), deps.projector.lag(scope)) for scope in deps.store.scopes()
-    ]
+def scope_stats(deps: Dependencies, only: Scope | None = None) -> list[ScopeStats]:
+    """One entry per scope the store knows (or for ``only``, if the store knows it)."""
+    scopes = deps.store.scopes()
+    if only is not None:
+        scopes = [scope for scope in scopes if scope == only]
+    return [ScopeStats(scope, deps.store.state_counts(scope), deps.projector.lag(scope)) for scope in scopes]

@@ -4,7 +4,9 @@ Why: operators must be able to reconstruct who called what, in which scope, with
 outcome, without the log itself becoming a copy of the memory. So each line holds only
 identifiers, the outcome code, timings, and digests of the arguments (domain-separated
 sha256 over their JCS bytes) and of the response (over the exact JSON text the caller
-was sent, which the front end has serialised anyway), never the arguments or results.
+was sent, which the front end has serialised anyway), never the arguments or results;
+a search's line also names its rank receipt by digest (the operator console's way back
+to it).
 
 Durability, per line (`Durability`): every line is handed to the operating system
 (`write`) before the call's answer leaves, so it survives the process being killed. A
@@ -95,6 +97,7 @@ class AuditLog:
         principal: str | None = None,
         arguments_digest: str | None = None,
         response_digest: str | None = None,
+        receipt_digest: str | None = None,
         durability: Durability = Durability.SYNCED,
     ) -> None:
         """Append one line; return once it is as durable as ``durability`` asks.
@@ -111,6 +114,7 @@ class AuditLog:
             "code": code,
             "arguments_digest": arguments_digest,
             "response_digest": response_digest,
+            "receipt_digest": receipt_digest,
             "latency_ms": round(latency_ms, 3),
         }
         data = (json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")

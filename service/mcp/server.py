@@ -140,6 +140,13 @@ class Answer:
         """The outcome the audit line and the metrics record: "ok" or the error code."""
         return "ok" if self.envelope["ok"] else self.envelope["error"]["code"]
 
+    @property
+    def receipt_digest(self) -> str | None:
+        """The digest of the rank receipt a successful answer carries (a search's), or None."""
+        value = self.envelope.get("output", {}).get("value", {}) if self.envelope["ok"] else {}
+        receipt = value.get("rank_receipt")
+        return receipt.get("receipt_digest") if isinstance(receipt, dict) else None
+
 
 @dataclass(frozen=True)
 class Refusal:
@@ -590,6 +597,7 @@ class ToolFrontEnd:
                 principal=ctx.principal if ctx else None,
                 arguments_digest=audit_digest("arguments", {"tool": call.label, "arguments": call.arguments}),
                 response_digest=None if answer is None else audit_text_digest("response", answer.text),
+                receipt_digest=None if answer is None else answer.receipt_digest,
                 durability=Durability.SYNCED if durable else Durability.WRITTEN,
             )
         except Exception as exc:  # noqa: BLE001 - auditing must not turn an answer into a leak

@@ -25,6 +25,27 @@ def test_replay_matches_then_explains_a_change(engine) -> None:
     assert not moved["match"]  # the new, better-matching record leads the page now
 
 
+def test_a_recent_search_is_kept_by_its_receipt_digest_for_a_replay(engine) -> None:
+    ctx = context()
+    accept(engine, ctx, "lighthouse lamp replacement schedule")
+    arguments = {"query": "lighthouse lamp", "purpose_ref": ctx.purpose}
+    receipt = engine.execute(SEARCH, ctx, arguments)["rank_receipt"]
+    kept = engine.recent_search(receipt["receipt_digest"])
+    assert kept is not None and kept.scope == ctx.scope and kept.receipt == receipt
+    assert engine.replay_search(ctx, kept.arguments, kept.receipt)["match"]
+    assert engine.recent_search("sha256:" + "0" * 64) is None
+
+
+def test_recent_searches_keep_the_newest_only() -> None:
+    from engram.service.engine.recent_searches import RecentSearches
+
+    recent = RecentSearches(kept=2)
+    for n in range(3):
+        recent.remember(("t", "w"), {"n": n}, {"receipt_digest": f"d{n}"})
+    assert recent.get("d0") is None
+    assert [recent.get(d).arguments for d in ("d1", "d2")] == [{"n": 1}, {"n": 2}]  # type: ignore[union-attr]
+
+
 def test_replay_refuses_other_arguments(engine) -> None:
     ctx = context()
     accept(engine, ctx, "tidal gauge calibration")

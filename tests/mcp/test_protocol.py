@@ -301,8 +301,10 @@ async def test_audit_log_holds_no_content(fake, mode):
         "code",
         "arguments_digest",
         "response_digest",
+        "receipt_digest",
         "latency_ms",
     }
+    assert mine["receipt_digest"] is None  # only a search's answer carries a rank receipt
     assert any(line["code"] == "-32603" and line["tool"] == SEARCH for line in lines)
 
 
