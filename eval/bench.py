@@ -275,7 +275,7 @@ def raw_bulk_index(
 def store_bytes_per_record(engine: Any, corpus: SyntheticCorpus, size: int, sample: int = 1000) -> dict[str, Any]:
     """The store's bytes per record, per table (indexes and page slack included), and
     what is left beyond the record's own text (UTF-8 bytes, mean of a sample)."""
-    tables = engine.store_footprint()
+    tables = engine.operator.store_footprint()
     texts = [len(r.text.encode()) for _, r in zip(range(sample), corpus.records())]
     total = sum(tables.values()) / size
     text = statistics.fmean(texts) if texts else 0.0
@@ -330,7 +330,7 @@ def bench_size(
         )
     # Opted in at once, so the directory serves agents' calls (the MCP runs, the lone
     # server, and whoever opens it after the bench) however the run goes on or ends.
-    engine.set_tenant_enabled(BENCH_SCOPE[0], True)
+    engine.operator.set_tenant_enabled(BENCH_SCOPE[0], True)
     out: dict[str, Any] = {
         "size": len(vectors),  # what is measured: fewer than ``size`` when the ingest was stopped
         "corpus_size": size,

@@ -39,8 +39,8 @@ def load_run(
     try:
         import uvicorn
 
+        from engram.models.host_token import HEADER, mint_token
         from engram.service.http.app import create_app
-        from engram.service.mcp.host_context import HEADER, mint_token
         from engram.service.settings import Settings
     except Exception as exc:  # noqa: BLE001 - report why the HTTP run could not happen
         return {"skipped": f"MCP app unavailable: {type(exc).__name__}: {exc}"}

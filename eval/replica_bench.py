@@ -13,7 +13,7 @@ of their latencies holds whatever else loads the machine.
 
 A new replica joins two ways: from the journal alone (it embeds every record again with
 the model; measured up to ``REEMBED_UP_TO`` records, hours beyond), and seeded from the
-first replica's exported vectors (``Engine.export_vectors``, then ``Engine.open`` with
+first replica's exported vectors (``Engine.operator.export_vectors``, then ``Engine.open`` with
 ``seed_vectors``): the seconds to export, the seconds to ready, and how many records it
 took from the seed and embedded.
 
@@ -103,7 +103,7 @@ def replica_bench(
     for name, url in ((("sqlite", None),) if sqlite else ()) + (("postgres", database_url),):
         say(f"[stores n={size}] {name}: ingest")
         engine = Engine.open(root / name / "a", encoder=encoder, database_url=url, key_dir=root / name / "keys")
-        engine.set_tenant_enabled(scope[0], True)
+        engine.operator.set_tenant_enabled(scope[0], True)
         report = ingest_corpus(
             engine,
             scope,
@@ -120,7 +120,7 @@ def replica_bench(
     entry = out["postgres"]
     say(f"[stores n={size}] postgres: a replica joins seeded from the first one's vectors")
     t = time.perf_counter()
-    exported = pg.export_vectors(root / "postgres" / "seed")
+    exported = pg.operator.export_vectors(root / "postgres" / "seed")
     entry["seed_export_s"] = round(time.perf_counter() - t, 2)
     t = time.perf_counter()
     second = Engine.open(
@@ -198,7 +198,7 @@ def serve_workers_load(
     ``load.client_processes`` child processes: :func:`drive_client_processes`), its CPU
     read from every process of the server, and how many calls each worker took (its
     audit lines)."""
-    from engram.service.mcp.audit import AUDIT_FILE
+    from engram.service.engine import AUDIT_FILE
 
     from .bench_calls import load_claims
     from .service_memory import ServedDirectory
@@ -276,7 +276,7 @@ def drive_client_processes(
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    from engram.service.mcp.host_context import HEADER
+    from engram.models.host_token import HEADER
 
     from .load import drive_clients
 

@@ -88,7 +88,7 @@ def prepare(work: Path) -> None:
     encoder = MiniLMEncoder(root / "data" / "models")
     encoder.load()
     out, _, engine = ingest_size(SIZE, root, encoder, batch_size=None, progress=False, say=print)
-    engine.set_tenant_enabled(SCOPE[0], True)
+    engine.operator.set_tenant_enabled(SCOPE[0], True)
     engine.close()
     print(json.dumps(out.get("ingest", {}))[:300])
 
@@ -251,7 +251,7 @@ def mcp_probe(work: Path, trees: list[Path], queries: int, rounds: int) -> dict[
     import httpx2
 
     from engram.eval.bench_calls import PURPOSE
-    from engram.service.mcp.host_context import HEADER, mint_token
+    from engram.models.host_token import HEADER, mint_token
 
     servers: list[dict[str, Any]] = []
     try:

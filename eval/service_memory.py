@@ -186,14 +186,14 @@ class ServedDirectory:
 
     def token(self, claims: dict[str, Any], *, confirmation: dict[str, Any] | None = None) -> str:
         """A context signed with this server's host secret (a day long)."""
-        from engram.service.mcp.host_context import mint_token
+        from engram.models.host_token import mint_token
 
         body = dict(claims) if confirmation is None else {**claims, "confirmation": confirmation}
         return mint_token(body, self.secret.encode(), ttl_s=24 * 3600)
 
     def request(self, token: str, tool: str, args: dict[str, Any], rpc_id: int) -> dict[str, Any]:
         """The keyword arguments of an httpx2 POST that calls ``tool``."""
-        from engram.service.mcp.host_context import HEADER
+        from engram.models.host_token import HEADER
 
         body = {
             "jsonrpc": "2.0",

@@ -279,7 +279,7 @@ def run_soak(
     corpus = SyntheticCorpus(corpus_spec(size, encoder))
     texts, _ = corpus.queries(200)
     try:
-        engine.set_tenant_enabled(BENCH_SCOPE[0], True)
+        engine.operator.set_tenant_enabled(BENCH_SCOPE[0], True)
         ctx = bench_context()
         # The ingested records the clients read: the first thousand the ingest kept.
         known = [

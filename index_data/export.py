@@ -60,7 +60,7 @@ def write_export(engine: Any, scope: Scope, out: Path, *, vectors: bool = False)
     offsets, dim, count = [0], 384, 0
     try:
         with _private(partial, "w") as lines, _private(scratch, "wb") if vectors else contextlib.nullcontext() as rows:
-            for record in engine.export_records(scope, vectors=vectors):
+            for record in engine.operator.export_records(scope, vectors=vectors):
                 primary = next(
                     c["text"]
                     for c in record.payload["components"]

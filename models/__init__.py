@@ -12,6 +12,7 @@ __all__ = [
     "encoding",
     "envelope",
     "errors",
+    "host_token",
     "inputs",
     "outputs",
     "scope",

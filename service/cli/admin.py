@@ -152,7 +152,7 @@ def restore(
     host_secret file is copied in (or ENGRAM_HOST_SECRET set) first.
     """
     from engram.models.codes import ContractError
-    from engram.service.engine import Engine
+    from engram.service.engine import restore
     from engram.service.mcp.host_context import SECRET_FILE
     from engram.service.operator.ownership import LOCK_FILE, DataDirLock, DirectoryHeld
 
@@ -164,7 +164,7 @@ def restore(
         echo_error(f"engram: creating data directory {data_dir}")
     try:
         with DataDirLock(data_dir), long_step(f"restoring {source} into {data_dir}"):
-            engine = Engine.restore(source, data_dir, key_source=keys, load_model=load_model)
+            engine = restore(source, data_dir, key_source=keys, load_model=load_model)
             engine.close()
     except DirectoryHeld:
         echo_error(f"engram: another engram process holds {data_dir}")
@@ -357,12 +357,12 @@ def replicas(
     the last heartbeat, live. On SQLite (no replicas) it exits 1, CAPABILITY_UNAVAILABLE."""
     with operator_engine(data_dir) as engine:
         if retire is not None:
-            if not engine.retire_replica(retire):
+            if not engine.operator.retire_replica(retire):
                 echo_error(f"engram: no replica {retire!r}")
                 raise typer.Exit(1)
             typer.echo(f"retired {retire}")
             return
-        print_json(engine.replicas())
+        print_json(engine.operator.replicas())
 
 
 route_app = typer.Typer(
@@ -376,7 +376,7 @@ admin.add_typer(route_app, name="route")
 def route_list(data_dir: DataDir = None) -> None:
     """Print every routed scope: its group, and the group taking it over while it moves."""
     with operator_engine(data_dir) as engine:
-        print_json(engine.routes())
+        print_json(engine.operator.routes())
 
 
 @route_app.command("move")
@@ -402,7 +402,7 @@ def route_move(
 
     with operator_engine(data_dir) as engine:
         try:
-            outcome = engine.move_scope(
+            outcome = engine.operator.move_scope(
                 (tenant, workspace), group, project_wait_s=project_wait_s, release_wait_s=release_wait_s
             )
         except NoLiveReplica:

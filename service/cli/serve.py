@@ -296,7 +296,8 @@ def _stdio_server_parts(settings: Any, secret: bytes | None) -> Iterator[tuple[A
     """The engine (warming up in the background: tool calls wait for it, see
     `service.mcp.stdio`), audit log, rate limiter, operator channel and client socket of
     a process holding the data directory for stdio clients."""
-    from engram.service.mcp.audit import AUDIT_FILE, AuditLog
+    from engram.service.engine import AUDIT_FILE
+    from engram.service.mcp.audit import AuditLog
     from engram.service.mcp.rate_limit import TokenBucketLimiter
 
     started = _warming_up(settings)
@@ -336,7 +337,8 @@ def _client_socket(engine: Any, settings: Any, secret: bytes | None, audit: Any,
 @contextlib.contextmanager
 def _stdio_clients_beside_http(engine: Any, settings: Any, secret: bytes) -> Iterator[None]:
     """`engram serve` over HTTP also serves the data directory's stdio clients."""
-    from engram.service.mcp.audit import AUDIT_FILE, AuditLog
+    from engram.service.engine import AUDIT_FILE
+    from engram.service.mcp.audit import AuditLog
     from engram.service.mcp.rate_limit import TokenBucketLimiter
 
     audit = AuditLog(Path(settings.data_dir) / AUDIT_FILE)
@@ -496,7 +498,7 @@ def _collect_less_once_ready(engine: Any) -> None:
 def _warn_tenants_not_opted_in(engine: Any) -> None:
     """Name, at start, each tenant whose memory is there but whose calls will be refused
     (bulk ingest and `engram bench` write scopes; opting in is a separate operator step)."""
-    for tenant in engine.tenants_not_opted_in():
+    for tenant in engine.operator.tenants_not_opted_in():
         echo_error(
             f"engram: warning: tenant {tenant!r} holds memory but is not opted in: its calls are refused "
             f"(-32603, logged as 'tenant not enabled') until `engram admin tenant enable {tenant}`"
@@ -530,7 +532,7 @@ def _console(engine: Any, settings: Any) -> Iterator[dict[str, Any]]:
 
     from engram.service.console.app import ConsoleConfig
     from engram.service.console.listener import ConsoleListener
-    from engram.service.mcp.audit import AUDIT_FILE
+    from engram.service.engine import AUDIT_FILE
 
     config = ConsoleConfig(
         audit_path=settings.data_dir / AUDIT_FILE,

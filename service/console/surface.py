@@ -1,9 +1,9 @@
 """Every read the console makes of the engine, in one place.
 
-Why one adapter: the console must see only the engine's operator surface (never the
-store behind it), and that surface may move (operator-only methods leaving `Engine`
-for an operator object). Pages and the JSON API call these functions and nothing
-else of the engine, so such a move touches this module only. What comes back is
+Why one adapter: the console must see only the operator role's surface
+(``engine.operator``, plus the engine's own readiness and counts), never the store
+behind it. Pages and the JSON API call these functions and nothing else of the
+engine, so a change of that surface touches this module only. What comes back is
 plain JSON values: ids, states, counts, cursors, digests, sizes and timings; no
 record or candidate text, no query.
 """
@@ -59,7 +59,7 @@ def scopes(engine: Engine, only: tuple[str, str] | None = None) -> list[dict[str
                 "journal_head": head,
                 "lag": lags,
                 "cursor": {channel: head - lag for channel, lag in lags.items()},
-                "index_bytes": engine.index_bytes(stats.scope),
+                "index_bytes": engine.operator.index_bytes(stats.scope),
             }
         )
     return sorted(rows, key=lambda row: (row["tenant"], row["workspace"]))
@@ -68,14 +68,14 @@ def scopes(engine: Engine, only: tuple[str, str] | None = None) -> list[dict[str
 def overview(engine: Engine, started_at: float) -> dict[str, Any]:
     """The first page: what runs, whether it is ready, and what needs the operator."""
     rows = scopes(engine)
-    expiring = engine.expiring_before(int(time.time() * 1000) + EXPIRING_WITHIN_MS)
+    expiring = engine.operator.expiring_before(int(time.time() * 1000) + EXPIRING_WITHIN_MS)
     return {
         "version": _version(),
-        "store_kind": engine.store_kind,
+        "store_kind": engine.operator.store_kind,
         "replica_id": engine.replica_id,
         "readiness": engine.readiness(),
         "uptime_s": round(time.time() - started_at, 1),
-        "profiles": engine.profiles(),
+        "profiles": engine.operator.profiles(),
         "journal_head": max((row["journal_head"] for row in rows), default=0),
         "scopes": rows,
         "records_by_state": _sum(row["records"] for row in rows),
@@ -95,8 +95,10 @@ def scope(engine: Engine, tenant: str, workspace: str) -> dict[str, Any] | None:
         return None
     row = found[0]
     until = int(time.time() * 1000) + EXPIRING_WITHIN_MS
-    expiring = [e for e in engine.expiring_before(until) if (e["tenant"], e["workspace"]) == (tenant, workspace)]
-    purges = [p for p in engine.pending_purges() if (p["tenant"], p["workspace"]) == (tenant, workspace)]
+    expiring = [
+        e for e in engine.operator.expiring_before(until) if (e["tenant"], e["workspace"]) == (tenant, workspace)
+    ]
+    purges = [p for p in engine.operator.pending_purges() if (p["tenant"], p["workspace"]) == (tenant, workspace)]
     row.update(expiring_count=len(expiring), expiring=expiring[:LISTED], pending_purges=purges)
     return row
 
@@ -105,17 +107,17 @@ def replicas(engine: Engine) -> dict[str, Any]:
     """The replica registry, scope routes and pending purges (with who still owes each);
     on an embedded store there is no registry, only this process."""
     try:
-        registry, routes = engine.replicas(), engine.routes()
+        registry, routes = engine.operator.replicas(), engine.operator.routes()
         shared = True
     except ContractError:
         registry, routes, shared = [], [], False
     return {
         "shared": shared,
-        "store_kind": engine.store_kind,
+        "store_kind": engine.operator.store_kind,
         "this_replica": engine.replica_id,
         "replicas": registry,
         "routes": routes,
-        "pending_purges": engine.pending_purges(),
+        "pending_purges": engine.operator.pending_purges(),
     }
 
 
@@ -148,7 +150,7 @@ def recent_receipt(engine: Engine, receipt_digest: str) -> dict[str, Any] | None
     """A recent search's receipt reduced to its numbers, and its replay under the
     current profile; None once this process no longer keeps it. The search's
     arguments (its query) stay inside: only the replay's verdict comes back."""
-    kept = engine.recent_search(receipt_digest)
+    kept = engine.operator.recent_search(receipt_digest)
     if kept is None:
         return None
     tenant, workspace = kept.scope

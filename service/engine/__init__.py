@@ -6,8 +6,8 @@ they never import the engine's modules directly.
 
 from .clock import now_ms
 from .context import CallContext, Confirmation
-from .data_directory import claim_data_dir
-from .engine import DB_FILE, MODELS_DIR, Engine, export_keys
+from .data_directory import AUDIT_FILE, DB_FILE, MODELS_DIR, claim_data_dir
+from .engine import Engine, export_keys, restore
 from .gates import operation_digest
 from .ingestion import (
     BatchOutcome,
@@ -23,6 +23,7 @@ from .ingestion import (
     operator_context,
 )
 from .lifecycle import OPERATOR_TRANSITIONS
+from .operator import Operator
 from .records import index_document, scope_key
 from .routing import NoLiveReplica
 from .search import CANDIDATE_CAP
@@ -30,6 +31,7 @@ from .seed import HEADER as SEED_HEADER
 from .sweeper import PurgeSchedule
 
 __all__ = [
+    "AUDIT_FILE",
     "CANDIDATE_CAP",
     "DB_FILE",
     "MODELS_DIR",
@@ -44,6 +46,7 @@ __all__ = [
     "Engine",
     "ExaminedBatch",
     "NoLiveReplica",
+    "Operator",
     "PreparedBatch",
     "PurgeSchedule",
     "Submission",
@@ -56,5 +59,6 @@ __all__ = [
     "now_ms",
     "operation_digest",
     "operator_context",
+    "restore",
     "scope_key",
 ]

@@ -15,7 +15,7 @@ from engram.models.digests import DigestKind, seal_receipt
 from engram.models.inputs import AdmissionInput
 from engram.models.scope import Scope
 from engram.models.tools import REQUEST_ADMISSION
-from engram.service.secrets import refuse_secrets
+from engram.service.secrets import scan as scan_secrets
 from engram.service.store.base import CandidateRow, JournalEvent, Transaction
 
 from .acceptance import Acceptance, accept_records
@@ -153,7 +153,7 @@ def adjudicate(
     path): accept or reject, with a decision receipt naming the operator."""
     if decision == "adjudication_required":
         raise ContractError(ErrorCode.ILLEGAL_TRANSITION)
-    refuse_secrets(reason_ref)  # kept in the decision receipt
+    scan_secrets(reason_ref).refuse()  # kept in the decision receipt
     with deps.store.transaction() as tx:
         at = now_ms()
         candidate = tx.candidate(scope, candidate_id)

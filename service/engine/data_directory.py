@@ -11,6 +11,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+#: The embedded store's database file in a data directory.
+DB_FILE = "engram.db"
+#: service.operator.ownership's lock file: a restore target may hold it.
+LOCK_NAME = "engram.lock"
+#: Derived model files (the ONNX export); never backed up.
+MODELS_DIR = "models"
+#: The MCP front end's audit log (one line per call: digests, never content).
+AUDIT_FILE = "audit.jsonl"
 GITIGNORE = ".gitignore"
 #: Ignores every file of the data directory (keys, store, contexts, indexes, this file).
 GITIGNORE_TEXT = "# engram data directory: keys, store and contexts never go into git\n*\n"

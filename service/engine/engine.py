@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 import threading
 from collections.abc import Callable, Iterator
@@ -21,8 +20,6 @@ from engram.models.codes import ContractError, ErrorCode
 from engram.models.scope import Scope
 from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, TOOLS, WITHDRAW, parse_arguments
 from engram.ranking import (
-    HYBRID_PROFILE,
-    LEXICAL_PROFILE,
     Device,
     Encoder,
     MiniLMEncoder,
@@ -30,8 +27,7 @@ from engram.ranking import (
     SemanticUnavailable,
 )
 from engram.ranking.encoder import resolve_device
-from engram.service.secrets import detector as secret_detector
-from engram.service.secrets import refuse_secrets
+from engram.service.secrets import scan as scan_secrets
 from engram.service.store import open_store
 from engram.service.store.base import (
     DEFAULT_DATABASE_TIMEOUT_MS,
@@ -42,20 +38,20 @@ from engram.service.store.base import (
 )
 from engram.service.store.connectivity import ConnectivityState
 
-from . import admission, capture, export, ingestion, operator, reading, search, transitions
+from . import admission, capture, ingestion, reading, search, transitions
 from . import routing as routing_ops
-from .clock import instant, now_ms
 from .context import CallContext
-from .data_directory import claim_data_dir
+from .data_directory import DB_FILE, LOCK_NAME, MODELS_DIR, claim_data_dir
 from .dependencies import Dependencies
+from .operator import Operator
 from .paging import SnapshotCache
-from .policy import ADMISSION_POLICY_FILE, HOST_POLICY_FILE, Policies
+from .policy import Policies
 from .projector import Projector
-from .recent_searches import RecentSearch, RecentSearches
+from .recent_searches import RecentSearches
 from .records import scope_key
 from .replica import Replica, replica_id_for
 from .sealing import SHARED_RETIRE_GRACE_S, BodyVault, KeyRing, copy_key_dir, shred_entries
-from .seed import SeedTally, SeedVectors, write_seed
+from .seed import SeedTally, SeedVectors
 from .stats import ScopeStats, scope_stats
 from .sweeper import DEFAULT_PURGE, PurgeSchedule, Sweeper
 
@@ -71,14 +67,15 @@ OPERATIONS: dict[str, Operation] = {
     WITHDRAW: transitions.withdraw,
     FORGET: transitions.forget,
 }
-DB_FILE = "engram.db"
-LOCK_NAME = "engram.lock"  # service.operator.ownership's lock file: a restore target may hold it
-MODELS_DIR = "models"  # derived model files (the ONNX export); never backed up
 
 logger = logging.getLogger("engram.engine")
 
 
 class Engine:
+    """What the agent path (:meth:`execute`), the server's lifecycle (warm-up, readiness,
+    routing, metrics, close) and the bulk load need. The operator role's methods are on
+    :attr:`operator` (see :mod:`.operator`)."""
+
     def __init__(
         self,
         deps: Dependencies,
@@ -96,6 +93,9 @@ class Engine:
         self._seed_vectors = seed_vectors
         self._warm_up_tally = SeedTally()
         self._recent_searches = RecentSearches()
+        #: The operator role's methods (``engram admin``, the operator channel and the
+        #: console call them; the agent path never does): see :mod:`.operator`.
+        self.operator = Operator(deps, self._recent_searches)
 
     @classmethod
     def open(
@@ -198,7 +198,7 @@ class Engine:
         load = getattr(self._encoder, "load", None)
         if load is not None:
             load()
-        secret_detector()  # detect-secrets' plugins, which the first capture would import
+        scan_secrets()  # the rules and detect-secrets' plugins, which the first capture would load
         self.deps.ranker.warm_query_time()
         self._finish_rotation()  # one interrupted, or waiting out the shared grace
         if self.deps.routing is not None:
@@ -220,12 +220,12 @@ class Engine:
         self._warm_up_tally = tally
         if self._seed_vectors is not None:
             logger.info("warm-up: %d records' vectors taken from the seed, %d embedded", tally.seeded, tally.embedded)
-        self.sweep_invalidations()  # a replica that was down purges what it missed, first
+        self.operator.sweep_invalidations()  # a replica that was down purges what it missed, first
         if self._serve_replica and self.deps.replica is not None:
             routing = self.deps.routing
             self.deps.replica.follow(
                 self.deps.projector.catch_up if routing is None else lambda scope: routing.follow(self.deps, scope),
-                self.sweep_invalidations,
+                self.operator.sweep_invalidations,
                 self._finish_rotation,
             )
         self._ready.set()
@@ -257,7 +257,7 @@ class Engine:
         if TOOLS[tool].mutation:
             # Every string a mutation keeps (payload, evidence, locators, reason refs) is
             # scanned; the idempotency key is kept only as a digest.
-            refuse_secrets(args.model_dump(exclude_none=True, exclude={"idempotency_key"}))
+            scan_secrets(args.model_dump(exclude_none=True, exclude={"idempotency_key"})).refuse()
         try:
             with self._serving(ctx.scope):
                 value = operation(self.deps, ctx, args)
@@ -302,19 +302,6 @@ class Engine:
     def tenant_enabled(self, tenant: str) -> bool:
         return self.deps.store.tenant_enabled(tenant)
 
-    def set_tenant_enabled(self, tenant: str, enabled: bool) -> None:
-        self.deps.store.set_tenant_enabled(tenant, enabled, instant(now_ms()))
-
-    def tenants_not_opted_in(self) -> list[str]:
-        """Tenants that hold scopes in this store but are not opted in: every agent call
-        in their scopes is refused (-32603) until an operator runs `engram admin tenant
-        enable TENANT`. Bulk ingest writes a scope without opting its tenant in (opt-in is
-        the operator's separate decision), so `engram ingest` and `engram serve` name them."""
-        store = self.deps.store
-        return [
-            tenant for tenant in sorted({tenant for tenant, _ in store.scopes()}) if not store.tenant_enabled(tenant)
-        ]
-
     def readiness(self) -> dict[str, Any]:
         """Ready once warm-up is done. Without a configured model the service is
         lexical-only by the operator's choice, which is ready; a configured model that
@@ -348,7 +335,7 @@ class Engine:
         """`observe(channel, seconds)` after each ranking stage (lexical, semantic, fusion)."""
         self.deps.ranker.observe_latency = observe
 
-    # -- the operator surface (never reachable through MCP) ----------------------------------
+    # -- batch admission (engram ingest; never reachable through MCP) ------------------------
     def batch_writer(self) -> ingestion.BatchWriter:
         """Batch admission, steps two and three, on this engine's store: ``prepare`` (which
         examined records the scope has already) and ``commit`` (one transaction). Step
@@ -391,244 +378,6 @@ class Engine:
         """The scope's journal head."""
         return self.deps.store.scope_cursor(scope)
 
-    def export_records(self, scope: Scope, *, vectors: bool = False) -> Iterator[export.ExportedRecord]:
-        """The scope's current records (payload, evidence, retention; with ``vectors``
-        their indexed passage vectors too), in record_id order (see :mod:`.export`)."""
-        return export.export_records(self.deps, scope, vectors=vectors)
-
-    def export_vectors(self, out: Path) -> dict[str, Any]:
-        """Write every scope's current records' passage vectors, with their passage-text
-        digests and this engine's vector space, to the new directory ``out``: the seed a
-        new replica warms up from (``seed_vectors``) without embedding them again. A
-        CAPABILITY_UNAVAILABLE without a named encoder (the vectors' model is unknown)."""
-        space = self.deps.ranker.vector_space
-        if space.encoder is None:
-            raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
-        scopes = self.deps.store.scopes()
-        return write_seed(Path(out), space, ((scope_key(s), self.export_records(s, vectors=True)) for s in scopes))
-
-    def store_footprint(self) -> dict[str, int]:
-        """Bytes each store table holds on disk, indexes included (capacity reports)."""
-        return self.deps.store.footprint()
-
-    def receipt(self, receipt_digest: str) -> dict[str, Any] | None:
-        """A receipt a record body references by digest (authorisation, decision)."""
-        return self.deps.store.receipt(receipt_digest)
-
-    def sweep_invalidations(self) -> int:
-        """Complete physical purges left pending (a forgotten record's bytes still in an
-        index file, key bytes still in the WAL). Returns how many scopes were swept."""
-        return transitions.sweep_pending(self.deps)
-
-    def transition(self, scope: Scope, record_id: str, operation: str, reason_ref: str) -> str:
-        """dispute | resolve | supersede | expire | invalidate-trust one record."""
-        return operator.transition(self.deps, scope, record_id, operation, reason_ref)
-
-    def adjudicate(self, scope: Scope, candidate_id: str, decision: str, reason_ref: str) -> dict[str, Any]:
-        """Accept or reject a candidate held as pending_adjudication."""
-        return admission.adjudicate(self.deps, scope, candidate_id, decision, reason_ref)  # type: ignore[arg-type]
-
-    def expire_due(self) -> list[tuple[Scope, str]]:
-        return operator.expire_due(self.deps)
-
-    def recent_search(self, receipt_digest: str) -> RecentSearch | None:
-        """A search this process answered lately, by its rank receipt's digest (the one
-        its audit line names), with what a replay needs; None once it is no longer kept."""
-        return self._recent_searches.get(receipt_digest)
-
-    def replay_search(self, ctx: CallContext, arguments: dict[str, Any], receipt: dict[str, Any]) -> dict[str, Any]:
-        """Re-run a search pinned to a rank receipt (operator surface; see search.replay)."""
-        args = parse_arguments(SEARCH, arguments)
-        return search.replay(self.deps, ctx, args, receipt)  # type: ignore[arg-type]
-
-    def rotate_kek(self) -> str:
-        return self.deps.vault.ring.rotate(self.deps.store)
-
-    def backup(self, dest: Path, *, include_keys: bool = False) -> Path:
-        """A consistent online backup: the database, the policies and the vectors (so a
-        restore does not re-embed). Without `include_keys` it holds no KEK: it cannot be
-        read without the live keys (or an export), whose shred ledger a restore applies.
-        The lexical index is rebuilt on restore (it holds text, and is cheap to rebuild)."""
-        dest = Path(dest)
-        dest.mkdir(parents=True, exist_ok=False, mode=0o700)
-        ring = self.deps.vault.ring
-        semantic = self.deps.data_dir / "index" / "semantic"
-        with self.deps.projector.exclusive():
-            # Vectors first, at or behind the database's journal: a restore catches up.
-            self.deps.ranker.checkpoint()
-            if semantic.is_dir():
-                shutil.copytree(semantic, dest / "index" / "semantic")
-            self.deps.store.backup(str(dest / DB_FILE))
-        if include_keys:
-            copy_key_dir(ring.key_dir, dest / "keys")
-        for name in (HOST_POLICY_FILE, ADMISSION_POLICY_FILE):
-            if (self.deps.data_dir / name).exists():
-                shutil.copy2(self.deps.data_dir / name, dest / name)
-        for path in (dest, *dest.rglob("*")):  # the owner's alone, as the data directory is
-            os.chmod(path, 0o700 if path.is_dir() else 0o600)
-        return dest
-
-    @classmethod
-    def restore(cls, backup: Path, data_dir: Path, *, key_source: Path | None = None, **open_kwargs: Any) -> Engine:
-        """Restore a backup into a new data dir: keys from the backup and/or `key_source`
-        (the live keys, or an export), the shred ledger applied (nothing forgotten after
-        the backup comes back), every journal chain verified, projections caught up."""
-        backup, data_dir = Path(backup), Path(data_dir)
-        if data_dir.exists() and (held := sorted(p.name for p in data_dir.iterdir() if p.name != LOCK_NAME)):
-            raise ContractError(
-                ErrorCode.RESTORE_REFUSED,
-                f"{data_dir} is not empty (it holds {', '.join(held[:5])}{', ...' if len(held) > 5 else ''}); "
-                "restore into a new directory, or remove what is in it",
-            )
-        has_keys = (backup / "keys").is_dir() or (key_source is not None and Path(key_source).is_dir())
-        if not (backup / DB_FILE).exists():
-            raise ContractError(ErrorCode.BACKUP_INVALID, f"{backup} holds no {DB_FILE}: not a backup")
-        if not has_keys:
-            given = f"{key_source} is not a directory" if key_source is not None else "no --keys given"
-            raise ContractError(ErrorCode.BACKUP_INVALID, f"the backup holds no key-encryption keys and {given}")
-        try:
-            return cls._restore_into(backup, data_dir, key_source, open_kwargs)
-        except BaseException:
-            for path in data_dir.iterdir():  # a failed restore leaves the directory as it found it
-                if path.name == LOCK_NAME:
-                    continue
-                if path.is_dir() and not path.is_symlink():
-                    shutil.rmtree(path)
-                else:
-                    path.unlink()
-            raise
-
-    @classmethod
-    def _restore_into(cls, backup: Path, data_dir: Path, key_source: Path | None, open_kwargs: Any) -> Engine:
-        shutil.copytree(backup, data_dir, dirs_exist_ok=True)
-        keys = data_dir / "keys"
-        if key_source is not None:
-            copy_key_dir(Path(key_source), keys)
-        store = open_store(data_dir / DB_FILE, None)
-        try:
-            known = {p.stem for p in keys.glob("kek-*.key")}
-            missing = sorted({kek for _, _, kek in store.all_wrapped_keys()} - known)
-            if missing:
-                raise ContractError(
-                    ErrorCode.BACKUP_INVALID,
-                    f"the backup's data keys are wrapped under {', '.join(missing)}, which the keys given lack "
-                    "(a rotation retired it after the backup?); pass --keys of an `engram admin export-kek` "
-                    "copy made while it was current, or a backup made with --include-keys",
-                )
-            transitions.apply_shreds(store, shred_entries(keys), keys)
-        finally:
-            store.close()
-        engine = cls.open(data_dir, **open_kwargs)
-        broken = [s for s in engine.deps.store.scopes() if not engine.deps.store.verify_chain(s)]
-        if broken:
-            engine.close()
-            raise ContractError(ErrorCode.BACKUP_INVALID, f"the journal chain of {len(broken)} scope(s) is broken")
-        return engine
-
-    def apply_shred_ledger(self) -> int:
-        """Apply every entry of the key directory's shred ledger, also those without
-        journal positions (written before entries had them), which opening a store does
-        not check: each record or candidate it names that is not yet tombstoned or
-        withdrawn is (scans the journal of each scope the ledger names; idempotent).
-        Returns how many were applied; their index purges are swept at once."""
-        key_dir = self.deps.vault.ring.key_dir
-        applied = transitions.apply_shreds(self.deps.store, shred_entries(key_dir), key_dir)
-        if applied:
-            self.sweep_invalidations()
-        return applied
-
-    def verify_journal(self) -> dict[str, bool]:
-        return {f"{t}/{w}": self.deps.store.verify_chain((t, w)) for t, w in self.deps.store.scopes()}
-
-    def rebuild_projections(self, progress: Callable[[int], None] | None = None) -> None:
-        self.deps.projector.rebuild(progress)
-
-    def history(self, scope: Scope, subject: str) -> list[dict[str, Any]]:
-        """Every journal event about one record or candidate (digests only, no content)."""
-        return [
-            {
-                "cursor": e.cursor,
-                "kind": e.kind,
-                "event_id": e.event_id,
-                "recorded_at": e.recorded_at,
-                "event_digest": e.event_digest,
-                "body": e.body,
-            }
-            for e in self.deps.store.events(scope)
-            if e.subject == subject or e.body.get("candidate_id") == subject
-        ]
-
-    @property
-    def store_kind(self) -> str:
-        """``postgresql`` for a store several replicas share, else ``sqlite``."""
-        return "postgresql" if self.deps.replica is not None else "sqlite"
-
-    def profiles(self) -> list[dict[str, str]]:
-        """The ranking profiles this release serves: name, version, configuration digest."""
-        return [
-            {"name": p.name, "version": p.version, "config_digest": p.config_digest()}
-            for p in (LEXICAL_PROFILE, HYBRID_PROFILE)
-        ]
-
-    def expiring_before(self, at_ms: int) -> list[dict[str, Any]]:
-        """Current records whose retention ends by ``at_ms`` (ids and instants only)."""
-        return [
-            {"tenant": r.scope[0], "workspace": r.scope[1], "record_id": r.record_id, "expires_at_ms": r.expires_at_ms}
-            for r in self.deps.store.due_for_expiry(at_ms)
-        ]
-
-    def pending_purges(self) -> list[dict[str, Any]]:
-        """Forgotten records whose bytes some index still holds, each with the replicas
-        that still owe their purge (on an embedded store: none named, this process's
-        sweeper owes them)."""
-        owed: dict[tuple[str, str, str], list[str]] = {}
-        if self.deps.replica is not None:
-            shared = self.deps.replica.store
-            for entry in shared.replica_entries():
-                for scope, ids in shared.purges_awaiting(entry.replica_id).items():
-                    for record_id in ids:
-                        owed.setdefault((*scope, record_id), []).append(entry.replica_id)
-        return [
-            {"tenant": t, "workspace": w, "record_id": r, "owed_by": sorted(owed.get((t, w, r), []))}
-            for (t, w), ids in sorted(self.deps.store.pending_purges().items())
-            for r in sorted(ids)
-        ]
-
-    def index_bytes(self, scope: Scope) -> dict[str, int]:
-        """Bytes each index channel of the scope takes on this replica's disk."""
-        return self.deps.ranker.index_bytes(scope_key(scope))
-
-    def replicas(self) -> list[dict[str, Any]]:
-        """The replicas registered on a shared store (operator surface)."""
-        if self.deps.replica is None:
-            raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
-        return self.deps.replica.registry()
-
-    def routes(self) -> list[dict[str, Any]]:
-        """Every routed scope and its group (operator surface; shared store only)."""
-        if self.deps.replica is None:
-            raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
-        return routing_ops.routes(self.deps.replica.store)
-
-    def move_scope(
-        self, scope: Scope, group: str, *, project_wait_s: float = 300.0, release_wait_s: float = 30.0
-    ) -> routing_ops.MoveOutcome:
-        """Move a scope to another replica group (operator surface; see
-        :func:`.routing.move`). Raises routing.NoLiveReplica when the group has none."""
-        if self.deps.replica is None:
-            raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
-        return routing_ops.move(
-            self.deps.replica.store, scope, group, project_wait_s=project_wait_s, release_wait_s=release_wait_s
-        )
-
-    def retire_replica(self, replica_id: str) -> bool:
-        """Remove a replica gone for good, so the purges it owed stop being pending. A
-        replica retired by mistake re-registers when it next starts; its indexes may
-        then hold purged records: rebuild its projections before it serves."""
-        if self.deps.replica is None:
-            raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
-        return self.deps.replica.store.retire_replica(replica_id)
-
     def close(self) -> None:
         if self.deps.replica is not None:
             self.deps.replica.stop()
@@ -644,3 +393,60 @@ def export_keys(key_dir: Path, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=False, mode=0o700)
     copy_key_dir(Path(key_dir), dest)
     return dest
+
+
+def restore(backup: Path, data_dir: Path, *, key_source: Path | None = None, **open_kwargs: Any) -> Engine:
+    """Restore a backup into a new data dir: keys from the backup and/or `key_source`
+    (the live keys, or an export), the shred ledger applied (nothing forgotten after
+    the backup comes back), every journal chain verified, projections caught up."""
+    backup, data_dir = Path(backup), Path(data_dir)
+    if data_dir.exists() and (held := sorted(p.name for p in data_dir.iterdir() if p.name != LOCK_NAME)):
+        raise ContractError(
+            ErrorCode.RESTORE_REFUSED,
+            f"{data_dir} is not empty (it holds {', '.join(held[:5])}{', ...' if len(held) > 5 else ''}); "
+            "restore into a new directory, or remove what is in it",
+        )
+    has_keys = (backup / "keys").is_dir() or (key_source is not None and Path(key_source).is_dir())
+    if not (backup / DB_FILE).exists():
+        raise ContractError(ErrorCode.BACKUP_INVALID, f"{backup} holds no {DB_FILE}: not a backup")
+    if not has_keys:
+        given = f"{key_source} is not a directory" if key_source is not None else "no --keys given"
+        raise ContractError(ErrorCode.BACKUP_INVALID, f"the backup holds no key-encryption keys and {given}")
+    try:
+        return _restore_into(backup, data_dir, key_source, open_kwargs)
+    except BaseException:
+        for path in data_dir.iterdir():  # a failed restore leaves the directory as it found it
+            if path.name == LOCK_NAME:
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        raise
+
+
+def _restore_into(backup: Path, data_dir: Path, key_source: Path | None, open_kwargs: Any) -> Engine:
+    shutil.copytree(backup, data_dir, dirs_exist_ok=True)
+    keys = data_dir / "keys"
+    if key_source is not None:
+        copy_key_dir(Path(key_source), keys)
+    store = open_store(data_dir / DB_FILE, None)
+    try:
+        known = {p.stem for p in keys.glob("kek-*.key")}
+        missing = sorted({kek for _, _, kek in store.all_wrapped_keys()} - known)
+        if missing:
+            raise ContractError(
+                ErrorCode.BACKUP_INVALID,
+                f"the backup's data keys are wrapped under {', '.join(missing)}, which the keys given lack "
+                "(a rotation retired it after the backup?); pass --keys of an `engram admin export-kek` "
+                "copy made while it was current, or a backup made with --include-keys",
+            )
+        transitions.apply_shreds(store, shred_entries(keys), keys)
+    finally:
+        store.close()
+    engine = Engine.open(data_dir, **open_kwargs)
+    broken = [s for s in engine.deps.store.scopes() if not engine.deps.store.verify_chain(s)]
+    if broken:
+        engine.close()
+        raise ContractError(ErrorCode.BACKUP_INVALID, f"the journal chain of {len(broken)} scope(s) is broken")
+    return engine

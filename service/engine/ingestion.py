@@ -46,7 +46,7 @@ import numpy as np
 from engram.models.digests import DigestKind, digest, seal_receipt
 from engram.models.scope import Scope
 from engram.ranking import IndexDocument
-from engram.service.secrets import find_secret_each
+from engram.service.secrets import scan as secret_scan
 from engram.service.store import open_store
 from engram.service.store.base import Store
 
@@ -166,9 +166,9 @@ def examine(scope: Scope, submissions: Sequence[Submission], *, scan_secrets: bo
     batch = ExaminedBatch(scope, [])
     candidates: dict[str, PreparedRecord] = {}
     verdicts = (
-        find_secret_each(
-            {"payload": sub.payload, "evidence": sub.evidence, "retention": sub.retention} for sub in submissions
-        )
+        secret_scan(
+            *({"payload": sub.payload, "evidence": sub.evidence, "retention": sub.retention} for sub in submissions)
+        ).findings
         if scan_secrets
         else [None] * len(submissions)
     )

@@ -18,7 +18,8 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from mcp.server.transport_security import TransportSecuritySettings
 
-from engram.service.mcp.audit import AUDIT_FILE, AuditLog
+from engram.service.engine import AUDIT_FILE
+from engram.service.mcp.audit import AuditLog
 from engram.service.mcp.host_context import HeaderBinding
 from engram.service.mcp.server import EngineLike, ToolFrontEnd
 from engram.service.settings import Settings

@@ -35,11 +35,12 @@ import httpx2
 from engram.models.codes import ErrorCode
 from engram.models.envelope import envelope_text, failure_envelope
 from engram.models.errors import ContextUnavailable
+from engram.models.host_token import HEADER
 from engram.models.scope import Scope
 from engram.models.tools import TOOLS
 from engram.service.engine import CallContext
 from engram.service.mcp.audit import AuditLog, Durability, audit_digest, audit_text_digest
-from engram.service.mcp.host_context import HEADER, verify_token
+from engram.service.mcp.host_context import verify_token
 from engram.service.mcp.server import ARRIVED_AT, new_audit_id
 
 logger = logging.getLogger("engram.router")

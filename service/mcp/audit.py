@@ -30,8 +30,6 @@ from typing import Any
 
 from engram.models.digests import CanonicalizationRefused, canonical_bytes
 
-AUDIT_FILE = "audit.jsonl"
-
 
 class Durability(StrEnum):
     """How far a call's audit line has got before the call answers."""

@@ -62,16 +62,15 @@ from typing import Any
 import jwt
 
 from engram.models.errors import ContextUnavailable
+from engram.models.host_token import ALGORITHM, HEADER
 from engram.models.tools import TOOLS, ConfirmWhen, ToolSpec
 from engram.service.engine import CallContext, Confirmation
 
-HEADER = "X-Engram-Context"
 SECRET_ENV = "ENGRAM_HOST_SECRET"
 SECRET_FILE = "host_secret"
 CONTEXT_ENV = "ENGRAM_CONTEXT"
 CONTEXT_FILE_ENV = "ENGRAM_CONTEXT_FILE"
 
-ALGORITHM = "HS256"
 MIN_SECRET_BYTES = 32
 MAX_TOKEN_BYTES = 16_384
 MAX_LIFETIME_S = 86_400
@@ -277,15 +276,6 @@ def _signed_context(token: str, secret: bytes) -> _SignedContext:
     if not (iat <= exp and exp - iat <= MAX_LIFETIME_S):
         raise ContextUnavailable("lifetime")
     return _SignedContext(context_from_claims(claims), iat, exp, claims.get("nbf"))
-
-
-def mint_token(claims: Mapping[str, Any], secret: bytes, *, ttl_s: int = 300, now_s: float | None = None) -> str:
-    """Sign a context for a host (and for tests). Adds `iat`/`exp` when absent."""
-    now = int(time.time() if now_s is None else now_s)
-    body = dict(claims)
-    body.setdefault("iat", now)
-    body.setdefault("exp", now + ttl_s)
-    return jwt.encode(body, secret, algorithm=ALGORITHM)
 
 
 # --------------------------------------------------------------------------- binding

@@ -19,10 +19,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from engram.models.host_token import mint_token
 from engram.models.tools import TOOLS
 from engram.service.engine import operation_digest
 
-from .host_context import MAX_LIFETIME_S, context_from_claims, mint_token
+from .host_context import MAX_LIFETIME_S, context_from_claims
 
 CONTEXTS_DIR = "contexts"
 LOCAL_NAME = "local"

@@ -18,10 +18,10 @@ import anyio
 from mcp.server.stdio import stdio_server
 
 from engram.models.codes import ContractError, ErrorCode
-from engram.service.engine import CallContext
+from engram.service.engine import AUDIT_FILE, CallContext
 from engram.service.settings import Settings
 
-from .audit import AUDIT_FILE, AuditLog
+from .audit import AuditLog
 from .host_context import StaticBinding
 from .rate_limit import TokenBucketLimiter
 from .server import EngineLike, ToolFrontEnd

@@ -1,4 +1,8 @@
-"""The operator's surface: one owner per data directory, and a local channel into it.
+"""The operator channel: one owner per data directory, and a local socket into it.
+
+Not the operator role itself: what an operator may do is ``Engine.operator``
+(``service/engine/operator.py``); this room carries those calls into a live server's
+process, or runs them on an engine it opened while it owns the directory.
 
 Why a room of its own: maintenance (key rotation, backup, expiry, transitions,
 rebuilds) must never run as a second engine beside a live server (two key rings and two

@@ -1,5 +1,6 @@
 """The operator commands, as one table both paths run: through the live server's
-channel, or on an engine the command opened itself while it owns the directory.
+channel, or on an engine the command opened itself while it owns the directory. Each
+runs a method of the operator role, ``engine.operator`` (``service/engine/operator.py``).
 
 Arguments and results are JSON values, so a command means the same on either path.
 """
@@ -31,32 +32,34 @@ def _replay(engine: Engine, args: dict[str, Any]) -> Any:
         session="replay",
         purpose=str(search_args.get("purpose_ref", "")),
     )
-    return engine.replay_search(ctx, search_args, args["receipt"])
+    return engine.operator.replay_search(ctx, search_args, args["receipt"])
 
 
 def _tenant(engine: Engine, args: dict[str, Any]) -> str:
-    engine.set_tenant_enabled(args["tenant"], bool(args["enabled"]))
+    engine.operator.set_tenant_enabled(args["tenant"], bool(args["enabled"]))
     return "enabled" if args["enabled"] else "disabled"
 
 
 COMMANDS: dict[str, Command] = {
-    "rotate-kek": lambda engine, args: engine.rotate_kek(),
-    "backup": lambda engine, args: str(engine.backup(Path(args["dest"]), include_keys=bool(args.get("include_keys")))),
-    "expire": lambda engine, args: len(engine.expire_due()),
-    "transition": lambda engine, args: engine.transition(
+    "rotate-kek": lambda engine, args: engine.operator.rotate_kek(),
+    "backup": lambda engine, args: str(
+        engine.operator.backup(Path(args["dest"]), include_keys=bool(args.get("include_keys")))
+    ),
+    "expire": lambda engine, args: len(engine.operator.expire_due()),
+    "transition": lambda engine, args: engine.operator.transition(
         _scope(args), args["record_id"], args["operation"], args["reason_ref"]
     ),
-    "adjudicate": lambda engine, args: engine.adjudicate(
+    "adjudicate": lambda engine, args: engine.operator.adjudicate(
         _scope(args), args["candidate_id"], args["decision"], args["reason_ref"]
     ),
-    "rebuild-projections": lambda engine, args: engine.rebuild_projections(),
-    "export-vectors": lambda engine, args: engine.export_vectors(Path(args["out"])),
-    "sweep-invalidations": lambda engine, args: engine.sweep_invalidations(),
-    "apply-shred-ledger": lambda engine, args: engine.apply_shred_ledger(),
+    "rebuild-projections": lambda engine, args: engine.operator.rebuild_projections(),
+    "export-vectors": lambda engine, args: engine.operator.export_vectors(Path(args["out"])),
+    "sweep-invalidations": lambda engine, args: engine.operator.sweep_invalidations(),
+    "apply-shred-ledger": lambda engine, args: engine.operator.apply_shred_ledger(),
     "tenant-set": _tenant,
     "tenant-status": lambda engine, args: "enabled" if engine.tenant_enabled(args["tenant"]) else "disabled",
-    "verify-journal": lambda engine, args: engine.verify_journal(),
-    "history": lambda engine, args: engine.history(_scope(args), args["subject"]),
+    "verify-journal": lambda engine, args: engine.operator.verify_journal(),
+    "history": lambda engine, args: engine.operator.history(_scope(args), args["subject"]),
     "replay-search": _replay,
 }
 

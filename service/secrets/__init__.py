@@ -6,34 +6,16 @@ runs, the placeholder vocabulary), compiled by a small matcher (`rules.py`) and 
 priority order by the scanner (`scanner.py`), with a high-entropy layer last
 (`entropy.py`). Every answer is a rule id, never the matched value.
 
-The engine refuses with :func:`refuse_secrets` (one value) and :func:`find_secret_each`
-(a batch, each distinct string scanned once); its warm-up calls :func:`detector` so
-that no call after ``/readyz`` pays the plugins' imports.
+Other rooms call one function, :func:`scan` (`findings.py`): its :class:`SecretScan`
+refuses (:class:`SecretRefused`, ``SECRET_DETECTED``) or gives each value's finding;
+``tests/deploy/test_rooms.py`` keeps them off the modules inside.
 """
 
-from .plugins import DETECTOR_FAILED, DETECTOR_UNAVAILABLE
-from .scanner import (
-    SecretDetector,
-    SecretRefused,
-    detector,
-    find_secret,
-    find_secret_each,
-    find_secret_in,
-    refuse_secrets,
-    rule_names,
-    strings,
-)
+from .findings import SecretScan, scan
+from .scanner import SecretRefused
 
 __all__ = [
-    "DETECTOR_FAILED",
-    "DETECTOR_UNAVAILABLE",
-    "SecretDetector",
     "SecretRefused",
-    "detector",
-    "find_secret",
-    "find_secret_each",
-    "find_secret_in",
-    "refuse_secrets",
-    "rule_names",
-    "strings",
+    "SecretScan",
+    "scan",
 ]

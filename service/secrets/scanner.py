@@ -141,7 +141,7 @@ def detector() -> SecretDetector:
 
 
 # --------------------------------------------------------------------------------------
-# the room's public functions
+# what the room's entry (findings.scan) is built on
 
 
 class SecretRefused(ContractError):
@@ -178,7 +178,7 @@ def find_secret_in(texts: Iterable[str]) -> str | None:
 
 
 def find_secret_each(values: Iterable[Any]) -> list[str | None]:
-    """For each of `values`, what :func:`refuse_secrets` would find in it: the first rule
+    """For each of `values`, what :meth:`.findings.SecretScan.refuse` would refuse it for: the first rule
     id matched by any of its strings (keys and values, however deeply nested), or None.
 
     Why: the records of one batch repeat most of their strings (every key, fixed values
@@ -226,13 +226,3 @@ def _collect_strings(value: Any, out: list[str]) -> None:
                 out.append(item)
             else:
                 _collect_strings(item, out)
-
-
-def refuse_secrets(value: Any) -> None:
-    """Contract section 4: raise :class:`SecretRefused` (``SECRET_DETECTED``, with the
-    rule id) when any string in `value` (keys and values, however deeply nested) looks
-    like a secret, or the detector cannot judge. Callers pass everything the service
-    would keep (journal reasons, locators, refs), before any write."""
-    rule = find_secret_in(strings(value))
-    if rule is not None:
-        raise SecretRefused(rule)

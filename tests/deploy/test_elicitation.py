@@ -25,8 +25,8 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp_support import MODES, SECRET, ServerThread, claims  # noqa: E402
 
+from engram.models.host_token import HEADER, mint_token
 from engram.models.tools import CAPTURE, FORGET, REQUEST_ADMISSION, WITHDRAW
-from engram.service.mcp.host_context import HEADER, mint_token
 
 ROOT = Path(__file__).resolve().parents[2]
 PURPOSE = factories.PURPOSE
@@ -81,7 +81,7 @@ def http_servers(tmp_path_factory):
 
     data_dir = tmp_path_factory.mktemp("elicit-http")
     engine = Engine.open(data_dir, load_model=False)
-    engine.set_tenant_enabled("acme", True)
+    engine.operator.set_tenant_enabled("acme", True)
     normal = create_app(engine, Settings(data_dir=data_dir, rate=0), host_secret=SECRET)
     short = create_app(engine, Settings(data_dir=data_dir, rate=0, approval_ttl_s=1), host_secret=SECRET)
     with ServerThread(normal) as a, ServerThread(short) as b:

@@ -32,8 +32,13 @@ ALLOWED: dict[str, set[str]] = {
     "service.logs": {"service.settings"},
     **{edge: BELOW_EDGES | EDGES for edge in EDGES},
     "index_data": BELOW_EDGES | EDGES,
-    "eval": BELOW_EDGES | EDGES | {"index_data"},
+    # Evaluation drives the service as a host would (its tokens: models.host_token), never
+    # through the MCP front end's modules.
+    "eval": (BELOW_EDGES | EDGES | {"index_data"}) - {"service.mcp"},
 }
+#: A room entered by one door: the only names other rooms import from it (never the
+#: package itself, nor a module inside). The engine asks the secret scan one thing.
+ENTRIES = {"service.secrets": {"scan"}}
 #: Rooms above reach these only through the package's facade (its ``__init__``), never
 #: a module inside: what a plugin may use of the CLI is what ``engram.service.cli``
 #: declares.
@@ -63,17 +68,30 @@ def _imports(path: Path) -> list[tuple[int, str]]:
 
 
 def _imports_in(text: str, package: str) -> list[tuple[int, str]]:
-    found: list[tuple[int, str]] = []
+    return sorted({(line, module) for line, module, _ in _names_in(text, package)})
+
+
+def _names_in(text: str, package: str) -> list[tuple[int, str, str | None]]:
+    """(line, absolute module, name imported from it: None for ``import module``)."""
+    found: list[tuple[int, str, str | None]] = []
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
+            found += [(node.lineno, alias.name, None) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                found.append((node.lineno, ".".join([*base, *([node.module] if node.module else [])])))
+                module = ".".join([*base, *([node.module] if node.module else [])])
             elif node.module:
-                found.append((node.lineno, node.module))
+                module = node.module
+            else:
+                continue
+            found += [(node.lineno, module, alias.name) for alias in node.names]
     return found
+
+
+def _names(path: Path) -> list[tuple[int, str, str | None]]:
+    module = _module_of(path)
+    return _names_in(path.read_text(), module if path.name == "__init__.py" else module.rsplit(".", 1)[0])
 
 
 def _sources() -> list[Path]:
@@ -111,6 +129,38 @@ def test_the_rooms_above_use_the_cli_through_its_facade() -> None:
         if _room(_module_of(path)) in users and module.startswith(f"engram.{room}.")
     ]
     assert wrong == []
+
+
+def _outside_the_entry(module: str, name: str | None, room: str, entry: set[str]) -> bool:
+    package = f"engram.{room}"
+    if module == package:
+        return name not in entry
+    whole = f"{module}.{name}" if name is not None else module
+    return module.startswith(package + ".") or whole == package or whole.startswith(package + ".")
+
+
+def test_a_room_with_one_entry_is_entered_only_there() -> None:
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} {module} {name or ''}"
+        for path in _sources()
+        for line, module, name in _names(path)
+        for room, entry in ENTRIES.items()
+        if _room(_module_of(path)) != room and _outside_the_entry(module, name, room, entry)
+    ]
+    assert wrong == []
+
+
+def test_the_entry_rule_sees_every_other_door() -> None:
+    entry = ENTRIES["service.secrets"]
+    text = (
+        "from engram.service.secrets import scan\n"
+        "from engram.service.secrets import SecretRefused\n"
+        "from engram.service import secrets\n"
+        "from engram.service.secrets.scanner import find_secret\n"
+        "import engram.service.secrets.rules\n"
+    )
+    found = [_outside_the_entry(m, n, "service.secrets", entry) for _, m, n in _names_in(text, "engram.service.engine")]
+    assert found == [False, True, True, True, True]
 
 
 def test_the_walk_sees_imports_in_functions_and_relative_ones() -> None:

@@ -72,7 +72,7 @@ def main() -> None:
     # forget's delete then only marks its document there, and the bytes stay until a purge
     # (a segment whose documents are all deleted would be dropped by the delete's commit).
     forget(engine, PURGE_CTX, accept(engine, PURGE_CTX, "a draft to forget first"))
-    engine.sweep_invalidations()
+    engine.operator.sweep_invalidations()
     engine.deps.sweeper.schedule = lambda sweep: None  # type: ignore[method-assign] - purged below
     args = forget_args(gone)
     result = forget(engine, PURGE_CTX, gone, args)
@@ -90,7 +90,7 @@ def main() -> None:
         after(SemanticIndex, "_fresh")
     elif point == "semantic-saved":
         before(engine.deps.store, "clear_pending_purges")
-    engine.sweep_invalidations()
+    engine.operator.sweep_invalidations()
     print("survived", flush=True)
 
 

@@ -34,11 +34,11 @@ def test_large_scope_forget_is_pending_then_swept(data_dir, backend, monkeypatch
             assert search_ids(engine, ctx, "quorvexan ledger thursdays", capability_policy=policy) == []
         assert engine.deps.store.pending_purges() == {ctx.scope: [gone]}
 
-        assert engine.sweep_invalidations() == 1
+        assert engine.operator.sweep_invalidations() == 1
         assert engine.deps.store.pending_purges() == {}
         assert not _files_hold(data_dir, b"quorvexan")
         assert keep in search_ids(engine, ctx, "lighthouse keeper")
-        assert engine.sweep_invalidations() == 0  # nothing left: no needless rewrite
+        assert engine.operator.sweep_invalidations() == 0  # nothing left: no needless rewrite
 
         # At the limit the purge is done before the answer.
         assert forget(engine, ctx, spare)["projection_invalidation"] == "complete"

@@ -19,7 +19,7 @@ from engine_support import (
     withdraw,
 )
 
-from engram.service.engine.engine import Engine, export_keys
+from engram.service.engine.engine import Engine, export_keys, restore
 
 pytestmark = pytest.mark.sqlite_only(
     "engram admin backup/restore copy the SQLite file; PostgreSQL is backed up with pg_dump"
@@ -37,17 +37,15 @@ class CountingEncoder(HashingTestEncoder):
 
 
 def _restore(backup, target, key_source, encoder=None) -> Engine:
-    return Engine.restore(
-        backup, target, key_source=key_source, encoder=encoder or HashingTestEncoder(), load_model=False
-    )
+    return restore(backup, target, key_source=key_source, encoder=encoder or HashingTestEncoder(), load_model=False)
 
 
 def test_a_default_backup_holds_no_kek(engine, tmp_path) -> None:
     accept(engine, context(), "A record in a keyless backup.")
-    backup = engine.backup(tmp_path / "backup")
+    backup = engine.operator.backup(tmp_path / "backup")
     assert not (backup / "keys").exists()
     assert list(backup.rglob("kek-*")) == []
-    with_keys = engine.backup(tmp_path / "with-keys", include_keys=True)
+    with_keys = engine.operator.backup(tmp_path / "with-keys", include_keys=True)
     assert len(list((with_keys / "keys").glob("kek-*.key"))) == 1
 
 
@@ -58,7 +56,7 @@ def test_forgotten_after_the_backup_stays_forgotten(engine, tmp_path, include_ke
     kept = accept(engine, ctx, "The kept record about harbour pilots.")
     doomed = accept(engine, ctx, f"{marker} is the forgotten record about harbour pilots.")
     _, cap = capture(engine, ctx, f"{marker} pending draft that is withdrawn later.")
-    backup = engine.backup(tmp_path / "backup", include_keys=include_keys)
+    backup = engine.operator.backup(tmp_path / "backup", include_keys=include_keys)
     forget(engine, ctx, doomed)
     withdraw(engine, ctx, cap["candidate_id"])
     # the live keys (with the shred ledger written since the backup) travel to the restore
@@ -81,9 +79,9 @@ def test_forgotten_after_the_backup_stays_forgotten(engine, tmp_path, include_ke
 def test_a_restore_with_a_kek_missing_is_refused(engine, tmp_path) -> None:
     ctx = context()
     accept(engine, ctx, "A record wrapped by the first KEK.")
-    backup = engine.backup(tmp_path / "backup")
+    backup = engine.operator.backup(tmp_path / "backup")
     old = export_keys(engine.deps.vault.ring.key_dir, tmp_path / "old-keys")
-    engine.rotate_kek()  # the live keys no longer hold the KEK the backup's keys need
+    engine.operator.rotate_kek()  # the live keys no longer hold the KEK the backup's keys need
     with pytest.raises(Exception) as err:
         _restore(backup, tmp_path / "restored", engine.deps.vault.ring.key_dir)
     assert getattr(err.value, "code", None) is ErrorCode.BACKUP_INVALID
@@ -94,7 +92,7 @@ def test_a_restore_with_a_kek_missing_is_refused(engine, tmp_path) -> None:
 def test_restore_does_not_re_embed_carried_vectors(engine, tmp_path) -> None:
     ctx = context()
     rids = [accept(engine, ctx, f"Lighthouse log {i}: the lamp was trimmed at dusk.") for i in range(6)]
-    backup = engine.backup(tmp_path / "backup")
+    backup = engine.operator.backup(tmp_path / "backup")
     assert (backup / "index" / "semantic").is_dir()
     encoder = CountingEncoder()
     restored = _restore(backup, tmp_path / "restored", engine.deps.vault.ring.key_dir, encoder)

@@ -68,7 +68,7 @@ def test_concurrent_readers_and_writers(engine) -> None:
     for t in readers:
         t.join(60)
     assert not failures, failures
-    assert all(engine.verify_journal().values())
+    assert all(engine.operator.verify_journal().values())
     live = set(seed) | (set(accepted[0]) | set(accepted[1])) - set(forgotten)
     assert set(search_ids(engine, ctx, "ferret queue", limit=50)) == live
     for rid in forgotten:

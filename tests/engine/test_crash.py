@@ -88,7 +88,7 @@ def test_acknowledged_mutations_survive_kill_9(tmp_path: Path) -> None:
 
 def check_state(engine, acks: list[dict], in_flight: list[dict], seed: int, data_dir: Path) -> None:
     scope = CRASH_CTX.scope
-    assert engine.verify_journal() and all(engine.verify_journal().values()), seed
+    assert engine.operator.verify_journal() and all(engine.operator.verify_journal().values()), seed
 
     # every acknowledged mutation replays as acknowledged
     for ack in acks:

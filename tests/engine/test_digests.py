@@ -353,7 +353,7 @@ def test_journal_event_digests_chain(engine) -> None:
         )
         assert e.event_digest == expected
         previous = e.event_digest
-    assert engine.verify_journal() == {"acme/main": True}
+    assert engine.operator.verify_journal() == {"acme/main": True}
 
 
 def test_capture_digests(engine) -> None:

@@ -163,7 +163,7 @@ def test_forget_purges_a_record_that_shares_an_index_segment(engine, data_dir) -
     ctx = context()
     others = [accept(engine, ctx, f"The heron ledger entry {i} stays.") for i in range(5)]
     rid = accept(engine, ctx, "The heron quetzalcoatlus entry must vanish.")
-    engine.rebuild_projections()
+    engine.operator.rebuild_projections()
     assert files_containing(data_dir / "index", b"quetzalcoatlus"), "control: indexed on disk"
     out = forget(engine, ctx, rid)
     assert out["projection_invalidation"] == "complete"

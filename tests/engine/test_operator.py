@@ -23,7 +23,7 @@ from engine_support import (
     withdraw,
 )
 
-from engram.service.engine import Engine
+from engram.service.engine import Engine, restore
 from engram.service.engine.records import candidate_aad
 from engram.service.store.journal import read_body, stored_body
 
@@ -71,7 +71,7 @@ def test_rotate_kek_keeps_every_live_body(engine, data_dir) -> None:
     before = {rid: stable_get(engine, ctx_of(rid, state), rid) for rid in state["live"]}
     old_keks = sorted(p.name for p in (data_dir / "keys").glob("kek-*.key"))
     assert len(old_keks) == 1
-    new_id = engine.rotate_kek()
+    new_id = engine.operator.rotate_kek()
     keks = sorted(p.name for p in (data_dir / "keys").glob("kek-*.key"))
     if engine.deps.vault.ring.retire_grace_s:  # a shared store: the older KEK waits out the grace
         assert keks == sorted([*old_keks, f"{new_id}.key"])
@@ -85,7 +85,7 @@ def test_rotate_kek_keeps_every_live_body(engine, data_dir) -> None:
     assert engine.deps.vault.open_json(row.key_id, row.sealed, candidate_aad(CTX.scope, state["pending"]))
     assert admit(engine, CTX, state["pending"])["outcome"]["status"] == "accepted"
     # a second rotation and a reopen still open everything
-    engine.rotate_kek()
+    engine.operator.rotate_kek()
     engine.close()
     reopened = open_engine(data_dir)
     try:
@@ -100,10 +100,10 @@ def test_backup_and_restore_keep_every_digest(engine, tmp_path) -> None:
     state = populate(engine)
     before_get = {rid: stable_get(engine, ctx_of(rid, state), rid) for rid in state["live"]}
     before_search = ranked(engine, CTX, "osprey billing")
-    journal = engine.verify_journal()
+    journal = engine.operator.verify_journal()
     heads = {s: engine.deps.store.scope_cursor(s) for s in engine.deps.store.scopes()}
-    backup = engine.backup(tmp_path / "backup")
-    restored = Engine.restore(
+    backup = engine.operator.backup(tmp_path / "backup")
+    restored = restore(
         backup,
         tmp_path / "restored",
         key_source=engine.deps.vault.ring.key_dir,
@@ -111,7 +111,7 @@ def test_backup_and_restore_keep_every_digest(engine, tmp_path) -> None:
         load_model=False,
     )
     try:
-        assert restored.verify_journal() == journal and all(journal.values()) and len(journal) == 2
+        assert restored.operator.verify_journal() == journal and all(journal.values()) and len(journal) == 2
         assert {s: restored.deps.store.scope_cursor(s) for s in restored.deps.store.scopes()} == heads
         for rid, expected in before_get.items():
             assert stable_get(restored, ctx_of(rid, state), rid) == expected
@@ -132,12 +132,12 @@ def test_backup_and_restore_keep_every_digest(engine, tmp_path) -> None:
 @pytest.mark.sqlite_only("engram admin backup/restore copy the SQLite file; PostgreSQL is backed up with pg_dump")
 def test_restore_into_a_non_empty_dir_is_refused(engine, tmp_path) -> None:
     populate(engine)
-    backup = engine.backup(tmp_path / "backup")
+    backup = engine.operator.backup(tmp_path / "backup")
     target = tmp_path / "occupied"
     target.mkdir()
     (target / "something").write_text("x")
     with pytest.raises(ContractError) as err:
-        Engine.restore(
+        restore(
             backup, target, key_source=engine.deps.vault.ring.key_dir, encoder=HashingTestEncoder(), load_model=False
         )
     assert err.value.code is ErrorCode.RESTORE_REFUSED
@@ -147,17 +147,17 @@ def test_restore_into_a_non_empty_dir_is_refused(engine, tmp_path) -> None:
 @pytest.mark.sqlite_only("engram admin backup/restore copy the SQLite file; PostgreSQL is backed up with pg_dump")
 def test_restore_of_an_incomplete_backup_is_invalid(engine, tmp_path) -> None:
     populate(engine)
-    backup = engine.backup(tmp_path / "backup")  # holds no KEK by default
+    backup = engine.operator.backup(tmp_path / "backup")  # holds no KEK by default
     assert not (backup / "keys").exists()
     with pytest.raises(ContractError) as err:
-        Engine.restore(backup, tmp_path / "restored", encoder=HashingTestEncoder(), load_model=False)
+        restore(backup, tmp_path / "restored", encoder=HashingTestEncoder(), load_model=False)
     assert err.value.code is ErrorCode.BACKUP_INVALID
 
 
 @pytest.mark.sqlite_only("engram admin backup/restore copy the SQLite file; PostgreSQL is backed up with pg_dump")
 def test_restore_of_a_tampered_journal_is_invalid(engine, tmp_path) -> None:
     populate(engine)
-    backup = engine.backup(tmp_path / "backup")
+    backup = engine.operator.backup(tmp_path / "backup")
     conn = sqlite3.connect(backup / "engram.db")
     rows = conn.execute("SELECT rowid, body FROM journal WHERE kind = 'record_tombstoned'").fetchall()
     for rowid, body in rows:  # an edit that still decodes: only the digests can tell
@@ -169,7 +169,7 @@ def test_restore_of_a_tampered_journal_is_invalid(engine, tmp_path) -> None:
     assert rows
     conn.close()
     with pytest.raises(ContractError) as err:
-        Engine.restore(
+        restore(
             backup,
             tmp_path / "restored",
             key_source=engine.deps.vault.ring.key_dir,
@@ -181,13 +181,13 @@ def test_restore_of_a_tampered_journal_is_invalid(engine, tmp_path) -> None:
 
 def test_verify_journal_detects_tampering(engine) -> None:
     populate(engine)
-    assert all(engine.verify_journal().values())
+    assert all(engine.operator.verify_journal().values())
     tamper(
         engine,
         "UPDATE journal SET recorded_at = '2000-01-01T00:00:00.000Z' WHERE cursor = 2"
         " AND workspace = 'ops' AND tenant = 'acme'",
     )
-    result = engine.verify_journal()
+    result = engine.operator.verify_journal()
     assert result["acme/ops"] is False and result["beta/ops"] is True
 
 
@@ -196,7 +196,7 @@ def test_rebuild_projections_gives_the_same_results(engine, data_dir) -> None:
     queries = ["osprey billing", "osprey region 2", "osprey draft", "legacyzebrafinch"]
     before = {q: ranked(engine, CTX, q) for q in queries}
     before_other = ranked(engine, OTHER, "osprey billing")
-    engine.rebuild_projections()
+    engine.operator.rebuild_projections()
     assert {q: ranked(engine, CTX, q) for q in queries} == before
     assert ranked(engine, OTHER, "osprey billing") == before_other
     assert before["osprey billing"], "control: the query matches"
@@ -221,7 +221,6 @@ def test_rebuild_after_losing_the_index_directory(engine, data_dir) -> None:
 
 def test_store_files_are_owner_only(tmp_path) -> None:
     """The database holds sealed bodies and wrapped keys: no one else may read it."""
-    from engram.service.engine import Engine
 
     (tmp_path / "fresh").mkdir(mode=0o755)  # as a caller with a loose umask would
     (tmp_path / "fresh").chmod(0o755)
@@ -235,10 +234,10 @@ def test_store_files_are_owner_only(tmp_path) -> None:
 
 
 def test_store_footprint_counts_each_table(engine) -> None:
-    before = engine.store_footprint()
+    before = engine.operator.store_footprint()
     for i in range(20):
         accept(engine, CTX, f"The footprint heron {i} counts the bytes of table {i} " * 8)
-    after = engine.store_footprint()
+    after = engine.operator.store_footprint()
     assert {"journal", "records", "keys", "candidates"} <= set(after)
     assert sum(after.values()) > sum(before.values())
     assert all(size >= 0 for size in after.values())
@@ -247,11 +246,11 @@ def test_store_footprint_counts_each_table(engine) -> None:
 def test_tenants_holding_memory_without_opt_in_are_named(engine) -> None:
     """Writing a scope (bulk ingest does it through the same path) never opts its tenant
     in; `engram ingest` and `engram serve` name the tenants left out, from this list."""
-    assert engine.tenants_not_opted_in() == []
+    assert engine.operator.tenants_not_opted_in() == []
     accept(engine, CTX, "The heron service keeps its billing in region one.")
     accept(engine, OTHER, "The heron service of beta keeps its own billing.")
-    assert engine.tenants_not_opted_in() == sorted({CTX.tenant, OTHER.tenant})
-    engine.set_tenant_enabled(CTX.tenant, True)
-    assert engine.tenants_not_opted_in() == [OTHER.tenant]
-    engine.set_tenant_enabled(CTX.tenant, False)
-    assert engine.tenants_not_opted_in() == sorted({CTX.tenant, OTHER.tenant})
+    assert engine.operator.tenants_not_opted_in() == sorted({CTX.tenant, OTHER.tenant})
+    engine.operator.set_tenant_enabled(CTX.tenant, True)
+    assert engine.operator.tenants_not_opted_in() == [OTHER.tenant]
+    engine.operator.set_tenant_enabled(CTX.tenant, False)
+    assert engine.operator.tenants_not_opted_in() == sorted({CTX.tenant, OTHER.tenant})

@@ -9,6 +9,7 @@ import time
 from engine_support import Backend, accept, context, forget
 
 from engram.ranking import HYBRID_PROFILE, LEXICAL_PROFILE
+from engram.service.engine import Engine, Operator
 
 CTX = context(workspace="view")
 DAY_MS = 24 * 3600 * 1000
@@ -18,9 +19,18 @@ def _instant(ms: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
 
 
+def test_the_operator_role_has_its_own_object(engine):
+    """What only an operator may do or see hangs off ``engine.operator``; the engine the
+    agent path holds answers none of it under the same name."""
+    role = {name for name in vars(Operator) if not name.startswith("_")}
+    assert {"backup", "rotate_kek", "transition", "replay_search", "set_tenant_enabled"} <= role
+    assert not role & {name for name in dir(Engine) if not name.startswith("_")}
+    assert isinstance(engine.operator, Operator)
+
+
 def test_the_store_kind_and_the_profiles(engine):
-    assert engine.store_kind == ("postgresql" if Backend.database_url else "sqlite")
-    served = {(p["name"], p["version"], p["config_digest"]) for p in engine.profiles()}
+    assert engine.operator.store_kind == ("postgresql" if Backend.database_url else "sqlite")
+    served = {(p["name"], p["version"], p["config_digest"]) for p in engine.operator.profiles()}
     assert served == {(p.name, p.version, p.config_digest()) for p in (LEXICAL_PROFILE, HYBRID_PROFILE)}
 
 
@@ -29,23 +39,23 @@ def test_records_expiring_before_an_instant(engine):
     retention = {"derivative_rule": "make-ineligible", "expires_at": _instant(now + DAY_MS)}
     soon = accept(engine, CTX, "the rotation schedule moves to Tuesdays", retention=retention)
     accept(engine, CTX, "the rotation schedule has no end date")
-    assert engine.expiring_before(now) == []
-    (entry,) = engine.expiring_before(now + 2 * DAY_MS)
+    assert engine.operator.expiring_before(now) == []
+    (entry,) = engine.operator.expiring_before(now + 2 * DAY_MS)
     assert entry == {"tenant": "acme", "workspace": "view", "record_id": soon, "expires_at_ms": now + DAY_MS}
 
 
 def test_index_bytes_grow_with_what_a_scope_holds(engine):
-    empty = engine.index_bytes(("acme", "nothing-here"))
+    empty = engine.operator.index_bytes(("acme", "nothing-here"))
     assert empty == {"lexical": 0, "semantic": 0}
     accept(engine, CTX, "the billing ledger lives in PostgreSQL")
-    held = engine.index_bytes(("acme", "view"))
+    held = engine.operator.index_bytes(("acme", "view"))
     assert held["lexical"] > 0 and held["semantic"] > 0
 
 
 def test_a_purge_is_listed_until_it_is_done(engine):
     record = accept(engine, CTX, "the old runbook for the queue cluster")
     forget(engine, CTX, record)
-    listed = engine.pending_purges()
+    listed = engine.operator.pending_purges()
     assert all(set(p) == {"tenant", "workspace", "record_id", "owed_by"} for p in listed)
-    engine.sweep_invalidations()
-    assert [p for p in engine.pending_purges() if p["record_id"] == record] == []
+    engine.operator.sweep_invalidations()
+    assert [p for p in engine.operator.pending_purges() if p["record_id"] == record] == []

@@ -16,11 +16,11 @@ def test_replay_matches_then_explains_a_change(engine) -> None:
     arguments = {"query": "harbour crane maintenance", "purpose_ref": ctx.purpose, "limit": 4}
     receipt = engine.execute(SEARCH, ctx, arguments)["rank_receipt"]
 
-    same = engine.replay_search(ctx, arguments, receipt)
+    same = engine.operator.replay_search(ctx, arguments, receipt)
     assert same["match"] and same["same_profile"] and same["journal_unchanged"]
 
     accept(engine, ctx, "harbour crane maintenance harbour crane maintenance checklist")
-    moved = engine.replay_search(ctx, arguments, receipt)
+    moved = engine.operator.replay_search(ctx, arguments, receipt)
     assert not moved["journal_unchanged"]
     assert not moved["match"]  # the new, better-matching record leads the page now
 
@@ -30,10 +30,10 @@ def test_a_recent_search_is_kept_by_its_receipt_digest_for_a_replay(engine) -> N
     accept(engine, ctx, "lighthouse lamp replacement schedule")
     arguments = {"query": "lighthouse lamp", "purpose_ref": ctx.purpose}
     receipt = engine.execute(SEARCH, ctx, arguments)["rank_receipt"]
-    kept = engine.recent_search(receipt["receipt_digest"])
+    kept = engine.operator.recent_search(receipt["receipt_digest"])
     assert kept is not None and kept.scope == ctx.scope and kept.receipt == receipt
-    assert engine.replay_search(ctx, kept.arguments, kept.receipt)["match"]
-    assert engine.recent_search("sha256:" + "0" * 64) is None
+    assert engine.operator.replay_search(ctx, kept.arguments, kept.receipt)["match"]
+    assert engine.operator.recent_search("sha256:" + "0" * 64) is None
 
 
 def test_recent_searches_keep_the_newest_only() -> None:
@@ -52,7 +52,7 @@ def test_replay_refuses_other_arguments(engine) -> None:
     arguments = {"query": "tidal gauge", "purpose_ref": ctx.purpose}
     receipt = engine.execute(SEARCH, ctx, arguments)["rank_receipt"]
     with pytest.raises(ContractError) as caught:
-        engine.replay_search(ctx, {**arguments, "limit": 3}, receipt)
+        engine.operator.replay_search(ctx, {**arguments, "limit": 3}, receipt)
     assert caught.value.code == ErrorCode.DIGEST_CONFLICT
 
 

@@ -46,7 +46,7 @@ def test_a_rotation_cut_short_loses_nothing(data_dir, monkeypatch, point: str) -
     else:
         monkeypatch.setattr(engine.deps.store, "transaction", _dying_transaction(engine.deps.store.transaction))
     with pytest.raises(Died):
-        engine.rotate_kek()
+        engine.operator.rotate_kek()
     # the process is gone: nothing of it is closed cleanly beyond the store's files
     monkeypatch.undo()
     engine.close()
@@ -99,7 +99,7 @@ def test_captures_during_a_rotation_stay_readable(data_dir) -> None:
         w.start()
     try:
         for _ in range(3):
-            engine.rotate_kek()
+            engine.operator.rotate_kek()
     finally:
         stop.set()
         for w in workers:
@@ -120,7 +120,7 @@ def test_a_pending_candidate_survives_rotation(data_dir) -> None:
     engine = open_engine(data_dir)
     ctx = context()
     _, cap = capture(engine, ctx, "A pending draft sealed under the old KEK.")
-    engine.rotate_kek()
+    engine.operator.rotate_kek()
     engine.close()
     again = open_engine(data_dir)
     try:
@@ -137,7 +137,7 @@ def test_a_torn_kek_write_leaves_no_kek(data_dir, monkeypatch) -> None:
     rid = accept(engine, ctx, "A record before a torn KEK write.")
     monkeypatch.setattr(sealing.os, "rename", lambda a, b: (_ for _ in ()).throw(Died()))
     with pytest.raises(Died):
-        engine.rotate_kek()
+        engine.operator.rotate_kek()
     monkeypatch.undo()
     engine.close()
     assert len(_kek_files(data_dir)) == 1  # the partial file is not a KEK

@@ -26,7 +26,7 @@ def test_the_old_ambiguity_is_gone(engine) -> None:
     assert scope_key(("acme", "main")) == scope_key(("acme", "main"))  # stable for plain ids
     a, b = context(tenant="a\0b", workspace="c"), context(tenant="a", workspace="b\0c")
     for ctx in (a, b):
-        engine.set_tenant_enabled(ctx.tenant, True)
+        engine.operator.set_tenant_enabled(ctx.tenant, True)
     ra = accept(engine, a, "Walrus tusks are ivory teeth.")
     rb = accept(engine, b, "Walrus whiskers sense clams.")
     assert search_ids(engine, a, "walrus") == [ra]
@@ -37,7 +37,7 @@ def test_one_tenant_cannot_evict_anothers_snapshots(engine, backend, monkeypatch
     monkeypatch.setattr(paging, "MAX_SNAPSHOTS_PER_TENANT", 4)
     quiet, noisy = context(tenant="quiet"), context(tenant="noisy")
     for ctx in (quiet, noisy):
-        engine.set_tenant_enabled(ctx.tenant, True)
+        engine.operator.set_tenant_enabled(ctx.tenant, True)
         for i in range(3):
             accept(engine, ctx, f"Otter note {i} for {ctx.tenant}: otters hold hands.")
     first = search(engine, quiet, "otters hold hands", limit=1)

@@ -31,7 +31,6 @@ from engine_support import (
     withdraw_args,
 )
 
-from engram.service import secrets as secret_rules
 from engram.service.engine import Submission, examine
 from engram.service.engine.engine import DB_FILE
 from engram.service.engine.ingestion import Refusal
@@ -116,9 +115,9 @@ def test_withdraw_and_forget_refuse_a_secret_reason(engine) -> None:
 def test_operator_reason_is_scanned(engine) -> None:
     ctx = context()
     rid = accept(engine, ctx, "A record the operator disputes.")
-    err = error_of(engine.transition, ctx.scope, rid, "dispute", PROSE_SECRET)
+    err = error_of(engine.operator.transition, ctx.scope, rid, "dispute", PROSE_SECRET)
     assert err.code is ErrorCode.SECRET_DETECTED
-    assert engine.transition(ctx.scope, rid, "dispute", "ticket:42") == "accepted_disputed"
+    assert engine.operator.transition(ctx.scope, rid, "dispute", "ticket:42") == "accepted_disputed"
 
 
 @pytest.mark.sqlite_only("reads the SQLite files' bytes")
@@ -163,7 +162,7 @@ def test_confirmation_refs_are_per_tenant(engine) -> None:
     """Tenant B reusing a ref string tenant A used is B's own first use."""
     a, b = context(tenant="acme"), context(tenant="globex")
     for ctx in (a, b):
-        engine.set_tenant_enabled(ctx.tenant, True)
+        engine.operator.set_tenant_enabled(ctx.tenant, True)
         rid = accept(engine, ctx, f"A record of {ctx.tenant}.")
         args = forget_args(rid)
         out = engine.execute(FORGET, confirmed(ctx, FORGET, rid, args, ref="shared-ref-1"), args)
@@ -178,20 +177,20 @@ def test_confirmation_refs_are_per_tenant(engine) -> None:
 
 
 def test_a_raising_plugin_fails_closed(monkeypatch: pytest.MonkeyPatch) -> None:
-    plugin = next(p.plugin for p in secret_rules.detector().plugins if p.name == "ds-basic-auth-credentials")
+    plugin = next(p.plugin for p in scanner.detector().plugins if p.name == "ds-basic-auth-credentials")
 
     def boom(_text: str):
         raise RuntimeError("plugin bug")
 
     monkeypatch.setattr(plugin, "analyze_string", boom)
-    assert secret_rules.find_secret("see https://example.org/docs for the guide") == secret_rules.DETECTOR_FAILED
+    assert scanner.find_secret("see https://example.org/docs for the guide") == scanner.DETECTOR_FAILED
 
 
 def test_missing_detect_secrets_fails_closed(tmp_path: Path) -> None:
     """Without detect-secrets the detector refuses everything rather than pass it."""
     code = (
         "import sys; sys.modules['detect_secrets'] = None\n"
-        "from engram.service.secrets import find_secret, DETECTOR_UNAVAILABLE\n"
+        "from engram.service.secrets.scanner import find_secret, DETECTOR_UNAVAILABLE\n"
         "assert find_secret('an ordinary sentence about kites') == DETECTOR_UNAVAILABLE\n"
         "print('closed')\n"
     )
@@ -201,7 +200,7 @@ def test_missing_detect_secrets_fails_closed(tmp_path: Path) -> None:
 
 
 def test_engine_refuses_while_detector_is_down(engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    down = dataclasses.replace(secret_rules.detector(), fault=secret_rules.DETECTOR_UNAVAILABLE)
+    down = dataclasses.replace(scanner.detector(), fault=scanner.DETECTOR_UNAVAILABLE)
     monkeypatch.setattr(scanner, "detector", lambda: down)
     ctx = context()
     err = error_of(engine.execute, CAPTURE, ctx, capture_args("A perfectly ordinary decision."))

@@ -19,8 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engram.service import secrets as secrets_module
-from engram.service.secrets import find_secret, find_secret_in, rule_names
+from engram.service.secrets import SecretRefused, scan
+from engram.service.secrets import scanner as secrets_module
+from engram.service.secrets.scanner import find_secret, find_secret_in, rule_names
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "secrets"
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -334,3 +335,16 @@ def test_find_secret_each_answers_as_each_value_alone() -> None:
     alone = [find_secret_in(secrets_module.strings(v)) for v in values]
     assert secrets_module.find_secret_each(values) == alone
     assert alone[0] is None and alone[1] is not None and alone[3] == alone[1]
+
+
+def test_one_scan_gives_each_finding_and_the_refusal() -> None:
+    """The room's one entry: a scan of several values answers each one's finding, and
+    refuses (with the rule, never the value) when any of them holds a secret."""
+    leaky = {"payload": {"key": "AKIAIOSFODNN7EXAMPLE"}}
+    found = scan("a plain note", leaky, ["plain", {"note": "api_key=" + "Zx9Qw8Er7Ty6Ui5O"}])
+    assert found.findings == (None, find_secret("AKIAIOSFODNN7EXAMPLE"), "secret-assignment")
+    with pytest.raises(SecretRefused) as refused:
+        found.refuse()
+    assert refused.value.rule == found.findings[1] and "AKIA" not in str(refused.value)
+    scan("a plain note", {"tags": ["x"]}).refuse()  # nothing found: no refusal
+    assert scan().findings == ()

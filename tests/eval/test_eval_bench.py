@@ -160,7 +160,7 @@ def test_a_bench_directory_is_opted_in_once_ingested(tmp_path: Path, encoder):
     reopened = Engine.open(Path(entry["_root"]) / "data", encoder=encoder)
     try:
         assert reopened.tenant_enabled(BENCH_SCOPE[0])
-        assert reopened.tenants_not_opted_in() == []
+        assert reopened.operator.tenants_not_opted_in() == []
     finally:
         reopened.close()
 

@@ -132,7 +132,7 @@ def test_ingest_of_an_export_answers_searches_the_same(tmp_path: Path, encoder):
     try:
         got = answers(target)
         assert got == expected
-        restored = next(p for p in target.export_records(SCOPE) if len(p.payload["components"]) == 2)
+        restored = next(p for p in target.operator.export_records(SCOPE) if len(p.payload["components"]) == 2)
         assert restored.retention["expires_at"] == EXPIRES
     finally:
         target.close()
@@ -142,9 +142,9 @@ def test_export_leaves_out_what_is_not_current(tmp_path: Path, encoder):
     engine = Engine.open(tmp_path / "a", encoder=encoder)
     try:
         ingest_corpus(engine, SCOPE, corpus(6), progress=False, purpose_ref=PURPOSE)
-        victim = sorted(r.record_id for r in engine.export_records(SCOPE))[0]
-        engine.transition(SCOPE, victim, "dispute", "reason:test")
-        exported = list(engine.export_records(SCOPE, vectors=True))
+        victim = sorted(r.record_id for r in engine.operator.export_records(SCOPE))[0]
+        engine.operator.transition(SCOPE, victim, "dispute", "reason:test")
+        exported = list(engine.operator.export_records(SCOPE, vectors=True))
         assert len(exported) == 5 and victim not in {r.record_id for r in exported}
         assert all(r.vectors is not None and r.vectors.shape[1] == encoder.dim for r in exported)
         assert {r.trust for r in exported} == {"operator-ingested"}

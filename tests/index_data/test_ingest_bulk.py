@@ -46,7 +46,7 @@ def test_ingest_is_idempotent(engine):
     assert engine.deps.store.scope_cursor(SCOPE) == cursor
     assert live_count(engine) == 30
     assert engine.deps.ranker.projection_cursor(scope_key(SCOPE)) == {"lexical": 30, "semantic": 30}
-    assert engine.verify_journal() == {"acme/kb": True}
+    assert engine.operator.verify_journal() == {"acme/kb": True}
 
 
 def test_ingest_resumes_after_a_crash_between_commit_and_index(engine, monkeypatch):
@@ -155,10 +155,10 @@ def test_ingested_records_are_shaped_like_admitted_ones(engine):
     bodies = [_sealed_body(engine, e.subject) for e in ingested]
     assert len({b["authorization_receipt_digest"] for b in bodies}) == 1
     assert len({b["decision_receipt_digest"] for b in bodies}) == 1
-    auth = engine.receipt(body["authorization_receipt_digest"])
+    auth = engine.operator.receipt(body["authorization_receipt_digest"])
     assert auth["tool"] == "engram_operator_ingest" and auth["receipt_digest"] == body["authorization_receipt_digest"]
-    assert engine.receipt(body["decision_receipt_digest"])["policy_id"] == "engram.operator-ingest"
-    agent_auth = engine.receipt(agent_body["authorization_receipt_digest"])
+    assert engine.operator.receipt(body["decision_receipt_digest"])["policy_id"] == "engram.operator-ingest"
+    agent_auth = engine.operator.receipt(agent_body["authorization_receipt_digest"])
     assert agent_auth["tool"] == "engram_memory_capture" and agent_auth["principal"] == "alice"
     assert "authorization_receipt" not in body and "authorization_receipt" not in agent_body
 
@@ -241,7 +241,7 @@ def test_batches_written_in_a_worker_process_load_the_same_records(tmp_path: Pat
             again = ingest_corpus(eng, SCOPE, records, batch_size=7, progress=False, purpose_ref=PURPOSE, worker=worker)
             assert (again.ingested, again.skipped_existing) == (0, 42)  # the twin again too
             assert (report.worker_cpu_seconds > 0) is worker  # the worker's CPU, counted apart
-            assert eng.verify_journal() == {"acme/kb": True}
+            assert eng.operator.verify_journal() == {"acme/kb": True}
             ids = sorted(r.record_id for r in eng.deps.store.live_records(SCOPE))
             found = [
                 hit["record"]
@@ -283,7 +283,7 @@ def test_a_failing_worker_process_stops_the_load(tmp_path: Path, encoder):
         assert live_count(eng) <= 10  # at most the batch before the broken one
         report = ingest_corpus(eng, SCOPE, corpus(30), batch_size=10, progress=False, purpose_ref=PURPOSE, worker=True)
         assert report.ingested + report.skipped_existing == 30 and live_count(eng) == 30
-        assert eng.verify_journal() == {"acme/kb": True}
+        assert eng.operator.verify_journal() == {"acme/kb": True}
     finally:
         eng.close()
 
@@ -358,7 +358,7 @@ def test_the_writing_worker_ends_with_a_killed_load(tmp_path: Path):
     try:
         cursor = eng.scope_cursor(SCOPE)
         assert cursor >= 50 and cursor % 50 == 0  # whole batches: the first, and any the worker wrote ahead
-        assert live_count(eng) == cursor and eng.verify_journal() == {"acme/kb": True}
+        assert live_count(eng) == cursor and eng.operator.verify_journal() == {"acme/kb": True}
         assert eng.deps.ranker.projection_cursor(scope_key(SCOPE))["lexical"] == cursor
     finally:
         eng.close()
@@ -530,7 +530,7 @@ def test_a_failing_stage_stops_the_load_and_a_rerun_finishes(engine):
     report = ingest_corpus(engine, SCOPE, corpus(30), batch_size=10, progress=False, purpose_ref=PURPOSE)
     assert (report.ingested, report.skipped_existing) == (30 - committed, committed)
     assert engine.deps.ranker.projection_cursor(scope_key(SCOPE)) == {"lexical": 30, "semantic": 30}
-    assert engine.verify_journal() == {"acme/kb": True}
+    assert engine.operator.verify_journal() == {"acme/kb": True}
 
 
 def test_ingest_runs_on_postgresql_like_on_sqlite(tmp_path: Path, encoder, postgres_cluster):
@@ -545,7 +545,7 @@ def test_ingest_runs_on_postgresql_like_on_sqlite(tmp_path: Path, encoder, postg
         try:
             first = ingest_corpus(eng, SCOPE, corpus(), batch_size=8, progress=False, purpose_ref=PURPOSE)
             again = ingest_corpus(eng, SCOPE, corpus(), batch_size=8, progress=False, purpose_ref=PURPOSE)
-            exported = [(r.record_id, r.payload, r.trust) for r in eng.export_records(SCOPE)]
+            exported = [(r.record_id, r.payload, r.trust) for r in eng.operator.export_records(SCOPE)]
             kinds = [(e.kind, sorted(e.body)) for e in eng.deps.store.events(SCOPE)]
             hits = [
                 p["record"]["record_id"]
@@ -555,7 +555,9 @@ def test_ingest_runs_on_postgresql_like_on_sqlite(tmp_path: Path, encoder, postg
                     {"query": "ingress certificate rotation", "purpose_ref": PURPOSE, "limit": 5},
                 )["records"]
             ]
-            results.append((first.ingested, again.skipped_existing, exported, kinds, hits, eng.verify_journal()))
+            results.append(
+                (first.ingested, again.skipped_existing, exported, kinds, hits, eng.operator.verify_journal())
+            )
         finally:
             eng.close()
     assert results[0][0] == 30 and results[0][1] == 30

@@ -17,9 +17,9 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from engram.models.codes import ContractError, ErrorCode
+from engram.models.host_token import HEADER, mint_token
 from engram.models.tools import CAPTURE, TOOLS
 from engram.service.engine.context import CallContext
-from engram.service.mcp.host_context import HEADER, mint_token
 
 ALL_TOOLS = sorted(TOOLS)
 MODES = ("auto", "legacy")

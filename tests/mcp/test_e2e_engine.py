@@ -14,9 +14,9 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from mcp_support import MODES, SECRET, ServerThread, claims, connect
 
+from engram.models.host_token import mint_token
 from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW
 from engram.service.engine.gates import operation_digest
-from engram.service.mcp.host_context import mint_token
 
 engine_module = pytest.importorskip("engram.service.engine.engine")
 pytestmark = pytest.mark.anyio
@@ -33,7 +33,7 @@ def real(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("engine-data")
     engine = engine_module.Engine.open(data_dir, load_model=False)
     for tenant in ("acme", "umbrella"):
-        engine.set_tenant_enabled(tenant, True)
+        engine.operator.set_tenant_enabled(tenant, True)
     app = create_app(engine, Settings(data_dir=data_dir, rate=0), host_secret=SECRET)
     with ServerThread(app) as running:
         running.data_dir = data_dir

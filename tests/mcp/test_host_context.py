@@ -12,9 +12,9 @@ import pytest
 from mcp_support import SECRET, claims
 from starlette.datastructures import Headers
 
+from engram.models.host_token import HEADER, mint_token
 from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, TOOLS
 from engram.service.mcp.host_context import (
-    HEADER,
     ContextUnavailable,
     HeaderBinding,
     StaticBinding,
@@ -24,7 +24,6 @@ from engram.service.mcp.host_context import (
     context_from_claims,
     create_host_secret,
     load_host_secret,
-    mint_token,
     verify_token,
 )
 

@@ -14,9 +14,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_support import ALL_TOOLS, MODES, SECRET, claims, connect, token
 
 from engram.models.codes import MESSAGES, ContractError, ErrorCode
+from engram.models.host_token import mint_token
 from engram.models.tools import CAPTURE, FORGET, GET, SEARCH, WITHDRAW
 from engram.service.mcp.audit import audit_text_digest
-from engram.service.mcp.host_context import mint_token
 from engram.service.store import StoreUnavailable
 
 pytestmark = pytest.mark.anyio

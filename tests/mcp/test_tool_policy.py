@@ -20,12 +20,11 @@ from mcp.shared.exceptions import MCPError
 from mcp_support import ALL_TOOLS, MODES, SECRET, ServerThread, claims
 
 from engram.models.encoding import IdempotencyKey, OpaqueRef
+from engram.models.host_token import HEADER, mint_token
 from engram.models.inputs import Closed, OpaqueId
 from engram.models.tools import TOOLS, ConfirmationRule, ConfirmWhen, ToolSpec
-from engram.service.engine import now_ms
+from engram.service.engine import AUDIT_FILE, now_ms
 from engram.service.engine.gates import require_confirmation
-from engram.service.mcp.audit import AUDIT_FILE
-from engram.service.mcp.host_context import HEADER, mint_token
 
 pytestmark = pytest.mark.anyio
 
@@ -74,7 +73,7 @@ def server(tmp_path_factory):
         patch.setitem(OPERATIONS, FLAG, flag)
         data_dir = tmp_path_factory.mktemp("seventh-tool")
         engine = Engine.open(data_dir, load_model=False)
-        engine.set_tenant_enabled("acme", True)
+        engine.operator.set_tenant_enabled("acme", True)
         app = create_app(engine, Settings(data_dir=data_dir, rate=0), host_secret=SECRET)
         with ServerThread(app) as running:
             running.data_dir = data_dir

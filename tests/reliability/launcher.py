@@ -35,7 +35,7 @@ def main() -> None:
     engine = Engine.open(data_dir, encoder=HashingTestEncoder(), load_model=False)
     for tenant in ("acme", "umbrella"):
         if not engine.tenant_enabled(tenant):
-            engine.set_tenant_enabled(tenant, True)
+            engine.operator.set_tenant_enabled(tenant, True)
     app = create_app(engine, Settings(data_dir=data_dir, rate=0), host_secret=SECRET, close_engine=True)
     OperatorChannel(engine, data_dir).start()
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")

@@ -39,9 +39,9 @@ from mcp_support import SECRET, ServerThread, free_port  # noqa: E402,F401
 
 from engram.eval.service_memory import rpc_body  # noqa: E402
 from engram.models.codes import MESSAGES, RETRIABLE, ErrorCode  # noqa: E402
+from engram.models.host_token import HEADER, mint_token  # noqa: E402
 from engram.models.tools import CAPTURE, REQUEST_ADMISSION, SEARCH, TOOLS  # noqa: E402
 from engram.service.engine.gates import operation_digest  # noqa: E402
-from engram.service.mcp.host_context import HEADER, mint_token  # noqa: E402
 
 
 class ServerProcess:
@@ -222,7 +222,7 @@ class Live:
         enc = HashingTestEncoder() if encoder == "hashing" else encoder
         self.engine = Engine.open(data_dir, encoder=enc, load_model=False)
         for tenant in ("acme", "umbrella"):
-            self.engine.set_tenant_enabled(tenant, True)
+            self.engine.operator.set_tenant_enabled(tenant, True)
         self.app = create_app(self.engine, Settings(data_dir=data_dir, rate=0), host_secret=SECRET)
         self.thread = ServerThread(self.app)
 

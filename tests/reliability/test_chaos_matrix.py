@@ -29,7 +29,7 @@ from test_crash_safety import (
     worker,
 )
 
-from engram.service.engine.engine import Engine
+from engram.service.engine.engine import restore
 from engram.service.operator.channel import ChannelAbsent, OperatorFailure, call
 
 pytestmark = pytest.mark.anyio
@@ -70,11 +70,9 @@ def _run_command(data_dir: Path, command: str, args: dict[str, Any], outcome: di
 def _check_restore(tmp_path: Path, data_dir: Path, backup: Path, ledger: Ledger, cycle: int) -> None:
     """The backup restores with the live keys; what was acknowledged forgotten stays gone."""
     target = tmp_path / f"restored-{cycle}"
-    engine = Engine.restore(
-        backup, target, key_source=data_dir / "keys", encoder=HashingTestEncoder(), load_model=False
-    )
+    engine = restore(backup, target, key_source=data_dir / "keys", encoder=HashingTestEncoder(), load_model=False)
     try:
-        assert all(engine.verify_journal().values())
+        assert all(engine.operator.verify_journal().values())
         with engine.deps.store.reader() as tx:
             for marker in ledger.forgotten:
                 row = tx.record(("acme", "ws1"), ledger.records[marker]) if marker in ledger.records else None

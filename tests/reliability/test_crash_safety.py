@@ -2,7 +2,7 @@
 PROCESS, SIGKILLed at random points, restarted, and checked after every kill.
 
 Checked after each cycle:
-- the journal of every scope verifies (`Engine.verify_journal()`);
+- the journal of every scope verifies (`Engine.operator.verify_journal()`);
 - nothing half-done in the store: accepted candidates have their record, terminal
   candidates and tombstoned records hold no body and no key, no orphan data key;
 - projections agree with the store: every accepted_current record is found by the
@@ -186,7 +186,7 @@ def offline_checks(data_dir: Path, ledger: Ledger) -> None:
     """With the server down: journal, store invariants, projection agreement."""
     engine = Engine.open(data_dir, encoder=HashingTestEncoder(), load_model=False)
     try:
-        verdict = engine.verify_journal()
+        verdict = engine.operator.verify_journal()
         assert all(verdict.values()) and (verdict or not ledger.acked), verdict
         deps = engine.deps
         db = sqlite3.connect(f"file:{data_dir / 'engram.db'}?mode=ro", uri=True)

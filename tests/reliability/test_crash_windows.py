@@ -58,7 +58,7 @@ def test_forget_interrupted_after_commit_replays_a_valid_answer(engine, monkeypa
     TOOLS[FORGET].output_model.model_validate(replay)
     assert replay["replayed"] is True and replay["projection_invalidation"] in ("pending", "complete")
     # The restart sweep completes what was left pending.
-    engine.sweep_invalidations()
+    engine.operator.sweep_invalidations()
 
 
 def test_withdraw_interrupted_after_commit_replays_a_valid_answer(engine, monkeypatch):

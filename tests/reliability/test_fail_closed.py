@@ -89,7 +89,7 @@ async def test_corrupt_vector_file_then_rebuild(tmp_path: Path):
             assert_retriable(env, "MUTATION_OUTCOME_UNKNOWN")
             env = await call(live.url, tok, "auto", REQUEST_ADMISSION, adm_args)
         later_rid = value(env)["outcome"]["record_id"]
-        live.engine.rebuild_projections()
+        live.engine.operator.rebuild_projections()
         for m, r in ((marker, rid), (later, later_rid)):
             found = value(await search(live.url, m, HYBRID))
             assert found["records"][0]["record"]["record_id"] == r
@@ -113,7 +113,7 @@ async def test_store_locked_by_another_process_then_released(fresh):
         holder.close()
     out = value(await call(fresh.url, ctx_token(), "auto", CAPTURE, args))
     assert out["status"] == "committed_pending"  # nothing was committed while locked
-    assert all(fresh.engine.verify_journal().values())
+    assert all(fresh.engine.operator.verify_journal().values())
 
 
 class _FullDisk:
@@ -166,4 +166,4 @@ async def test_disk_full(fresh, fail_on, after, expected):
     assert out["status"] == ("duplicate_exact" if after else "committed_pending")
     got = await call(fresh.url, ctx_token(), "auto", GET, {"record_id": rid, "purpose_ref": PURPOSE})
     assert value(got)["record"]["record_id"] == rid
-    assert all(fresh.engine.verify_journal().values())
+    assert all(fresh.engine.operator.verify_journal().values())

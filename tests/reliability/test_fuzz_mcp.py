@@ -435,6 +435,6 @@ def test_service_still_healthy_after_fuzzing(live, driver):
         kind, env = driver.call(mode, SEARCH, {"query": f"{marker}{mode}", "purpose_ref": PURPOSE})
         found = value(env)["records"]
         assert found and found[0]["record"]["record_id"] == value(env_adm)["outcome"]["record_id"]
-    assert all(live.engine.verify_journal().values())
+    assert all(live.engine.operator.verify_journal().values())
     kind, env = driver.call("auto", GET, {"record_id": "mem_" + "b" * 52, "purpose_ref": PURPOSE})
     assert code(env) == "NOT_FOUND"

@@ -51,8 +51,8 @@ from rel_support import (
 )
 
 from engram.models.codes import RETRIABLE
+from engram.models.host_token import mint_token
 from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH
-from engram.service.mcp.host_context import mint_token
 
 MODE = "auto"
 DATABASE_TIMEOUT_MS = 2000

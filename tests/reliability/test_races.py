@@ -204,4 +204,4 @@ async def test_forget_and_admission_storm_across_records(live):
     assert sum(1 for e in envs if e["ok"]) == len(rids)
     for rid in rids:
         assert journal_count(live, "record_tombstoned", rid) == 1
-    assert all(live.engine.verify_journal().values())
+    assert all(live.engine.operator.verify_journal().values())

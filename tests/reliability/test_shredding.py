@@ -85,7 +85,7 @@ async def test_withdraw_shreds_the_candidate(fresh):
     wargs = {"candidate_id": cid, "idempotency_key": key("withdraw"), "reason_ref": "reason:shred"}
     out = value(await call(fresh.url, confirmed_token(WITHDRAW, wargs, cid), "legacy", WITHDRAW, wargs))
     assert out["key_destruction"] == "complete"
-    backup = fresh.engine.backup(fresh.data_dir.parent / "backup-after-withdraw")
+    backup = fresh.engine.operator.backup(fresh.data_dir.parent / "backup-after-withdraw")
     for root in (fresh.data_dir, backup):
         assert scan_bytes(root, [wrapped[0], wrapped[0][-32:], key_id.encode(), sealed[0][-64:]]) == [], root
         assert scan_dir(root, words) == {}
@@ -119,7 +119,7 @@ async def test_forget_purges_every_projection_and_backup(fresh):
     fargs = {"record_id": rid, "idempotency_key": key("forget"), "reason_ref": "reason:shred"}
     out = value(await call(fresh.url, confirmed_token(FORGET, fargs, rid), "legacy", FORGET, fargs))
     assert out["projection_invalidation"] == "complete"
-    backup = fresh.engine.backup(fresh.data_dir.parent / "backup-after-forget")
+    backup = fresh.engine.operator.backup(fresh.data_dir.parent / "backup-after-forget")
     for root in (fresh.data_dir, backup):
         assert scan_dir(root, words) == {}, f"content words survive in {root}"
         assert scan_bytes(root, rows) == [], f"embedding rows survive in {root}"

@@ -111,7 +111,7 @@ def _text(rng: random.Random, i: int) -> str:
 def run_sequence(engine: Any, seed: int, steps: int = 80) -> tuple[list[Any], list[str]]:
     """Play the seeded sequence; every answer (or error code) in order, and the ids met."""
     rng = random.Random(seed)
-    engine.set_tenant_enabled("acme", True)
+    engine.operator.set_tenant_enabled("acme", True)
     ctx = context()
     answers: list[Any] = []
     candidates: list[str] = []

@@ -88,7 +88,7 @@ def _dump_forget_restore(
     a = open_engine(tmp_path / "replica-a", database_url=database_url, key_dir=keys)
     b = open_engine(tmp_path / "replica-b", database_url=database_url, key_dir=keys)
     try:
-        a.set_tenant_enabled("acme", True)
+        a.operator.set_tenant_enabled("acme", True)
         kept = accept(a, ctx, "The kept record about harbour pilots and their tides.")
         doomed = accept(b, ctx, f"{MARKER} is the forgotten record about harbour pilots.")
         _, draft = capture(a, ctx, f"{DRAFT_MARKER} is a pending draft about harbour pilots.")
@@ -202,7 +202,7 @@ def test_ledger_entries_without_positions_are_applied_by_the_operator_command(
         ]
         result = CliRunner().invoke(app, admin)
         assert (result.exit_code, result.output.strip()) == (0, "re-applied 2 forget(s) and withdrawal(s)")
-        replica.sweep_invalidations()
+        replica.operator.sweep_invalidations()
         _assert_forgotten(replica, restored)
         assert run(replica, "apply-shred-ledger", {}) == 0
     finally:
@@ -218,7 +218,7 @@ def test_a_forget_that_did_not_commit_is_not_re_applied_at_open(tmp_path: Path, 
     keys = tmp_path / "keys"
     engine = open_engine(tmp_path / "replica", database_url=database_url, key_dir=keys)
     try:
-        engine.set_tenant_enabled("acme", True)
+        engine.operator.set_tenant_enabled("acme", True)
         refused, interrupted = (
             accept(engine, ctx, f"A record whose forget does not commit ({n}).") for n in ("gate", "crash")
         )
@@ -249,7 +249,7 @@ def test_sqlite_copied_back_by_hand_re_applies_the_forget_at_open(tmp_path: Path
     try:
         kept = accept(live, ctx, "The kept record about harbour pilots and their tides.")
         doomed = accept(live, ctx, f"{MARKER} is the forgotten record about harbour pilots.")
-        backup = live.backup(tmp_path / "backup")
+        backup = live.operator.backup(tmp_path / "backup")
         forget(live, ctx, doomed)
     finally:
         live.close()

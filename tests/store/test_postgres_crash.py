@@ -30,7 +30,7 @@ def test_kill_9_of_postgres_mid_storm_loses_no_acknowledged_mutation(
     postgres_cluster, database_url: str, tmp_path: Path
 ) -> None:
     engine = open_engine(tmp_path / "replica", database_url=database_url)
-    engine.set_tenant_enabled("acme", True)
+    engine.operator.set_tenant_enabled("acme", True)
     ctx = context()
     acknowledged: list[str] = []
     codes: list[ErrorCode] = []
@@ -69,7 +69,7 @@ def test_kill_9_of_postgres_mid_storm_loses_no_acknowledged_mutation(
         assert set(codes) <= OUTAGE_CODES | {ErrorCode.NOT_FOUND}, codes
         for rid in acknowledged:
             assert engine.execute(GET, ctx, {"record_id": rid, "purpose_ref": PURPOSE})["record"]["record_id"] == rid
-        assert all(engine.verify_journal().values())
+        assert all(engine.operator.verify_journal().values())
     finally:
         stop.set()
         engine.close()

@@ -117,7 +117,7 @@ def test_a_replay_is_acknowledged_only_once_the_standby_has_it(server: PostgresC
     standby too, or it acknowledges what a failover would lose."""
     engine = open_engine(tmp_path / "replica", database_url=server.create_database(), database_timeout_ms=BOUND_MS)
     try:
-        engine.set_tenant_enabled("acme", True)
+        engine.operator.set_tenant_enabled("acme", True)
         ctx = context()
         args = capture_args(f"Waits for its standby {uuid.uuid4().hex}.")
         _set_sync_standby(server, "engram_absent_standby")

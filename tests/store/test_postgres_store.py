@@ -65,7 +65,7 @@ def replicas(tmp_path: Path, database_url: str):
     keys = tmp_path / "keys"
     first = open_engine(tmp_path / "a", database_url=database_url, key_dir=keys)
     second = open_engine(tmp_path / "b", database_url=database_url, key_dir=keys)
-    first.set_tenant_enabled("acme", True)
+    first.operator.set_tenant_enabled("acme", True)
     yield first, second
     first.close()
     second.close()
@@ -218,7 +218,7 @@ def test_admin_replicas_lists_and_retires_a_replica_gone_for_good(database_url: 
     gone.close()  # never comes back; its last heartbeat a minute ago
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("UPDATE replicas SET heartbeat_ms = heartbeat_ms - 60000 WHERE replica_id=%s", (gone_id,))
-    serving.set_tenant_enabled("acme", True)
+    serving.operator.set_tenant_enabled("acme", True)
     ctx = context()
     rid = accept(serving, ctx, "A record forgotten while a replica is gone.")
     args = forget_args(rid)

@@ -43,10 +43,10 @@ from rel_support import (
     value,
 )
 
+from engram.models.host_token import HEADER, mint_token
 from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH
 from engram.service.engine.gates import operation_digest
 from engram.service.http.router import FORWARDED_HEADER
-from engram.service.mcp.host_context import HEADER, mint_token
 
 ROOT = Path(__file__).resolve().parents[2]
 MODE = "auto"

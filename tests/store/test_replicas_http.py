@@ -36,9 +36,9 @@ from rel_support import (  # noqa: E402
     value,
 )
 
+from engram.models.host_token import mint_token  # noqa: E402
 from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION  # noqa: E402
 from engram.service.engine.gates import operation_digest  # noqa: E402
-from engram.service.mcp.host_context import mint_token  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MODE = "auto"

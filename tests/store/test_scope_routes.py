@@ -127,7 +127,7 @@ def test_an_unclaimed_scope_is_warm_on_the_default_group_at_ready(tmp_path: Path
     ctx = context(workspace="unclaimed")
     writer = open_engine(tmp_path / "writer", database_url=database_url, key_dir=tmp_path / "keys")
     try:
-        writer.set_tenant_enabled(ctx.tenant, True)
+        writer.operator.set_tenant_enabled(ctx.tenant, True)
         rid = accept(writer, ctx, "The night ferry calls at the island twice a week.")
     finally:
         writer.close()

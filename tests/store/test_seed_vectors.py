@@ -116,7 +116,7 @@ def f16_rows(vectors: np.ndarray) -> list[bytes]:
 @pytest.fixture
 def replica_a(tmp_path: Path, database_url: str):
     engine = open_engine(tmp_path / "a", database_url=database_url, key_dir=tmp_path / "keys")
-    engine.set_tenant_enabled(SCOPE[0], True)
+    engine.operator.set_tenant_enabled(SCOPE[0], True)
     yield engine
     engine.close()
 
@@ -126,7 +126,7 @@ def test_a_seeded_replica_answers_like_its_peer_and_embeds_only_what_came_after(
 ) -> None:
     a, ctx, key = replica_a, context(*SCOPE), scope_key(SCOPE)
     ingest_corpus(a, SCOPE, corpus(2000), progress=False, purpose_ref=PURPOSE)
-    doomed = [r.record_id for r in a.export_records(SCOPE) if FORGOTTEN_WORD in json.dumps(r.payload)]
+    doomed = [r.record_id for r in a.operator.export_records(SCOPE) if FORGOTTEN_WORD in json.dumps(r.payload)]
     assert len(doomed) == 1
     doomed_rows = f16_rows(a.ranker.passage_vectors(key, doomed)[0])
     seed = tmp_path / "seed"
@@ -139,7 +139,7 @@ def test_a_seeded_replica_answers_like_its_peer_and_embeds_only_what_came_after(
     forget(a, ctx, doomed[0])
     # In a scope this large the forget answers pending; purge now, so that A's indexes
     # (and so its BM25 statistics) hold what B's will, as they do once the purge has run.
-    a.sweep_invalidations()
+    a.operator.sweep_invalidations()
     late = accept(a, ctx, LATE_TEXT)
     late_windows = passages(LATE_TEXT)
     expected = answers(a, QUERIES + ["wombatgrid rollout"])
@@ -162,7 +162,7 @@ def test_a_seeded_replica_answers_like_its_peer_and_embeds_only_what_came_after(
         assert files_containing(b_dir, FORGOTTEN_WORD.encode()) == []
         assert all(files_containing(b_dir, row) == [] for row in doomed_rows)
         # ... while the same scan finds a kept record's words and vectors there.
-        kept = next(r.record_id for r in a.export_records(SCOPE) if r.record_id != late)
+        kept = next(r.record_id for r in a.operator.export_records(SCOPE) if r.record_id != late)
         assert files_containing(b_dir, KEPT_WORD.encode()) != []
         assert all(files_containing(b_dir, row) for row in f16_rows(a.ranker.passage_vectors(key, [kept])[0]))
         # The seed itself is the operator's file outside B: it still holds the doomed row.
@@ -178,7 +178,7 @@ def test_a_seed_of_another_vector_space_is_ignored_and_everything_embedded(
     records = corpus(60)
     ingest_corpus(replica_a, SCOPE, records, progress=False, purpose_ref=PURPOSE)
     seed = tmp_path / "seed"
-    replica_a.export_vectors(seed)
+    replica_a.operator.export_vectors(seed)
     model_id = None
     if mismatch == "encoder":
         model_id = "test/another-model"
@@ -208,14 +208,14 @@ def test_a_record_whose_texts_differ_from_its_seed_digest_is_embedded(
     records = corpus(40)
     ingest_corpus(replica_a, SCOPE, records, progress=False, purpose_ref=PURPOSE)
     seed = tmp_path / "seed"
-    replica_a.export_vectors(seed)
+    replica_a.operator.export_vectors(seed)
     key = scope_key(SCOPE)
     digests_file = seed / f"{key}.digests.npy"
     digests = np.load(digests_file)
     digests[0, 0] ^= 0xFF  # the first record's digest no longer names its passage texts
     np.save(digests_file, digests)
     first = np.load(seed / f"{key}.ids.npy")[0].decode()
-    (body,) = [r for r in replica_a.export_records(SCOPE) if r.record_id == first]
+    (body,) = [r for r in replica_a.operator.export_records(SCOPE) if r.record_id == first]
     text = next(c["text"] for c in body.payload["components"])
     encoder = OnlyThese(HashingTestEncoder(), set(passages(text)) | set(QUERIES))
     with caplog.at_level(logging.INFO, logger="engram"):
