@@ -135,16 +135,12 @@ def serve(
     from engram.service.logs import configure_logging
 
     configure_logging(settings.log_level, settings.log_format)
-    _refuse_unservable(settings)
+    if (reason := _unservable(settings, stdio=stdio)) is not None:
+        echo_error(f"engram: {reason}")
+        raise typer.Exit(2)
     from engram.service.engine import claim_data_dir
 
     claim_data_dir(settings.data_dir)
-    if stdio and settings.console_port is not None:
-        echo_error("engram: the console is served beside HTTP; --stdio serves no console")
-        raise typer.Exit(2)
-    if stdio and settings.workers > 1:
-        echo_error("engram: --workers serves HTTP; --stdio is one process for one host")
-        raise typer.Exit(2)
     if background:
         _serve_background(settings)
     elif stdio:
@@ -160,29 +156,37 @@ def serve(
         serve_http(settings, _host_secret(settings.data_dir))
 
 
-def _refuse_unservable(settings: Any) -> None:
-    """Exit 2 on settings no server can run with: replica groups or several workers
-    without a shared store, or a seed directory `engram admin export-vectors` did not write."""
+def _unservable(settings: Any, *, stdio: bool) -> str | None:
+    """Why no server can run with these settings (the first reason), or None: replica
+    groups or several workers without a shared store, a console the listener refuses, a
+    seed directory `engram admin export-vectors` did not write, or a console or several
+    workers with --stdio."""
+    from engram.service.console.listener import refusal
     from engram.service.engine import SEED_HEADER
     from engram.service.store.base import DEFAULT_GROUP
 
-    if settings.group != DEFAULT_GROUP and not settings.database_url:
-        echo_error("engram: --group needs a shared store (--database-url): an embedded store is one process, no groups")
-        raise typer.Exit(2)
-    if settings.workers > 1 and not settings.database_url:
-        echo_error(
-            "engram: --workers needs a shared store (--database-url): an embedded store is one process; "
-            "several workers are several replicas of one database"
-        )
-        raise typer.Exit(2)
-    from engram.service.console.listener import refusal
-
-    if (reason := refusal(settings)) is not None:
-        echo_error(f"engram: console refused: {reason}")
-        raise typer.Exit(2)
-    if settings.seed_vectors is not None and not (settings.seed_vectors / SEED_HEADER).is_file():
-        echo_error(f"engram: {settings.seed_vectors} is not a seed written by `engram admin export-vectors`")
-        raise typer.Exit(2)
+    shared = bool(settings.database_url)
+    seed = settings.seed_vectors
+    console = refusal(settings)
+    reasons = (
+        (
+            settings.group != DEFAULT_GROUP and not shared,
+            "--group needs a shared store (--database-url): an embedded store is one process, no groups",
+        ),
+        (
+            settings.workers > 1 and not shared,
+            "--workers needs a shared store (--database-url): an embedded store is one process; "
+            "several workers are several replicas of one database",
+        ),
+        (console is not None, f"console refused: {console}"),
+        (
+            seed is not None and not (seed / SEED_HEADER).is_file(),
+            f"{seed} is not a seed written by `engram admin export-vectors`",
+        ),
+        (stdio and settings.console_port is not None, "the console is served beside HTTP; --stdio serves no console"),
+        (stdio and settings.workers > 1, "--workers serves HTTP; --stdio is one process for one host"),
+    )
+    return next((reason for refused, reason in reasons if refused), None)
 
 
 def _serve_stdio(settings: Any) -> None:

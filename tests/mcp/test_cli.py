@@ -357,3 +357,13 @@ def test_the_first_start_says_what_it_does(tmp_path):
     assert f"creating data directory {data}" in text
     assert f"warming up {data}: bring every scope's indexes up to the journal" in text
     assert text.index("warming up") < text.index("ready in")
+
+
+def test_stdio_refuses_a_console_or_workers_before_making_the_data_directory(tmp_path, monkeypatch):
+    monkeypatch.delenv("ENGRAM_HOST_SECRET", raising=False)
+    data = tmp_path / "data"
+    shared = ["--workers", "2", "--database-url", "postgresql://127.0.0.1:9/none"]
+    for extra, said in ((["--console-port", "8765"], "--stdio serves no console"), (shared, "--stdio is one process")):
+        result = runner.invoke(app, ["serve", "--stdio", "--data-dir", str(data), "--no-model", *extra])
+        assert result.exit_code == 2 and said in result.output
+        assert not data.exists()
