@@ -342,9 +342,9 @@ def test_one_scan_gives_each_finding_and_the_refusal() -> None:
     refuses (with the rule, never the value) when any of them holds a secret."""
     leaky = {"payload": {"key": "AKIAIOSFODNN7EXAMPLE"}}
     found = scan("a plain note", leaky, ["plain", {"note": "api_key=" + "Zx9Qw8Er7Ty6Ui5O"}])
-    assert found.findings == (None, find_secret("AKIAIOSFODNN7EXAMPLE"), "secret-assignment")
+    assert found.findings == [None, find_secret("AKIAIOSFODNN7EXAMPLE"), "secret-assignment"]
     with pytest.raises(SecretRefused) as refused:
         found.refuse()
     assert refused.value.rule == found.findings[1] and "AKIA" not in str(refused.value)
     scan("a plain note", {"tags": ["x"]}).refuse()  # nothing found: no refusal
-    assert scan().findings == ()
+    assert scan().findings == []
