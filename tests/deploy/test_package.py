@@ -21,17 +21,20 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import time
 import tomllib
 import zipfile
 from pathlib import Path
 from typing import Any
 
+import anyio
 import factories
 import pytest
 from mcp import Client, StdioServerParameters
 
 from engram.models.tools import CAPTURE, REQUEST_ADMISSION, SEARCH, TOOLS
 from engram.service.mcp.local_context import DEFAULT_PURPOSE as LOCAL_PURPOSE
+from engram.service.operator.ownership import is_held
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("models", "ranking", "service", "index_data", "eval", "pyproject.toml", "README.md")
@@ -203,6 +206,8 @@ LAUNCH_TEST = "tests/deploy/test_package.py::test_the_documented_one_line_launch
 #: A tool call on a fresh data directory waits for the model's first preparation within its
 #: deadline; past it the answer is DEADLINE_EXCEEDED (retriable, nothing applied), retried as a client does.
 WARM_ATTEMPTS = 10
+#: How long the launched server may take to let go of the data directory once its client has left.
+RELEASE_WAIT_S = 120.0
 #: What the launched environment holds: torch's build and every installed distribution's name.
 PROBE = (
     "import importlib.metadata as m, json, torch; "
@@ -228,11 +233,12 @@ def _launch_prerequisites(cache: Path, torch_pin: str) -> dict[str, str]:
     reason = None if shutil.which("uvx", path=path) else "uvx is not installed (the test extra's uv)"
     wheels = cache / "torch-cpu"
     if reason is None and not any(wheels.glob("torch-*.whl")):
-        fetched = _run(
+        fetched = subprocess.run(  # pip as configured here: its find-links, indexes, proxy and certificates
             [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(wheels)]
             + [torch_pin],
-            cache,
-            **{k: v for k, v in os.environ.items() if k.startswith("PIP_")},
+            capture_output=True,
+            text=True,
+            timeout=1800,
         )
         if fetched.returncode != 0:
             reason = f"pip finds no {torch_pin}: {fetched.stderr.strip()[-300:]}"
@@ -277,6 +283,7 @@ async def test_the_documented_one_line_launch(tmp_path, request):
             ["bash", "-c", command], cwd=checkout, env=env, capture_output=True, text=True, timeout=1800
         )
         assert done.returncode == 0, f"{command}\n{done.stderr[-3000:]}"
+    data = tmp_path / "home" / ".local" / "share" / "engram"  # the user's data directory in that HOME
     server = StdioServerParameters(command="bash", args=["-c", launch], env=env, cwd=str(checkout))
     async with Client(server) as client:
         assert sorted(t.name for t in (await client.list_tools()).tools) == sorted(TOOLS)
@@ -292,6 +299,10 @@ async def test_the_documented_one_line_launch(tmp_path, request):
         assert [r["record"]["record_id"] for r in found["output"]["value"]["records"]] == [
             admitted["output"]["value"]["outcome"]["record_id"]
         ]
+    deadline = time.monotonic() + RELEASE_WAIT_S  # a bound on waiting for an event, never on speed
+    while is_held(data):
+        assert time.monotonic() < deadline, "the launched server still holds the data directory"
+        await anyio.sleep(0.1)
     probe = launch.replace("engram serve --stdio", "python -c " + shlex.quote(PROBE))
     inside = subprocess.run(["bash", "-c", probe], cwd=checkout, env=env, capture_output=True, text=True, timeout=600)
     assert inside.returncode == 0, inside.stderr[-3000:]
