@@ -252,9 +252,9 @@ def _launch_prerequisites(cache: Path, torch_pin: str) -> dict[str, str]:
 
 
 def _fresh_home_env(home: Path, **extra: str) -> dict[str, str]:
-    """This environment (proxies, certificates, locale) with a fresh HOME and nothing of engram's,
-    uv's, pip's or another user directory's; `extra` on top."""
-    gone = ("XDG_", "ENGRAM_", "PYTHON", "VIRTUAL_ENV", "UV_", "PIP_")
+    """This environment (proxies, certificates, package indexes, locale) with a fresh HOME and
+    nothing of engram's, Python's or another user directory's; `extra` on top."""
+    gone = ("XDG_", "ENGRAM_", "PYTHON", "VIRTUAL_ENV")
     return {**{k: v for k, v in os.environ.items() if not k.startswith(gone)}, "HOME": str(home), **extra}
 
 
