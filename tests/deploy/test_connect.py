@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import stat
-import sys
 from pathlib import Path
 
 import factories
 import jwt
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client
+from mcp_support import written_entry
 from typer.testing import CliRunner
 
 from engram.models.tools import CAPTURE, REQUEST_ADMISSION, SEARCH, TOOLS, WITHDRAW
@@ -19,7 +18,6 @@ from engram.service.cli import app
 from engram.service.engine.gates import operation_digest
 from engram.service.mcp.host_context import CONTEXT_FILE_ENV, load_host_secret
 
-ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 
 
@@ -96,22 +94,7 @@ async def test_written_entry_launches_a_working_server(tmp_path):
     """What a desktop client does: start the server from the config entry, capture, admit, search."""
     data = tmp_path / "data"
     _init(data, "--purpose", factories.PURPOSE)
-    config = tmp_path / ".mcp.json"
-    assert (
-        runner.invoke(
-            app, ["connect", "claude-code", "--write", "--config-path", str(config), "-d", str(data)]
-        ).exit_code
-        == 0
-    )
-    entry = json.loads(config.read_text())["mcpServers"]["engram"]
-    args = [*entry["args"][:-3], "--no-model", *entry["args"][-3:]]  # lexical-only: no model load in CI
-    base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
-    command = entry["command"]
-    if not Path(command).is_absolute():
-        command = sys.executable
-    server = StdioServerParameters(
-        command=command, args=args, cwd=str(tmp_path), env={**base, **entry["env"], "PYTHONPATH": str(ROOT)}
-    )
+    server = written_entry(data, tmp_path)
     async with Client(server) as client:
         assert sorted(t.name for t in (await client.list_tools()).tools) == sorted(TOOLS)
         captured = await client.call_tool(CAPTURE, factories.capture_args("Rotate the ingress certificates monthly."))

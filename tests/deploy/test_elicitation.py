@@ -9,44 +9,22 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
-import anyio
 import factories
 import httpx2
-import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from mcp_support import MODES, SECRET, ServerThread, claims  # noqa: E402
+from mcp_support import MODES, SECRET, Human, ServerThread, claims, stdio_server  # noqa: E402
 
 from engram.models.host_token import HEADER, mint_token
 from engram.models.tools import CAPTURE, FORGET, REQUEST_ADMISSION, WITHDRAW
 
-ROOT = Path(__file__).resolve().parents[2]
 PURPOSE = factories.PURPOSE
 pytestmark = pytest.mark.anyio
-
-
-class Human:
-    """An elicitation callback that answers `action` (after `delay` seconds) and records questions."""
-
-    def __init__(self, action: str, approve: bool = True, delay: float = 0.0) -> None:
-        self.action, self.approve, self.delay = action, approve, delay
-        self.questions: list[str] = []
-
-    async def __call__(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
-        self.questions.append(params.message)
-        if self.delay:
-            await anyio.sleep(self.delay)
-        if self.action == "accept":
-            return types.ElicitResult(action="accept", content={"approve": self.approve})
-        return types.ElicitResult(action=self.action)  # type: ignore[arg-type]
 
 
 def key(label: str) -> str:
@@ -153,7 +131,8 @@ async def test_http_forget_with_approval(http_servers, mode):
 # --------------------------------------------------------------------------- stdio
 
 
-def stdio_server(tmp_path: Path, **env: str) -> StdioServerParameters:
+def launched(tmp_path: Path, **env: str) -> StdioServerParameters:
+    """The stdio server on tmp_path/data (tenant "acme" opted in once), bound by a claims file."""
     data = tmp_path / "data"
     ctx = tmp_path / "ctx.json"
     if not ctx.exists():
@@ -164,19 +143,13 @@ def stdio_server(tmp_path: Path, **env: str) -> StdioServerParameters:
         data.mkdir(exist_ok=True)
         assert CliRunner().invoke(app, ["admin", "tenant", "enable", "acme", "-d", str(data)]).exit_code == 0
         ctx.write_text(json.dumps(claims(purpose=PURPOSE)))
-    base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
-    return StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "engram.service.cli", "serve", "--stdio", "--no-model", "-d", str(data)],
-        env={**base, "ENGRAM_CONTEXT_FILE": str(ctx), "PYTHONPATH": str(ROOT), **env},
-        cwd=str(ROOT),
-    )
+    return stdio_server(data, ENGRAM_CONTEXT_FILE=str(ctx), **env)
 
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_stdio_accept_decline_cancel_late(tmp_path, mode):
     human = Human("accept")
-    async with Client(stdio_server(tmp_path), mode=mode, elicitation_callback=human) as client:
+    async with Client(launched(tmp_path), mode=mode, elicitation_callback=human) as client:
         for action, expected in (("accept", None), ("decline", "gate_failed"), ("cancel", "gate_failed")):
             human.action = action  # the same client, the human answering differently
             asked = len(human.questions)
@@ -188,12 +161,10 @@ async def test_stdio_accept_decline_cancel_late(tmp_path, mode):
             else:
                 assert error_code(envelope) == expected
     late = Human("accept", delay=2.5)
-    async with Client(
-        stdio_server(tmp_path, ENGRAM_APPROVAL_TTL_S="1"), mode=mode, elicitation_callback=late
-    ) as client:
+    async with Client(launched(tmp_path, ENGRAM_APPROVAL_TTL_S="1"), mode=mode, elicitation_callback=late) as client:
         candidate = await captured_candidate(client)
         assert error_code(await withdraw(client, candidate)) == "gate_failed"
     assert late.questions
-    async with Client(stdio_server(tmp_path), mode=mode) as client:
+    async with Client(launched(tmp_path), mode=mode) as client:
         candidate = await captured_candidate(client)
         assert error_code(await withdraw(client, candidate)) == "gate_failed"

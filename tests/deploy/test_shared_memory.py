@@ -5,10 +5,8 @@ started for them), each with its own binding, session and elicitations."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -16,10 +14,9 @@ from typing import Any
 
 import anyio
 import factories
-import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
-from mcp_support import MODES
+from mcp_support import MODES, Human, written_entry
 from typer.testing import CliRunner
 
 from engram.models.tools import CAPTURE, REQUEST_ADMISSION, SEARCH, TOOLS, WITHDRAW
@@ -27,22 +24,10 @@ from engram.service.cli import app
 from engram.service.mcp.bridge import SOCKET_FILE
 from engram.service.operator.ownership import LOCK_FILE, is_held
 
-ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 pytestmark = pytest.mark.anyio
 #: Bounds on waiting for an event (a process gone, a socket there), never on speed.
 EVENT_WAIT_S = 120.0
-
-
-class Human:
-    """Approves every elicitation and records each question it was shown."""
-
-    def __init__(self) -> None:
-        self.questions: list[str] = []
-
-    async def __call__(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
-        self.questions.append(params.message)
-        return types.ElicitResult(action="accept", content={"approve": True})
 
 
 def _entry(tmp_path: Path) -> tuple[Path, StdioServerParameters]:
@@ -50,15 +35,7 @@ def _entry(tmp_path: Path) -> tuple[Path, StdioServerParameters]:
     data = tmp_path / "data"
     init = runner.invoke(app, ["admin", "context", "init", "-d", str(data), "--purpose", factories.PURPOSE])
     assert init.exit_code == 0, init.output
-    config = tmp_path / ".mcp.json"
-    written = runner.invoke(app, ["connect", "claude-code", "--write", "--config-path", str(config), "-d", str(data)])
-    assert written.exit_code == 0, written.output
-    entry = json.loads(config.read_text())["mcpServers"]["engram"]
-    args = [*entry["args"][:-3], "--no-model", *entry["args"][-3:]]  # lexical-only: no model load in CI
-    command = entry["command"] if Path(entry["command"]).is_absolute() else sys.executable
-    base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
-    env = {**base, **entry["env"], "PYTHONPATH": str(ROOT), "ENGRAM_CLIENT_IDLE_S": "1"}
-    return data, StdioServerParameters(command=command, args=args, cwd=str(tmp_path), env=env)
+    return data, written_entry(data, tmp_path, ENGRAM_CLIENT_IDLE_S="1")
 
 
 async def _captured(client: Client, text: str) -> str:

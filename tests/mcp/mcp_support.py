@@ -1,26 +1,36 @@
-"""Shared helpers for the MCP tests: a fake engine, a uvicorn thread, SDK clients."""
+"""Shared helpers for the MCP tests: a fake engine, a uvicorn thread, SDK clients over HTTP
+and the servers they launch over stdio, and a human answering elicitations."""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import socket
+import sys
 import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
+import mcp_types as types
 import uvicorn
 from host_secret_support import SECRET  # noqa: F401 - the suite imports it from here too
-from mcp import Client
+from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from typer.testing import CliRunner
 
 from engram.models.codes import ContractError, ErrorCode
 from engram.models.host_token import HEADER, mint_token
 from engram.models.tools import CAPTURE, TOOLS
+from engram.service.cli import app as cli_app
 from engram.service.engine.context import CallContext
 
+ROOT = Path(__file__).resolve().parents[2]
 ALL_TOOLS = sorted(TOOLS)
 MODES = ("auto", "legacy")
 DIGEST = "sha256:" + "ab" * 32
@@ -137,3 +147,53 @@ async def connect(url: str, context_token: str | None, mode: str, **headers: str
     async with httpx2.AsyncClient(headers=all_headers, timeout=httpx2.Timeout(30.0)) as http:
         async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
             yield client
+
+
+# --------------------------------------------------------------------------- stdio
+
+
+class Human:
+    """An elicitation callback: answers `action` (after `delay` seconds) and records each question."""
+
+    def __init__(self, action: str = "accept", approve: bool = True, delay: float = 0.0) -> None:
+        self.action, self.approve, self.delay = action, approve, delay
+        self.questions: list[str] = []
+
+    async def __call__(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        self.questions.append(params.message)
+        if self.delay:
+            await anyio.sleep(self.delay)
+        if self.action == "accept":
+            return types.ElicitResult(action="accept", content={"approve": self.approve})
+        return types.ElicitResult(action=self.action)
+
+
+def launch_env(**extra: str) -> dict[str, str]:
+    """What a desktop client passes the server it launches: PATH, HOME and LANG; `extra` on top.
+    This checkout comes first on PYTHONPATH, so the launched `engram` is the code under test."""
+    base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
+    return {**base, "PYTHONPATH": str(ROOT), **extra}
+
+
+def stdio_server(data: Path, **env: str) -> StdioServerParameters:
+    """`engram serve --stdio --no-model -d DATA` (lexical only: no model load), `env` on top."""
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "engram.service.cli", "serve", "--stdio", "--no-model", "-d", str(data)],
+        env=launch_env(**env),
+        cwd=str(ROOT),
+    )
+
+
+def written_entry(data: Path, project: Path, **env: str) -> StdioServerParameters:
+    """`engram connect claude-code --write` in `project`, then its `.mcp.json` entry as the
+    client launches it, lexical only (`--no-model`: no model load), `env` on top. Run
+    `engram admin context init` on `data` first."""
+    config = project / ".mcp.json"
+    argv = ["connect", "claude-code", "--write", "--config-path", str(config), "-d", str(data)]
+    written = CliRunner().invoke(cli_app, argv)
+    assert written.exit_code == 0, written.output
+    entry = json.loads(config.read_text())["mcpServers"]["engram"]
+    args = [*entry["args"][:-3], "--no-model", *entry["args"][-3:]]
+    command = entry["command"] if Path(entry["command"]).is_absolute() else sys.executable
+    return StdioServerParameters(command=command, args=args, cwd=str(project), env=launch_env(**entry["env"], **env))

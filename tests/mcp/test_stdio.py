@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
-from mcp_support import MODES, claims, token
+from mcp_support import MODES, claims, stdio_server, token
 
 from engram.models.tools import CAPTURE, GET, SEARCH
 
@@ -62,13 +62,7 @@ async def test_engram_serve_stdio_real_engine(tmp_path, mode):
     assert CliRunner().invoke(cli_app, ["admin", "tenant", "enable", "acme", "-d", str(data)]).exit_code == 0
     ctx_file = tmp_path / "ctx.json"
     ctx_file.write_text(json.dumps(claims(tools=[SEARCH, GET])))
-    base = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
-    server = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "engram.service.cli", "serve", "--stdio", "--no-model", "--data-dir", str(data)],
-        env={**base, "ENGRAM_CONTEXT_FILE": str(ctx_file), "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
-        cwd=str(Path(__file__).resolve().parents[2]),
-    )
+    server = stdio_server(data, ENGRAM_CONTEXT_FILE=str(ctx_file))
     async with Client(server, mode=mode) as client:
         assert sorted(t.name for t in (await client.list_tools()).tools) == [GET, SEARCH]
         result = await client.call_tool(SEARCH, {"query": "anything", "purpose_ref": "purpose:test"})
