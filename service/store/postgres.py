@@ -45,8 +45,10 @@ from typing import Any
 import psycopg
 from psycopg import pq, sql
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import RowFactory, dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from . import rows as decoded
 from .base import (
     DEFAULT_DATABASE_TIMEOUT_MS,
     DEFAULT_GROUP,
@@ -63,19 +65,17 @@ from .base import (
     StoreUnavailable,
 )
 from .connectivity import Connectivity, ConnectivityState
-from .journal import (
-    RECORD_COLUMNS,
-    StoredEvent,
-    chain_intact,
-    chained,
-    read_body,
-    read_digest,
-    read_event_id,
-    stored_digest,
-    stored_record,
-    stored_row,
-)
+from .journal import StoredEvent, chain_intact, chained, read_digest, stored_digest, stored_row
 from .migrations import VERSION_TABLE, Migration, pending
+from .rows import (
+    CANDIDATE_COLUMNS,
+    JOURNAL_COLUMNS,
+    RECORD_COLUMNS,
+    RECORD_WITH_KEY,
+    REPLICA_COLUMNS,
+    ROUTE_COLUMNS,
+    stored_record,
+)
 
 POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -196,16 +196,6 @@ _COMMIT = (
 #: a connection the pool holds, never a second bound (connectivity.py).
 UNREACHABLE_CHECKOUT_S = 0.05
 
-_CANDIDATE_COLUMNS = (
-    "tenant, workspace, candidate_id, state, key_id, sealed, record_digest, payload_digest, principal, created_cursor"
-)
-#: The record columns, then its wrapped data key (absent once destroyed).
-_RECORD_WITH_KEY = (
-    ", ".join("r." + c.strip() for c in RECORD_COLUMNS.split(","))
-    + ", k.wrapped, k.kek_id FROM records r LEFT JOIN keys k ON k.key_id = r.key_id"
-)
-_JOURNAL_COLUMNS = "cursor, event_id, kind, subject, body, event_digest, prev_digest, recorded_at"
-_REPLICA_COLUMNS = "replica_id, replica_group, advertise_url, heartbeat_ms"
 # Replica `r` holds the scope of pending purge `p`: the scope has no route (every replica
 # may), or r's group serves it or is taking it over. Only holders owe a purge.
 _HOLDS_SCOPE = (
@@ -213,50 +203,6 @@ _HOLDS_SCOPE = (
     " OR EXISTS (SELECT 1 FROM scope_routes s WHERE s.tenant=p.tenant AND s.workspace=p.workspace"
     " AND r.replica_group IN (s.replica_group, s.moving_to)))"
 )
-
-
-def _candidate(row: tuple[Any, ...] | None) -> CandidateRow | None:
-    if row is None:
-        return None
-    return CandidateRow((row[0], row[1]), row[2], row[3], row[4], _bytes(row[5]), *row[6:])
-
-
-def _record(row: Any) -> RecordRow:
-    return RecordRow(
-        (row[0], row[1]), row[2], row[3], read_digest(row[4]), read_digest(row[5]), row[6], _bytes(row[7]), *row[8:14]
-    )
-
-
-def _record_with_key(row: Any) -> RecordRow:
-    wrapped = None if row[14] is None else (bytes(row[14]), row[15])
-    return RecordRow(
-        (row[0], row[1]),
-        row[2],
-        row[3],
-        read_digest(row[4]),
-        read_digest(row[5]),
-        row[6],
-        _bytes(row[7]),
-        row[8],
-        row[9],
-        row[10],
-        row[11],
-        row[12],
-        row[13],
-        wrapped_key=wrapped,
-    )
-
-
-def _bytes(value: Any) -> bytes | None:
-    return None if value is None else bytes(value)
-
-
-def _route(row: tuple[Any, ...] | None) -> Route | None:
-    return None if row is None else Route(row[0], row[1], int(row[2]))
-
-
-def _replica(row: tuple[Any, ...]) -> ReplicaEntry:
-    return ReplicaEntry(row[0], row[1], row[2], int(row[3]))
 
 
 def _scope_lock_key(scope: Scope) -> str:
@@ -345,6 +291,10 @@ class _PgTx:
     def _one(self, query: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
         return self.conn.execute(query, params).fetchone()
 
+    def named(self, query: str, params: tuple[Any, ...]) -> dict[str, Any] | None:
+        """The first row of ``query``, its columns by name."""
+        return self.conn.cursor(row_factory=dict_row).execute(query, params).fetchone()
+
     # journal -------------------------------------------------------------------
     def append_event(
         self, scope: Scope, kind: str, subject: str, body: dict[str, Any], recorded_at: str
@@ -359,7 +309,7 @@ class _PgTx:
         appended = chained(scope, (row[0], row[1]) if row else (0, None), events)
         _execute_many(
             self.conn,
-            f"INSERT INTO journal (tenant, workspace, {_JOURNAL_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+            f"INSERT INTO journal (tenant, workspace, {JOURNAL_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
             [(*scope, *stored_row(e)) for e in appended],
         )
         last = appended[-1]
@@ -394,7 +344,7 @@ class _PgTx:
     def insert_candidate(self, row: CandidateRow) -> None:
         self._scope(row.scope)
         self.conn.execute(
-            f"INSERT INTO candidates ({_CANDIDATE_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+            f"INSERT INTO candidates ({CANDIDATE_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
             (
                 *row.scope,
                 row.candidate_id,
@@ -439,20 +389,19 @@ class _PgTx:
 
     def candidate(self, scope: Scope, candidate_id: str) -> CandidateRow | None:
         self._scope(scope)
-        return _candidate(
-            self._one(
-                f"SELECT {_CANDIDATE_COLUMNS} FROM candidates WHERE tenant=%s AND workspace=%s AND candidate_id=%s",
-                (*scope, candidate_id),
-            )
+        row = self.named(
+            f"SELECT {CANDIDATE_COLUMNS} FROM candidates WHERE tenant=%s AND workspace=%s AND candidate_id=%s",
+            (*scope, candidate_id),
         )
+        return decoded.candidate(row) if row else None
 
     def record(self, scope: Scope, record_id: str) -> RecordRow | None:
         self._scope(scope)
-        row = self._one(
+        row = self.named(
             f"SELECT {RECORD_COLUMNS} FROM records WHERE tenant=%s AND workspace=%s AND record_id=%s",
             (*scope, record_id),
         )
-        return _record(row) if row else None
+        return decoded.record(row) if row else None
 
     def accepted_with_payload(self, scope: Scope, payload_digest: str) -> str | None:
         self._scope(scope)
@@ -594,7 +543,7 @@ class PostgresStore:
 
     @contextmanager
     def _lent(
-        self, first: str, params: tuple[Any, ...] = ()
+        self, first: str, params: tuple[Any, ...] = (), row_factory: RowFactory[Any] = tuple_row
     ) -> Iterator[tuple[_BoundedConnection, psycopg.Cursor[Any]]]:
         """A pooled connection and the cursor of `first`, the statement it runs first.
 
@@ -605,7 +554,7 @@ class PostgresStore:
         for attempt in range(POOL_SIZE + 1):
             with self._checkout() as conn:
                 try:
-                    cursor = conn.execute(first, params)
+                    cursor = conn.cursor(row_factory=row_factory).execute(first, params)
                 except psycopg.OperationalError:
                     if conn.closed and not conn.timed_out and attempt < POOL_SIZE:
                         continue
@@ -616,11 +565,18 @@ class PostgresStore:
     def _read(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """One statement's rows: in this thread's transaction or snapshot when inside
         one, else on a pooled connection."""
+        return self._fetch(query, params, tuple_row)
+
+    def _read_named(self, query: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        """`_read`, each row's columns by name."""
+        return self._fetch(query, params, dict_row)
+
+    def _fetch(self, query: str, params: tuple[Any, ...], row_factory: RowFactory[Any]) -> list[Any]:
         try:
-            bound = getattr(self._local, "conn", None)
+            bound: _BoundedConnection | None = getattr(self._local, "conn", None)
             if bound is not None:
-                return bound.execute(query, params).fetchall()
-            with self._lent(query, params) as (_, cursor):
+                return bound.cursor(row_factory=row_factory).execute(query, params).fetchall()
+            with self._lent(query, params, row_factory) as (_, cursor):
                 return cursor.fetchall()
         except psycopg.Error as exc:
             raise StoreUnavailable() from exc
@@ -720,10 +676,7 @@ class PostgresStore:
         return [(r[0], r[1]) for r in self._read("SELECT tenant, workspace FROM scopes ORDER BY tenant, workspace")]
 
     def events(self, scope: Scope, after: int = 0) -> Iterator[JournalEvent]:
-        return (
-            JournalEvent(scope, e.cursor, e.event_id, e.kind, e.subject, e.body, e.event_digest, e.recorded_at)
-            for e in self._journal_rows(scope, after)
-        )
+        return (decoded.event(scope, stored) for stored in self._journal_rows(scope, after))
 
     def journal_digests(self, scope: Scope, cursors: list[int]) -> dict[int, str]:
         if not cursors:
@@ -746,40 +699,31 @@ class PostgresStore:
     def _journal_rows(self, scope: Scope, after: int = 0) -> Iterator[StoredEvent]:
         """Paged, so a million-event journal never sits in memory at once."""
         last = after
-        while rows := self._read(
-            f"SELECT {_JOURNAL_COLUMNS} FROM journal WHERE tenant=%s AND workspace=%s AND cursor>%s"
+        while page := self._read_named(
+            f"SELECT {JOURNAL_COLUMNS} FROM journal WHERE tenant=%s AND workspace=%s AND cursor>%s"
             " ORDER BY cursor LIMIT 2000",
             (*scope, last),
         ):
-            for r in rows:
-                yield StoredEvent(
-                    int(r[0]),
-                    read_event_id(r[1]),
-                    r[2],
-                    r[3],
-                    read_body(r[4]),
-                    read_digest(r[5]),
-                    read_digest(r[6]),
-                    r[7],
-                )
-            last = rows[-1][0]
+            for row in page:
+                yield decoded.stored_event(row)
+            last = page[-1]["cursor"]
 
     # records ---------------------------------------------------------------------------
     def records(self, scope: Scope, record_ids: list[str]) -> dict[str, RecordRow]:
         if not record_ids:
             return {}
         return {
-            row[2]: _record_with_key(row)
-            for row in self._read(
-                f"SELECT {_RECORD_WITH_KEY} WHERE r.tenant=%s AND r.workspace=%s AND r.record_id = ANY(%s)",
+            row["record_id"]: decoded.record_with_key(row)
+            for row in self._read_named(
+                f"SELECT {RECORD_WITH_KEY} WHERE r.tenant=%s AND r.workspace=%s AND r.record_id = ANY(%s)",
                 (*scope, list(record_ids)),
             )
         }
 
     def records_in_state(self, state: str, scope: Scope) -> list[RecordRow]:
         return [
-            _record(r)
-            for r in self._read(
+            decoded.record(r)
+            for r in self._read_named(
                 f"SELECT {RECORD_COLUMNS} FROM records WHERE state=%s AND tenant=%s AND workspace=%s"
                 " ORDER BY record_id",
                 (state, *scope),
@@ -818,8 +762,8 @@ class PostgresStore:
 
     def due_for_expiry(self, at_ms: int) -> list[RecordRow]:
         return [
-            _record(r)
-            for r in self._read(
+            decoded.record(r)
+            for r in self._read_named(
                 f"SELECT {RECORD_COLUMNS} FROM records WHERE state='accepted_current'"
                 " AND expires_at_ms IS NOT NULL AND expires_at_ms<=%s ORDER BY tenant, workspace, record_id",
                 (at_ms,),
@@ -828,13 +772,13 @@ class PostgresStore:
 
     def live_records(self, scope: Scope) -> Iterator[RecordRow]:
         last = ""
-        while rows := self._read(
-            f"SELECT {_RECORD_WITH_KEY} WHERE r.tenant=%s AND r.workspace=%s"
+        while page := self._read_named(
+            f"SELECT {RECORD_WITH_KEY} WHERE r.tenant=%s AND r.workspace=%s"
             " AND r.state='accepted_current' AND r.record_id>%s ORDER BY r.record_id LIMIT 2000",
             (*scope, last),
         ):
-            yield from (_record_with_key(r) for r in rows)
-            last = rows[-1][2]
+            yield from (decoded.record_with_key(r) for r in page)
+            last = page[-1]["record_id"]
 
     # tenants ----------------------------------------------------------------------------
     def tenant_enabled(self, tenant: str) -> bool:
@@ -863,14 +807,16 @@ class PostgresStore:
 
     def replica_entries(self) -> list[ReplicaEntry]:
         """Every registered replica with its group, advertised URL and heartbeat."""
-        return [_replica(r) for r in self._read(f"SELECT {_REPLICA_COLUMNS} FROM replicas ORDER BY replica_id")]
+        return [
+            decoded.replica(r) for r in self._read_named(f"SELECT {REPLICA_COLUMNS} FROM replicas ORDER BY replica_id")
+        ]
 
     def group_members(self, group: str, since_ms: int) -> list[ReplicaEntry]:
         """The replicas of `group` that heartbeat since `since_ms`."""
         return [
-            _replica(r)
-            for r in self._read(
-                f"SELECT {_REPLICA_COLUMNS} FROM replicas WHERE replica_group=%s AND heartbeat_ms >= %s"
+            decoded.replica(r)
+            for r in self._read_named(
+                f"SELECT {REPLICA_COLUMNS} FROM replicas WHERE replica_group=%s AND heartbeat_ms >= %s"
                 " ORDER BY replica_id",
                 (group, since_ms),
             )
@@ -888,17 +834,14 @@ class PostgresStore:
 
     # scope routes ------------------------------------------------------------------------
     def route(self, scope: Scope) -> Route | None:
-        rows = self._read(
-            "SELECT replica_group, moving_to, version FROM scope_routes WHERE tenant=%s AND workspace=%s", scope
-        )
-        return _route(rows[0] if rows else None)
+        rows = self._read_named(f"SELECT {ROUTE_COLUMNS} FROM scope_routes WHERE tenant=%s AND workspace=%s", scope)
+        return decoded.route(rows[0]) if rows else None
 
     def routes(self) -> list[tuple[Scope, Route]]:
         return [
-            ((r[0], r[1]), Route(r[2], r[3], int(r[4])))
-            for r in self._read(
-                "SELECT tenant, workspace, replica_group, moving_to, version FROM scope_routes"
-                " ORDER BY tenant, workspace"
+            ((r["tenant"], r["workspace"]), decoded.route(r))
+            for r in self._read_named(
+                f"SELECT tenant, workspace, {ROUTE_COLUMNS} FROM scope_routes ORDER BY tenant, workspace"
             )
         ]
 
@@ -909,30 +852,25 @@ class PostgresStore:
                 (*scope, group),
             ).rowcount:
                 self._notify_route(tx.conn, scope)
-            row = tx.conn.execute(
-                "SELECT replica_group, moving_to, version FROM scope_routes WHERE tenant=%s AND workspace=%s", scope
-            ).fetchone()
-        route = _route(row)
-        assert route is not None
-        return route
+            row = tx.named(f"SELECT {ROUTE_COLUMNS} FROM scope_routes WHERE tenant=%s AND workspace=%s", scope)
+        assert row is not None
+        return decoded.route(row)
 
     def begin_move(self, scope: Scope, group: str) -> Route:
         """Start moving the scope to `group`: `group` projects it while the current one
         still serves. A scope with no route is routed to `group` at once; a move already
         under way to `group`, or a scope already there, is left as it is."""
         with self.transaction() as tx:
-            row = tx.conn.execute(
-                "SELECT replica_group, moving_to, version FROM scope_routes WHERE tenant=%s AND workspace=%s"
-                " FOR UPDATE",
-                scope,
-            ).fetchone()
+            row = tx.named(
+                f"SELECT {ROUTE_COLUMNS} FROM scope_routes WHERE tenant=%s AND workspace=%s FOR UPDATE", scope
+            )
             if row is None:
                 tx.conn.execute("INSERT INTO scope_routes VALUES (%s,%s,%s,NULL,1)", (*scope, group))
                 route = Route(group, None, 1)
-            elif row[0] == group or row[1] == group:
-                return Route(row[0], row[1], int(row[2]))
+            elif group in ((now := decoded.route(row)).group, now.moving_to):
+                return now
             else:
-                route = Route(row[0], group, int(row[2]) + 1)
+                route = Route(now.group, group, now.version + 1)
                 tx.conn.execute(
                     "UPDATE scope_routes SET moving_to=%s, version=%s WHERE tenant=%s AND workspace=%s",
                     (group, route.version, *scope),
@@ -943,20 +881,17 @@ class PostgresStore:
     def finish_move(self, scope: Scope, group: str) -> Route:
         """Flip the route of a scope being moved to `group`: `group` serves it now."""
         with self.transaction() as tx:
-            row = tx.conn.execute(
+            row = tx.named(
                 "UPDATE scope_routes SET replica_group=moving_to, moving_to=NULL, version=version+1"
-                " WHERE tenant=%s AND workspace=%s AND moving_to=%s RETURNING replica_group, moving_to, version",
+                f" WHERE tenant=%s AND workspace=%s AND moving_to=%s RETURNING {ROUTE_COLUMNS}",
                 (*scope, group),
-            ).fetchone()
+            )
             if row is None:
-                row = tx.conn.execute(
-                    "SELECT replica_group, moving_to, version FROM scope_routes WHERE tenant=%s AND workspace=%s", scope
-                ).fetchone()
+                row = tx.named(f"SELECT {ROUTE_COLUMNS} FROM scope_routes WHERE tenant=%s AND workspace=%s", scope)
             else:
                 self._notify_route(tx.conn, scope)
-        route = _route(row)
-        assert route is not None
-        return route
+        assert row is not None
+        return decoded.route(row)
 
     def ack_route(self, scope: Scope, replica_id: str, version: int) -> None:
         with self.transaction() as tx:

@@ -20,22 +20,21 @@ from typing import Any
 from engram.models.digests import DigestKind, digest
 from engram.models.scope import Scope
 
+from . import rows as decoded
 from .base import CandidateRow, CommitUncertain, JournalEvent, NewEvent, RecordRow, StateCounts, StoreUnavailable
 from .journal import (
-    RECORD_COLUMNS,
     StoredEvent,
     chain_intact,
     chained,
     read_body,
     read_digest,
-    read_event_id,
     stored_body,
     stored_digest,
     stored_event_id,
-    stored_record,
     stored_row,
 )
 from .migrations import VERSION_TABLE, Migration, pending
+from .rows import CANDIDATE_COLUMNS, JOURNAL_COLUMNS, RECORD_COLUMNS, RECORD_WITH_KEY, stored_record
 
 SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -153,49 +152,9 @@ def _event_id_bytes(stored: str | bytes) -> str | bytes:
         return stored
 
 
-_CANDIDATE_COLUMNS = (
-    "tenant, workspace, candidate_id, state, key_id, sealed, record_digest, payload_digest, principal, created_cursor"
-)
-
-
-def _candidate(row: sqlite3.Row | None) -> CandidateRow | None:
-    if row is None:
-        return None
-    return CandidateRow((row[0], row[1]), *tuple(row)[2:])
-
-
-#: The record columns, then its wrapped data key (absent once destroyed).
-_RECORD_WITH_KEY = (
-    ", ".join("r." + c.strip() for c in RECORD_COLUMNS.split(","))
-    + ", k.wrapped, k.kek_id FROM records r LEFT JOIN keys k ON k.key_id = r.key_id"
-)
-
-
-def _record(row: sqlite3.Row, wrapped_key: tuple[bytes, str] | None = None) -> RecordRow:
-    v = tuple(row)
-    record, payload = read_digest(v[4]), read_digest(v[5])
-    return RecordRow(
-        (v[0], v[1]), v[2], v[3], record, payload, v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13], wrapped_key
-    )
-
-
-def _record_with_key(row: sqlite3.Row) -> RecordRow:
-    return _record(row, None if row[14] is None else (row[14], row[15]))
-
-
-def _event(row: sqlite3.Row) -> JournalEvent:
-    return JournalEvent(
-        scope=(row["tenant"], row["workspace"]),
-        cursor=row["cursor"],
-        event_id=read_event_id(row["event_id"]),
-        kind=row["kind"],
-        subject=row["subject"],
-        body=read_body(row["body"]),
-        event_digest=read_digest(row["event_digest"]),
-        recorded_at=row["recorded_at"],
-    )
-
-
+#: The journal columns, the body read as bytes: packed rows are blobs, and an edited
+#: one may not be UTF-8.
+_JOURNAL_READ = JOURNAL_COLUMNS.replace("body", "CAST(body AS BLOB) AS body")
 _IN_CHUNK = 500  # values bound in one IN (...) list
 
 
@@ -256,7 +215,7 @@ class _Tx:
     # candidates and records --------------------------------------------------------
     def insert_candidate(self, row: CandidateRow) -> None:
         self.conn.execute(
-            f"INSERT INTO candidates ({_CANDIDATE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            f"INSERT INTO candidates ({CANDIDATE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
             (
                 *row.scope,
                 row.candidate_id,
@@ -294,19 +253,18 @@ class _Tx:
         self.conn.execute("INSERT INTO pending_purges VALUES (?,?,?) ON CONFLICT DO NOTHING", (*scope, record_id))
 
     def candidate(self, scope: Scope, candidate_id: str) -> CandidateRow | None:
-        return _candidate(
-            self.conn.execute(
-                f"SELECT {_CANDIDATE_COLUMNS} FROM candidates WHERE tenant=? AND workspace=? AND candidate_id=?",
-                (*scope, candidate_id),
-            ).fetchone()
-        )
+        row = self.conn.execute(
+            f"SELECT {CANDIDATE_COLUMNS} FROM candidates WHERE tenant=? AND workspace=? AND candidate_id=?",
+            (*scope, candidate_id),
+        ).fetchone()
+        return decoded.candidate(row) if row else None
 
     def record(self, scope: Scope, record_id: str) -> RecordRow | None:
         row = self.conn.execute(
             f"SELECT {RECORD_COLUMNS} FROM records WHERE tenant=? AND workspace=? AND record_id=?",
             (*scope, record_id),
         ).fetchone()
-        return _record(row) if row else None
+        return decoded.record(row) if row else None
 
     def accepted_with_payload(self, scope: Scope, payload_digest: str) -> str | None:
         row = self.conn.execute(
@@ -506,7 +464,7 @@ class SqliteStore:
         return [(r[0], r[1]) for r in self._read("SELECT tenant, workspace FROM scopes")]
 
     def events(self, scope: Scope, after: int = 0) -> Iterator[JournalEvent]:
-        return (_event(row) for row in self._journal_rows(scope, after))
+        return (decoded.event(scope, stored) for stored in self._journal_rows(scope, after))
 
     def journal_digests(self, scope: Scope, cursors: list[int]) -> dict[int, str]:
         found: dict[int, str] = {}
@@ -523,37 +481,21 @@ class SqliteStore:
     def verify_chain(self, scope: Scope) -> bool:
         """Recompute every event digest and link of a scope's journal."""
         try:
-            return chain_intact(
-                scope,
-                (
-                    StoredEvent(
-                        r["cursor"],
-                        read_event_id(r["event_id"]),
-                        r["kind"],
-                        r["subject"],
-                        read_body(r["body"]),
-                        read_digest(r["event_digest"]),
-                        read_digest(r["prev_digest"]),
-                        r["recorded_at"],
-                    )
-                    for r in self._journal_rows(scope)
-                ),
-            )
+            return chain_intact(scope, self._journal_rows(scope))
         except ValueError:  # a row that no longer decodes (an edited packed body)
             return False
 
-    def _journal_rows(self, scope: Scope, after: int = 0) -> Iterator[sqlite3.Row]:
+    def _journal_rows(self, scope: Scope, after: int = 0) -> Iterator[StoredEvent]:
         """Paged, so a million-event journal never sits in memory at once."""
         last = after
-        while rows := self._read(
-            # Bodies as bytes: packed rows are blobs, and an edited one may not be UTF-8.
-            "SELECT tenant, workspace, cursor, event_id, kind, subject, CAST(body AS BLOB) AS body,"
-            " event_digest, prev_digest, recorded_at FROM journal WHERE tenant=? AND workspace=? AND cursor>?"
-            " ORDER BY cursor LIMIT 2000",
+        while page := self._read(
+            f"SELECT {_JOURNAL_READ} FROM journal"
+            " WHERE tenant=? AND workspace=? AND cursor>? ORDER BY cursor LIMIT 2000",
             (*scope, last),
         ):
-            yield from rows
-            last = rows[-1]["cursor"]
+            for row in page:
+                yield decoded.stored_event(row)
+            last = page[-1]["cursor"]
 
     # records ---------------------------------------------------------------------------
     def records(self, scope: Scope, record_ids: list[str]) -> dict[str, RecordRow]:
@@ -561,15 +503,15 @@ class SqliteStore:
         for chunk in _chunks(record_ids):
             marks = ",".join("?" * len(chunk))
             for row in self._read(
-                f"SELECT {_RECORD_WITH_KEY} WHERE r.tenant=? AND r.workspace=? AND r.record_id IN ({marks})",
+                f"SELECT {RECORD_WITH_KEY} WHERE r.tenant=? AND r.workspace=? AND r.record_id IN ({marks})",
                 (*scope, *chunk),
             ):
-                found[row[2]] = _record_with_key(row)
+                found[row["record_id"]] = decoded.record_with_key(row)
         return found
 
     def records_in_state(self, state: str, scope: Scope) -> list[RecordRow]:
         return [
-            _record(r)
+            decoded.record(r)
             for r in self._read(
                 f"SELECT {RECORD_COLUMNS} FROM records WHERE state=? AND tenant=? AND workspace=?", (state, *scope)
             )
@@ -599,17 +541,17 @@ class SqliteStore:
             )
 
     def due_for_expiry(self, at_ms: int) -> list[RecordRow]:
-        return [_record(r) for r in self._read(DUE_FOR_EXPIRY, (at_ms,))]
+        return [decoded.record(r) for r in self._read(DUE_FOR_EXPIRY, (at_ms,))]
 
     def live_records(self, scope: Scope) -> Iterator[RecordRow]:
         last = ""
-        while rows := self._read(
-            f"SELECT {_RECORD_WITH_KEY} WHERE r.tenant=? AND r.workspace=?"
+        while page := self._read(
+            f"SELECT {RECORD_WITH_KEY} WHERE r.tenant=? AND r.workspace=?"
             " AND r.state='accepted_current' AND r.record_id>? ORDER BY r.record_id LIMIT 2000",
             (*scope, last),
         ):
-            yield from (_record_with_key(r) for r in rows)
-            last = rows[-1][2]
+            yield from (decoded.record_with_key(r) for r in page)
+            last = page[-1]["record_id"]
 
     # tenants ----------------------------------------------------------------------------
     def tenant_enabled(self, tenant: str) -> bool:
