@@ -151,7 +151,9 @@ class Engine:
         ranker = Ranker(data_dir / "index", encoder)
         replica_id = replica_id_for(data_dir)
         routing = (
-            routing_ops.Routing(shared, replica_id, group if serve_replica else None) if shared is not None else None
+            routing_ops.Routing(shared.deployment, replica_id, group if serve_replica else None)
+            if shared is not None
+            else None
         )
         deps = Dependencies(
             data_dir=data_dir,
@@ -579,7 +581,7 @@ class Engine:
         sweeper owes them)."""
         owed: dict[tuple[str, str, str], list[str]] = {}
         if self.deps.replica is not None:
-            shared = self.deps.replica.store
+            shared = self.deps.replica.deployment
             for entry in shared.replica_entries():
                 for scope, ids in shared.purges_awaiting(entry.replica_id).items():
                     for record_id in ids:
@@ -604,7 +606,7 @@ class Engine:
         """Every routed scope and its group (operator surface; shared store only)."""
         if self.deps.replica is None:
             raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
-        return routing_ops.routes(self.deps.replica.store)
+        return routing_ops.routes(self.deps.replica.deployment)
 
     def move_scope(
         self, scope: Scope, group: str, *, project_wait_s: float = 300.0, release_wait_s: float = 30.0
@@ -614,7 +616,7 @@ class Engine:
         if self.deps.replica is None:
             raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
         return routing_ops.move(
-            self.deps.replica.store, scope, group, project_wait_s=project_wait_s, release_wait_s=release_wait_s
+            self.deps.replica.deployment, scope, group, project_wait_s=project_wait_s, release_wait_s=release_wait_s
         )
 
     def retire_replica(self, replica_id: str) -> bool:
@@ -623,7 +625,7 @@ class Engine:
         then hold purged records: rebuild its projections before it serves."""
         if self.deps.replica is None:
             raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
-        return self.deps.replica.store.retire_replica(replica_id)
+        return self.deps.replica.deployment.retire_replica(replica_id)
 
     def close(self) -> None:
         if self.deps.replica is not None:
