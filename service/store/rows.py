@@ -91,6 +91,21 @@ def record_with_key(row: NamedRow) -> RecordRow:
     return record(row, None if wrapped is None else (bytes(wrapped), row["kek_id"]))
 
 
+def stored_candidate(row: CandidateRow) -> tuple[Any, ...]:
+    """A candidate row's values, in :data:`CANDIDATE_COLUMNS` order."""
+    return (
+        *row.scope,
+        row.candidate_id,
+        row.state,
+        row.key_id,
+        row.sealed,
+        row.record_digest,
+        row.payload_digest,
+        row.principal,
+        row.created_cursor,
+    )
+
+
 def stored_record(row: RecordRow) -> tuple[Any, ...]:
     """A record row's values, in :data:`RECORD_COLUMNS` order (digests in stored form)."""
     return (

@@ -21,6 +21,7 @@ from engram.models.digests import DigestKind, digest
 from engram.models.scope import Scope
 
 from . import rows as decoded
+from . import statements as S
 from .base import CandidateRow, CommitUncertain, JournalEvent, NewEvent, RecordRow, StateCounts, StoreUnavailable
 from .journal import (
     StoredEvent,
@@ -34,7 +35,7 @@ from .journal import (
     stored_row,
 )
 from .migrations import VERSION_TABLE, Migration, pending
-from .rows import CANDIDATE_COLUMNS, JOURNAL_COLUMNS, RECORD_COLUMNS, RECORD_WITH_KEY, stored_record
+from .rows import JOURNAL_COLUMNS, RECORD_WITH_KEY, stored_candidate, stored_record
 
 SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -117,20 +118,6 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
 )
 
 
-#: Per-scope counts by state of a table (``candidates`` or ``records``): read from the
-#: table's state index alone (migration 5).
-STATE_COUNTS = "SELECT state, COUNT(*) FROM {} WHERE tenant=? AND workspace=? GROUP BY state"
-#: Current records of a scope, counted up to a bound (the state index's range, no further).
-LIVE_MORE_THAN = (
-    "SELECT COUNT(*) FROM (SELECT 1 FROM records WHERE tenant=? AND workspace=? AND state='accepted_current' LIMIT ?)"
-)
-#: Current records whose retention has passed, read through the expiry index.
-DUE_FOR_EXPIRY = (
-    f"SELECT {RECORD_COLUMNS} FROM records WHERE state='accepted_current'"
-    " AND expires_at_ms IS NOT NULL AND expires_at_ms<=?"
-)
-
-
 def _idempotency_key_digest(key: str) -> str:
     return digest(DigestKind.IDEMPOTENCY_KEY, key)
 
@@ -178,19 +165,11 @@ class _Tx:
     def append_events(self, scope: Scope, events: Sequence[NewEvent]) -> list[JournalEvent]:
         if not events:
             return []
-        row = self.conn.execute(
-            "SELECT cursor, head_digest FROM scopes WHERE tenant=? AND workspace=?", scope
-        ).fetchone()
+        row = self.conn.execute(S.SCOPE_HEAD, scope).fetchone()
         appended = chained(scope, (row[0], row[1]) if row else (0, None), events)
-        self.conn.executemany(
-            "INSERT INTO journal VALUES (?,?,?,?,?,?,?,?,?,?)", [(*scope, *stored_row(e)) for e in appended]
-        )
+        self.conn.executemany(S.INSERT_EVENT, [(*scope, *stored_row(e)) for e in appended])
         last = appended[-1]
-        self.conn.execute(
-            "INSERT INTO scopes VALUES (?,?,?,?) ON CONFLICT(tenant, workspace)"
-            " DO UPDATE SET cursor=excluded.cursor, head_digest=excluded.head_digest",
-            (*scope, last.cursor, last.event_digest),
-        )
+        self.conn.execute(S.MOVE_HEAD, (*scope, last.cursor, last.event_digest))
         return appended
 
     # keys ----------------------------------------------------------------------
@@ -198,97 +177,52 @@ class _Tx:
         self.put_keys([(key_id, wrapped, kek_id)])
 
     def put_keys(self, rows: Sequence[tuple[str, bytes, str]]) -> None:
-        self.conn.executemany("INSERT INTO keys VALUES (?,?,?)", rows)
+        self.conn.executemany(S.INSERT_KEY, rows)
 
     def destroy_key(self, key_id: str) -> None:
-        self.conn.execute("DELETE FROM keys WHERE key_id=?", (key_id,))
+        self.conn.execute(S.DESTROY_KEY, (key_id,))
 
     # receipts ------------------------------------------------------------------------
     def put_receipt(self, receipt: dict[str, Any]) -> str:
         digest_ = receipt["receipt_digest"]
-        self.conn.execute(
-            "INSERT INTO receipts VALUES (?,?) ON CONFLICT(digest) DO NOTHING",
-            (digest_, json.dumps(receipt, sort_keys=True, separators=(",", ":"))),
-        )
+        self.conn.execute(S.INSERT_RECEIPT, (digest_, json.dumps(receipt, sort_keys=True, separators=(",", ":"))))
         return digest_
 
     # candidates and records --------------------------------------------------------
     def insert_candidate(self, row: CandidateRow) -> None:
-        self.conn.execute(
-            f"INSERT INTO candidates ({CANDIDATE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (
-                *row.scope,
-                row.candidate_id,
-                row.state,
-                row.key_id,
-                row.sealed,
-                row.record_digest,
-                row.payload_digest,
-                row.principal,
-                row.created_cursor,
-            ),
-        )
+        self.conn.execute(S.INSERT_CANDIDATE, stored_candidate(row))
 
     def set_candidate_state(self, scope: Scope, candidate_id: str, state: str, *, drop_body: bool) -> None:
-        body_sql = ", sealed=NULL, key_id=NULL" if drop_body else ""
-        self.conn.execute(
-            f"UPDATE candidates SET state=?{body_sql} WHERE tenant=? AND workspace=? AND candidate_id=?",
-            (state, *scope, candidate_id),
-        )
+        statement = S.SET_CANDIDATE_STATE.format(body=S.DROP_BODY if drop_body else "")
+        self.conn.execute(statement, (state, *scope, candidate_id))
 
     def insert_records(self, rows: Sequence[RecordRow]) -> None:
-        self.conn.executemany(
-            f"INSERT INTO records ({RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            [stored_record(row) for row in rows],
-        )
+        self.conn.executemany(S.INSERT_RECORD, [stored_record(row) for row in rows])
 
     def set_record_state(self, scope: Scope, record_id: str, state: str, *, drop_body: bool) -> None:
-        body_sql = ", sealed=NULL, key_id=NULL" if drop_body else ""
-        self.conn.execute(
-            f"UPDATE records SET state=?{body_sql} WHERE tenant=? AND workspace=? AND record_id=?",
-            (state, *scope, record_id),
-        )
+        statement = S.SET_RECORD_STATE.format(body=S.DROP_BODY if drop_body else "")
+        self.conn.execute(statement, (state, *scope, record_id))
 
     def add_pending_purge(self, scope: Scope, record_id: str) -> None:
-        self.conn.execute("INSERT INTO pending_purges VALUES (?,?,?) ON CONFLICT DO NOTHING", (*scope, record_id))
+        self.conn.execute(S.ADD_PENDING_PURGE, (*scope, record_id))
 
     def candidate(self, scope: Scope, candidate_id: str) -> CandidateRow | None:
-        row = self.conn.execute(
-            f"SELECT {CANDIDATE_COLUMNS} FROM candidates WHERE tenant=? AND workspace=? AND candidate_id=?",
-            (*scope, candidate_id),
-        ).fetchone()
+        row = self.conn.execute(S.CANDIDATE, (*scope, candidate_id)).fetchone()
         return decoded.candidate(row) if row else None
 
     def record(self, scope: Scope, record_id: str) -> RecordRow | None:
-        row = self.conn.execute(
-            f"SELECT {RECORD_COLUMNS} FROM records WHERE tenant=? AND workspace=? AND record_id=?",
-            (*scope, record_id),
-        ).fetchone()
+        row = self.conn.execute(S.RECORD, (*scope, record_id)).fetchone()
         return decoded.record(row) if row else None
 
     def accepted_with_payload(self, scope: Scope, payload_digest: str) -> str | None:
-        row = self.conn.execute(
-            "SELECT record_id FROM records WHERE tenant=? AND workspace=? AND payload_digest=?"
-            " AND state='accepted_current' LIMIT 1",
-            (*scope, stored_digest(payload_digest)),
-        ).fetchone()
+        row = self.conn.execute(S.ACCEPTED_WITH_PAYLOAD, (*scope, stored_digest(payload_digest))).fetchone()
         return row[0] if row else None
 
     def update_reservation(self, scope: Scope, principal: str, key: str, response: str) -> None:
-        self.conn.execute(
-            "UPDATE idempotency SET response=? WHERE tenant=? AND workspace=? AND principal=? AND key=?",
-            (response, *scope, principal, key),
-        )
+        self.conn.execute(S.UPDATE_RESERVATION, (response, *scope, principal, key))
 
     def tombstoned_payload(self, scope: Scope, payload_digest: str) -> bool:
-        return (
-            self.conn.execute(
-                "SELECT 1 FROM records WHERE tenant=? AND workspace=? AND payload_digest=?"
-                " AND state='tombstoned' LIMIT 1",
-                (*scope, stored_digest(payload_digest)),
-            ).fetchone()
-            is not None
-        )
+        return self.conn.execute(S.TOMBSTONED_PAYLOAD, (*scope, stored_digest(payload_digest))).fetchone() is not None
 
     def present_records(self, scope: Scope, record_ids: Sequence[str]) -> set[str]:
         found: set[str] = set()
@@ -317,21 +251,14 @@ class _Tx:
 
     # idempotency and confirmations ---------------------------------------------------
     def reservation(self, scope: Scope, principal: str, key: str) -> tuple[str, str, str] | None:
-        row = self.conn.execute(
-            "SELECT tool, intent, response FROM idempotency WHERE tenant=? AND workspace=? AND principal=? AND key=?",
-            (*scope, principal, key),
-        ).fetchone()
+        row = self.conn.execute(S.RESERVATION, (*scope, principal, key)).fetchone()
         return (row[0], row[1], row[2]) if row else None
 
     def reserve(self, scope: Scope, principal: str, key: str, tool: str, intent: str, response: str) -> None:
-        self.conn.execute(
-            "INSERT INTO idempotency VALUES (?,?,?,?,?,?,?)",
-            (*scope, principal, key, tool, intent, response),
-        )
+        self.conn.execute(S.RESERVE, (*scope, principal, key, tool, intent, response))
 
     def claim_confirmation(self, ref: str, used_at_ms: int) -> bool:
-        cur = self.conn.execute("INSERT INTO confirmations VALUES (?,?) ON CONFLICT(ref) DO NOTHING", (ref, used_at_ms))
-        return cur.rowcount == 1
+        return self.conn.execute(S.CLAIM_CONFIRMATION, (ref, used_at_ms)).rowcount == 1
 
 
 class SqliteStore:
@@ -437,31 +364,28 @@ class SqliteStore:
 
     # keys ---------------------------------------------------------------------------
     def wrapped_key(self, key_id: str) -> tuple[bytes, str] | None:
-        rows = self._read("SELECT wrapped, kek_id FROM keys WHERE key_id=?", (key_id,))
+        rows = self._read(S.WRAPPED_KEY, (key_id,))
         return (rows[0][0], rows[0][1]) if rows else None
 
     def all_wrapped_keys(self) -> list[tuple[str, bytes, str]]:
-        return [(r[0], r[1], r[2]) for r in self._read("SELECT key_id, wrapped, kek_id FROM keys")]
+        return [(r[0], r[1], r[2]) for r in self._read(S.ALL_WRAPPED_KEYS)]
 
     def rewrap_keys(self, rows: list[tuple[str, bytes, str]]) -> None:
         with self.transaction() as tx:
-            tx.conn.executemany(
-                "UPDATE keys SET wrapped=?, kek_id=? WHERE key_id=?",
-                [(wrapped, kek_id, key_id) for key_id, wrapped, kek_id in rows],
-            )
+            tx.conn.executemany(S.REWRAP_KEY, [(wrapped, kek_id, key_id) for key_id, wrapped, kek_id in rows])
 
     # receipts --------------------------------------------------------------------------
     def receipt(self, receipt_digest: str) -> dict[str, Any] | None:
-        rows = self._read("SELECT body FROM receipts WHERE digest=?", (receipt_digest,))
+        rows = self._read(S.RECEIPT, (receipt_digest,))
         return json.loads(rows[0][0]) if rows else None
 
     # journal and scopes ---------------------------------------------------------------
     def scope_cursor(self, scope: Scope) -> int:
-        rows = self._read("SELECT cursor FROM scopes WHERE tenant=? AND workspace=?", scope)
+        rows = self._read(S.SCOPE_CURSOR, scope)
         return rows[0][0] if rows else 0
 
     def scopes(self) -> list[Scope]:
-        return [(r[0], r[1]) for r in self._read("SELECT tenant, workspace FROM scopes")]
+        return [(r[0], r[1]) for r in self._read(S.SCOPES)]
 
     def events(self, scope: Scope, after: int = 0) -> Iterator[JournalEvent]:
         return (decoded.event(scope, stored) for stored in self._journal_rows(scope, after))
@@ -510,26 +434,21 @@ class SqliteStore:
         return found
 
     def records_in_state(self, state: str, scope: Scope) -> list[RecordRow]:
-        return [
-            decoded.record(r)
-            for r in self._read(
-                f"SELECT {RECORD_COLUMNS} FROM records WHERE state=? AND tenant=? AND workspace=?", (state, *scope)
-            )
-        ]
+        return [decoded.record(r) for r in self._read(S.RECORDS_IN_STATE, (state, *scope))]
 
     def live_more_than(self, scope: Scope, n: int) -> bool:
-        return bool(self._read(LIVE_MORE_THAN, (*scope, n + 1))[0][0] > n)
+        return bool(self._read(S.LIVE_MORE_THAN, (*scope, n + 1))[0][0] > n)
 
     def state_counts(self, scope: Scope) -> StateCounts:
         return StateCounts(
-            candidates={state: n for state, n in self._read(STATE_COUNTS.format("candidates"), scope)},
-            records={state: n for state, n in self._read(STATE_COUNTS.format("records"), scope)},
+            candidates={state: n for state, n in self._read(S.STATE_COUNTS.format("candidates"), scope)},
+            records={state: n for state, n in self._read(S.STATE_COUNTS.format("records"), scope)},
         )
 
     def pending_purges(self) -> dict[Scope, list[str]]:
         """Records whose bytes may still sit in an index file, by scope."""
         pending: dict[Scope, list[str]] = {}
-        for tenant, workspace, record_id in self._read("SELECT * FROM pending_purges"):
+        for tenant, workspace, record_id in self._read(S.PENDING_PURGES):
             pending.setdefault((tenant, workspace), []).append(record_id)
         return pending
 
@@ -541,30 +460,22 @@ class SqliteStore:
             )
 
     def due_for_expiry(self, at_ms: int) -> list[RecordRow]:
-        return [decoded.record(r) for r in self._read(DUE_FOR_EXPIRY, (at_ms,))]
+        return [decoded.record(r) for r in self._read(S.DUE_FOR_EXPIRY, (at_ms,))]
 
     def live_records(self, scope: Scope) -> Iterator[RecordRow]:
         last = ""
-        while page := self._read(
-            f"SELECT {RECORD_WITH_KEY} WHERE r.tenant=? AND r.workspace=?"
-            " AND r.state='accepted_current' AND r.record_id>? ORDER BY r.record_id LIMIT 2000",
-            (*scope, last),
-        ):
+        while page := self._read(S.LIVE_RECORDS_PAGE, (*scope, last)):
             yield from (decoded.record_with_key(r) for r in page)
             last = page[-1]["record_id"]
 
     # tenants ----------------------------------------------------------------------------
     def tenant_enabled(self, tenant: str) -> bool:
-        rows = self._read("SELECT enabled FROM tenants WHERE tenant=?", (tenant,))
+        rows = self._read(S.TENANT_ENABLED, (tenant,))
         return bool(rows and rows[0][0])
 
     def set_tenant_enabled(self, tenant: str, enabled: bool, at: str) -> None:
         with self.transaction() as tx:
-            tx.conn.execute(
-                "INSERT INTO tenants VALUES (?,?,?) ON CONFLICT(tenant)"
-                " DO UPDATE SET enabled=excluded.enabled, changed_at=excluded.changed_at",
-                (tenant, int(enabled), at),
-            )
+            tx.conn.execute(S.SET_TENANT_ENABLED, (tenant, int(enabled), at))
 
     # physical hygiene and backup -----------------------------------------------------------
     def purge_freed_pages(self) -> bool:

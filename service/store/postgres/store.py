@@ -26,6 +26,7 @@ import psycopg
 from psycopg import sql
 
 from .. import rows as decoded
+from .. import statements as S
 from ..base import (
     DEFAULT_DATABASE_TIMEOUT_MS,
     BackupUnsupported,
@@ -37,7 +38,8 @@ from ..base import (
 )
 from ..connectivity import ConnectivityState
 from ..journal import StoredEvent, chain_intact, read_digest
-from ..rows import JOURNAL_COLUMNS, RECORD_COLUMNS, RECORD_WITH_KEY
+from ..rows import JOURNAL_COLUMNS, RECORD_WITH_KEY
+from ..statements import pyformat
 from .connection import POOL_SIZE, Database, execute_many
 from .deployment import PostgresDeployment
 from .notifications import JournalListener
@@ -76,34 +78,36 @@ class PostgresStore:
         with self.db.snapshot() as conn:
             yield PostgresTransaction(conn, writing=False)
 
+    def _rows(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """The rows of one of the shared :mod:`..statements`."""
+        return self.db.rows(pyformat(statement), params)
+
     # receipts --------------------------------------------------------------------------
     def receipt(self, receipt_digest: str) -> dict[str, Any] | None:
-        rows = self.db.rows("SELECT body FROM receipts WHERE digest=%s", (receipt_digest,))
+        rows = self._rows(S.RECEIPT, (receipt_digest,))
         return json.loads(rows[0][0]) if rows else None
 
     # keys ---------------------------------------------------------------------------
     def wrapped_key(self, key_id: str) -> tuple[bytes, str] | None:
-        rows = self.db.rows("SELECT wrapped, kek_id FROM keys WHERE key_id=%s", (key_id,))
+        rows = self._rows(S.WRAPPED_KEY, (key_id,))
         return (bytes(rows[0][0]), rows[0][1]) if rows else None
 
     def all_wrapped_keys(self) -> list[tuple[str, bytes, str]]:
-        return [(r[0], bytes(r[1]), r[2]) for r in self.db.rows("SELECT key_id, wrapped, kek_id FROM keys")]
+        return [(r[0], bytes(r[1]), r[2]) for r in self._rows(S.ALL_WRAPPED_KEYS)]
 
     def rewrap_keys(self, rows: list[tuple[str, bytes, str]]) -> None:
         with self.transaction() as tx:
             execute_many(
-                tx.conn,
-                "UPDATE keys SET wrapped=%s, kek_id=%s WHERE key_id=%s",
-                [(wrapped, kek_id, key_id) for key_id, wrapped, kek_id in rows],
+                tx.conn, pyformat(S.REWRAP_KEY), [(wrapped, kek_id, key_id) for key_id, wrapped, kek_id in rows]
             )
 
     # journal and scopes ---------------------------------------------------------------
     def scope_cursor(self, scope: Scope) -> int:
-        rows = self.db.rows("SELECT cursor FROM scopes WHERE tenant=%s AND workspace=%s", scope)
+        rows = self._rows(S.SCOPE_CURSOR, scope)
         return int(rows[0][0]) if rows else 0
 
     def scopes(self) -> list[Scope]:
-        return [(r[0], r[1]) for r in self.db.rows("SELECT tenant, workspace FROM scopes ORDER BY tenant, workspace")]
+        return [(r[0], r[1]) for r in self._rows(S.SCOPES)]
 
     def events(self, scope: Scope, after: int = 0) -> Iterator[JournalEvent]:
         return (decoded.event(scope, stored) for stored in self._journal_rows(scope, after))
@@ -151,35 +155,21 @@ class PostgresStore:
         }
 
     def records_in_state(self, state: str, scope: Scope) -> list[RecordRow]:
-        return [
-            decoded.record(r)
-            for r in self.db.named_rows(
-                f"SELECT {RECORD_COLUMNS} FROM records WHERE state=%s AND tenant=%s AND workspace=%s"
-                " ORDER BY record_id",
-                (state, *scope),
-            )
-        ]
+        return [decoded.record(r) for r in self.db.named_rows(pyformat(S.RECORDS_IN_STATE), (state, *scope))]
 
     def live_more_than(self, scope: Scope, n: int) -> bool:
-        live = self.db.rows(
-            "SELECT COUNT(*) FROM (SELECT 1 FROM records WHERE tenant=%s AND workspace=%s"
-            " AND state='accepted_current' LIMIT %s) AS live",
-            (*scope, n + 1),
-        )
+        live = self._rows(S.LIVE_MORE_THAN, (*scope, n + 1))
         return int(live[0][0]) > n
 
     def state_counts(self, scope: Scope) -> StateCounts:
-        by_state = "SELECT state, COUNT(*) FROM {} WHERE tenant=%s AND workspace=%s GROUP BY state"
         return StateCounts(
-            candidates={state: int(n) for state, n in self.db.rows(by_state.format("candidates"), scope)},
-            records={state: int(n) for state, n in self.db.rows(by_state.format("records"), scope)},
+            candidates={state: int(n) for state, n in self._rows(S.STATE_COUNTS.format("candidates"), scope)},
+            records={state: int(n) for state, n in self._rows(S.STATE_COUNTS.format("records"), scope)},
         )
 
     def pending_purges(self) -> dict[Scope, list[str]]:
         pending_: dict[Scope, list[str]] = {}
-        for tenant, workspace, record_id in self.db.rows(
-            "SELECT tenant, workspace, record_id FROM pending_purges ORDER BY tenant, workspace, record_id"
-        ):
+        for tenant, workspace, record_id in self._rows(S.PENDING_PURGES):
             pending_.setdefault((tenant, workspace), []).append(record_id)
         return pending_
 
@@ -191,37 +181,22 @@ class PostgresStore:
             )
 
     def due_for_expiry(self, at_ms: int) -> list[RecordRow]:
-        return [
-            decoded.record(r)
-            for r in self.db.named_rows(
-                f"SELECT {RECORD_COLUMNS} FROM records WHERE state='accepted_current'"
-                " AND expires_at_ms IS NOT NULL AND expires_at_ms<=%s ORDER BY tenant, workspace, record_id",
-                (at_ms,),
-            )
-        ]
+        return [decoded.record(r) for r in self.db.named_rows(pyformat(S.DUE_FOR_EXPIRY), (at_ms,))]
 
     def live_records(self, scope: Scope) -> Iterator[RecordRow]:
         last = ""
-        while page := self.db.named_rows(
-            f"SELECT {RECORD_WITH_KEY} WHERE r.tenant=%s AND r.workspace=%s"
-            " AND r.state='accepted_current' AND r.record_id>%s ORDER BY r.record_id LIMIT 2000",
-            (*scope, last),
-        ):
+        while page := self.db.named_rows(pyformat(S.LIVE_RECORDS_PAGE), (*scope, last)):
             yield from (decoded.record_with_key(r) for r in page)
             last = page[-1]["record_id"]
 
     # tenants ----------------------------------------------------------------------------
     def tenant_enabled(self, tenant: str) -> bool:
-        rows = self.db.rows("SELECT enabled FROM tenants WHERE tenant=%s", (tenant,))
+        rows = self._rows(S.TENANT_ENABLED, (tenant,))
         return bool(rows and rows[0][0])
 
     def set_tenant_enabled(self, tenant: str, enabled: bool, at: str) -> None:
         with self.transaction() as tx:
-            tx.conn.execute(
-                "INSERT INTO tenants VALUES (%s,%s,%s) ON CONFLICT (tenant)"
-                " DO UPDATE SET enabled=excluded.enabled, changed_at=excluded.changed_at",
-                (tenant, enabled, at),
-            )
+            tx.conn.execute(pyformat(S.SET_TENANT_ENABLED), (tenant, enabled, at))
 
     # paging snapshots ------------------------------------------------------------------
     def put_snapshot(self, snapshot_id: str, body: str, created_ms: int, expire_before_ms: int) -> None:

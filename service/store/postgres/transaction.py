@@ -17,10 +17,14 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import psycopg
+
 from .. import rows as decoded
+from .. import statements as S
 from ..base import CandidateRow, JournalEvent, NewEvent, RecordRow, Scope
 from ..journal import chained, read_digest, stored_digest, stored_row
-from ..rows import CANDIDATE_COLUMNS, JOURNAL_COLUMNS, RECORD_COLUMNS, stored_record
+from ..rows import stored_candidate, stored_record
+from ..statements import pyformat
 from .connection import BoundedConnection, execute_many, named_row
 from .notifications import notify, scope_key
 
@@ -39,8 +43,12 @@ class PostgresTransaction:
             self.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (scope_key(scope),))
             self._locked.add(scope)
 
-    def _one(self, query: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
-        return self.conn.execute(query, params).fetchone()
+    def _execute(self, statement: str, params: tuple[Any, ...]) -> psycopg.Cursor[Any]:
+        """Run one of the shared :mod:`..statements`."""
+        return self.conn.execute(pyformat(statement), params)
+
+    def _one(self, statement: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        return self._execute(statement, params).fetchone()
 
     # journal -------------------------------------------------------------------
     def append_event(
@@ -52,19 +60,11 @@ class PostgresTransaction:
         if not events:
             return []
         self._scope(scope)
-        row = self._one("SELECT cursor, head_digest FROM scopes WHERE tenant=%s AND workspace=%s", scope)
+        row = self._one(S.SCOPE_HEAD, scope)
         appended = chained(scope, (row[0], row[1]) if row else (0, None), events)
-        execute_many(
-            self.conn,
-            f"INSERT INTO journal (tenant, workspace, {JOURNAL_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-            [(*scope, *stored_row(e)) for e in appended],
-        )
+        execute_many(self.conn, pyformat(S.INSERT_EVENT), [(*scope, *stored_row(e)) for e in appended])
         last = appended[-1]
-        self.conn.execute(
-            "INSERT INTO scopes VALUES (%s,%s,%s,%s) ON CONFLICT (tenant, workspace)"
-            " DO UPDATE SET cursor=excluded.cursor, head_digest=excluded.head_digest",
-            (*scope, last.cursor, last.event_digest),
-        )
+        self._execute(S.MOVE_HEAD, (*scope, last.cursor, last.event_digest))
         notify(self.conn, scope)
         return appended
 
@@ -73,104 +73,59 @@ class PostgresTransaction:
         self.put_keys([(key_id, wrapped, kek_id)])
 
     def put_keys(self, rows: Sequence[tuple[str, bytes, str]]) -> None:
-        execute_many(self.conn, "INSERT INTO keys VALUES (%s,%s,%s)", rows)
+        execute_many(self.conn, pyformat(S.INSERT_KEY), rows)
 
     def destroy_key(self, key_id: str) -> None:
-        self.conn.execute("DELETE FROM keys WHERE key_id=%s", (key_id,))
+        self._execute(S.DESTROY_KEY, (key_id,))
 
     # receipts ------------------------------------------------------------------------
     def put_receipt(self, receipt: dict[str, Any]) -> str:
         digest_ = receipt["receipt_digest"]
-        self.conn.execute(
-            "INSERT INTO receipts VALUES (%s,%s) ON CONFLICT (digest) DO NOTHING",
-            (digest_, json.dumps(receipt, sort_keys=True, separators=(",", ":"))),
-        )
+        self._execute(S.INSERT_RECEIPT, (digest_, json.dumps(receipt, sort_keys=True, separators=(",", ":"))))
         return digest_
 
     # candidates and records --------------------------------------------------------
     def insert_candidate(self, row: CandidateRow) -> None:
         self._scope(row.scope)
-        self.conn.execute(
-            f"INSERT INTO candidates ({CANDIDATE_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-            (
-                *row.scope,
-                row.candidate_id,
-                row.state,
-                row.key_id,
-                row.sealed,
-                row.record_digest,
-                row.payload_digest,
-                row.principal,
-                row.created_cursor,
-            ),
-        )
+        self._execute(S.INSERT_CANDIDATE, stored_candidate(row))
 
     def set_candidate_state(self, scope: Scope, candidate_id: str, state: str, *, drop_body: bool) -> None:
         self._scope(scope)
-        body_sql = ", sealed=NULL, key_id=NULL" if drop_body else ""
-        self.conn.execute(
-            f"UPDATE candidates SET state=%s{body_sql} WHERE tenant=%s AND workspace=%s AND candidate_id=%s",
-            (state, *scope, candidate_id),
+        self._execute(
+            S.SET_CANDIDATE_STATE.format(body=S.DROP_BODY if drop_body else ""), (state, *scope, candidate_id)
         )
 
     def insert_records(self, rows: Sequence[RecordRow]) -> None:
         for scope in {row.scope for row in rows}:
             self._scope(scope)
-        execute_many(
-            self.conn,
-            f"INSERT INTO records ({RECORD_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-            [stored_record(row) for row in rows],
-        )
+        execute_many(self.conn, pyformat(S.INSERT_RECORD), [stored_record(row) for row in rows])
 
     def set_record_state(self, scope: Scope, record_id: str, state: str, *, drop_body: bool) -> None:
         self._scope(scope)
-        body_sql = ", sealed=NULL, key_id=NULL" if drop_body else ""
-        self.conn.execute(
-            f"UPDATE records SET state=%s{body_sql} WHERE tenant=%s AND workspace=%s AND record_id=%s",
-            (state, *scope, record_id),
-        )
+        self._execute(S.SET_RECORD_STATE.format(body=S.DROP_BODY if drop_body else ""), (state, *scope, record_id))
 
     def add_pending_purge(self, scope: Scope, record_id: str) -> None:
         self._scope(scope)
-        self.conn.execute("INSERT INTO pending_purges VALUES (%s,%s,%s) ON CONFLICT DO NOTHING", (*scope, record_id))
+        self._execute(S.ADD_PENDING_PURGE, (*scope, record_id))
 
     def candidate(self, scope: Scope, candidate_id: str) -> CandidateRow | None:
         self._scope(scope)
-        row = named_row(
-            self.conn,
-            f"SELECT {CANDIDATE_COLUMNS} FROM candidates WHERE tenant=%s AND workspace=%s AND candidate_id=%s",
-            (*scope, candidate_id),
-        )
+        row = named_row(self.conn, pyformat(S.CANDIDATE), (*scope, candidate_id))
         return decoded.candidate(row) if row else None
 
     def record(self, scope: Scope, record_id: str) -> RecordRow | None:
         self._scope(scope)
-        row = named_row(
-            self.conn,
-            f"SELECT {RECORD_COLUMNS} FROM records WHERE tenant=%s AND workspace=%s AND record_id=%s",
-            (*scope, record_id),
-        )
+        row = named_row(self.conn, pyformat(S.RECORD), (*scope, record_id))
         return decoded.record(row) if row else None
 
     def accepted_with_payload(self, scope: Scope, payload_digest: str) -> str | None:
         self._scope(scope)
-        row = self._one(
-            "SELECT record_id FROM records WHERE tenant=%s AND workspace=%s AND payload_digest=%s"
-            " AND state='accepted_current' ORDER BY record_id LIMIT 1",
-            (*scope, stored_digest(payload_digest)),
-        )
+        row = self._one(S.ACCEPTED_WITH_PAYLOAD, (*scope, stored_digest(payload_digest)))
         return row[0] if row else None
 
     def tombstoned_payload(self, scope: Scope, payload_digest: str) -> bool:
         self._scope(scope)
-        return (
-            self._one(
-                "SELECT 1 FROM records WHERE tenant=%s AND workspace=%s AND payload_digest=%s"
-                " AND state='tombstoned' LIMIT 1",
-                (*scope, stored_digest(payload_digest)),
-            )
-            is not None
-        )
+        return self._one(S.TOMBSTONED_PAYLOAD, (*scope, stored_digest(payload_digest))) is not None
 
     def present_records(self, scope: Scope, record_ids: Sequence[str]) -> set[str]:
         self._scope(scope)
@@ -195,28 +150,16 @@ class PostgresTransaction:
     # idempotency and confirmations ---------------------------------------------------
     def reservation(self, scope: Scope, principal: str, key: str) -> tuple[str, str, str] | None:
         self._scope(scope)
-        row = self._one(
-            "SELECT tool, intent, response FROM idempotency"
-            " WHERE tenant=%s AND workspace=%s AND principal=%s AND key=%s",
-            (*scope, principal, key),
-        )
+        row = self._one(S.RESERVATION, (*scope, principal, key))
         return (row[0], row[1], row[2]) if row else None
 
     def reserve(self, scope: Scope, principal: str, key: str, tool: str, intent: str, response: str) -> None:
         self._scope(scope)
-        self.conn.execute(
-            "INSERT INTO idempotency VALUES (%s,%s,%s,%s,%s,%s,%s)", (*scope, principal, key, tool, intent, response)
-        )
+        self._execute(S.RESERVE, (*scope, principal, key, tool, intent, response))
 
     def update_reservation(self, scope: Scope, principal: str, key: str, response: str) -> None:
         self._scope(scope)
-        self.conn.execute(
-            "UPDATE idempotency SET response=%s WHERE tenant=%s AND workspace=%s AND principal=%s AND key=%s",
-            (response, *scope, principal, key),
-        )
+        self._execute(S.UPDATE_RESERVATION, (response, *scope, principal, key))
 
     def claim_confirmation(self, ref: str, used_at_ms: int) -> bool:
-        cur = self.conn.execute(
-            "INSERT INTO confirmations VALUES (%s,%s) ON CONFLICT (ref) DO NOTHING", (ref, used_at_ms)
-        )
-        return cur.rowcount == 1
+        return self._execute(S.CLAIM_CONFIRMATION, (ref, used_at_ms)).rowcount == 1
