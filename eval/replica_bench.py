@@ -81,6 +81,7 @@ def replica_bench(
     and 2 on the database (:func:`serve_workers_load`)."""
     from engram.ranking import MiniLMEncoder
     from engram.service.engine import Engine
+    from engram.service.store import StoreAddress
 
     root = work / f"stores-n{size}"
     root.mkdir(parents=True, exist_ok=True)
@@ -102,7 +103,12 @@ def replica_bench(
     opened: dict[str, Any] = {}
     for name, url in ((("sqlite", None),) if sqlite else ()) + (("postgres", database_url),):
         say(f"[stores n={size}] {name}: ingest")
-        engine = Engine.open(root / name / "a", encoder=encoder, database_url=url, key_dir=root / name / "keys")
+        engine = Engine.open(
+            root / name / "a",
+            encoder=encoder,
+            store=StoreAddress.resolve(root / name / "a", url),
+            key_dir=root / name / "keys",
+        )
         engine.operator.set_tenant_enabled(scope[0], True)
         report = ingest_corpus(
             engine,
@@ -126,7 +132,7 @@ def replica_bench(
     second = Engine.open(
         root / "postgres" / "c",
         encoder=encoder,
-        database_url=database_url,
+        store=StoreAddress(database_url),
         key_dir=root / "postgres" / "keys",
         seed_vectors=root / "postgres" / "seed",
     )
@@ -142,7 +148,10 @@ def replica_bench(
         say(f"[stores n={size}] postgres: a replica joins from the journal alone (re-embedding)")
         t = time.perf_counter()
         journal_only = Engine.open(
-            root / "postgres" / "b", encoder=encoder, database_url=database_url, key_dir=root / "postgres" / "keys"
+            root / "postgres" / "b",
+            encoder=encoder,
+            store=StoreAddress(database_url),
+            key_dir=root / "postgres" / "keys",
         )
         entry["second_replica_catch_up_s"] = round(time.perf_counter() - t, 2)
         entry["second_replica_catch_up_records_per_s"] = round(size / max(time.perf_counter() - t, 1e-9), 1)

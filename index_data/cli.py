@@ -136,7 +136,7 @@ def ingest(
         engine = Engine.open(
             settings.data_dir,
             load_model=model and source is None,
-            database_url=settings.database_url,
+            store=settings.store_address(),
             key_dir=settings.key_dir,
             device=settings.device,
         )

@@ -36,6 +36,7 @@ from pydantic_settings import (
 
 from engram.models.device import Device
 from engram.models.errors import EngramError
+from engram.service.store.address import StoreAddress
 from engram.service.store.base import DEFAULT_DATABASE_TIMEOUT_MS, DEFAULT_GROUP
 
 
@@ -225,6 +226,11 @@ class Settings(BaseSettings):
     )
     log_level: LogLevel = Field(LogLevel.INFO, description="Log threshold of engram.* and the HTTP server.")
     log_format: LogFormat = Field(LogFormat.TEXT, description="Log lines as text or as one JSON object each.")
+
+    def store_address(self) -> StoreAddress:
+        """The store these settings name: the database at ``database_url`` (waits bound
+        by ``database_timeout_ms``), else the data directory's SQLite file."""
+        return StoreAddress.resolve(self.data_dir, self.database_url, self.database_timeout_ms)
 
     @classmethod
     def settings_customise_sources(

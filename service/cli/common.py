@@ -18,6 +18,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from engram.service.settings import field_help
+from engram.service.store import StoreAddress
 
 from .apps import admin
 
@@ -91,15 +92,14 @@ def open_engine(
     from engram.ranking import DeviceUnavailable
     from engram.service.engine import Engine, PurgeSchedule
     from engram.service.settings import advertised_url
-    from engram.service.store import SchemaTooNew
+    from engram.service.store import SchemaTooNew, UnknownStoreScheme
 
     try:
         return Engine.open(
             settings.data_dir,
             load_model=settings.load_model,
             background=background,
-            database_url=settings.database_url,
-            database_timeout_ms=settings.database_timeout_ms,
+            store=settings.store_address(),
             key_dir=settings.key_dir,
             device=settings.device,
             serve_replica=serve_replica,
@@ -109,7 +109,7 @@ def open_engine(
             model_cache=settings.model_cache_dir,
             purge=PurgeSchedule(settings.inline_purge_records, settings.purge_delay_s),
         )
-    except (SchemaTooNew, DeviceUnavailable) as exc:
+    except (SchemaTooNew, DeviceUnavailable, UnknownStoreScheme) as exc:
         echo_error(f"engram: {exc}")
         raise typer.Exit(2) from None
 
@@ -180,23 +180,19 @@ def command_settings(config: Path | None = None, *, use: DataDirUse = DataDirUse
             )
             raise typer.Exit(2)
         echo_error(f"engram: creating data directory {directory}")
-    _refuse_two_stores(settings.database_url, directory)
+    _refuse_two_stores(settings.store_address(), directory)
     return settings
 
 
-def _refuse_two_stores(database_url: str | None, directory: Path) -> None:
-    from engram.service.engine import DB_FILE
-    from engram.service.operator.channel import store_label
-
-    if database_url and (directory / DB_FILE).exists():
-        _ambiguous_store(database_url, f"{directory} holds {store_label(None, directory / DB_FILE)}")
+def _refuse_two_stores(named: StoreAddress, directory: Path) -> None:
+    own = StoreAddress.resolve(directory)
+    if named.shared_url is not None and own.sqlite_path is not None and own.sqlite_path.exists():
+        _ambiguous_store(named, f"{directory} holds {own.label()}")
 
 
-def _ambiguous_store(database_url: str, other: str) -> NoReturn:
-    from engram.service.operator.channel import store_label
-
+def _ambiguous_store(named: StoreAddress, other: str) -> NoReturn:
     echo_error(
-        f"engram: ambiguous store: --database-url (or ENGRAM_DATABASE_URL) names {store_label(database_url)}, "
+        f"engram: ambiguous store: --database-url (or ENGRAM_DATABASE_URL) names {named.label()}, "
         f"but {other}; give the --data-dir of a replica of that database, or unset the database URL "
         "to act on the data directory's own store"
     )
@@ -235,13 +231,14 @@ def run_operator_command(data_dir: Path | None, command: str, args: dict[str, An
     choice = store_choice()
     settings = command_settings(data_dir=data_dir, database_url=choice.database_url, key_dir=choice.key_dir)
     directory = settings.data_dir
+    named = settings.store_address()
     try:
-        return call(directory, command, args, store=settings.database_url)
+        return call(directory, command, args, store=named.shared_url)
     except ChannelAbsent:
         pass
     except OperatorFailure as exc:
         if exc.code == STORE_MISMATCH:
-            _ambiguous_store(settings.database_url, f"the server holding {directory} serves {exc.message}")
+            _ambiguous_store(named, f"the server holding {directory} serves {exc.message}")
         echo_error(f"engram: {exc.code}: {exc.message}")
         raise typer.Exit(1) from None
     try:

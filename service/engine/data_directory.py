@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-#: The embedded store's database file in a data directory.
-DB_FILE = "engram.db"
+from engram.service.store.address import DB_FILE as DB_FILE  # named by the store room; re-exported
+
 #: service.operator.ownership's lock file: a restore target may hold it.
 LOCK_NAME = "engram.lock"
 #: Derived model files (the ONNX export); never backed up.

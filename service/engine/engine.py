@@ -28,9 +28,8 @@ from engram.ranking import (
 )
 from engram.ranking.encoder import resolve_device
 from engram.service.secrets import scan as scan_secrets
-from engram.service.store import open_store
+from engram.service.store import StoreAddress, open_store
 from engram.service.store.base import (
-    DEFAULT_DATABASE_TIMEOUT_MS,
     DEFAULT_GROUP,
     CommitUncertain,
     SharedStore,
@@ -105,8 +104,7 @@ class Engine:
         load_model: bool = True,
         encoder: Encoder | None = None,
         background: bool = False,
-        database_url: str | None = None,
-        database_timeout_ms: int = DEFAULT_DATABASE_TIMEOUT_MS,
+        store: StoreAddress | None = None,
         key_dir: Path | None = None,
         device: Device | str = Device.AUTO,
         serve_replica: bool = False,
@@ -119,10 +117,9 @@ class Engine:
         """Open (or create) the data directory, then load the model and let every
         projection catch up with the journal (in a thread when `background`).
 
-        The store is SQLite in the data directory, or the PostgreSQL database at
-        `database_url` that several replicas share (no wait on it longer than
-        `database_timeout_ms`); the data directory then holds only this replica's
-        projections. `key_dir` (default `<data_dir>/keys`) holds the KEK
+        `store` is where the system of record is (default: SQLite in the data
+        directory), e.g. the PostgreSQL database several replicas share; the data
+        directory then holds only this replica's projections. `key_dir` (default `<data_dir>/keys`) holds the KEK
         files: replicas of one database share it. ``device``: where the model's torch
         backend runs (queries go through ONNX Runtime on the CPU, exported into
         ``data_dir/models`` on first start). ``serve_replica`` (`engram serve` on a
@@ -138,29 +135,32 @@ class Engine:
             resolve_device(device)  # a named device this machine lacks fails here, before anything opens
         data_dir = Path(data_dir)
         claim_data_dir(data_dir)
-        store = open_store(data_dir / DB_FILE, database_url, database_timeout_ms=database_timeout_ms)
-        shared = store if isinstance(store, SharedStore) else None
+        address = store or StoreAddress.resolve(data_dir)
+        opened = open_store(address)
+        shared = opened if isinstance(opened, SharedStore) else None
         ring = KeyRing(
             Path(key_dir) if key_dir is not None else data_dir / "keys",
             retire_grace_s=SHARED_RETIRE_GRACE_S if shared is not None else 0.0,
         )
-        vault = BodyVault(ring, store)
+        vault = BodyVault(ring, opened)
         # Before anything is projected or served: a forget the store predates (a database
         # restored from a backup) is applied again from the ledger beside the KEKs.
-        transitions.reapply_shreds(store, ring.key_dir)
+        transitions.reapply_shreds(opened, ring.key_dir)
         if encoder is None and load_model:
             encoder = MiniLMEncoder(model_cache or data_dir / MODELS_DIR, device=device)
         ranker = Ranker(data_dir / "index", encoder)
         replica_id = replica_id_for(data_dir)
         routing = (
-            routing_ops.Routing(shared, replica_id, group if serve_replica else None) if shared is not None else None
+            routing_ops.Routing(shared.deployment, replica_id, group if serve_replica else None)
+            if shared is not None
+            else None
         )
         deps = Dependencies(
             data_dir=data_dir,
-            store=store,
+            store=opened,
             vault=vault,
             ranker=ranker,
-            projector=Projector(store, vault, ranker, projects=routing.projects if routing is not None else None),
+            projector=Projector(opened, vault, ranker, projects=routing.projects if routing is not None else None),
             policies=Policies(data_dir),
             snapshots=SnapshotCache(shared),
             purge=purge,
@@ -168,9 +168,7 @@ class Engine:
             replica=Replica(shared, replica_id, group, advertise_url) if shared is not None else None,
             routing=routing,
         )
-        writer_spec = ingestion.WriterSpec(
-            data_dir / DB_FILE, database_url, database_timeout_ms, ring.key_dir, ring.retire_grace_s
-        )
+        writer_spec = ingestion.WriterSpec(address, ring.key_dir, ring.retire_grace_s)
         engine = cls(deps, encoder, writer_spec=writer_spec, serve_replica=serve_replica, seed_vectors=seed_vectors)
         if background:
             threading.Thread(target=engine._warm_up, name="engram-warm-up", daemon=True).start()
@@ -430,7 +428,7 @@ def _restore_into(backup: Path, data_dir: Path, key_source: Path | None, open_kw
     keys = data_dir / "keys"
     if key_source is not None:
         copy_key_dir(Path(key_source), keys)
-    store = open_store(data_dir / DB_FILE, None)
+    store = open_store(StoreAddress.resolve(data_dir))
     try:
         known = {p.stem for p in keys.glob("kek-*.key")}
         missing = sorted({kek for _, _, kek in store.all_wrapped_keys()} - known)

@@ -47,7 +47,7 @@ from engram.models.digests import DigestKind, digest, seal_receipt
 from engram.models.scope import Scope
 from engram.ranking import IndexDocument
 from engram.service.secrets import scan as secret_scan
-from engram.service.store import open_store
+from engram.service.store import StoreAddress, open_store
 from engram.service.store.base import Store
 
 from .acceptance import DEFAULT_RETENTION, Acceptance, accept_records
@@ -213,12 +213,10 @@ class CommittedBatch:
 
 @dataclass(frozen=True)
 class WriterSpec:
-    """Where a :class:`BatchWriter` in another process finds the engine's store (the
-    SQLite file, or the PostgreSQL database) and its KEKs: ``Engine.writer_spec``."""
+    """Where a :class:`BatchWriter` in another process finds the engine's store and its
+    KEKs: ``Engine.writer_spec``."""
 
-    sqlite_path: Path
-    database_url: str | None
-    database_timeout_ms: int
+    store: StoreAddress
     key_dir: Path
     retire_grace_s: float
 
@@ -239,7 +237,7 @@ class BatchWriter:
     def open(cls, spec: WriterSpec) -> BatchWriter:
         """A writer on a store connection and key ring of its own, for a worker process
         (they end with it)."""
-        store = open_store(spec.sqlite_path, spec.database_url, database_timeout_ms=spec.database_timeout_ms)
+        store = open_store(spec.store)
         ring = KeyRing(spec.key_dir, retire_grace_s=spec.retire_grace_s)
         return cls(store, BodyVault(ring, store))
 

@@ -113,7 +113,7 @@ class Operator:
     def replay_search(self, ctx: CallContext, arguments: dict[str, Any], receipt: dict[str, Any]) -> dict[str, Any]:
         """Re-run a search pinned to a rank receipt (operator surface; see search.replay)."""
         args = parse_arguments(SEARCH, arguments)
-        return search.replay(self.deps, ctx, args, receipt)  # type: ignore[arg-type]
+        return search.replay(self.deps, ctx, args, receipt)
 
     def rotate_kek(self) -> str:
         return self.deps.vault.ring.rotate(self.deps.store)
@@ -200,7 +200,7 @@ class Operator:
         sweeper owes them)."""
         owed: dict[tuple[str, str, str], list[str]] = {}
         if self.deps.replica is not None:
-            shared = self.deps.replica.store
+            shared = self.deps.replica.deployment
             for entry in shared.replica_entries():
                 for scope, ids in shared.purges_awaiting(entry.replica_id).items():
                     for record_id in ids:
@@ -225,7 +225,7 @@ class Operator:
         """Every routed scope and its group (operator surface; shared store only)."""
         if self.deps.replica is None:
             raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
-        return routing_ops.routes(self.deps.replica.store)
+        return routing_ops.routes(self.deps.replica.deployment)
 
     def move_scope(
         self, scope: Scope, group: str, *, project_wait_s: float = 300.0, release_wait_s: float = 30.0
@@ -235,7 +235,7 @@ class Operator:
         if self.deps.replica is None:
             raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
         return routing_ops.move(
-            self.deps.replica.store, scope, group, project_wait_s=project_wait_s, release_wait_s=release_wait_s
+            self.deps.replica.deployment, scope, group, project_wait_s=project_wait_s, release_wait_s=release_wait_s
         )
 
     def retire_replica(self, replica_id: str) -> bool:
@@ -244,7 +244,7 @@ class Operator:
         then hold purged records: rebuild its projections before it serves."""
         if self.deps.replica is None:
             raise ContractError(ErrorCode.CAPABILITY_UNAVAILABLE)
-        return self.deps.replica.store.retire_replica(replica_id)
+        return self.deps.replica.deployment.retire_replica(replica_id)
 
 
 def transition(deps: Dependencies, scope: Scope, record_id: str, operation: str, reason_ref: str) -> str:

@@ -49,6 +49,7 @@ class Replica:
         self, store: SharedStore, replica_id: str, group: str = DEFAULT_GROUP, advertise_url: str | None = None
     ) -> None:
         self.store = store
+        self.deployment = store.deployment
         self.replica_id = replica_id
         self.group = group  # registered with each heartbeat, with the URL peers forward calls to
         self.advertise_url = advertise_url
@@ -58,17 +59,17 @@ class Replica:
     # -- purges ---------------------------------------------------------------------------
     def awaiting(self) -> dict[Scope, list[str]]:
         """Forgotten records this replica has not purged yet, by scope."""
-        return self.store.purges_awaiting(self.replica_id)
+        return self.deployment.purges_awaiting(self.replica_id)
 
     def acknowledge(self, scope: Scope, record_ids: list[str], wait_s: float) -> bool:
         """Record that this replica purged `record_ids`; wait up to `wait_s` for every
         live replica holding the scope (its group's) to have done the same. True when
         all of them have."""
-        self.store.ack_purges(scope, record_ids, self.replica_id)
+        self.deployment.ack_purges(scope, record_ids, self.replica_id)
         deadline = time.monotonic() + wait_s
         while True:
-            missing = self.store.settle_purges(
-                scope, record_ids, self.store.live_holders(scope, now_ms() - LIVE_WITHIN_MS)
+            missing = self.deployment.settle_purges(
+                scope, record_ids, self.deployment.live_holders(scope, now_ms() - LIVE_WITHIN_MS)
             )
             if not missing or time.monotonic() >= deadline:
                 return not missing
@@ -86,7 +87,7 @@ class Replica:
                 "heartbeat_age_s": round((at - e.heartbeat_ms) / 1000, 1),
                 "live": at - e.heartbeat_ms <= LIVE_WITHIN_MS,
             }
-            for e in self.store.replica_entries()
+            for e in self.deployment.replica_entries()
         ]
 
     # -- following -------------------------------------------------------------------------
@@ -132,7 +133,7 @@ class Replica:
                 self._stopped.wait(HEARTBEAT_S)
 
     def _beat(self) -> None:
-        self.store.heartbeat(self.replica_id, now_ms(), self.group, self.advertise_url)
+        self.deployment.heartbeat(self.replica_id, now_ms(), self.group, self.advertise_url)
 
     def stop(self) -> None:
         self._stopped.set()

@@ -44,7 +44,7 @@ from engram.models.codes import ContractError, ErrorCode
 from engram.models.errors import EngramError
 from engram.models.scope import Scope
 from engram.ranking.read_write_lock import ReadWriteLock
-from engram.service.store.base import DEFAULT_GROUP, Route, SharedStore
+from engram.service.store.base import DEFAULT_GROUP, Deployment, Route
 
 from .clock import now_ms
 from .dependencies import Dependencies
@@ -67,8 +67,8 @@ class Routing:
     ``group`` None: an engine that is no replica (an operator command); it projects
     whatever it is asked to and serves no routed calls."""
 
-    def __init__(self, store: SharedStore, replica_id: str, group: str | None) -> None:
-        self.store = store
+    def __init__(self, deployment: Deployment, replica_id: str, group: str | None) -> None:
+        self.deployment = deployment
         self.replica_id = replica_id
         self.group = group
         self._locks: dict[Scope, ReadWriteLock] = {}
@@ -81,7 +81,7 @@ class Routing:
         claimed for this replica's group)."""
         if self.group is None:
             return True
-        route = self.store.route(scope) or self.store.claim_route(scope, self.group)
+        route = self.deployment.route(scope) or self.deployment.claim_route(scope, self.group)
         return route.group == self.group
 
     def projects(self, scope: Scope) -> bool:
@@ -89,7 +89,7 @@ class Routing:
         taking it over, or (the default group) nobody has claimed it yet."""
         if self.group is None:
             return True
-        return self._projects(self.store.route(scope))
+        return self._projects(self.deployment.route(scope))
 
     def _projects(self, route: Route | None) -> bool:
         if route is None:
@@ -113,12 +113,12 @@ class Routing:
         empty."""
         if self.group is None:
             return None
-        route = self.store.route(scope)
+        route = self.deployment.route(scope)
         if route is None or route.group == self.group:
             return None
         members = [
             m.advertise_url
-            for m in self.store.group_members(route.group, now_ms() - LIVE_WITHIN_MS)
+            for m in self.deployment.group_members(route.group, now_ms() - LIVE_WITHIN_MS)
             if m.advertise_url and m.replica_id != self.replica_id
         ]
         if not members:
@@ -135,7 +135,7 @@ class Routing:
         """The follower's step for a woken scope: catch it up when this replica projects
         it, else delete whatever of it this replica still keeps; acknowledge the route
         version followed (what a move waits for)."""
-        route = self.store.route(scope)
+        route = self.deployment.route(scope)
         if self._projects(route):
             deps.projector.catch_up(scope)
             if route is not None:
@@ -161,9 +161,9 @@ class Routing:
         projects (moved away while it was down). Returns how many."""
         if self.group is None:
             return 0
-        routes = dict(self.store.routes())
+        routes = dict(self.deployment.routes())
         released = 0
-        for scope in self.store.scopes():
+        for scope in deps.store.scopes():
             route = routes.get(scope)
             if not self._projects(route) and self.release(deps, scope):
                 released += 1
@@ -173,7 +173,7 @@ class Routing:
 
     def _acknowledge(self, scope: Scope, route: Route) -> None:
         if self._acked.get(scope, 0) < route.version:
-            self.store.ack_route(scope, self.replica_id, route.version)
+            self.deployment.ack_route(scope, self.replica_id, route.version)
             self._acked[scope] = route.version
 
 
@@ -202,43 +202,45 @@ class MoveOutcome:
         }
 
 
-def move(store: SharedStore, scope: Scope, group: str, *, project_wait_s: float, release_wait_s: float) -> MoveOutcome:
+def move(
+    deployment: Deployment, scope: Scope, group: str, *, project_wait_s: float, release_wait_s: float
+) -> MoveOutcome:
     """Move the scope to `group`: the target group projects it from the journal, then the
     route flips, then the old group purges it. Rerunning a move that timed out resumes
     it. Raises NoLiveReplica when `group` has no live replica."""
-    if not _live(store, group):
+    if not _live(deployment, group):
         raise NoLiveReplica(group)
-    started = store.begin_move(scope, group)
+    started = deployment.begin_move(scope, group)
     previous = started.group if started.group != group else None
-    if not _wait_acks(store, scope, group, started.version, project_wait_s, require_member=True):
+    if not _wait_acks(deployment, scope, group, started.version, project_wait_s, require_member=True):
         return MoveOutcome(group, previous, projected=False, flipped=False, released=False)
-    flipped = store.finish_move(scope, group) if started.moving_to == group else started
+    flipped = deployment.finish_move(scope, group) if started.moving_to == group else started
     released = previous is None or _wait_acks(
-        store, scope, previous, flipped.version, release_wait_s, require_member=False
+        deployment, scope, previous, flipped.version, release_wait_s, require_member=False
     )
     return MoveOutcome(group, previous, projected=True, flipped=flipped.group == group, released=released)
 
 
-def routes(store: SharedStore) -> list[dict[str, Any]]:
+def routes(deployment: Deployment) -> list[dict[str, Any]]:
     """Every routed scope: its group, and the group taking it over during a move."""
     return [
         {"tenant": t, "workspace": w, "group": r.group, "moving_to": r.moving_to, "version": r.version}
-        for (t, w), r in store.routes()
+        for (t, w), r in deployment.routes()
     ]
 
 
-def _live(store: SharedStore, group: str) -> set[str]:
-    return {m.replica_id for m in store.group_members(group, now_ms() - LIVE_WITHIN_MS)}
+def _live(deployment: Deployment, group: str) -> set[str]:
+    return {m.replica_id for m in deployment.group_members(group, now_ms() - LIVE_WITHIN_MS)}
 
 
 def _wait_acks(
-    store: SharedStore, scope: Scope, group: str, version: int, wait_s: float, *, require_member: bool
+    deployment: Deployment, scope: Scope, group: str, version: int, wait_s: float, *, require_member: bool
 ) -> bool:
     """Wait until every live replica of `group` acknowledged `version` of the route."""
     deadline = time.monotonic() + wait_s
     while True:
-        members = _live(store, group)
-        if (members or not require_member) and members <= store.route_acks(scope, version):
+        members = _live(deployment, group)
+        if (members or not require_member) and members <= deployment.route_acks(scope, version):
             return True
         if time.monotonic() >= deadline:
             return False

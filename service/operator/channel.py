@@ -23,7 +23,6 @@ import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from engram.models.codes import ContractError
 from engram.models.errors import EngramError
@@ -58,19 +57,6 @@ MAX_SOCKET_PATH = 107
 
 #: The code of a request refused because the server serves another store than it names.
 STORE_MISMATCH = "STORE_MISMATCH"
-
-
-def store_label(database_url: str | None, sqlite_path: Path | None = None) -> str:
-    """A store as an operator reads it: the database URL without its password, or the
-    SQLite file."""
-    if not database_url:
-        return f"the SQLite store {sqlite_path}"
-    parts = urlsplit(database_url)
-    if parts.password is None:
-        return database_url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}@{host}" + (f":{parts.port}" if parts.port else "")
-    return parts._replace(netloc=netloc).geturl()
 
 
 def socket_path(data_dir: Path) -> Path:
@@ -108,13 +94,9 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
                 raise KeyError(name)
         except (ValueError, KeyError, TypeError):
             return {"ok": False, "code": "UNKNOWN_COMMAND", "message": "not an operator request"}
-        served = self.engine.writer_spec()
-        if "store" in request and request["store"] != served.database_url:
-            return {
-                "ok": False,
-                "code": STORE_MISMATCH,
-                "message": store_label(served.database_url, served.sqlite_path),
-            }
+        served = self.engine.writer_spec().store
+        if "store" in request and request["store"] != served.shared_url:
+            return {"ok": False, "code": STORE_MISMATCH, "message": served.label()}
         with self._serial:
             try:
                 result = self.served[name](args) if name in self.served else run(self.engine, name, args)

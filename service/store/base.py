@@ -235,12 +235,10 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
-@runtime_checkable
-class SharedStore(Store, Protocol):
-    """A store several `engram serve` replicas share (PostgreSQL). Beyond `Store`: the
-    replica registry with heartbeats, per-replica acknowledgements of physical purges,
-    journal wake-ups, and what paging needs to work on any replica (snapshots and the
-    cursor MAC secret). The embedded SQLite store, one process, has none of these."""
+class Deployment(Protocol):
+    """The tables only a deployment of several `engram serve` replicas has: the replica
+    registry with heartbeats, each scope's route to a replica group (and its moves), and
+    the replicas' acknowledgements of routes and of physical purges."""
 
     def heartbeat(
         self, replica_id: str, at_ms: int, group: str = DEFAULT_GROUP, advertise_url: str | None = None
@@ -267,6 +265,17 @@ class SharedStore(Store, Protocol):
     def ack_purges(self, scope: Scope, record_ids: list[str], replica_id: str) -> None: ...
     def purges_awaiting(self, replica_id: str) -> dict[Scope, list[str]]: ...
     def settle_purges(self, scope: Scope, record_ids: list[str], live: list[str]) -> list[str]: ...
+
+
+@runtime_checkable
+class SharedStore(Store, Protocol):
+    """A store several `engram serve` replicas share (PostgreSQL). Beyond `Store`: the
+    shared deployment's tables (`deployment`), journal wake-ups, and what paging needs
+    to work on any replica (snapshots and the cursor MAC secret). The embedded SQLite
+    store, one process, has none of these."""
+
+    @property
+    def deployment(self) -> Deployment: ...
     def wait_for_journal(self, timeout_s: float) -> set[Scope]: ...
     def put_snapshot(self, snapshot_id: str, body: str, created_ms: int, expire_before_ms: int) -> None: ...
     def snapshot(self, snapshot_id: str) -> tuple[str, int] | None: ...

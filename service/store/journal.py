@@ -24,7 +24,7 @@ from engram.models.digests import DigestKind, digest
 from engram.models.scope import Scope
 
 from . import compact
-from .base import JournalEvent, NewEvent, RecordRow
+from .base import JournalEvent, NewEvent
 
 DIGEST_PREFIX = "sha256:"
 EVENT_ID_PREFIX = "evt_"
@@ -68,32 +68,6 @@ def chained(scope: Scope, head: tuple[int, str | None], events: Sequence[NewEven
         prev = event_digest(scope, cursor, event_id, kind, subject, body, prev, recorded_at)
         out.append(JournalEvent(scope, cursor, event_id, kind, subject, body, prev, recorded_at))
     return out
-
-
-#: A record row's columns, in the order :func:`stored_record` gives their values.
-RECORD_COLUMNS = (
-    "tenant, workspace, record_id, state, record_digest, payload_digest, key_id, sealed,"
-    " valid_from_ms, valid_to_ms, expires_at_ms, accepted_cursor, accepted_at, candidate_id"
-)
-
-
-def stored_record(row: RecordRow) -> tuple[Any, ...]:
-    """A record row's values, in :data:`RECORD_COLUMNS` order (digests in stored form)."""
-    return (
-        *row.scope,
-        row.record_id,
-        row.state,
-        stored_digest(row.record_digest),
-        stored_digest(row.payload_digest),
-        row.key_id,
-        row.sealed,
-        row.valid_from_ms,
-        row.valid_to_ms,
-        row.expires_at_ms,
-        row.accepted_cursor,
-        row.accepted_at,
-        row.candidate_id,
-    )
 
 
 def stored_row(event: JournalEvent) -> tuple[Any, ...]:

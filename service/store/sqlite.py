@@ -20,22 +20,22 @@ from typing import Any
 from engram.models.digests import DigestKind, digest
 from engram.models.scope import Scope
 
+from . import rows as decoded
+from . import statements as S
 from .base import CandidateRow, CommitUncertain, JournalEvent, NewEvent, RecordRow, StateCounts, StoreUnavailable
 from .journal import (
-    RECORD_COLUMNS,
     StoredEvent,
     chain_intact,
     chained,
     read_body,
     read_digest,
-    read_event_id,
     stored_body,
     stored_digest,
     stored_event_id,
-    stored_record,
     stored_row,
 )
 from .migrations import VERSION_TABLE, Migration, pending
+from .rows import JOURNAL_COLUMNS, RECORD_WITH_KEY, stored_candidate, stored_record
 
 SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -118,20 +118,6 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
 )
 
 
-#: Per-scope counts by state of a table (``candidates`` or ``records``): read from the
-#: table's state index alone (migration 5).
-STATE_COUNTS = "SELECT state, COUNT(*) FROM {} WHERE tenant=? AND workspace=? GROUP BY state"
-#: Current records of a scope, counted up to a bound (the state index's range, no further).
-LIVE_MORE_THAN = (
-    "SELECT COUNT(*) FROM (SELECT 1 FROM records WHERE tenant=? AND workspace=? AND state='accepted_current' LIMIT ?)"
-)
-#: Current records whose retention has passed, read through the expiry index.
-DUE_FOR_EXPIRY = (
-    f"SELECT {RECORD_COLUMNS} FROM records WHERE state='accepted_current'"
-    " AND expires_at_ms IS NOT NULL AND expires_at_ms<=?"
-)
-
-
 def _idempotency_key_digest(key: str) -> str:
     return digest(DigestKind.IDEMPOTENCY_KEY, key)
 
@@ -153,49 +139,9 @@ def _event_id_bytes(stored: str | bytes) -> str | bytes:
         return stored
 
 
-_CANDIDATE_COLUMNS = (
-    "tenant, workspace, candidate_id, state, key_id, sealed, record_digest, payload_digest, principal, created_cursor"
-)
-
-
-def _candidate(row: sqlite3.Row | None) -> CandidateRow | None:
-    if row is None:
-        return None
-    return CandidateRow((row[0], row[1]), *tuple(row)[2:])
-
-
-#: The record columns, then its wrapped data key (absent once destroyed).
-_RECORD_WITH_KEY = (
-    ", ".join("r." + c.strip() for c in RECORD_COLUMNS.split(","))
-    + ", k.wrapped, k.kek_id FROM records r LEFT JOIN keys k ON k.key_id = r.key_id"
-)
-
-
-def _record(row: sqlite3.Row, wrapped_key: tuple[bytes, str] | None = None) -> RecordRow:
-    v = tuple(row)
-    record, payload = read_digest(v[4]), read_digest(v[5])
-    return RecordRow(
-        (v[0], v[1]), v[2], v[3], record, payload, v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13], wrapped_key
-    )
-
-
-def _record_with_key(row: sqlite3.Row) -> RecordRow:
-    return _record(row, None if row[14] is None else (row[14], row[15]))
-
-
-def _event(row: sqlite3.Row) -> JournalEvent:
-    return JournalEvent(
-        scope=(row["tenant"], row["workspace"]),
-        cursor=row["cursor"],
-        event_id=read_event_id(row["event_id"]),
-        kind=row["kind"],
-        subject=row["subject"],
-        body=read_body(row["body"]),
-        event_digest=read_digest(row["event_digest"]),
-        recorded_at=row["recorded_at"],
-    )
-
-
+#: The journal columns, the body read as bytes: packed rows are blobs, and an edited
+#: one may not be UTF-8.
+_JOURNAL_READ = JOURNAL_COLUMNS.replace("body", "CAST(body AS BLOB) AS body")
 _IN_CHUNK = 500  # values bound in one IN (...) list
 
 
@@ -219,19 +165,11 @@ class _Tx:
     def append_events(self, scope: Scope, events: Sequence[NewEvent]) -> list[JournalEvent]:
         if not events:
             return []
-        row = self.conn.execute(
-            "SELECT cursor, head_digest FROM scopes WHERE tenant=? AND workspace=?", scope
-        ).fetchone()
+        row = self.conn.execute(S.SCOPE_HEAD, scope).fetchone()
         appended = chained(scope, (row[0], row[1]) if row else (0, None), events)
-        self.conn.executemany(
-            "INSERT INTO journal VALUES (?,?,?,?,?,?,?,?,?,?)", [(*scope, *stored_row(e)) for e in appended]
-        )
+        self.conn.executemany(S.INSERT_EVENT, [(*scope, *stored_row(e)) for e in appended])
         last = appended[-1]
-        self.conn.execute(
-            "INSERT INTO scopes VALUES (?,?,?,?) ON CONFLICT(tenant, workspace)"
-            " DO UPDATE SET cursor=excluded.cursor, head_digest=excluded.head_digest",
-            (*scope, last.cursor, last.event_digest),
-        )
+        self.conn.execute(S.MOVE_HEAD, (*scope, last.cursor, last.event_digest))
         return appended
 
     # keys ----------------------------------------------------------------------
@@ -239,98 +177,52 @@ class _Tx:
         self.put_keys([(key_id, wrapped, kek_id)])
 
     def put_keys(self, rows: Sequence[tuple[str, bytes, str]]) -> None:
-        self.conn.executemany("INSERT INTO keys VALUES (?,?,?)", rows)
+        self.conn.executemany(S.INSERT_KEY, rows)
 
     def destroy_key(self, key_id: str) -> None:
-        self.conn.execute("DELETE FROM keys WHERE key_id=?", (key_id,))
+        self.conn.execute(S.DESTROY_KEY, (key_id,))
 
     # receipts ------------------------------------------------------------------------
     def put_receipt(self, receipt: dict[str, Any]) -> str:
         digest_ = receipt["receipt_digest"]
-        self.conn.execute(
-            "INSERT INTO receipts VALUES (?,?) ON CONFLICT(digest) DO NOTHING",
-            (digest_, json.dumps(receipt, sort_keys=True, separators=(",", ":"))),
-        )
+        self.conn.execute(S.INSERT_RECEIPT, (digest_, json.dumps(receipt, sort_keys=True, separators=(",", ":"))))
         return digest_
 
     # candidates and records --------------------------------------------------------
     def insert_candidate(self, row: CandidateRow) -> None:
-        self.conn.execute(
-            f"INSERT INTO candidates ({_CANDIDATE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (
-                *row.scope,
-                row.candidate_id,
-                row.state,
-                row.key_id,
-                row.sealed,
-                row.record_digest,
-                row.payload_digest,
-                row.principal,
-                row.created_cursor,
-            ),
-        )
+        self.conn.execute(S.INSERT_CANDIDATE, stored_candidate(row))
 
     def set_candidate_state(self, scope: Scope, candidate_id: str, state: str, *, drop_body: bool) -> None:
-        body_sql = ", sealed=NULL, key_id=NULL" if drop_body else ""
-        self.conn.execute(
-            f"UPDATE candidates SET state=?{body_sql} WHERE tenant=? AND workspace=? AND candidate_id=?",
-            (state, *scope, candidate_id),
-        )
+        statement = S.SET_CANDIDATE_STATE.format(body=S.DROP_BODY if drop_body else "")
+        self.conn.execute(statement, (state, *scope, candidate_id))
 
     def insert_records(self, rows: Sequence[RecordRow]) -> None:
-        self.conn.executemany(
-            f"INSERT INTO records ({RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            [stored_record(row) for row in rows],
-        )
+        self.conn.executemany(S.INSERT_RECORD, [stored_record(row) for row in rows])
 
     def set_record_state(self, scope: Scope, record_id: str, state: str, *, drop_body: bool) -> None:
-        body_sql = ", sealed=NULL, key_id=NULL" if drop_body else ""
-        self.conn.execute(
-            f"UPDATE records SET state=?{body_sql} WHERE tenant=? AND workspace=? AND record_id=?",
-            (state, *scope, record_id),
-        )
+        statement = S.SET_RECORD_STATE.format(body=S.DROP_BODY if drop_body else "")
+        self.conn.execute(statement, (state, *scope, record_id))
 
     def add_pending_purge(self, scope: Scope, record_id: str) -> None:
-        self.conn.execute("INSERT INTO pending_purges VALUES (?,?,?) ON CONFLICT DO NOTHING", (*scope, record_id))
+        self.conn.execute(S.ADD_PENDING_PURGE, (*scope, record_id))
 
     def candidate(self, scope: Scope, candidate_id: str) -> CandidateRow | None:
-        return _candidate(
-            self.conn.execute(
-                f"SELECT {_CANDIDATE_COLUMNS} FROM candidates WHERE tenant=? AND workspace=? AND candidate_id=?",
-                (*scope, candidate_id),
-            ).fetchone()
-        )
+        row = self.conn.execute(S.CANDIDATE, (*scope, candidate_id)).fetchone()
+        return decoded.candidate(row) if row else None
 
     def record(self, scope: Scope, record_id: str) -> RecordRow | None:
-        row = self.conn.execute(
-            f"SELECT {RECORD_COLUMNS} FROM records WHERE tenant=? AND workspace=? AND record_id=?",
-            (*scope, record_id),
-        ).fetchone()
-        return _record(row) if row else None
+        row = self.conn.execute(S.RECORD, (*scope, record_id)).fetchone()
+        return decoded.record(row) if row else None
 
     def accepted_with_payload(self, scope: Scope, payload_digest: str) -> str | None:
-        row = self.conn.execute(
-            "SELECT record_id FROM records WHERE tenant=? AND workspace=? AND payload_digest=?"
-            " AND state='accepted_current' LIMIT 1",
-            (*scope, stored_digest(payload_digest)),
-        ).fetchone()
+        row = self.conn.execute(S.ACCEPTED_WITH_PAYLOAD, (*scope, stored_digest(payload_digest))).fetchone()
         return row[0] if row else None
 
     def update_reservation(self, scope: Scope, principal: str, key: str, response: str) -> None:
-        self.conn.execute(
-            "UPDATE idempotency SET response=? WHERE tenant=? AND workspace=? AND principal=? AND key=?",
-            (response, *scope, principal, key),
-        )
+        self.conn.execute(S.UPDATE_RESERVATION, (response, *scope, principal, key))
 
     def tombstoned_payload(self, scope: Scope, payload_digest: str) -> bool:
-        return (
-            self.conn.execute(
-                "SELECT 1 FROM records WHERE tenant=? AND workspace=? AND payload_digest=?"
-                " AND state='tombstoned' LIMIT 1",
-                (*scope, stored_digest(payload_digest)),
-            ).fetchone()
-            is not None
-        )
+        return self.conn.execute(S.TOMBSTONED_PAYLOAD, (*scope, stored_digest(payload_digest))).fetchone() is not None
 
     def present_records(self, scope: Scope, record_ids: Sequence[str]) -> set[str]:
         found: set[str] = set()
@@ -359,21 +251,14 @@ class _Tx:
 
     # idempotency and confirmations ---------------------------------------------------
     def reservation(self, scope: Scope, principal: str, key: str) -> tuple[str, str, str] | None:
-        row = self.conn.execute(
-            "SELECT tool, intent, response FROM idempotency WHERE tenant=? AND workspace=? AND principal=? AND key=?",
-            (*scope, principal, key),
-        ).fetchone()
+        row = self.conn.execute(S.RESERVATION, (*scope, principal, key)).fetchone()
         return (row[0], row[1], row[2]) if row else None
 
     def reserve(self, scope: Scope, principal: str, key: str, tool: str, intent: str, response: str) -> None:
-        self.conn.execute(
-            "INSERT INTO idempotency VALUES (?,?,?,?,?,?,?)",
-            (*scope, principal, key, tool, intent, response),
-        )
+        self.conn.execute(S.RESERVE, (*scope, principal, key, tool, intent, response))
 
     def claim_confirmation(self, ref: str, used_at_ms: int) -> bool:
-        cur = self.conn.execute("INSERT INTO confirmations VALUES (?,?) ON CONFLICT(ref) DO NOTHING", (ref, used_at_ms))
-        return cur.rowcount == 1
+        return self.conn.execute(S.CLAIM_CONFIRMATION, (ref, used_at_ms)).rowcount == 1
 
 
 class SqliteStore:
@@ -479,34 +364,31 @@ class SqliteStore:
 
     # keys ---------------------------------------------------------------------------
     def wrapped_key(self, key_id: str) -> tuple[bytes, str] | None:
-        rows = self._read("SELECT wrapped, kek_id FROM keys WHERE key_id=?", (key_id,))
+        rows = self._read(S.WRAPPED_KEY, (key_id,))
         return (rows[0][0], rows[0][1]) if rows else None
 
     def all_wrapped_keys(self) -> list[tuple[str, bytes, str]]:
-        return [(r[0], r[1], r[2]) for r in self._read("SELECT key_id, wrapped, kek_id FROM keys")]
+        return [(r[0], r[1], r[2]) for r in self._read(S.ALL_WRAPPED_KEYS)]
 
     def rewrap_keys(self, rows: list[tuple[str, bytes, str]]) -> None:
         with self.transaction() as tx:
-            tx.conn.executemany(
-                "UPDATE keys SET wrapped=?, kek_id=? WHERE key_id=?",
-                [(wrapped, kek_id, key_id) for key_id, wrapped, kek_id in rows],
-            )
+            tx.conn.executemany(S.REWRAP_KEY, [(wrapped, kek_id, key_id) for key_id, wrapped, kek_id in rows])
 
     # receipts --------------------------------------------------------------------------
     def receipt(self, receipt_digest: str) -> dict[str, Any] | None:
-        rows = self._read("SELECT body FROM receipts WHERE digest=?", (receipt_digest,))
+        rows = self._read(S.RECEIPT, (receipt_digest,))
         return json.loads(rows[0][0]) if rows else None
 
     # journal and scopes ---------------------------------------------------------------
     def scope_cursor(self, scope: Scope) -> int:
-        rows = self._read("SELECT cursor FROM scopes WHERE tenant=? AND workspace=?", scope)
+        rows = self._read(S.SCOPE_CURSOR, scope)
         return rows[0][0] if rows else 0
 
     def scopes(self) -> list[Scope]:
-        return [(r[0], r[1]) for r in self._read("SELECT tenant, workspace FROM scopes")]
+        return [(r[0], r[1]) for r in self._read(S.SCOPES)]
 
     def events(self, scope: Scope, after: int = 0) -> Iterator[JournalEvent]:
-        return (_event(row) for row in self._journal_rows(scope, after))
+        return (decoded.event(scope, stored) for stored in self._journal_rows(scope, after))
 
     def journal_digests(self, scope: Scope, cursors: list[int]) -> dict[int, str]:
         found: dict[int, str] = {}
@@ -523,37 +405,21 @@ class SqliteStore:
     def verify_chain(self, scope: Scope) -> bool:
         """Recompute every event digest and link of a scope's journal."""
         try:
-            return chain_intact(
-                scope,
-                (
-                    StoredEvent(
-                        r["cursor"],
-                        read_event_id(r["event_id"]),
-                        r["kind"],
-                        r["subject"],
-                        read_body(r["body"]),
-                        read_digest(r["event_digest"]),
-                        read_digest(r["prev_digest"]),
-                        r["recorded_at"],
-                    )
-                    for r in self._journal_rows(scope)
-                ),
-            )
+            return chain_intact(scope, self._journal_rows(scope))
         except ValueError:  # a row that no longer decodes (an edited packed body)
             return False
 
-    def _journal_rows(self, scope: Scope, after: int = 0) -> Iterator[sqlite3.Row]:
+    def _journal_rows(self, scope: Scope, after: int = 0) -> Iterator[StoredEvent]:
         """Paged, so a million-event journal never sits in memory at once."""
         last = after
-        while rows := self._read(
-            # Bodies as bytes: packed rows are blobs, and an edited one may not be UTF-8.
-            "SELECT tenant, workspace, cursor, event_id, kind, subject, CAST(body AS BLOB) AS body,"
-            " event_digest, prev_digest, recorded_at FROM journal WHERE tenant=? AND workspace=? AND cursor>?"
-            " ORDER BY cursor LIMIT 2000",
+        while page := self._read(
+            f"SELECT {_JOURNAL_READ} FROM journal"
+            " WHERE tenant=? AND workspace=? AND cursor>? ORDER BY cursor LIMIT 2000",
             (*scope, last),
         ):
-            yield from rows
-            last = rows[-1]["cursor"]
+            for row in page:
+                yield decoded.stored_event(row)
+            last = page[-1]["cursor"]
 
     # records ---------------------------------------------------------------------------
     def records(self, scope: Scope, record_ids: list[str]) -> dict[str, RecordRow]:
@@ -561,33 +427,28 @@ class SqliteStore:
         for chunk in _chunks(record_ids):
             marks = ",".join("?" * len(chunk))
             for row in self._read(
-                f"SELECT {_RECORD_WITH_KEY} WHERE r.tenant=? AND r.workspace=? AND r.record_id IN ({marks})",
+                f"SELECT {RECORD_WITH_KEY} WHERE r.tenant=? AND r.workspace=? AND r.record_id IN ({marks})",
                 (*scope, *chunk),
             ):
-                found[row[2]] = _record_with_key(row)
+                found[row["record_id"]] = decoded.record_with_key(row)
         return found
 
     def records_in_state(self, state: str, scope: Scope) -> list[RecordRow]:
-        return [
-            _record(r)
-            for r in self._read(
-                f"SELECT {RECORD_COLUMNS} FROM records WHERE state=? AND tenant=? AND workspace=?", (state, *scope)
-            )
-        ]
+        return [decoded.record(r) for r in self._read(S.RECORDS_IN_STATE, (state, *scope))]
 
     def live_more_than(self, scope: Scope, n: int) -> bool:
-        return bool(self._read(LIVE_MORE_THAN, (*scope, n + 1))[0][0] > n)
+        return bool(self._read(S.LIVE_MORE_THAN, (*scope, n + 1))[0][0] > n)
 
     def state_counts(self, scope: Scope) -> StateCounts:
         return StateCounts(
-            candidates={state: n for state, n in self._read(STATE_COUNTS.format("candidates"), scope)},
-            records={state: n for state, n in self._read(STATE_COUNTS.format("records"), scope)},
+            candidates={state: n for state, n in self._read(S.STATE_COUNTS.format("candidates"), scope)},
+            records={state: n for state, n in self._read(S.STATE_COUNTS.format("records"), scope)},
         )
 
     def pending_purges(self) -> dict[Scope, list[str]]:
         """Records whose bytes may still sit in an index file, by scope."""
         pending: dict[Scope, list[str]] = {}
-        for tenant, workspace, record_id in self._read("SELECT * FROM pending_purges"):
+        for tenant, workspace, record_id in self._read(S.PENDING_PURGES):
             pending.setdefault((tenant, workspace), []).append(record_id)
         return pending
 
@@ -599,30 +460,22 @@ class SqliteStore:
             )
 
     def due_for_expiry(self, at_ms: int) -> list[RecordRow]:
-        return [_record(r) for r in self._read(DUE_FOR_EXPIRY, (at_ms,))]
+        return [decoded.record(r) for r in self._read(S.DUE_FOR_EXPIRY, (at_ms,))]
 
     def live_records(self, scope: Scope) -> Iterator[RecordRow]:
         last = ""
-        while rows := self._read(
-            f"SELECT {_RECORD_WITH_KEY} WHERE r.tenant=? AND r.workspace=?"
-            " AND r.state='accepted_current' AND r.record_id>? ORDER BY r.record_id LIMIT 2000",
-            (*scope, last),
-        ):
-            yield from (_record_with_key(r) for r in rows)
-            last = rows[-1][2]
+        while page := self._read(S.LIVE_RECORDS_PAGE, (*scope, last)):
+            yield from (decoded.record_with_key(r) for r in page)
+            last = page[-1]["record_id"]
 
     # tenants ----------------------------------------------------------------------------
     def tenant_enabled(self, tenant: str) -> bool:
-        rows = self._read("SELECT enabled FROM tenants WHERE tenant=?", (tenant,))
+        rows = self._read(S.TENANT_ENABLED, (tenant,))
         return bool(rows and rows[0][0])
 
     def set_tenant_enabled(self, tenant: str, enabled: bool, at: str) -> None:
         with self.transaction() as tx:
-            tx.conn.execute(
-                "INSERT INTO tenants VALUES (?,?,?) ON CONFLICT(tenant)"
-                " DO UPDATE SET enabled=excluded.enabled, changed_at=excluded.changed_at",
-                (tenant, int(enabled), at),
-            )
+            tx.conn.execute(S.SET_TENANT_ENABLED, (tenant, int(enabled), at))
 
     # physical hygiene and backup -----------------------------------------------------------
     def purge_freed_pages(self) -> bool:

@@ -20,6 +20,7 @@ from ranking_support import HashingTestEncoder  # noqa: E402,F401 - re-exported
 from engram.models.codes import MESSAGES, ContractError, ErrorCode  # noqa: E402
 from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW  # noqa: E402
 from engram.service.engine import CallContext, Engine  # noqa: E402
+from engram.service.store import DEFAULT_DATABASE_TIMEOUT_MS, StoreAddress  # noqa: E402
 
 __all__ = [
     "CAPTURE",
@@ -59,12 +60,21 @@ class Backend:
     database_url: str | None = None
 
 
-def open_engine(data_dir: Path, **kwargs: Any) -> Engine:
+def open_engine(
+    data_dir: Path,
+    *,
+    database_url: str | None = None,
+    database_timeout_ms: int = DEFAULT_DATABASE_TIMEOUT_MS,
+    **kwargs: Any,
+) -> Engine:
+    """`Engine.open` with the test encoder, on the database at ``database_url`` (default:
+    the store `Backend` names)."""
     if "encoder" not in kwargs and kwargs.get("load_model", True):
         kwargs["encoder"] = HashingTestEncoder()
     kwargs.setdefault("load_model", False)
-    if Backend.database_url is not None:
-        kwargs.setdefault("database_url", Backend.database_url)
+    url = database_url or Backend.database_url
+    if url is not None:
+        kwargs.setdefault("store", StoreAddress(url, database_timeout_ms))
     return Engine.open(Path(data_dir), **kwargs)
 
 

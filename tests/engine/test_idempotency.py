@@ -48,7 +48,8 @@ def event_count(engine, ctx, kind: str | None = None) -> int:
 
 
 def candidate_count(engine) -> int:
-    return engine.deps.store._read("SELECT COUNT(*) FROM candidates")[0][0]
+    store = engine.deps.store
+    return sum(sum(store.state_counts(scope).candidates.values()) for scope in store.scopes())
 
 
 # -- replays -------------------------------------------------------------------------------

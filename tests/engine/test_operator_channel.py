@@ -197,7 +197,7 @@ def test_a_database_url_beside_a_server_on_another_store_is_refused_naming_both(
     assert out.exit_code == 2, out.output
     assert "ambiguous store" in out.output and "postgresql://engram@db.invalid/engram" in out.output
     assert "s3cret" not in out.output
-    served = live.writer_spec().database_url
+    served = live.writer_spec().store.shared_url
     assert (str(data_dir / "engram.db") if served is None else served.split("@")[-1]) in out.output
     assert not live.tenant_enabled("acme")
 
@@ -207,4 +207,4 @@ def test_the_channel_refuses_a_request_for_another_store(live, data_dir) -> None
         call(data_dir, "tenant-set", {"tenant": "acme", "enabled": True}, store="postgresql://x@db.invalid/other")
     assert err.value.code == "STORE_MISMATCH"
     assert not live.tenant_enabled("acme")
-    assert call(data_dir, "tenant-status", {"tenant": "acme"}, store=live.writer_spec().database_url) == "disabled"
+    assert call(data_dir, "tenant-status", {"tenant": "acme"}, store=live.writer_spec().store.shared_url) == "disabled"

@@ -16,6 +16,7 @@ from engram.service.engine import CallContext, Confirmation
 from engram.service.engine.clock import now_ms
 from engram.service.engine.gates import operation_digest
 from engram.service.engine.records import scope_key
+from engram.service.store import StoreAddress
 
 SCOPE = ("acme", "kb")
 PURPOSE = "purpose:test"
@@ -233,7 +234,8 @@ def test_batches_written_in_a_worker_process_load_the_same_records(tmp_path: Pat
     loaded = {}
     for worker in (False, True):
         url = request.getfixturevalue("postgres_cluster").create_database() if store == "postgres" else None
-        eng = Engine.open(tmp_path / f"worker-{worker}", encoder=encoder, database_url=url)
+        data_dir = tmp_path / f"worker-{worker}"
+        eng = Engine.open(data_dir, encoder=encoder, store=StoreAddress.resolve(data_dir, url))
         try:
             report = ingest_corpus(
                 eng, SCOPE, records, batch_size=7, progress=False, purpose_ref=PURPOSE, worker=worker
@@ -540,7 +542,7 @@ def test_ingest_runs_on_postgresql_like_on_sqlite(tmp_path: Path, encoder, postg
 
     url = postgres_cluster.create_database("ingest")
     results = []
-    for name, kwargs in (("sqlite", {}), ("postgres", {"database_url": url})):
+    for name, kwargs in (("sqlite", {}), ("postgres", {"store": StoreAddress(url)})):
         eng = Engine.open(tmp_path / name, encoder=encoder, **kwargs)
         try:
             first = ingest_corpus(eng, SCOPE, corpus(), batch_size=8, progress=False, purpose_ref=PURPOSE)
@@ -587,7 +589,7 @@ def test_a_bulk_load_leaves_the_planner_statistics_of_postgresql(tmp_path: Path,
     from engram.service.engine import Engine
 
     url = postgres_cluster.create_database("analyse")
-    eng = Engine.open(tmp_path / "pg", encoder=encoder, database_url=url)
+    eng = Engine.open(tmp_path / "pg", encoder=encoder, store=StoreAddress(url))
     try:
         ingest_corpus(eng, SCOPE, corpus(), batch_size=8, progress=False, purpose_ref=PURPOSE)
     finally:

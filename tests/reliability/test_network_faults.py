@@ -227,13 +227,13 @@ def test_store_waits_are_bounded_on_a_half_open_network(net: Net, store_behind_p
         with store.transaction():  # no connection to be had: the pool's checkout is bounded too
             pass
     guard = time.monotonic() + SETTLE_S
-    while store._listener is not None:  # a silent listener is probed and dropped
+    while store._listener.connection is not None:  # a silent listener is probed and dropped
         assert time.monotonic() < guard, "the listener outlived a partition"
         store.wait_for_journal(0.1)
     net.proxy.heal()
     assert isinstance(store.scopes(), list)
     store.wait_for_journal(0.1)
-    assert store._listener is not None
+    assert store._listener.connection is not None
 
 
 # --------------------------------------------------------------------------------- faults

@@ -225,7 +225,7 @@ def test_state_counts_and_expiry_read_indexes_not_every_row(tmp_path: Path) -> N
     """What a metrics scrape and `engram admin expire` ask of the store is answered from
     an index: a scan of the record table (sealed bodies and all) took minutes at
     millions of records."""
-    from engram.service.store.sqlite import DUE_FOR_EXPIRY, LIVE_MORE_THAN, STATE_COUNTS
+    from engram.service.store.statements import DUE_FOR_EXPIRY, LIVE_MORE_THAN, STATE_COUNTS
 
     path = tmp_path / "engram.db"
     SqliteStore(path).close()

@@ -236,7 +236,7 @@ def test_admin_replicas_lists_and_retires_a_replica_gone_for_good(database_url: 
     assert retired.exit_code == 0, retired.output
     store = PostgresStore(database_url)
     try:
-        assert gone_id not in [e.replica_id for e in store.replica_entries()]
+        assert gone_id not in [e.replica_id for e in store.deployment.replica_entries()]
         assert store.pending_purges() == {}  # the only replica that owed it is retired
     finally:
         store.close()

@@ -37,8 +37,8 @@ def test_scopes_held_before_routes_stay_with_the_default_group(database_url: str
     store = PostgresStore(database_url)
     try:
         assert store.schema_version() == len(POSTGRES_MIGRATIONS)
-        assert store.route(SCOPE) == Route(DEFAULT_GROUP, None, 1)
-        assert store.route(OTHER) is None
+        assert store.deployment.route(SCOPE) == Route(DEFAULT_GROUP, None, 1)
+        assert store.deployment.route(OTHER) is None
     finally:
         store.close()
 
@@ -52,7 +52,7 @@ def test_racing_claims_agree_on_one_group(database_url: str) -> None:
 
         def claim(i: int) -> None:
             barrier.wait()
-            results[i] = store.claim_route(SCOPE, groups[i])
+            results[i] = store.deployment.claim_route(SCOPE, groups[i])
 
         threads = [threading.Thread(target=claim, args=(i,)) for i in range(len(groups))]
         for t in threads:
@@ -60,7 +60,7 @@ def test_racing_claims_agree_on_one_group(database_url: str) -> None:
         for t in threads:
             t.join()
         assert len(set(results)) == 1 and results[0] is not None and results[0].group in groups
-        assert store.route(SCOPE) == results[0]
+        assert store.deployment.route(SCOPE) == results[0]
     finally:
         store.close()
 
@@ -68,18 +68,18 @@ def test_racing_claims_agree_on_one_group(database_url: str) -> None:
 def test_a_move_projects_first_then_flips(database_url: str) -> None:
     store = PostgresStore(database_url)
     try:
-        assert store.begin_move(OTHER, "beta") == Route("beta", None, 1)  # no route yet: routed at once
-        store.claim_route(SCOPE, "alpha")
-        moving = store.begin_move(SCOPE, "beta")
+        assert store.deployment.begin_move(OTHER, "beta") == Route("beta", None, 1)  # no route yet: routed at once
+        store.deployment.claim_route(SCOPE, "alpha")
+        moving = store.deployment.begin_move(SCOPE, "beta")
         assert moving == Route("alpha", "beta", 2)
-        assert store.begin_move(SCOPE, "beta") == moving  # rerun: the same move, resumed
-        assert store.finish_move(SCOPE, "gamma") == moving  # not the move under way: unchanged
-        assert store.finish_move(SCOPE, "beta") == Route("beta", None, 3)
-        store.ack_route(SCOPE, "r1", 2)
-        store.ack_route(SCOPE, "r2", 3)
-        store.ack_route(SCOPE, "r2", 1)  # an older acknowledgement never goes back
-        assert store.route_acks(SCOPE, 3) == {"r2"} and store.route_acks(SCOPE, 2) == {"r1", "r2"}
-        assert dict(store.routes()) == {SCOPE: Route("beta", None, 3), OTHER: Route("beta", None, 1)}
+        assert store.deployment.begin_move(SCOPE, "beta") == moving  # rerun: the same move, resumed
+        assert store.deployment.finish_move(SCOPE, "gamma") == moving  # not the move under way: unchanged
+        assert store.deployment.finish_move(SCOPE, "beta") == Route("beta", None, 3)
+        store.deployment.ack_route(SCOPE, "r1", 2)
+        store.deployment.ack_route(SCOPE, "r2", 3)
+        store.deployment.ack_route(SCOPE, "r2", 1)  # an older acknowledgement never goes back
+        assert store.deployment.route_acks(SCOPE, 3) == {"r2"} and store.deployment.route_acks(SCOPE, 2) == {"r1", "r2"}
+        assert dict(store.deployment.routes()) == {SCOPE: Route("beta", None, 3), OTHER: Route("beta", None, 1)}
     finally:
         store.close()
 
@@ -88,23 +88,24 @@ def test_purges_are_owed_by_the_holding_groups_only(database_url: str) -> None:
     store = PostgresStore(database_url)
     try:
         for replica_id, group in (("a1", "alpha"), ("a2", "alpha"), ("b1", "beta")):
-            store.heartbeat(replica_id, 10_000, group, f"http://{replica_id}:1")
-        store.claim_route(SCOPE, "alpha")
+            store.deployment.heartbeat(replica_id, 10_000, group, f"http://{replica_id}:1")
+        store.deployment.claim_route(SCOPE, "alpha")
         with store.transaction() as tx:
             tx.add_pending_purge(SCOPE, "rec1")
-        assert store.live_holders(SCOPE, 0) == ["a1", "a2"]
-        assert store.live_holders(("acme", "unrouted"), 0) == ["a1", "a2", "b1"]
-        assert store.purges_awaiting("b1") == {} and store.purges_awaiting("a1") == {SCOPE: ["rec1"]}
-        assert [m.replica_id for m in store.group_members("alpha", 0)] == ["a1", "a2"]
-        assert store.group_members("alpha", 20_000) == []  # none heartbeat since then
-        store.ack_purges(SCOPE, ["rec1"], "a1")
-        assert store.settle_purges(SCOPE, ["rec1"], ["a1", "a2"]) == ["rec1"]  # a2 still owes it
-        store.begin_move(SCOPE, "beta")  # during a move the target group holds it too
-        assert store.live_holders(SCOPE, 0) == ["a1", "a2", "b1"]
-        store.ack_purges(SCOPE, ["rec1"], "a2")
-        assert store.settle_purges(SCOPE, ["rec1"], ["a1", "a2", "b1"]) == ["rec1"]  # b1 owes it now
-        store.ack_purges(SCOPE, ["rec1"], "b1")
-        assert store.settle_purges(SCOPE, ["rec1"], ["a1", "a2", "b1"]) == []
+        assert store.deployment.live_holders(SCOPE, 0) == ["a1", "a2"]
+        assert store.deployment.live_holders(("acme", "unrouted"), 0) == ["a1", "a2", "b1"]
+        assert store.deployment.purges_awaiting("b1") == {}
+        assert store.deployment.purges_awaiting("a1") == {SCOPE: ["rec1"]}
+        assert [m.replica_id for m in store.deployment.group_members("alpha", 0)] == ["a1", "a2"]
+        assert store.deployment.group_members("alpha", 20_000) == []  # none heartbeat since then
+        store.deployment.ack_purges(SCOPE, ["rec1"], "a1")
+        assert store.deployment.settle_purges(SCOPE, ["rec1"], ["a1", "a2"]) == ["rec1"]  # a2 still owes it
+        store.deployment.begin_move(SCOPE, "beta")  # during a move the target group holds it too
+        assert store.deployment.live_holders(SCOPE, 0) == ["a1", "a2", "b1"]
+        store.deployment.ack_purges(SCOPE, ["rec1"], "a2")
+        assert store.deployment.settle_purges(SCOPE, ["rec1"], ["a1", "a2", "b1"]) == ["rec1"]  # b1 owes it now
+        store.deployment.ack_purges(SCOPE, ["rec1"], "b1")
+        assert store.deployment.settle_purges(SCOPE, ["rec1"], ["a1", "a2", "b1"]) == []
         assert store.pending_purges() == {}
     finally:
         store.close()
@@ -138,7 +139,7 @@ def test_an_unclaimed_scope_is_warm_on_the_default_group_at_ready(tmp_path: Path
     )
     try:
         head = default.deps.store.scope_cursor(ctx.scope)
-        assert default.deps.store.route(ctx.scope) is None
+        assert default.deps.store.deployment.route(ctx.scope) is None
         assert set(default.deps.ranker.projection_cursor(key).values()) == {head}
         assert set(other.deps.ranker.projection_cursor(key).values()) == {0}
         assert search_ids(default, ctx, "night ferry island") == [rid]
