@@ -182,6 +182,7 @@ def run(out_dir: Path, *, events: int, clients: int, steps: list[int], seconds: 
         formation.start()
         report: dict[str, Any] = {"formation_start_s": round(time.monotonic() - started, 1), "timeout_ms": TIMEOUT_MS}
         url, keys = formation.url(), out_dir / "keys"
+        (out_dir / "operator").mkdir(exist_ok=True)  # an admin command refuses a data directory it would guess
         subprocess.run(
             [sys.executable, "-m", "engram.service.cli", "admin", "--database-url", url, "--key-dir", str(keys)]
             + ["tenant", "enable", BENCH_SCOPE[0], "--data-dir", str(out_dir / "operator")],
