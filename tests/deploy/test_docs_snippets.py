@@ -13,14 +13,13 @@ A block that cannot run here (it serves until stopped, needs a PostgreSQL server
 desktop client or hours of CPU) says why on the line before its fence:
 `<!-- docs-test: skip: REASON -->`. Output shown to the reader goes in ```text blocks.
 
-Every page's commands share one user cache, made once per test run for all the xdist
-workers before the first page runs (the model's runtime files, which a reader's
-machine makes once too): pages then pay a model load each, not an export each.
+Every page's commands share one user cache whose model files are made once per test
+run for all the xdist workers before the first page runs (as a reader's machine makes
+them once): pages then pay a model load each, not an export each.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import signal
@@ -32,8 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from engram.ranking.onnx_encoder import export_file, quantized_file
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -180,32 +177,13 @@ def test_the_parser_finds_indented_blocks_and_their_markers(tmp_path: Path) -> N
     ]
 
 
-#: Makes the model's runtime files (the float32 export and its int8 copy) in the models
-#: directory given, as the first command that loads the model would.
-_PREPARE_MODEL = (
-    "import sys\n"
-    "from engram.ranking import QueryPrecision\n"
-    "from engram.ranking.onnx_encoder import OnnxMiniLM\n"
-    "for precision in QueryPrecision:\n"
-    "    OnnxMiniLM(sys.argv[1], precision).load()\n"
-)
-
-
 @pytest.fixture(scope="session")
-def user_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The XDG cache directory of every page, shared by this run's workers, its model
-    files made by the first worker to get here while the others wait."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent  # the run's directory, above each worker's own
-    cache = root / "docs-snippets-cache"
-    models = cache / "engram" / "models"
-    with (root / "docs-snippets-cache.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (export_file(models).exists() and quantized_file(models).exists()):
-            models.mkdir(parents=True, exist_ok=True)
-            env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-            subprocess.run([sys.executable, "-c", _PREPARE_MODEL, str(models)], env=env, check=True)
+def user_cache(tmp_path_factory: pytest.TempPathFactory, model_files: Path) -> Path:
+    """The XDG cache directory of every page: engram's models in it are the run's shared
+    model files (tests/conftest.py)."""
+    cache = tmp_path_factory.getbasetemp() / "docs-snippets-cache"
+    (cache / "engram").mkdir(parents=True, exist_ok=True)
+    (cache / "engram" / "models").symlink_to(model_files, target_is_directory=True)
     return cache
 
 
