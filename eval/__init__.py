@@ -13,6 +13,7 @@ __all__ = [
     "bench_cli",
     "bench_report",
     "cli",
+    "client_storm",
     "console_poll",
     "corpus_gen",
     "extra",

@@ -23,7 +23,6 @@ import os
 import secrets
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -34,6 +33,7 @@ import httpx2
 from engram.models.tools import CAPTURE, REQUEST_ADMISSION
 
 from .bench_calls import BENCH_SCOPE, load_claims, note_capture_args
+from .client_storm import ClientStorm
 from .formation import Formation, Node
 from .service_memory import ServedDirectory, _cli_env, answer_of
 
@@ -62,82 +62,46 @@ def _postgres_cpu_s(node: Node) -> float:
 
 class Clients:
     """``count`` clients, each a loop of capture then admission, alternating replicas;
-    every answer counted by outcome, the time of each replica's acknowledged writes kept."""
+    every answer recorded by the storm (eval/client_storm.py), admissions counted."""
 
     def __init__(self, replicas: list[ServedDirectory], count: int, run: str) -> None:
-        self.replicas, self.count, self.run = replicas, count, run
-        self.outcomes: Counter[str] = Counter()
+        self.replicas, self.run = replicas, run
         self.admitted = 0
-        # per replica: (started, answered, ok) of every call, monotonic seconds
-        self.calls: dict[int, list[tuple[float, float, bool]]] = {i: [] for i in range(len(replicas))}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self.storm = ClientStorm(len(replicas), self._step, count)
+        self._tokens = [replicas[0].token(load_claims(BENCH_SCOPE, client)) for client in range(count)]
+        self._http = [httpx2.Client(timeout=httpx2.Timeout(120.0)) for _ in range(count)]  # one per client
 
     def start(self) -> Clients:
-        self._threads = [threading.Thread(target=self._client, args=(c,)) for c in range(self.count)]
-        for t in self._threads:
-            t.start()
+        self.storm.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=120)
+        self.storm.stop()
+        for http in self._http:
+            http.close()
 
-    def _call(self, http: httpx2.Client, which: int, token: str, tool: str, args: dict[str, Any]) -> Any:
-        served = self.replicas[which]
-        started = time.monotonic()
-        try:
-            outcome, value = answer_of(http.post(**served.request(token, tool, args, 1)))
-        except httpx2.HTTPError as exc:
-            outcome, value = f"transport:{type(exc).__name__}", None
-        with self._lock:
-            self.outcomes[outcome] += 1
-            self.calls[which].append((started, time.monotonic(), outcome == "ok"))
-        return value
+    def _call(self, client: int, which: int, tool: str, args: dict[str, Any]) -> Any:
+        served, http, token = self.replicas[which], self._http[client], self._tokens[client]
 
-    def _client(self, client: int) -> None:
-        token = self.replicas[0].token(load_claims(BENCH_SCOPE, client))
-        i = 0
-        with httpx2.Client(timeout=httpx2.Timeout(120.0)) as http:
-            while not self._stop.is_set():
-                i += 1
-                which = (client + i) % len(self.replicas)
-                cap = self._call(http, which, token, CAPTURE, note_capture_args(i, client, self.run))
-                if cap is None:
-                    time.sleep(0.1)
-                    continue
-                out = self._call(
-                    http,
-                    which,
-                    token,
-                    REQUEST_ADMISSION,
-                    {"candidate_id": cap["candidate_id"], "idempotency_key": f"adm-{self.run}-{client}-{i}"},
-                )
-                if out is not None and out["outcome"]["status"] == "accepted":
-                    with self._lock:
-                        self.admitted += 1
+        def send() -> tuple[str, Any]:
+            try:
+                return answer_of(http.post(**served.request(token, tool, args, 1)))
+            except httpx2.HTTPError as exc:
+                return f"transport:{type(exc).__name__}", None
 
-    def first_write_after(self, at: float) -> list[float | None]:
-        """Per replica, seconds from `at` to the answer of its first acknowledged write
-        among the calls it started after `at`."""
-        with self._lock:
-            return [
-                next((round(end - at, 2) for start, end, ok in self.calls[r] if ok and start > at), None)
-                for r in self.calls
-            ]
+        return self.storm.call(which, send)[1]
 
-    def write_gap(self, at: float) -> list[float]:
-        """Per replica, seconds from the start of its first call after `at` that failed
-        to the answer of the first acknowledged one it started after that (0: none failed)."""
-        gaps = []
-        with self._lock:
-            for r in self.calls:
-                failed = next((start for start, _, ok in self.calls[r] if not ok and start > at), None)
-                back = None if failed is None else next((e for s_, e, ok in self.calls[r] if ok and s_ > failed), None)
-                gaps.append(0.0 if failed is None else round((back or time.monotonic()) - failed, 2))
-        return gaps
+    def _step(self, client: int, i: int) -> None:
+        which = (client + i) % len(self.replicas)
+        cap = self._call(client, which, CAPTURE, note_capture_args(i, client, self.run))
+        if cap is None:
+            time.sleep(0.1)
+            return
+        args = {"candidate_id": cap["candidate_id"], "idempotency_key": f"adm-{self.run}-{client}-{i}"}
+        out = self._call(client, which, REQUEST_ADMISSION, args)
+        if out is not None and out["outcome"]["status"] == "accepted":
+            with self.storm.lock:
+                self.admitted += 1
 
 
 def _event(replicas: list[ServedDirectory], formation: Formation, kind: str, clients: int) -> dict[str, Any]:
@@ -148,7 +112,7 @@ def _event(replicas: list[ServedDirectory], formation: Formation, kind: str, cli
     load = Clients(replicas, clients, f"{kind}-{secrets.token_hex(3)}").start()
     try:
         time.sleep(3.0)
-        before = Counter(load.outcomes)
+        before = Counter(load.storm.outcomes)
         primary = formation.primary()
         assert primary is not None
         if kind == "primary_lost":
@@ -158,14 +122,14 @@ def _event(replicas: list[ServedDirectory], formation: Formation, kind: str, cli
             at = time.monotonic()
             formation.switchover()  # returns once the monitor says it is done
         deadline = at + 180
-        while time.monotonic() < deadline and None in load.first_write_after(max(at, time.monotonic() - 0.5)):
+        while time.monotonic() < deadline and not load.storm.served_since(max(at, time.monotonic() - 0.5)):
             time.sleep(0.1)
         time.sleep(1.0)
-        during = Counter(load.outcomes)
+        during = Counter(load.storm.outcomes)
         during.subtract(before)
     finally:
         load.stop()
-    measured = load.first_write_after(at) if kind == "primary_lost" else load.write_gap(at)
+    measured = load.storm.first_ok_after(at) if kind == "primary_lost" else load.storm.ok_gap(at)
     if kind == "primary_lost":
         primary.run()
     formation.wait_settled(180)
@@ -203,7 +167,7 @@ def _capacity(replicas: list[ServedDirectory], formation: Formation, steps: list
                 "primary_cpu_share": round((cpu1 - cpu0) / (t1 - t0), 3),
                 "primary_cpu_ms_per_admission_above_idle": round(cpu_per * 1000, 2),
                 "primary_saturates_at_per_core": round(1 / cpu_per, 0) if cpu_per > 0 else None,
-                "outcomes": dict(load.outcomes),
+                "outcomes": dict(load.storm.outcomes),
             }
         )
     return rows
@@ -218,6 +182,7 @@ def run(out_dir: Path, *, events: int, clients: int, steps: list[int], seconds: 
         formation.start()
         report: dict[str, Any] = {"formation_start_s": round(time.monotonic() - started, 1), "timeout_ms": TIMEOUT_MS}
         url, keys = formation.url(), out_dir / "keys"
+        (out_dir / "operator").mkdir(exist_ok=True)  # an admin command refuses a data directory it would guess
         subprocess.run(
             [sys.executable, "-m", "engram.service.cli", "admin", "--database-url", url, "--key-dir", str(keys)]
             + ["tenant", "enable", BENCH_SCOPE[0], "--data-dir", str(out_dir / "operator")],

@@ -95,12 +95,20 @@ class Node:
 
     def stop(self) -> None:
         """Stop the keeper, then postgres (immediately): the node is down until `run`."""
+        self.kill()
+        self.wait_down()
+
+    def kill(self) -> None:
+        """SIGKILL the keeper, then postgres; returns before postgres is gone."""
         if self.keeper is not None and self.keeper.poll() is None:
             os.killpg(self.keeper.pid, signal.SIGKILL)
             self.keeper.wait(timeout=10)
         self.keeper = None
         self.kill_postgres()
-        deadline = time.monotonic() + 10
+
+    def wait_down(self, timeout_s: float = 10) -> None:
+        """Until the node's postmaster is gone (reaped, seconds after its keeper died)."""
+        deadline = time.monotonic() + timeout_s
         while self.postmaster_alive() and time.monotonic() < deadline:
             time.sleep(0.05)
 
@@ -234,8 +242,11 @@ class Formation:
             self._wait(functools.partial(self._joined, node, want), f"{node.name} to join")
 
     def stop(self) -> None:
-        for node in [*self.nodes, self.monitor]:
-            node.stop()
+        nodes = [*self.nodes, self.monitor]
+        for node in nodes:  # all killed first: their postmasters are reaped meanwhile, not in turn
+            node.kill()
+        for node in nodes:
+            node.wait_down()
         shutil.rmtree(self.root, ignore_errors=True)
 
     def tune_monitor(self, settings: dict[str, int]) -> None:

@@ -139,6 +139,7 @@ def ingest(
             store=settings.store_address(),
             key_dir=settings.key_dir,
             device=settings.device,
+            model_cache=settings.model_cache_dir,
         )
     except (StoreUnavailable, SchemaTooNew) as exc:
         typer.echo(f"engram ingest: store unavailable: {exc or type(exc).__name__}", err=True)

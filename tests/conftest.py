@@ -1,9 +1,14 @@
 """Fixtures shared by the bulk-ingestion and evaluation tests: a small engine with the
-deterministic test encoder, and a tiny BEIR collection."""
+deterministic test encoder, and a tiny BEIR collection; and by every test that loads the
+real model, its runtime files made once per test run."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 from ranking_support import HashingTestEncoder  # noqa: E402
 
 from engram.ranking.native import prepare_process  # noqa: E402
+from engram.ranking.onnx_encoder import export_file, quantized_file  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -94,3 +100,33 @@ def postgres_cluster():
 def database_url(postgres_cluster) -> str:
     """A fresh, empty PostgreSQL database for one test."""
     return postgres_cluster.create_database()
+
+
+#: Makes the model's runtime files (the float32 export and its int8 copy) in the models
+#: directory given, as the first process that loads the model would.
+_PREPARE_MODEL = (
+    "import sys\n"
+    "from engram.ranking import QueryPrecision\n"
+    "from engram.ranking.onnx_encoder import OnnxMiniLM\n"
+    "for precision in QueryPrecision:\n"
+    "    OnnxMiniLM(sys.argv[1], precision).load()\n"
+)
+
+
+@pytest.fixture(scope="session")
+def model_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A models directory holding the model's runtime files, made once per test run for
+    every xdist worker (the first to ask makes them, in a process of its own, while the
+    others wait on the lock): an export costs 10 s of CPU or more. Tests about making
+    them use a directory of their own."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's directory, above each worker's own
+    models = root / "model-files"
+    with (root / "model-files.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (export_file(models).exists() and quantized_file(models).exists()):
+            models.mkdir(parents=True, exist_ok=True)
+            env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+            subprocess.run([sys.executable, "-c", _PREPARE_MODEL, str(models)], env=env, check=True)
+    return models

@@ -159,12 +159,15 @@ def restore(
     if keys is None and not (source / "keys").is_dir():
         echo_error("engram: the backup holds no key-encryption keys; pass --keys <data-dir>/keys or an export-kek copy")
         raise typer.Exit(2)
+    settings = command_settings(use=DataDirUse.UNUSED, data_dir=data_dir)
     created = not data_dir.exists()
     if created:
         echo_error(f"engram: creating data directory {data_dir}")
     try:
         with DataDirLock(data_dir), long_step(f"restoring {source} into {data_dir}"):
-            engine = restore(source, data_dir, key_source=keys, load_model=load_model)
+            engine = restore(
+                source, data_dir, key_source=keys, load_model=load_model, model_cache=settings.model_cache_dir
+            )
             engine.close()
     except DirectoryHeld:
         echo_error(f"engram: another engram process holds {data_dir}")

@@ -12,6 +12,10 @@ replaced by a free one, so pages may run side by side.
 A block that cannot run here (it serves until stopped, needs a PostgreSQL server, a
 desktop client or hours of CPU) says why on the line before its fence:
 `<!-- docs-test: skip: REASON -->`. Output shown to the reader goes in ```text blocks.
+
+Every page's commands share one user cache whose model files are made once per test
+run for all the xdist workers before the first page runs (as a reader's machine makes
+them once): pages then pay a model load each, not an export each.
 """
 
 from __future__ import annotations
@@ -173,14 +177,22 @@ def test_the_parser_finds_indented_blocks_and_their_markers(tmp_path: Path) -> N
     ]
 
 
+@pytest.fixture(scope="session")
+def user_cache(tmp_path_factory: pytest.TempPathFactory, model_files: Path) -> Path:
+    """The XDG cache directory of every page: engram's models in it are the run's shared
+    model files (tests/conftest.py)."""
+    cache = tmp_path_factory.getbasetemp() / "docs-snippets-cache"
+    (cache / "engram").mkdir(parents=True, exist_ok=True)
+    (cache / "engram" / "models").symlink_to(model_files, target_is_directory=True)
+    return cache
+
+
 @pytest.mark.parametrize("page", _pages_with_runnable_blocks())
-def test_page_snippets_run(page: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_page_snippets_run(page: str, tmp_path: Path, user_cache: Path) -> None:
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()
     home.mkdir()
     (work / "examples").symlink_to(ROOT / "examples")
-    cache = tmp_path_factory.getbasetemp() / "docs-snippets-cache"
-    cache.mkdir(exist_ok=True)
     port = _free_port()
     blocks = [s for s in snippets(ROOT / page) if s.skip is None]
-    _run_page(page, blocks, work, _environment(home, cache, port), port)
+    _run_page(page, blocks, work, _environment(home, user_cache, port), port)

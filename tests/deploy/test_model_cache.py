@@ -1,7 +1,7 @@
 """The model's runtime files are made once per user, not per data directory: a second
-data directory's first launch reuses the export, ONNX Runtime's own cache lives in
-engram's, and loading the model writes no progress bar to a stdio server's stderr (its
-log says what it prepares)."""
+data directory's first launch reuses the export, so do an ingest and a restore into new
+directories, ONNX Runtime's own cache lives in engram's, and loading the model writes
+no progress bar to a stdio server's stderr (its log says what it prepares)."""
 
 from __future__ import annotations
 
@@ -92,3 +92,19 @@ def test_two_data_directories_share_one_model_export(tmp_path):
     assert not (tmp_path / "home" / ".cache" / "Microsoft").exists()
     for stderr in (first, second):
         assert "Loading weights" not in stderr and "\r" not in stderr, stderr
+    # The other commands that load the model into a new directory use the same files.
+    env = {**os.environ, "ENGRAM_MODEL_CACHE_DIR": str(cache), "HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)}
+    env.pop("XDG_CACHE_HOME", None)
+    ingested, backup, restored = tmp_path / "three", tmp_path / "backup", tmp_path / "restored"
+    for command in (
+        ["ingest", str(ROOT / "examples" / "ops-notes"), "--tenant", "acme", "--workspace", "kb", "-d", str(ingested)],
+        ["admin", "backup", str(backup), "-d", str(ingested)],
+        ["admin", "restore", str(backup), "-d", str(restored), "--keys", str(ingested / "keys")],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "engram.service.cli", *command], env=env, capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        assert "preparing the model's runtime files" not in done.stderr
+    assert not (ingested / "models").exists() and not (restored / "models").exists()
+    assert {path.name: path.stat().st_ino for path in cache.glob("*.onnx")} == made

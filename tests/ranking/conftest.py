@@ -18,7 +18,7 @@ def ranker(tmp_path: Path):
 
 
 @pytest.fixture(scope="session")
-def minilm(tmp_path_factory) -> MiniLMEncoder:
-    encoder = MiniLMEncoder(tmp_path_factory.mktemp("models"))
+def minilm(model_files: Path) -> MiniLMEncoder:
+    encoder = MiniLMEncoder(model_files)
     encoder.load()
     return encoder

@@ -13,7 +13,7 @@ import numpy as np
 from ranking_support import HashingTestEncoder, bytes_under, doc
 
 from engram.ranking import HYBRID_PROFILE, LEXICAL_PROFILE, Ranker
-from engram.ranking.semantic import SemanticIndex
+from engram.ranking.semantic import CHECKPOINT_RECORDS, SemanticIndex
 
 SECRET = "zyxquorblat"
 
@@ -169,8 +169,10 @@ def test_purge_reaches_the_disk_with_unsaved_changes_pending(tmp_path: Path):
 
 
 def test_bulk_apply_cost_stays_roughly_linear(tmp_path: Path, capsys):
-    """40 batches of 500: saves are spaced out, so late batches cost about what early
-    ones do (timings printed, only a loose bound asserted)."""
+    """40 batches of 500: a save (the whole index written) comes at most once per
+    ``CHECKPOINT_RECORDS`` applied, so late batches cost about what early ones do.
+    What is asserted is the count of saves; the timings are printed, not asserted
+    (speed is measured by `engram bench`)."""
     dim = 32
     ranker = Ranker(tmp_path / "idx", None, dim=dim)
     rng = np.random.default_rng(0)
@@ -201,8 +203,7 @@ def test_bulk_apply_cost_stays_roughly_linear(tmp_path: Path, capsys):
             f"last 10 {last:.2f}s, {saves['n']} semantic saves, close {closing:.2f}s"
         )
     assert ranker.projection_cursor("bulk") == {"lexical": batches * size, "semantic": batches * size}
-    assert saves["n"] <= batches // 2 + 1
-    assert last < 6 * first + 2.0
+    assert saves["n"] <= batches * size // CHECKPOINT_RECORDS + 1
 
 
 def test_reload_and_rebuild_keep_the_vectors_exactly_and_files_stay_private(tmp_path: Path, monkeypatch):

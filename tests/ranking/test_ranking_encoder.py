@@ -62,8 +62,8 @@ def test_this_machine_resolves_to_what_torch_sees():
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("models")
+def cache_dir(model_files: Path) -> Path:
+    return model_files
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,9 @@
 """No database server at all: every store call answers StoreUnavailable within one
 `database_timeout_ms` (the first waits the bound, later ones do not wait it again),
 the store says it is unreachable, and it serves again by itself once a server
-accepts connections, counting the outage and the reconnection.
+accepts connections, counting the outage and the reconnection. What each checkout
+asked of the pool is recorded, so the test reads which ones waited the bound instead
+of timing the calls (the machine's load cannot change what it sees).
 
 A server of its own (stopped and started here), so the session's shared one stays up."""
 
@@ -10,13 +12,16 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 from engine_support import CAPTURE, ContractError, ErrorCode, capture_args, context, open_engine
 from postgres_support import PostgresCluster
 from prometheus_client.parser import text_string_to_metric_families
+from psycopg_pool import PoolTimeout
 
 from engram.service.http.metrics import Metrics
 from engram.service.store.base import StoreUnavailable
@@ -45,6 +50,42 @@ def _unavailable(store: PostgresStore) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class Checkout:
+    """One connection the store asked its pool for: the wait it allowed (None: the
+    pool's own timeout, the bound), when it began and ended (monotonic), and whether
+    the pool gave none in that time."""
+
+    timeout: float | None
+    began: float
+    ended: float
+    timed_out: bool
+
+    @property
+    def waited_the_bound(self) -> bool:
+        return self.timeout is None and self.timed_out
+
+
+def _record_checkouts(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> list[Checkout]:
+    """Every checkout of the store's real pool from now on, in order."""
+    pool: Any = store._pool  # the seam the bound is enforced at
+    getconn = pool.getconn
+    seen: list[Checkout] = []
+
+    def recording(timeout: float | None = None) -> Any:
+        began = time.monotonic()
+        try:
+            conn = getconn(timeout=timeout)
+        except PoolTimeout:
+            seen.append(Checkout(timeout, began, time.monotonic(), timed_out=True))
+            raise
+        seen.append(Checkout(timeout, began, time.monotonic(), timed_out=False))
+        return conn
+
+    monkeypatch.setattr(pool, "getconn", recording)
+    return seen
+
+
 def _scraped(store: PostgresStore) -> dict[str, float]:
     """The store's connectivity as /metrics exposes it: sample name -> value."""
     text = Metrics(store_connectivity=store.connectivity_state).render().decode()
@@ -56,24 +97,35 @@ def _scraped(store: PostgresStore) -> dict[str, float]:
     }
 
 
-def test_calls_fail_within_one_bound_while_no_server_answers_and_resume(server: PostgresCluster) -> None:
+def test_calls_fail_within_one_bound_while_no_server_answers_and_resume(
+    server: PostgresCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = PostgresStore(server.create_database(), timeout_ms=BOUND_MS)
     try:
         assert store.scopes() == []
         first = store.connectivity_state()
         assert first.reachable and first.server is not None and first.outages == 0
+        assert store._pool.timeout == BOUND_MS / 1000  # a checkout waits the bound at most
 
+        checkouts = _record_checkouts(store, monkeypatch)
         server.kill_server()
-        assert _unavailable(store)  # waited the bound: nothing accepts a connection
+        assert _unavailable(store)  # nothing accepts a connection
+        assert [c.waited_the_bound for c in checkouts].count(True) == 1  # it waited the bound, once
         down = store.connectivity_state()
         assert not down.reachable and down.outages == 1
         assert _scraped(store)["engram_store_reachable"] == 0
 
         # Several statements of one call (a route lookup, the tenant check, a read):
-        # together within one bound, where each used to wait a bound of its own.
-        started = time.monotonic()
+        # together within one bound, where each used to wait a bound of its own. A
+        # checkout waits the bound again only once a bound has passed since the last
+        # one that did (so the pool may connect to a server that came back): never two
+        # such waits back to back. A slow machine only spaces them further apart.
+        statements = len(checkouts)
         assert all(_unavailable(store) for _ in range(5))
-        assert time.monotonic() - started < BOUND_MS / 1000
+        assert len(checkouts) >= statements + 5
+        waits = [c for c in checkouts if c.waited_the_bound]
+        for before, after in zip(waits, waits[1:]):
+            assert after.began - before.ended >= BOUND_MS / 1000, checkouts
         assert store.connectivity_state().outages == 1  # one outage, not one per call
 
         server.start_server()
