@@ -113,7 +113,7 @@ class Operator:
     def replay_search(self, ctx: CallContext, arguments: dict[str, Any], receipt: dict[str, Any]) -> dict[str, Any]:
         """Re-run a search pinned to a rank receipt (operator surface; see search.replay)."""
         args = parse_arguments(SEARCH, arguments)
-        return search.replay(self.deps, ctx, args, receipt)
+        return search.replay(self.deps, ctx, args, receipt)  # type: ignore[arg-type]
 
     def rotate_kek(self) -> str:
         return self.deps.vault.ring.rotate(self.deps.store)
