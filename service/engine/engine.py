@@ -95,7 +95,7 @@ class Engine:
         self._serve_replica = serve_replica and deps.replica is not None
         self._seed_vectors = seed_vectors
         self._warm_up_tally = SeedTally()
-        self._recent_searches = RecentSearches()
+        self._recent_searches: RecentSearches | None = None  # kept only for an operator console
 
     @classmethod
     def open(
@@ -265,7 +265,7 @@ class Engine:
             raise ContractError(ErrorCode.STORE_UNAVAILABLE) from None
         except CommitUncertain:
             raise ContractError(ErrorCode.MUTATION_OUTCOME_UNKNOWN) from None
-        if tool == SEARCH:
+        if tool == SEARCH and self._recent_searches is not None:
             self._recent_searches.remember(ctx.scope, args.model_dump(exclude_none=True), value["rank_receipt"])
         return value
 
@@ -431,10 +431,18 @@ class Engine:
     def expire_due(self) -> list[tuple[Scope, str]]:
         return operator.expire_due(self.deps)
 
+    def keep_recent_searches(self) -> None:
+        """From now on, keep the last searches (their receipts, and the arguments a replay
+        needs, query included) in memory for an operator console to pick; a server
+        without a console keeps none."""
+        if self._recent_searches is None:
+            self._recent_searches = RecentSearches()
+
     def recent_search(self, receipt_digest: str) -> RecentSearch | None:
         """A search this process answered lately, by its rank receipt's digest (the one
-        its audit line names), with what a replay needs; None once it is no longer kept."""
-        return self._recent_searches.get(receipt_digest)
+        its audit line names), with what a replay needs; None once it is no longer kept,
+        or when no search is kept (`keep_recent_searches`)."""
+        return self._recent_searches.get(receipt_digest) if self._recent_searches is not None else None
 
     def replay_search(self, ctx: CallContext, arguments: dict[str, Any], receipt: dict[str, Any]) -> dict[str, Any]:
         """Re-run a search pinned to a rank receipt (operator surface; see search.replay)."""
@@ -570,11 +578,13 @@ class Engine:
             for p in (LEXICAL_PROFILE, HYBRID_PROFILE)
         ]
 
-    def expiring_before(self, at_ms: int) -> list[dict[str, Any]]:
-        """Current records whose retention ends by ``at_ms`` (ids and instants only)."""
-        return [
+    def expiring_before(self, at_ms: int, limit: int, only: Scope | None = None) -> tuple[int, list[dict[str, Any]]]:
+        """How many current records' retention ends by ``at_ms`` (in ``only``, or in
+        every scope), and the ``limit`` that end first (ids and instants only)."""
+        count, rows = self.deps.store.due_for_expiry_page(at_ms, limit, only)
+        return count, [
             {"tenant": r.scope[0], "workspace": r.scope[1], "record_id": r.record_id, "expires_at_ms": r.expires_at_ms}
-            for r in self.deps.store.due_for_expiry(at_ms)
+            for r in rows
         ]
 
     def pending_purges(self) -> list[dict[str, Any]]:

@@ -4,9 +4,12 @@ Why: an operator asks "why did this record rank third?" about a search an agent 
 and the audit log (digests only) names that search by its rank receipt's digest. The
 receipt is not a stored effect (a search writes nothing), so the engine keeps the last
 few in memory, with the scope and arguments a replay needs; the operator surface hands
-back the receipt and a replay, never the arguments (they hold the query). Like the
-audit file beside it, this is one process's view: a restart or another replica starts
-with none, and an older search's receipt is gone once newer ones push it out.
+back the receipt and a replay, never the arguments (they hold the query). Only a
+server with an operator console keeps them (`Engine.keep_recent_searches`), from the
+console's start: the queries of a server without one are held no longer than their
+call. Like the audit file beside it, this is one process's view: a restart or another
+replica starts with none, and an older search's receipt is gone once newer ones push
+it out. Nothing here is written to disk.
 """
 
 from __future__ import annotations

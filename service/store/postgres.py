@@ -826,6 +826,15 @@ class PostgresStore:
             )
         ]
 
+    def due_for_expiry_page(self, at_ms: int, limit: int, scope: Scope | None = None) -> tuple[int, list[RecordRow]]:
+        due = "FROM records WHERE state='accepted_current' AND expires_at_ms IS NOT NULL AND expires_at_ms<=%s"
+        if scope is not None:
+            due += " AND tenant=%s AND workspace=%s"
+        params = (at_ms,) if scope is None else (at_ms, *scope)
+        count = self._read(f"SELECT COUNT(*) {due}", params)[0][0]
+        rows = self._read(f"SELECT {RECORD_COLUMNS} {due} ORDER BY expires_at_ms, record_id LIMIT %s", (*params, limit))
+        return int(count), [_record(r) for r in rows]
+
     def live_records(self, scope: Scope) -> Iterator[RecordRow]:
         last = ""
         while rows := self._read(

@@ -126,10 +126,8 @@ LIVE_MORE_THAN = (
     "SELECT COUNT(*) FROM (SELECT 1 FROM records WHERE tenant=? AND workspace=? AND state='accepted_current' LIMIT ?)"
 )
 #: Current records whose retention has passed, read through the expiry index.
-DUE_FOR_EXPIRY = (
-    f"SELECT {RECORD_COLUMNS} FROM records WHERE state='accepted_current'"
-    " AND expires_at_ms IS NOT NULL AND expires_at_ms<=?"
-)
+DUE = "FROM records WHERE state='accepted_current' AND expires_at_ms IS NOT NULL AND expires_at_ms<=?"
+DUE_FOR_EXPIRY = f"SELECT {RECORD_COLUMNS} {DUE}"
 
 
 def _idempotency_key_digest(key: str) -> str:
@@ -600,6 +598,12 @@ class SqliteStore:
 
     def due_for_expiry(self, at_ms: int) -> list[RecordRow]:
         return [_record(r) for r in self._read(DUE_FOR_EXPIRY, (at_ms,))]
+
+    def due_for_expiry_page(self, at_ms: int, limit: int, scope: Scope | None = None) -> tuple[int, list[RecordRow]]:
+        within, params = ("", (at_ms,)) if scope is None else (" AND tenant=? AND workspace=?", (at_ms, *scope))
+        count = self._read(f"SELECT COUNT(*) {DUE}{within}", params)[0][0]
+        rows = self._read(f"{DUE_FOR_EXPIRY}{within} ORDER BY expires_at_ms, record_id LIMIT ?", (*params, limit))
+        return count, [_record(r) for r in rows]
 
     def live_records(self, scope: Scope) -> Iterator[RecordRow]:
         last = ""
