@@ -106,6 +106,8 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
             "candidate_id TEXT, PRIMARY KEY (tenant, workspace, record_id))",
             "CREATE INDEX IF NOT EXISTS records_payload ON records (tenant, workspace, payload_digest)",
             "CREATE INDEX IF NOT EXISTS records_expiry ON records (expires_at_ms) WHERE state = 'accepted_current'",
+            "CREATE INDEX IF NOT EXISTS records_scope_expiry ON records (tenant, workspace, expires_at_ms)"
+            " WHERE state = 'accepted_current' AND expires_at_ms IS NOT NULL",
             "CREATE TABLE IF NOT EXISTS idempotency ("
             "tenant TEXT NOT NULL, workspace TEXT NOT NULL, principal TEXT NOT NULL, key TEXT NOT NULL, "
             "tool TEXT NOT NULL, intent TEXT NOT NULL, response TEXT NOT NULL, "
@@ -832,7 +834,7 @@ class PostgresStore:
             due += " AND tenant=%s AND workspace=%s"
         params = (at_ms,) if scope is None else (at_ms, *scope)
         count = self._read(f"SELECT COUNT(*) {due}", params)[0][0]
-        rows = self._read(f"SELECT {RECORD_COLUMNS} {due} ORDER BY expires_at_ms, record_id LIMIT %s", (*params, limit))
+        rows = self._read(f"SELECT {RECORD_COLUMNS} {due} ORDER BY expires_at_ms LIMIT %s", (*params, limit))
         return int(count), [_record(r) for r in rows]
 
     def live_records(self, scope: Scope) -> Iterator[RecordRow]:
