@@ -137,18 +137,25 @@ def write_audit_log(path: Path, mib: int) -> int:
 
 
 def audit(data_dir: Path, sizes: list[int]) -> None:
-    """The audit and receipts pages' reads over logs of each size (MiB)."""
+    """The audit and receipts pages' reads over logs of each size (MiB), the sizes in
+    turn for each read, so that a change in the machine's load falls on all of them."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    for mib in sizes:
-        path = data_dir / f"audit-{mib}.jsonl"
-        row: dict[str, Any] = {"MiB": mib, "lines": write_audit_log(path, mib)}
-        row.update(_audit_reads(path))
-        row["load"] = os.getloadavg()[0]
-        print(json.dumps(row))
-        path.unlink()
+    paths = {mib: data_dir / f"audit-{mib}.jsonl" for mib in sizes}
+    rows: dict[int, dict[str, Any]] = {
+        mib: {"MiB": mib, "lines": write_audit_log(path, mib)} for mib, path in paths.items()
+    }
+    try:
+        for name in _audit_reads(paths[sizes[0]]):
+            for mib, path in paths.items():
+                rows[mib][name] = median_ms(_audit_reads(path)[name])
+    finally:
+        for path in paths.values():
+            path.unlink()
+    for row in rows.values():
+        print(json.dumps({**row, "load": os.getloadavg()[0]}))
 
 
-def _audit_reads(path: Path) -> dict[str, float]:
+def _audit_reads(path: Path) -> dict[str, Callable[[], Any]]:
     from datetime import datetime, timedelta
 
     from engram.service.console import audit_trail
@@ -157,15 +164,14 @@ def _audit_reads(path: Path) -> dict[str, float]:
     first = audit_trail.audit(path, AuditFilter())
     newest = datetime.strptime(first["lines"][0]["time"][:16], "%Y-%m-%dT%H:%M")
     hour_ago = (newest - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
-    reads = {
+    return {
         "unfiltered": lambda: audit_trail.audit(path, AuditFilter()),
         "next page": lambda: audit_trail.audit(path, AuditFilter(), before=first["older"]),
         "by code": lambda: audit_trail.audit(path, AuditFilter(code="RATE_LIMITED")),
-        "by tool and tenant": lambda: audit_trail.audit(path, AuditFilter(tool=TOOLS[-1], tenant="tenant3")),
+        "matching nothing": lambda: audit_trail.audit(path, AuditFilter(tool=TOOLS[-1], tenant="tenant3")),
         "until an hour before": lambda: audit_trail.audit(path, AuditFilter(until=hour_ago)),
         "recent searches": lambda: audit_trail.recent_searches(path),
     }
-    return {name: median_ms(read) for name, read in reads.items()}
 
 
 def main() -> None:

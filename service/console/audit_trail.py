@@ -103,7 +103,8 @@ def audit(path: Path, wanted: AuditFilter, before: int | None = None, limit: int
     """One page: the newest ``limit`` matching lines that start before byte offset
     ``before`` (None: the end), newest first; ``older``, the offset to read the next
     page from (None when the filter's range is read to its start); the choices of each
-    filter; and each error code's calls per minute in the filter's newest minutes."""
+    filter (the code's are suggestions: a protocol error's line holds its JSON-RPC
+    code); and each error code's calls per minute in the filter's newest hour."""
     view: dict[str, Any] = {
         "lines": [],
         "matched": 0,

@@ -125,6 +125,7 @@ def test_the_audit_form_filters_by_tenant_and_time(tab, served):
     since = filtered(tenant="", since=newest[:19])
     assert since[0] == newest and all(stamp >= newest[:19] for stamp in since)
     assert filtered(since="", until="2000") == []
+    assert len(filtered(until="", code="NOT_FOUND")) == 1  # the code is typed, as a protocol error's is
     assert tab.errors == []
 
 
