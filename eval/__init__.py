@@ -14,6 +14,7 @@ __all__ = [
     "bench_report",
     "cli",
     "console_poll",
+    "console_timing",
     "corpus_gen",
     "extra",
     "failover_bench",
