@@ -15,6 +15,7 @@ __all__ = [
     "cli",
     "client_storm",
     "console_poll",
+    "console_timing",
     "corpus_gen",
     "extra",
     "failover_bench",

@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 import anyio.to_thread
 from fastapi import Depends, FastAPI, Form, Request
@@ -99,13 +100,20 @@ def _live(request: Request, whole: str, fragment: str) -> str:
     return fragment if request.url.path.startswith("/fragments/") else whole
 
 
+def _audit_filter(tool: str = "", code: str = "", tenant: str = "", since: str = "", until: str = "") -> AuditFilter:
+    """The audit page's filter, from its query string."""
+    return AuditFilter(tool, code, tenant, since, until)
+
+
 LoggedIn = Annotated[Session, Depends(_session)]
 Checked = Annotated[Session, Depends(_csrf_checked)]
+Wanted = Annotated[AuditFilter, Depends(_audit_filter)]
 
 
 def create_console(engine: Engine, access: ConsoleAccess, config: ConsoleConfig) -> FastAPI:
     """The console app for `engine`; logins come from `access` (whose links the
     operator socket mints)."""
+    surface.keep_recent_searches(engine)
     app = FastAPI(title="engram console", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.access = access
     templates = Jinja2Templates(directory=str(HERE / "templates"))
@@ -187,17 +195,12 @@ def create_console(engine: Engine, access: ConsoleAccess, config: ConsoleConfig)
         return page(request, _live(request, "replicas", "replicas_table"), view=await read(surface.replicas, engine))
 
     @app.get("/audit", response_class=HTMLResponse)
-    async def audit_page(
-        request: Request,
-        _: LoggedIn,
-        tool: str = "",
-        code: str = "",
-        tenant: str = "",
-        since: str = "",
-        until: str = "",
-    ) -> Response:
-        wanted = AuditFilter(tool, code, tenant, since, until)
-        return page(request, "audit", view=await read(audit, config.audit_path, wanted), wanted=wanted)
+    async def audit_page(request: Request, _: LoggedIn, wanted: Wanted, before: int | None = None) -> Response:
+        view = await read(audit, config.audit_path, wanted, before)
+        older = None
+        if view["older"] is not None:
+            older = "/audit?" + urlencode({**asdict(wanted), "before": view["older"]})
+        return page(request, "audit", view=view, wanted=wanted, older=older)
 
     async def receipts(request: Request, status_code: int = 200, **values: Any) -> HTMLResponse:
         """The receipts page: the recent searches to pick from, and what was shown."""
@@ -265,10 +268,8 @@ def create_console(engine: Engine, access: ConsoleAccess, config: ConsoleConfig)
         return await read(surface.replicas, engine)
 
     @app.get("/api/audit")
-    async def audit_api(
-        _: LoggedIn, tool: str = "", code: str = "", tenant: str = "", since: str = "", until: str = ""
-    ) -> Any:
-        return await read(audit, config.audit_path, AuditFilter(tool, code, tenant, since, until))
+    async def audit_api(_: LoggedIn, wanted: Wanted, before: int | None = None) -> Any:
+        return await read(audit, config.audit_path, wanted, before)
 
     @app.get("/api/reports")
     async def reports_api(_: LoggedIn) -> Any:

@@ -21,7 +21,7 @@ from engram.service.operator.commands import run as run_operator_command
 
 #: Where the console looks for records about to expire.
 EXPIRING_WITHIN_MS = 7 * 24 * 3600 * 1000
-#: How many expiring records a page lists (it counts them all).
+#: How many expiring records a page lists, those that end first (it counts them all).
 LISTED = 50
 #: The candidates state an operator must decide (`engram admin adjudicate`).
 AWAITING_ADJUDICATION = "pending_adjudication"
@@ -68,7 +68,7 @@ def scopes(engine: Engine, only: tuple[str, str] | None = None) -> list[dict[str
 def overview(engine: Engine, started_at: float) -> dict[str, Any]:
     """The first page: what runs, whether it is ready, and what needs the operator."""
     rows = scopes(engine)
-    expiring = engine.operator.expiring_before(int(time.time() * 1000) + EXPIRING_WITHIN_MS)
+    expiring_count, expiring = engine.operator.expiring_before(int(time.time() * 1000) + EXPIRING_WITHIN_MS, LISTED)
     return {
         "version": _version(),
         "store_kind": engine.operator.store_kind,
@@ -82,8 +82,8 @@ def overview(engine: Engine, started_at: float) -> dict[str, Any]:
         "candidates_by_state": _sum(row["candidates"] for row in rows),
         "awaiting_adjudication": sum(row["awaiting_adjudication"] for row in rows),
         "expiring_within_days": EXPIRING_WITHIN_MS // (24 * 3600 * 1000),
-        "expiring_count": len(expiring),
-        "expiring": expiring[:LISTED],
+        "expiring_count": expiring_count,
+        "expiring": expiring,
     }
 
 
@@ -95,11 +95,9 @@ def scope(engine: Engine, tenant: str, workspace: str) -> dict[str, Any] | None:
         return None
     row = found[0]
     until = int(time.time() * 1000) + EXPIRING_WITHIN_MS
-    expiring = [
-        e for e in engine.operator.expiring_before(until) if (e["tenant"], e["workspace"]) == (tenant, workspace)
-    ]
+    expiring_count, expiring = engine.operator.expiring_before(until, LISTED, (tenant, workspace))
     purges = [p for p in engine.operator.pending_purges() if (p["tenant"], p["workspace"]) == (tenant, workspace)]
-    row.update(expiring_count=len(expiring), expiring=expiring[:LISTED], pending_purges=purges)
+    row.update(expiring_count=expiring_count, expiring=expiring, pending_purges=purges)
     return row
 
 
@@ -144,6 +142,12 @@ def replay(engine: Engine, tenant: str, workspace: str, arguments: dict[str, Any
     `engram admin replay-search` does (the same operator command)."""
     args = {"tenant": tenant, "workspace": workspace, "arguments": arguments, "receipt": receipt}
     return run_operator_command(engine, "replay-search", args)
+
+
+def keep_recent_searches(engine: Engine) -> None:
+    """Have the engine keep its recent searches for the receipts page, from the
+    console's start: a server without a console keeps none (they hold queries)."""
+    engine.operator.keep_recent_searches()
 
 
 def recent_receipt(engine: Engine, receipt_digest: str) -> dict[str, Any] | None:

@@ -263,7 +263,7 @@ class Engine:
             raise ContractError(ErrorCode.STORE_UNAVAILABLE) from None
         except CommitUncertain:
             raise ContractError(ErrorCode.MUTATION_OUTCOME_UNKNOWN) from None
-        if tool == SEARCH:
+        if tool == SEARCH and self._recent_searches.keeping:
             self._recent_searches.remember(ctx.scope, args.model_dump(exclude_none=True), value["rank_receipt"])
         return value
 

@@ -105,9 +105,16 @@ class Operator:
     def expire_due(self) -> list[tuple[Scope, str]]:
         return expire_due(self.deps)
 
+    def keep_recent_searches(self) -> None:
+        """From now on, keep the last searches (their receipts, and the arguments a replay
+        needs, query included) in memory for an operator console to pick; a server
+        without a console keeps none."""
+        self._recent_searches.keep()
+
     def recent_search(self, receipt_digest: str) -> RecentSearch | None:
         """A search this process answered lately, by its rank receipt's digest (the one
-        its audit line names), with what a replay needs; None once it is no longer kept."""
+        its audit line names), with what a replay needs; None once it is no longer kept,
+        or when none is kept (`keep_recent_searches`)."""
         return self._recent_searches.get(receipt_digest)
 
     def replay_search(self, ctx: CallContext, arguments: dict[str, Any], receipt: dict[str, Any]) -> dict[str, Any]:
@@ -187,11 +194,13 @@ class Operator:
             for p in (LEXICAL_PROFILE, HYBRID_PROFILE)
         ]
 
-    def expiring_before(self, at_ms: int) -> list[dict[str, Any]]:
-        """Current records whose retention ends by ``at_ms`` (ids and instants only)."""
-        return [
+    def expiring_before(self, at_ms: int, limit: int, only: Scope | None = None) -> tuple[int, list[dict[str, Any]]]:
+        """How many current records' retention ends by ``at_ms`` (in ``only``, or in
+        every scope), and the ``limit`` that end first (ids and instants only)."""
+        count, rows = self.deps.store.due_for_expiry_page(at_ms, limit, only)
+        return count, [
             {"tenant": r.scope[0], "workspace": r.scope[1], "record_id": r.record_id, "expires_at_ms": r.expires_at_ms}
-            for r in self.deps.store.due_for_expiry(at_ms)
+            for r in rows
         ]
 
     def pending_purges(self) -> list[dict[str, Any]]:

@@ -30,6 +30,22 @@ from typing import Any
 
 from engram.models.digests import CanonicalizationRefused, canonical_bytes
 
+#: The fields of an audit line, in the order written: identifiers, the outcome code,
+#: digests and a timing, never content. The operator console shows these and no others.
+AUDIT_FIELDS = (
+    "time",
+    "auditId",
+    "tool",
+    "tenant",
+    "workspace",
+    "principal",
+    "code",
+    "arguments_digest",
+    "response_digest",
+    "receipt_digest",
+    "latency_ms",
+)
+
 
 class Durability(StrEnum):
     """How far a call's audit line has got before the call answers."""
@@ -102,19 +118,20 @@ class AuditLog:
         Raises OSError when the line could not be written or flushed."""
         now_ms = time.time_ns() // 1_000_000
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now_ms // 1000)) + f".{now_ms % 1000:03d}Z"
-        line = {
-            "time": stamp,
-            "auditId": audit_id,
-            "tool": tool,
-            "tenant": tenant,
-            "workspace": workspace,
-            "principal": principal,
-            "code": code,
-            "arguments_digest": arguments_digest,
-            "response_digest": response_digest,
-            "receipt_digest": receipt_digest,
-            "latency_ms": round(latency_ms, 3),
-        }
+        values = (
+            stamp,
+            audit_id,
+            tool,
+            tenant,
+            workspace,
+            principal,
+            code,
+            arguments_digest,
+            response_digest,
+            receipt_digest,
+            round(latency_ms, 3),
+        )
+        line = dict(zip(AUDIT_FIELDS, values, strict=True))
         data = (json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
         with self._changed:
             if self._closing:

@@ -205,6 +205,11 @@ class Store(Protocol):
 
     def records_in_state(self, state: str, scope: Scope) -> list[RecordRow]: ...
     def due_for_expiry(self, at_ms: int) -> list[RecordRow]: ...
+    def due_for_expiry_page(self, at_ms: int, limit: int, scope: Scope | None = None) -> tuple[int, list[RecordRow]]:
+        """How many current records' retention ends by ``at_ms`` (in ``scope``, or in
+        every scope), and the ``limit`` that end first: a count, not a read of them all."""
+        ...
+
     def live_records(self, scope: Scope) -> Iterator[RecordRow]:
         """The scope's accepted_current rows in record_id order, each with its wrapped
         data key (as ``records``)."""

@@ -115,6 +115,16 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
             " WHERE state = 'accepted_current' AND expires_at_ms IS NOT NULL",
         ),
     ),
+    # One scope's records about to expire, counted and listed from an index of their own
+    # (the expiry index alone reads each one's row to learn its scope).
+    Migration(
+        6,
+        "scope expiry index",
+        (
+            "CREATE INDEX IF NOT EXISTS records_scope_expiry ON records (tenant, workspace, expires_at_ms)"
+            " WHERE state = 'accepted_current' AND expires_at_ms IS NOT NULL",
+        ),
+    ),
 )
 
 
@@ -461,6 +471,11 @@ class SqliteStore:
 
     def due_for_expiry(self, at_ms: int) -> list[RecordRow]:
         return [decoded.record(r) for r in self._read(S.DUE_FOR_EXPIRY, (at_ms,))]
+
+    def due_for_expiry_page(self, at_ms: int, limit: int, scope: Scope | None = None) -> tuple[int, list[RecordRow]]:
+        count, soonest, params = S.due_page(at_ms, scope)
+        rows = self._read(soonest, (*params, limit))
+        return int(self._read(count, params)[0][0]), [decoded.record(r) for r in rows]
 
     def live_records(self, scope: Scope) -> Iterator[RecordRow]:
         last = ""

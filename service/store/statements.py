@@ -9,6 +9,8 @@ size queries, the shared deployment's tables.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .rows import CANDIDATE_COLUMNS, JOURNAL_COLUMNS, RECORD_COLUMNS, RECORD_WITH_KEY
 
 # the journal and scopes
@@ -56,11 +58,9 @@ LIVE_MORE_THAN = (
 #: Per-scope counts by state of a table (``candidates`` or ``records``): read from the
 #: table's state index alone.
 STATE_COUNTS = "SELECT state, COUNT(*) FROM {} WHERE tenant=? AND workspace=? GROUP BY state"
-#: Current records whose retention has passed, read through the expiry index.
-DUE_FOR_EXPIRY = (
-    f"SELECT {RECORD_COLUMNS} FROM records WHERE state='accepted_current'"
-    " AND expires_at_ms IS NOT NULL AND expires_at_ms<=? ORDER BY tenant, workspace, record_id"
-)
+#: Current records whose retention ends by a time, read through an expiry index.
+DUE = "FROM records WHERE state='accepted_current' AND expires_at_ms IS NOT NULL AND expires_at_ms<=?"
+DUE_FOR_EXPIRY = f"SELECT {RECORD_COLUMNS} {DUE} ORDER BY tenant, workspace, record_id"
 #: A page of a scope's current records after a record id, each with its wrapped key.
 LIVE_RECORDS_PAGE = (
     f"SELECT {RECORD_WITH_KEY} WHERE r.tenant=? AND r.workspace=?"
@@ -79,6 +79,17 @@ SET_TENANT_ENABLED = (
     "INSERT INTO tenants VALUES (?,?,?) ON CONFLICT (tenant)"
     " DO UPDATE SET enabled=excluded.enabled, changed_at=excluded.changed_at"
 )
+
+
+def due_page(at_ms: int, scope: tuple[str, str] | None) -> tuple[str, str, tuple[Any, ...]]:
+    """The count of current records due by ``at_ms`` (in ``scope``, or everywhere), the
+    soonest of them (one more parameter: how many), and the parameters both take."""
+    within, params = ("", (at_ms,)) if scope is None else (" AND tenant=? AND workspace=?", (at_ms, *scope))
+    return (
+        f"SELECT COUNT(*) {DUE}{within}",
+        f"SELECT {RECORD_COLUMNS} {DUE}{within} ORDER BY expires_at_ms LIMIT ?",
+        params,
+    )
 
 
 def pyformat(statement: str) -> str:

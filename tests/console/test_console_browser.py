@@ -106,6 +106,29 @@ def test_the_audit_page_filters_by_code_and_plots_the_errors(tab, served):
     assert tab.errors == []
 
 
+def test_the_audit_form_filters_by_tenant_and_time(tab, served):
+    tab.page.goto(served.console + "/audit")
+    every = int(_cell(tab, "#audit-matched"))
+    newest = _cell(tab, "#audit-table tbody td")
+    assert every > 6 and tab.page.locator("#audit-older").count() == 0  # one page holds them all
+
+    def filtered(**fields: str) -> list[str]:
+        for name, value in fields.items():
+            tab.page.fill(f"input[name={name}]", value)
+        tab.page.click("form.filters button[type=submit]")
+        shown = tab.page.locator("#audit-table tbody tr td:first-child").all_inner_texts()
+        assert _cell(tab, "#audit-matched") == str(len(shown))
+        return shown
+
+    assert len(filtered(tenant="acme")) == every  # every scripted call was acme's
+    assert filtered(tenant="nobody") == []
+    since = filtered(tenant="", since=newest[:19])
+    assert since[0] == newest and all(stamp >= newest[:19] for stamp in since)
+    assert filtered(since="", until="2000") == []
+    assert len(filtered(until="", code="NOT_FOUND")) == 1  # the code is typed, as a protocol error's is
+    assert tab.errors == []
+
+
 def test_the_reports_page_plots_the_eval_and_bench_reports(tab, served):
     tab.page.goto(served.console + "/reports")
     tab.page.wait_for_load_state("networkidle")

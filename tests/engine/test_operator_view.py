@@ -39,9 +39,37 @@ def test_records_expiring_before_an_instant(engine):
     retention = {"derivative_rule": "make-ineligible", "expires_at": _instant(now + DAY_MS)}
     soon = accept(engine, CTX, "the rotation schedule moves to Tuesdays", retention=retention)
     accept(engine, CTX, "the rotation schedule has no end date")
-    assert engine.operator.expiring_before(now) == []
-    (entry,) = engine.operator.expiring_before(now + 2 * DAY_MS)
+    assert engine.operator.expiring_before(now, 10) == (0, [])
+    count, (entry,) = engine.operator.expiring_before(now + 2 * DAY_MS, 10)
+    assert count == 1
     assert entry == {"tenant": "acme", "workspace": "view", "record_id": soon, "expires_at_ms": now + DAY_MS}
+    assert engine.operator.expiring_before(now + 2 * DAY_MS, 10, ("acme", "elsewhere")) == (0, [])
+
+
+def test_the_expiring_are_counted_whole_and_listed_soonest_first_up_to_the_limit(engine):
+    now = int(time.time() * 1000)
+    ends = [now + (5 - i) * DAY_MS for i in range(4)]  # the last captured ends first
+    ids = [
+        accept(
+            engine,
+            CTX,
+            f"the rotation schedule {i} ends",
+            retention={"derivative_rule": "make-ineligible", "expires_at": _instant(at)},
+        )
+        for i, at in enumerate(ends)
+    ]
+    other = context(workspace="view-other")
+    accept(
+        engine,
+        other,
+        "the other rotation ends",
+        retention={"derivative_rule": "make-ineligible", "expires_at": _instant(now + DAY_MS)},
+    )
+    count, listed = engine.operator.expiring_before(now + 6 * DAY_MS, 2, ("acme", "view"))
+    assert count == 4
+    assert [e["record_id"] for e in listed] == [ids[3], ids[2]]
+    count, listed = engine.operator.expiring_before(now + 6 * DAY_MS, 1)
+    assert count == 5 and listed[0]["workspace"] == "view-other"
 
 
 def test_index_bytes_grow_with_what_a_scope_holds(engine):

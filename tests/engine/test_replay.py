@@ -25,10 +25,19 @@ def test_replay_matches_then_explains_a_change(engine) -> None:
     assert not moved["match"]  # the new, better-matching record leads the page now
 
 
+def test_no_search_is_kept_until_a_console_asks(engine) -> None:
+    ctx = context()
+    accept(engine, ctx, "lighthouse lamp replacement schedule")
+    arguments = {"query": "lighthouse lamp", "purpose_ref": ctx.purpose}
+    receipt = engine.execute(SEARCH, ctx, arguments)["rank_receipt"]
+    assert engine.operator.recent_search(receipt["receipt_digest"]) is None
+
+
 def test_a_recent_search_is_kept_by_its_receipt_digest_for_a_replay(engine) -> None:
     ctx = context()
     accept(engine, ctx, "lighthouse lamp replacement schedule")
     arguments = {"query": "lighthouse lamp", "purpose_ref": ctx.purpose}
+    engine.operator.keep_recent_searches()
     receipt = engine.execute(SEARCH, ctx, arguments)["rank_receipt"]
     kept = engine.operator.recent_search(receipt["receipt_digest"])
     assert kept is not None and kept.scope == ctx.scope and kept.receipt == receipt
@@ -39,7 +48,8 @@ def test_a_recent_search_is_kept_by_its_receipt_digest_for_a_replay(engine) -> N
 def test_recent_searches_keep_the_newest_only() -> None:
     from engram.service.engine.recent_searches import RecentSearches
 
-    recent = RecentSearches(kept=2)
+    recent = RecentSearches()
+    recent.keep(2)
     for n in range(3):
         recent.remember(("t", "w"), {"n": n}, {"receipt_digest": f"d{n}"})
     assert recent.get("d0") is None

@@ -38,6 +38,8 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
             "candidate_id TEXT, PRIMARY KEY (tenant, workspace, record_id))",
             "CREATE INDEX IF NOT EXISTS records_payload ON records (tenant, workspace, payload_digest)",
             "CREATE INDEX IF NOT EXISTS records_expiry ON records (expires_at_ms) WHERE state = 'accepted_current'",
+            "CREATE INDEX IF NOT EXISTS records_scope_expiry ON records (tenant, workspace, expires_at_ms)"
+            " WHERE state = 'accepted_current' AND expires_at_ms IS NOT NULL",
             "CREATE TABLE IF NOT EXISTS idempotency ("
             "tenant TEXT NOT NULL, workspace TEXT NOT NULL, principal TEXT NOT NULL, key TEXT NOT NULL, "
             "tool TEXT NOT NULL, intent TEXT NOT NULL, response TEXT NOT NULL, "

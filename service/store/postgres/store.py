@@ -183,6 +183,11 @@ class PostgresStore:
     def due_for_expiry(self, at_ms: int) -> list[RecordRow]:
         return [decoded.record(r) for r in self.db.named_rows(pyformat(S.DUE_FOR_EXPIRY), (at_ms,))]
 
+    def due_for_expiry_page(self, at_ms: int, limit: int, scope: Scope | None = None) -> tuple[int, list[RecordRow]]:
+        count, soonest, params = S.due_page(at_ms, scope)
+        rows = self.db.named_rows(pyformat(soonest), (*params, limit))
+        return int(self._rows(count, params)[0][0]), [decoded.record(r) for r in rows]
+
     def live_records(self, scope: Scope) -> Iterator[RecordRow]:
         last = ""
         while page := self.db.named_rows(pyformat(S.LIVE_RECORDS_PAGE), (*scope, last)):
