@@ -67,8 +67,9 @@ def grow(data_dir: Path, size: int, database_url: str | None) -> None:
     """Ingest the corpus into ``data_dir`` until the scope holds ``size`` records."""
     from engram.index_data.ingest import ingest_corpus
     from engram.service.engine import Engine
+    from engram.service.store import StoreAddress
 
-    engine = Engine.open(data_dir, load_model=False, database_url=database_url)
+    engine = Engine.open(data_dir, load_model=False, store=StoreAddress.resolve(data_dir, database_url))
     try:
         held = sum(engine.scope_stats(SCOPE)[0].counts.records.values()) if engine.scope_stats(SCOPE) else 0
         start = time.perf_counter()
@@ -84,8 +85,9 @@ def pages(data_dir: Path, database_url: str | None) -> None:
     """The read behind each store page, at the store's size."""
     from engram.service.console import surface
     from engram.service.engine import Engine
+    from engram.service.store import StoreAddress
 
-    engine = Engine.open(data_dir, load_model=False, database_url=database_url)
+    engine = Engine.open(data_dir, load_model=False, store=StoreAddress.resolve(data_dir, database_url))
     try:
         reads = {
             "overview": lambda: surface.overview(engine, time.time()),
@@ -96,7 +98,7 @@ def pages(data_dir: Path, database_url: str | None) -> None:
         row: dict[str, Any] = {name: median_ms(read) for name, read in reads.items()}
         view = surface.overview(engine, time.time())
         row.update(
-            store=engine.store_kind,
+            store=engine.operator.store_kind,
             records=sum(view["records_by_state"].values()),
             expiring=view["expiring_count"],
             load=os.getloadavg()[0],
