@@ -319,9 +319,9 @@ _LITERALS = st.sampled_from(sorted({literal for literal, _ in _LITERAL_STEPS}))
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(_LITERALS, st.text(alphabet="abcdefgkosy_-.:/=~0123456789 ", max_size=6)), max_size=10))
-def test_guarded_trigger_pass_finds_every_literal_present(parts: list[str]) -> None:
-    """The trigger pass skips a group of literals when its guard character is absent:
-    it enables exactly the steps a test of every literal enables."""
+def test_trigger_pass_finds_every_literal_present(parts: list[str]) -> None:
+    """The trigger pass (one automaton of every literal, overlapping matches included)
+    enables exactly the steps a test of every literal enables."""
     low = "".join(parts)
     every = {i for literal, i in _LITERAL_STEPS if literal in low}
     assert _DETECTOR._enabled_steps(low) == every
