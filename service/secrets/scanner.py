@@ -8,9 +8,9 @@ the matched value: callers refuse the material with the constant
 Speed: every step comes with the literals that must occur for it to match; a scan finds
 every literal present in one pass over the lowered text (an Aho-Corasick automaton of
 all of them) and runs only the steps they enable, in order, and the high-entropy layer
-last. Patterns start with a literal (the regex
-engine's prefix scan does the work), run on the text or its ASCII-lowered copy instead
-of using IGNORECASE, and check left boundaries in Python on the rare candidates.
+last. Patterns start with a literal (the regex engine's prefix scan does the work), run
+on the text or its ASCII-lowered copy instead of using IGNORECASE, and check left
+boundaries in Python on the rare candidates.
 """
 
 from __future__ import annotations
