@@ -91,7 +91,8 @@ def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
         lines.append(
             f"| {e['size']:,} | {e['ingest_records_per_s']:,.0f} | "
             f"{e.get('raw_bulk_index', {}).get('records_per_s', '-')} | {e.get('ingest_over_raw_bulk_index', '-')} | "
-            f"{e.get('raw_passage_index', {}).get('records_per_s', '-')} | {e.get('ingest_over_raw_passage_index', '-')} | "
+            f"{e.get('raw_passage_index', {}).get('records_per_s', '-')} | "
+            f"{e.get('ingest_over_raw_passage_index', '-')} | "
             f"{ppp('engine_hybrid')} | {ppp('engine_lexical')} | "
             f"{lat['raw_encoder_query']['p50_ms']:.1f} | {lat['raw_torch_encoder_query'].get('p50_ms', '-')} | "
             f"{lat['raw_tantivy_candidates']['p50_ms']:.2f} | "
