@@ -72,11 +72,12 @@ def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
         "encoder the engine uses (ONNX Runtime); 'graph sum' puts the HNSW graph search in it whatever the "
         "engine does; the torch columns put the torch encoder of the same weights in the raw sum instead.",
         "",
-        "| records | ingest rec/s | raw bulk indexing rec/s | ingest / raw | hybrid p50/p95/p99 ms | "
+        "| records | ingest rec/s | raw bulk indexing rec/s | ingest / raw | raw one-field rec/s | ingest / raw "
+        "one-field | hybrid p50/p95/p99 ms | "
         "lexical p50/p95/p99 ms | encoder p50 | "
         "torch encoder p50 | tantivy p50 | hnsw p50 | scan p50 | semantic | raw sum | hybrid / raw sum | "
         "hybrid / graph sum | hybrid / raw sum (torch) | R@10 (engine's ef) | disk MiB | bench-process peak RSS MiB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for e in result["sizes"]:
         lat = e["latency"]
@@ -90,6 +91,8 @@ def bench_markdown(result: dict[str, Any], plots: list[str]) -> str:
         lines.append(
             f"| {e['size']:,} | {e['ingest_records_per_s']:,.0f} | "
             f"{e.get('raw_bulk_index', {}).get('records_per_s', '-')} | {e.get('ingest_over_raw_bulk_index', '-')} | "
+            f"{e.get('raw_passage_index', {}).get('records_per_s', '-')} | "
+            f"{e.get('ingest_over_raw_passage_index', '-')} | "
             f"{ppp('engine_hybrid')} | {ppp('engine_lexical')} | "
             f"{lat['raw_encoder_query']['p50_ms']:.1f} | {lat['raw_torch_encoder_query'].get('p50_ms', '-')} | "
             f"{lat['raw_tantivy_candidates']['p50_ms']:.2f} | "

@@ -108,9 +108,10 @@ def high_entropy(text: str, runs: list[re.Match[str]]) -> str | None:
                 continue  # a UUID written without dashes
             if len(run) == 40 or before(text, h.start(), frozenset("/")):
                 continue  # a git object id, or an id in a path
-            if shannon(run) < _hex_threshold(len(run)):
-                continue
+            # the label first: this service's own digests ("sha256:<hex>") stop there
             if _labelled(text, h.start()) or _in_url_path(text, h.start()):
+                continue
+            if shannon(run) < _hex_threshold(len(run)):
                 continue
             return HEX
     return None

@@ -29,7 +29,7 @@ class Scan:
     """Per-call lazily computed views of one text: its ASCII-lowered copy (same
     offsets) and its base64 runs."""
 
-    __slots__ = ("text", "_low", "_runs")
+    __slots__ = ("text", "_low", "_runs", "_longest")
 
     _ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
 
@@ -37,6 +37,7 @@ class Scan:
         self.text = text
         self._low: str | None = None
         self._runs: list[re.Match[str]] | None = None
+        self._longest: int | None = None  # the longest run's length, asked by several gates
 
     @property
     def low(self) -> str:
@@ -51,7 +52,9 @@ class Scan:
         return self._runs
 
     def longest_run(self) -> int:
-        return max((len(m.group(0)) for m in self.runs), default=0)
+        if self._longest is None:
+            self._longest = max((m.end() - m.start() for m in self.runs), default=0)
+        return self._longest
 
 
 Gate = Callable[[Scan], bool]

@@ -5,11 +5,12 @@
 the matched value: callers refuse the material with the constant
 ``ErrorCode.SECRET_DETECTED`` and may record only the rule id.
 
-Speed: every step comes with the literals that must occur for it to match; a scan tests
-each distinct literal once on the lowered text and runs only the steps it enables, in
-order, and the high-entropy layer last. Patterns start with a literal (the regex
-engine's prefix scan does the work), run on the text or its ASCII-lowered copy instead
-of using IGNORECASE, and check left boundaries in Python on the rare candidates.
+Speed: every step comes with the literals that must occur for it to match; a scan finds
+every literal present in one pass over the lowered text (an Aho-Corasick automaton of
+all of them) and runs only the steps they enable, in order, and the high-entropy layer
+last. Patterns start with a literal (the regex engine's prefix scan does the work), run
+on the text or its ASCII-lowered copy instead of using IGNORECASE, and check left
+boundaries in Python on the rare candidates.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import ahocorasick
 
 from engram.models.codes import ContractError, ErrorCode
 
@@ -28,14 +31,6 @@ from .rules import RULES, Rule
 
 #: One rule (or plugin) run on a text: the rule id it matched, or None.
 Step = Callable[[Scan], "str | None"]
-
-#: Characters that most text lacks: a literal holding one of them cannot occur in a text
-#: without it, so the literals are grouped under the first of these they hold (their
-#: guard), and a text tests a group's literals only when the guard occurs in it. Prose
-#: holds few of them, and most literals hold one: the trigger pass then tests about half
-#: as many literals, and finds exactly the ones a test of every literal finds.
-_GUARDS = "_-.:/=~0123456789"
-TriggerGroups = tuple[tuple[str, tuple[tuple[str, tuple[int, ...]], ...]], ...]
 
 _URL_IDS = ("connection-string", "url-credentials")
 
@@ -48,17 +43,19 @@ def _url_step(scan: Scan) -> str | None:
     return url_credentials(scan.text)
 
 
-def _trigger_groups(steps: Sequence[tuple[tuple[str, ...], Step]]) -> TriggerGroups:
-    """Each literal with the steps it enables, grouped under its guard."""
-    by_literal: dict[str, tuple[int, ...]] = {}
+def _trigger_automaton(steps: Sequence[tuple[tuple[str, ...], Step]]) -> tuple[Any, frozenset[int]]:
+    """An automaton of every step's literals (each found literal's value: the steps it
+    enables), and the steps with an empty literal, which every text enables."""
+    by_literal: dict[str, set[int]] = {}
+    always: set[int] = set()
     for i, (triggers, _) in enumerate(steps):
         for literal in triggers:
-            by_literal[literal] = (*by_literal.get(literal, ()), i)
-    groups: dict[str, list[tuple[str, tuple[int, ...]]]] = {}
+            (by_literal.setdefault(literal, set()) if literal else always).add(i)
+    automaton = ahocorasick.Automaton()
     for literal, enabled in by_literal.items():
-        guard = next((c for c in _GUARDS if c in literal), "")  # "": in every text
-        groups.setdefault(guard, []).append((literal, enabled))
-    return tuple((guard, tuple(members)) for guard, members in groups.items())
+        automaton.add_word(literal, frozenset(enabled))
+    automaton.make_automaton()
+    return automaton, frozenset(always)
 
 
 @dataclass(frozen=True)
@@ -72,7 +69,8 @@ class SecretDetector:
     plugins: tuple[Plugin, ...]
     fault: str | None
     steps: tuple[tuple[tuple[str, ...], Step], ...] = field(init=False)
-    trigger_groups: TriggerGroups = field(init=False)
+    triggers: Any = field(init=False)  # the automaton of every step's literals
+    always: frozenset[int] = field(init=False)  # steps every text enables
 
     def __post_init__(self) -> None:
         def rules(*layers: str) -> list[tuple[tuple[str, ...], Step]]:
@@ -85,7 +83,9 @@ class SecretDetector:
             + [(p.triggers or ("",), p.find) for p in self.plugins]
         )
         object.__setattr__(self, "steps", tuple(steps))
-        object.__setattr__(self, "trigger_groups", _trigger_groups(steps))
+        automaton, always = _trigger_automaton(steps)
+        object.__setattr__(self, "triggers", automaton)
+        object.__setattr__(self, "always", always)
 
     @classmethod
     def load(cls) -> SecretDetector:
@@ -124,12 +124,9 @@ class SecretDetector:
 
     def _enabled_steps(self, low: str) -> set[int]:
         """The steps whose literals occur in ``low`` (the lowered text)."""
-        enabled: set[int] = set()
-        for guard, members in self.trigger_groups:
-            if guard in low:
-                for literal, steps in members:
-                    if literal in low:
-                        enabled.update(steps)
+        enabled = set(self.always)
+        for _, steps in self.triggers.iter(low):
+            enabled |= steps
         return enabled
 
 
@@ -215,7 +212,10 @@ def _collect_strings(value: Any, out: list[str]) -> None:
         out.append(value)
     elif isinstance(value, dict):
         for key, item in value.items():
-            _collect_strings(key, out)
+            if type(key) is str:  # nearly every key: no call for it
+                out.append(key)
+            else:
+                _collect_strings(key, out)
             if type(item) is str:
                 out.append(item)
             else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 
 from .catalogue import VOCABULARY
 
@@ -24,10 +25,7 @@ def entropy(s: str) -> float:
     n = len(s)
     if n == 0:
         return 0.0
-    counts: dict[str, int] = {}
-    for ch in s:
-        counts[ch] = counts.get(ch, 0) + 1
-    return -sum((c / n) * math.log2(c / n) for c in counts.values())
+    return -sum((c / n) * math.log2(c / n) for c in Counter(s).values())
 
 
 def has_digit(s: str) -> bool:

@@ -318,11 +318,23 @@ _LITERAL_STEPS = [(literal, i) for i, (triggers, _) in enumerate(_DETECTOR.steps
 _LITERALS = st.sampled_from(sorted({literal for literal, _ in _LITERAL_STEPS}))
 
 
+_ANY_CHARACTER = st.one_of(st.characters(), st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF))
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.one_of(_LITERALS, st.text(alphabet="abcdefgkosy_-.:/=~0123456789 ", max_size=6)), max_size=10))
-def test_guarded_trigger_pass_finds_every_literal_present(parts: list[str]) -> None:
-    """The trigger pass skips a group of literals when its guard character is absent:
-    it enables exactly the steps a test of every literal enables."""
+@given(
+    st.lists(
+        st.one_of(
+            _LITERALS,
+            st.text(alphabet="abcdefgkosy_-.:/=~0123456789 ", max_size=6),
+            st.text(alphabet=_ANY_CHARACTER, max_size=4),  # astral characters, lone surrogates
+        ),
+        max_size=10,
+    )
+)
+def test_trigger_pass_finds_every_literal_present(parts: list[str]) -> None:
+    """The trigger pass (one automaton of every literal, overlapping matches included)
+    enables exactly the steps a test of every literal enables."""
     low = "".join(parts)
     every = {i for literal, i in _LITERAL_STEPS if literal in low}
     assert _DETECTOR._enabled_steps(low) == every

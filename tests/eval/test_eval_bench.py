@@ -53,6 +53,12 @@ def test_tiny_bench_run(tmp_path: Path, encoder):
     assert raw["tantivy_seconds"] > 0 and raw["usearch_seconds"] > 0 and raw["cpu_seconds"] > 0
     ratio = entry["ingest"]["ingested_per_s"] / raw["records_per_s"]
     assert ratio > 0 and abs(entry["ingest_over_raw_bulk_index"] - ratio) < 0.01
+    # the lightest anchor: one en_stem text field, a commit and a graph add per 512 records
+    light = entry["raw_passage_index"]
+    assert light["records"] == 400 and light["batch"] == 512 and light["cpu_seconds"] > 0
+    assert light["tantivy_seconds"] > 0 and light["usearch_seconds"] > 0
+    ratio = entry["ingest"]["ingested_per_s"] / light["records_per_s"]
+    assert ratio > 0 and abs(entry["ingest_over_raw_passage_index"] - ratio) < 0.01
     assert entry["ingest"]["cpu_seconds"] > 0
     assert entry["hnsw_recall"]["aligned_labels"] is True
     engine_ef = entry["hnsw_recall"]["engine_ef"]  # the int8 walk, rescored from the rows
@@ -180,6 +186,7 @@ def test_a_size_without_the_raw_bulk_pass_reports_the_ingest_alone(tmp_path: Pat
     engine.close()
     assert entry["ingest"]["ingested"] == 200 and entry["ingest_records_per_s"] > 0
     assert "raw_bulk_index" not in entry and "ingest_over_raw_bulk_index" not in entry
+    assert "raw_passage_index" not in entry and "ingest_over_raw_passage_index" not in entry
     kept = json.loads((Path(entry["_root"]) / "ingest.json").read_text())
     assert "raw_bulk_index" not in kept and kept["ingest"]["ingested"] == 200
 
