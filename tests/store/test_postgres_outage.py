@@ -68,7 +68,7 @@ class Checkout:
 
 def _record_checkouts(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> list[Checkout]:
     """Every checkout of the store's real pool from now on, in order."""
-    pool: Any = store._pool  # the seam the bound is enforced at
+    pool: Any = store.db._pool  # the seam the bound is enforced at
     getconn = pool.getconn
     seen: list[Checkout] = []
 
@@ -105,7 +105,7 @@ def test_calls_fail_within_one_bound_while_no_server_answers_and_resume(
         assert store.scopes() == []
         first = store.connectivity_state()
         assert first.reachable and first.server is not None and first.outages == 0
-        assert store._pool.timeout == BOUND_MS / 1000  # a checkout waits the bound at most
+        assert store.db._pool.timeout == BOUND_MS / 1000  # a checkout waits the bound at most
 
         checkouts = _record_checkouts(store, monkeypatch)
         server.kill_server()
