@@ -79,6 +79,7 @@ meanwhile (it waits on ``_ScopeVectors.changing`` before it asks for the lock al
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import threading
 import time
@@ -98,7 +99,7 @@ from engram.ranking.passage_labels import PassageLabels
 from engram.ranking.profiles import SemanticConfig, VectorStorage
 from engram.ranking.read_write_lock import ReadWriteLock
 from engram.ranking.scope_meta import read_meta, write_meta
-from engram.ranking.storage import atomic_write, atomic_write_json, read_json
+from engram.ranking.storage import atomic_write, atomic_write_json, prepared_write, read_json
 from engram.ranking.vector_rows import VectorRows
 
 
@@ -168,6 +169,10 @@ class _ScopeVectors:
     unsaved: int = 0  # records changed since the last save
     saved_at: float = float("-inf")  # time.monotonic() of the last save; never: -inf
     save_seconds: float = 0.0  # how long the last save took
+    saves: int = 0  # generations swapped in on disk since the scope loaded
+    # Names of the files a purge is writing beside the scope's changes (a save leaves
+    # them, and their temporary files, in place; a background save waits for the purge).
+    building: frozenset[str] = frozenset()
     # Searches and a background save share it; applies and purges hold it alone, after
     # taking ``changing``.
     lock: ReadWriteLock = field(default_factory=ReadWriteLock)
@@ -437,11 +442,16 @@ class SemanticIndex:
         returning, so hidden ones leave the disk.
 
         The scope stays searchable and writable meanwhile: the fresh graph and rows are
-        built from the live labels of a moment, without the scope's lock; only the end
-        holds it alone, to bring them up to the labels applies added or hid in between
-        and swap them in, and the save then runs beside searches, as a checkpoint does.
-        Returns False, having changed nothing, when the scope was reset, dropped or given
-        its first rows meanwhile: try again."""
+        built, and written as a new generation on disk (graph file, rows, the label map
+        of a ``meta.json`` not yet in place), from the scope of a moment (its live labels,
+        a copy of its label map, its cursor), without the scope's lock; only the end
+        holds it alone, to bring the in-memory graph and rows up to the changes applied
+        in between, swap them in and rename the new ``meta.json`` into place: the disk
+        then holds the scope of that moment, and the changes since are the next
+        checkpoint's (the cursor on disk never passes that moment's). Rows of records
+        hidden in between stay in the new rows file until their own purge. Returns False,
+        having changed nothing, when the scope was reset, dropped or given its first rows
+        meanwhile: try again."""
         state = self._scope(scope_key)
         with state.changing, state.lock.write():
             for record_id in record_ids:
@@ -452,29 +462,59 @@ class SemanticIndex:
             source: VectorRows = state.rows
             live = state.labels.live_labels()
             count = source.count
-        index, rows, generation = self._fresh(scope_key, state, live, source.read, count)
-        rows.sync()  # hashed here, without the lock: the save re-hashes only what changes below
+            labels, cursor, unsaved, saves = state.labels.copy(), state.cursor, state.unsaved, state.saves
+            state.generation += 1  # this purge's; a save meanwhile takes the next
+            generation = state.generation
+            graph_path = self._dir(scope_key) / f"vectors-{generation}.bin"
+            rows_path = self._rows_path(scope_key, state.rows_generation + 1, self._graph.storage.value)
+            state.building = frozenset({graph_path.name, rows_path.name, "meta.json"})
+        try:
+            index, rows, rows_generation = self._fresh(scope_key, state, live, source.read, count)
+        except BaseException:
+            state.building = frozenset()
+            raise
+        written_at = time.monotonic()
+        try:
+            meta = self._write_generation(scope_key, generation, index, rows, rows_generation, labels)
+        except BaseException:
+            state.building = frozenset()
+            rows.close()
+            for path in (rows.path, graph_path):
+                path.unlink(missing_ok=True)
+            raise
+        write_seconds = time.monotonic() - written_at
+        del labels  # the copy is on disk: not held through the wait below
         with state.changing:
             with state.lock.write():
+                state.building = frozenset()
                 if self._scopes.get(scope_key) is not state or state.rows is not source:
                     rows.close()
-                    rows.path.unlink(missing_ok=True)
+                    for path in (rows.path, graph_path, meta):
+                        path.unlink(missing_ok=True)
                     return False
                 now = state.labels.live_labels()
                 hidden = np.setdiff1d(live, now, assume_unique=True)
-                if len(hidden):  # hidden while the copy was made: out of both
+                if len(hidden):  # hidden while the copy was made: out of the graph
                     index.remove(_keys(hidden))
-                    for label in hidden.tolist():
-                        rows.write(label, np.zeros((1, rows.dim), np.float32))
                 added = np.setdiff1d(now, live, assume_unique=True)
-                if len(added):  # applied while the copy was made: into both
+                if len(added):  # applied while the copy was made: into both (rows past the copy's)
                     vectors = source.read(added)
                     for label, vector in zip(added.tolist(), vectors):
                         rows.write(label, vector[None, :])
                     index.add(_keys(added), _codes(vectors, index))
                 rows.extend_to(state.labels.next_label)
                 source.close()
-                state.index, state.rows, state.rows_generation = index, rows, generation
+                state.index, state.rows, state.rows_generation = index, rows, rows_generation
+                if state.saves == saves:  # the disk still holds what the copy started from
+                    swapped_at = time.monotonic()
+                    os.replace(meta, self._dir(scope_key) / "meta.json")
+                    self._remove_stale(scope_key, state, {graph_path, rows.path})
+                    state.unsaved -= unsaved
+                    self._write_cursor(scope_key, state, state.cursor if state.unsaved == 0 else cursor)
+                    self._saved(state, write_seconds + time.monotonic() - swapped_at)
+                    return True
+                # A checkpoint saved the old generation meanwhile, past what the copy holds.
+                meta.unlink(missing_ok=True)
                 state.unsaved += 1
             with state.lock.read():
                 self._save(scope_key, state)
@@ -792,33 +832,68 @@ class SemanticIndex:
             state.index.remove(_keys(labels))
         return labels is not None
 
-    def _write_cursor(self, scope_key: str, state: _ScopeVectors) -> None:
-        """Record ``state.cursor`` on disk (caller holds ``state.lock``; the saved files
-        must already hold everything it covers)."""
-        if state.cursor > state.saved_cursor:
-            atomic_write_json(self._dir(scope_key) / "cursor.json", {"cursor": state.cursor})
-            state.saved_cursor = state.cursor
+    def _write_cursor(self, scope_key: str, state: _ScopeVectors, cursor: int | None = None) -> None:
+        """Record ``cursor`` (by default ``state.cursor``) on disk (caller holds
+        ``state.lock``; the saved files must already hold everything it covers)."""
+        cursor = state.cursor if cursor is None else cursor
+        if cursor > state.saved_cursor:
+            atomic_write_json(self._dir(scope_key) / "cursor.json", {"cursor": cursor})
+            state.saved_cursor = cursor
 
     def _write_meta(self, scope_key: str, state: _ScopeVectors, sha256: str, row_hashes: list[str]) -> None:
         """Swap in the meta.json of ``state``'s generation, whose graph file has ``sha256``
         and whose rows file's blocks have ``row_hashes``."""
-        header = {
+        header = self._header(
+            scope_key, state.generation, sha256, state.labels, state.rows, state.rows_generation, row_hashes
+        )
+        atomic_write(self._dir(scope_key) / "meta.json", lambda tmp: write_meta(tmp, header, state.labels.records()))
+
+    def _header(
+        self,
+        scope_key: str,
+        generation: int,
+        sha256: str,
+        labels: PassageLabels,
+        rows: VectorRows | None,
+        rows_generation: int,
+        row_hashes: list[str],
+    ) -> dict[str, object]:
+        """meta.json's header for a generation: its graph file's ``sha256``, its rows
+        file's block checksums ``row_hashes``."""
+        return {
             "scope_key": scope_key,
-            "generation": state.generation,
+            "generation": generation,
             "sha256": sha256,
             "graph": self._graph.graph(),
-            "next_label": state.labels.next_label,
+            "next_label": labels.next_label,
             "rows": None
-            if state.rows is None
+            if rows is None
             else {
-                "generation": state.rows_generation,
+                "generation": rows_generation,
                 "dtype": self._graph.storage.value,
-                "dim": state.rows.dim,
-                "count": state.rows.count,
+                "dim": rows.dim,
+                "count": rows.count,
                 "sha256": row_hashes,
             },
         }
-        atomic_write(self._dir(scope_key) / "meta.json", lambda tmp: write_meta(tmp, header, state.labels.records()))
+
+    def _write_generation(
+        self,
+        scope_key: str,
+        generation: int,
+        index: Index,
+        rows: VectorRows,
+        rows_generation: int,
+        labels: PassageLabels,
+    ) -> Path:
+        """Write a purge's new generation beside the scope's changes: its rows made
+        durable, its graph file, and its ``meta.json`` as a temporary file (returned)
+        that the caller renames into place under the scope's lock, or removes."""
+        row_hashes = rows.sync()
+        path = self._dir(scope_key) / f"vectors-{generation}.bin"
+        atomic_write(path, lambda tmp: index.save(str(tmp), progress=_yielding_progress()))
+        header = self._header(scope_key, generation, _sha256_file(path), labels, rows, rows_generation, row_hashes)
+        return prepared_write(self._dir(scope_key) / "meta.json", lambda tmp: write_meta(tmp, header, labels.records()))
 
     def _background_save(self, scope_key: str) -> None:
         """A due checkpoint, on the checkpointer's thread: beside the scope's searches,
@@ -829,7 +904,7 @@ class SemanticIndex:
             if state is None:  # reset since it fell due
                 return
             with state.changing, state.lock.read():
-                if state.unsaved:
+                if state.unsaved and not state.building:  # else the next apply asks again
                     self._save(scope_key, state)
 
     def _save(self, scope_key: str, state: _ScopeVectors) -> None:
@@ -845,13 +920,25 @@ class SemanticIndex:
         # file that is not durable, and no other user can read the vectors.
         atomic_write(path, lambda tmp: state.index.save(str(tmp), progress=_yielding_progress()))
         self._write_meta(scope_key, state, _sha256_file(path), row_hashes)
-        # Older generations, and temporary files a crash left behind (they may hold
-        # vectors of records forgotten since), are no longer referenced.
-        keep = {path, state.rows.path if state.rows is not None else path}
-        for stale in [*directory.glob("vectors-*.bin"), *directory.glob("rows-*"), *directory.glob(".*.tmp")]:
-            if stale not in keep:
-                stale.unlink(missing_ok=True)
+        self._remove_stale(scope_key, state, {path, state.rows.path if state.rows is not None else path})
         self._write_cursor(scope_key, state)
         state.unsaved = 0
+        self._saved(state, time.monotonic() - started)
+
+    def _remove_stale(self, scope_key: str, state: _ScopeVectors, keep: set[Path]) -> None:
+        """Delete older generations, and temporary files a crash left behind (they may
+        hold vectors of records forgotten since): all but ``keep`` and what a purge is
+        writing (``state.building``, and its temporary files)."""
+        directory = self._dir(scope_key)
+        building = state.building
+        for stale in [*directory.glob("vectors-*.bin"), *directory.glob("rows-*"), *directory.glob(".*.tmp")]:
+            if stale in keep or stale.name in building or any(stale.name.startswith(f".{n}.") for n in building):
+                continue
+            stale.unlink(missing_ok=True)
+
+    @staticmethod
+    def _saved(state: _ScopeVectors, seconds: float) -> None:
+        """Note a generation swapped in on disk, which took ``seconds`` to save."""
+        state.saves += 1
         state.saved_at = time.monotonic()
-        state.save_seconds = state.saved_at - started
+        state.save_seconds = seconds
