@@ -170,9 +170,10 @@ class _ScopeVectors:
     saved_at: float = float("-inf")  # time.monotonic() of the last save; never: -inf
     save_seconds: float = 0.0  # how long the last save took
     saves: int = 0  # generations swapped in on disk since the scope loaded
-    # Names of the files a purge is writing beside the scope's changes (a save leaves
-    # them, and their temporary files, in place; a background save waits for the purge).
-    building: frozenset[str] = frozenset()
+    # The names of the files each generation being written beside the scope's changes
+    # (a purge's, a background save's) will have: no save deletes them, or their
+    # temporary files, meanwhile; a background save is not begun beside another.
+    building: list[frozenset[str]] = field(default_factory=list)
     # Searches and a background save share it; applies and purges hold it alone, after
     # taking ``changing``.
     lock: ReadWriteLock = field(default_factory=ReadWriteLock)
@@ -467,17 +468,19 @@ class SemanticIndex:
             generation = state.generation
             graph_path = self._dir(scope_key) / f"vectors-{generation}.bin"
             rows_path = self._rows_path(scope_key, state.rows_generation + 1, self._graph.storage.value)
-            state.building = frozenset({graph_path.name, rows_path.name, "meta.json"})
+            building = frozenset({graph_path.name, rows_path.name, "meta.json"})
+            state.building.append(building)
         try:
             index, rows, rows_generation = self._fresh(scope_key, state, live, source.read, count)
         except BaseException:
-            state.building = frozenset()
+            state.building.remove(building)
             raise
         written_at = time.monotonic()
         try:
-            meta = self._write_generation(scope_key, generation, index, rows, rows_generation, labels)
+            entry = self._rows_entry(rows, rows_generation, rows.sync())
+            meta = self._write_generation(scope_key, generation, index, labels, entry)
         except BaseException:
-            state.building = frozenset()
+            state.building.remove(building)
             rows.close()
             for path in (rows.path, graph_path):
                 path.unlink(missing_ok=True)
@@ -486,7 +489,7 @@ class SemanticIndex:
         del labels  # the copy is on disk: not held through the wait below
         with state.changing:
             with state.lock.write():
-                state.building = frozenset()
+                state.building.remove(building)
                 if self._scopes.get(scope_key) is not state or state.rows is not source:
                     rows.close()
                     for path in (rows.path, graph_path, meta):
@@ -506,12 +509,7 @@ class SemanticIndex:
                 source.close()
                 state.index, state.rows, state.rows_generation = index, rows, rows_generation
                 if state.saves == saves:  # the disk still holds what the copy started from
-                    swapped_at = time.monotonic()
-                    os.replace(meta, self._dir(scope_key) / "meta.json")
-                    self._remove_stale(scope_key, state, {graph_path, rows.path})
-                    state.unsaved -= unsaved
-                    self._write_cursor(scope_key, state, state.cursor if state.unsaved == 0 else cursor)
-                    self._saved(state, write_seconds + time.monotonic() - swapped_at)
+                    self._swap_in(scope_key, state, meta, {graph_path, rows.path}, (cursor, unsaved), write_seconds)
                     return True
                 # A checkpoint saved the old generation meanwhile, past what the copy holds.
                 meta.unlink(missing_ok=True)
@@ -843,69 +841,106 @@ class SemanticIndex:
     def _write_meta(self, scope_key: str, state: _ScopeVectors, sha256: str, row_hashes: list[str]) -> None:
         """Swap in the meta.json of ``state``'s generation, whose graph file has ``sha256``
         and whose rows file's blocks have ``row_hashes``."""
-        header = self._header(
-            scope_key, state.generation, sha256, state.labels, state.rows, state.rows_generation, row_hashes
-        )
+        rows = self._rows_entry(state.rows, state.rows_generation, row_hashes)
+        header = self._header(scope_key, state.generation, sha256, state.labels.next_label, rows)
         atomic_write(self._dir(scope_key) / "meta.json", lambda tmp: write_meta(tmp, header, state.labels.records()))
 
+    def _rows_entry(self, rows: VectorRows | None, generation: int, hashes: list[str]) -> dict[str, object] | None:
+        """meta.json's entry for a rows file as it stands (its count, block ``hashes``)."""
+        if rows is None:
+            return None
+        return {
+            "generation": generation,
+            "dtype": self._graph.storage.value,
+            "dim": rows.dim,
+            "count": rows.count,
+            "sha256": hashes,
+        }
+
     def _header(
-        self,
-        scope_key: str,
-        generation: int,
-        sha256: str,
-        labels: PassageLabels,
-        rows: VectorRows | None,
-        rows_generation: int,
-        row_hashes: list[str],
+        self, scope_key: str, generation: int, sha256: str, next_label: int, rows: dict[str, object] | None
     ) -> dict[str, object]:
-        """meta.json's header for a generation: its graph file's ``sha256``, its rows
-        file's block checksums ``row_hashes``."""
+        """meta.json's header for a generation whose graph file has ``sha256``."""
         return {
             "scope_key": scope_key,
             "generation": generation,
             "sha256": sha256,
             "graph": self._graph.graph(),
-            "next_label": labels.next_label,
-            "rows": None
-            if rows is None
-            else {
-                "generation": rows_generation,
-                "dtype": self._graph.storage.value,
-                "dim": rows.dim,
-                "count": rows.count,
-                "sha256": row_hashes,
-            },
+            "next_label": next_label,
+            "rows": rows,
         }
 
     def _write_generation(
-        self,
-        scope_key: str,
-        generation: int,
-        index: Index,
-        rows: VectorRows,
-        rows_generation: int,
-        labels: PassageLabels,
+        self, scope_key: str, generation: int, index: Index, labels: PassageLabels, rows: dict[str, object] | None
     ) -> Path:
-        """Write a purge's new generation beside the scope's changes: its rows made
-        durable, its graph file, and its ``meta.json`` as a temporary file (returned)
-        that the caller renames into place under the scope's lock, or removes."""
-        row_hashes = rows.sync()
+        """Write a generation beside the scope's changes, from a graph and a label map no
+        change reaches (a copy, or a purge's own) and a durable rows file's entry: its
+        graph file, and its ``meta.json`` as a temporary file (returned) that the caller
+        renames into place under the scope's lock (:meth:`_swap_in`), or removes."""
         path = self._dir(scope_key) / f"vectors-{generation}.bin"
         atomic_write(path, lambda tmp: index.save(str(tmp), progress=_yielding_progress()))
-        header = self._header(scope_key, generation, _sha256_file(path), labels, rows, rows_generation, row_hashes)
+        header = self._header(scope_key, generation, _sha256_file(path), labels.next_label, rows)
         return prepared_write(self._dir(scope_key) / "meta.json", lambda tmp: write_meta(tmp, header, labels.records()))
 
+    def _swap_in(
+        self, scope_key: str, state: _ScopeVectors, meta: Path, keep: set[Path], moment: tuple[int, int], seconds: float
+    ) -> None:
+        """Rename a generation written by :meth:`_write_generation` into place (caller
+        holds ``state.changing`` and ``state.lock``, and no save ran since the
+        ``moment`` it was written from: (cursor, unsaved changes) then). The changes made
+        since stay unsaved, and the cursor on disk passes the moment's only when there
+        are none."""
+        os.replace(meta, self._dir(scope_key) / "meta.json")
+        self._remove_stale(scope_key, state, keep)
+        cursor, unsaved = moment
+        state.unsaved -= unsaved
+        self._write_cursor(scope_key, state, state.cursor if state.unsaved == 0 else cursor)
+        self._saved(state, seconds)
+
     def _background_save(self, scope_key: str) -> None:
-        """A due checkpoint, on the checkpointer's thread: beside the scope's searches,
-        never beside a change to it."""
+        """A due checkpoint, on the checkpointer's thread, beside the scope's searches and
+        changes: what a change could reach is copied under the lock (the graph, the label
+        map, the cursor; the rows made durable as far as they go), the new generation is
+        written from the copy without it, and the lock is taken again to rename its
+        ``meta.json`` into place (see :meth:`_swap_in`). A purge, or a save, that ran
+        meanwhile wins: the copy is discarded, and the next apply asks again."""
         with self._saving:
             with self._scopes_lock:
                 state = self._scopes.get(scope_key)
             if state is None:  # reset since it fell due
                 return
             with state.changing, state.lock.read():
-                if state.unsaved and not state.building:  # else the next apply asks again
-                    self._save(scope_key, state)
+                if not state.unsaved or state.building:  # another is being written: the next apply asks again
+                    return
+                started = time.monotonic()
+                rows = state.rows
+                entry = self._rows_entry(rows, state.rows_generation, rows.sync() if rows is not None else [])
+                index, labels, moment, saves = (
+                    state.index.copy(),
+                    state.labels.copy(),
+                    (state.cursor, state.unsaved),
+                    state.saves,
+                )
+                state.generation += 1
+                generation = state.generation
+                graph_path = self._dir(scope_key) / f"vectors-{generation}.bin"
+                building = frozenset({graph_path.name, "meta.json"})
+                state.building.append(building)
+            try:
+                meta = self._write_generation(scope_key, generation, index, labels, entry)
+            except BaseException:
+                state.building.remove(building)
+                graph_path.unlink(missing_ok=True)
+                raise
+            del index, labels
+            with state.changing, state.lock.read():
+                state.building.remove(building)
+                if self._scopes.get(scope_key) is not state or state.saves != saves or state.rows is not rows:
+                    for path in (graph_path, meta):
+                        path.unlink(missing_ok=True)
+                    return
+                keep = {graph_path, *([rows.path] if rows is not None else [])}
+                self._swap_in(scope_key, state, meta, keep, moment, time.monotonic() - started)
 
     def _save(self, scope_key: str, state: _ScopeVectors) -> None:
         """Checkpoint: a new vector generation, then meta.json, then the cursor (caller
@@ -930,7 +965,7 @@ class SemanticIndex:
         hold vectors of records forgotten since): all but ``keep`` and what a purge is
         writing (``state.building``, and its temporary files)."""
         directory = self._dir(scope_key)
-        building = state.building
+        building = {name for names in state.building for name in names}
         for stale in [*directory.glob("vectors-*.bin"), *directory.glob("rows-*"), *directory.glob(".*.tmp")]:
             if stale in keep or stale.name in building or any(stale.name.startswith(f".{n}.") for n in building):
                 continue
