@@ -70,10 +70,14 @@ that checkpoint's cursor, and the engine's projector re-applies the journal from
 the cursor of a scope with nothing unsaved writes the cursor at once.
 
 A due checkpoint is taken in the background (:mod:`ranking.checkpointer`), not by the
-apply that made it due: that apply returns at once, searches of the scope go on while
-the save reads the index (it holds the scope's lock shared), and only a change to the
-scope (the next apply, a purge) waits for the save to end, without holding searches off
-meanwhile (it waits on ``_ScopeVectors.changing`` before it asks for the lock alone).
+apply that made it due: that apply returns at once, and the save copies what a change
+could reach (the graph, the label map, the cursor; the rows made durable) under the
+scope's lock, writes the new generation from the copy beside the scope's searches and
+changes, and takes the lock again only to rename its ``meta.json`` into place; the
+disk then holds the scope as it was copied, and changes made since are the next
+checkpoint's. A purge writes its rebuilt generation the same way. Other saves (an
+explicit checkpoint, close, a rebuild at open) write under the lock: a change waits on
+``_ScopeVectors.changing`` for them, without holding searches off meanwhile.
 """
 
 from __future__ import annotations
