@@ -70,11 +70,12 @@ that checkpoint's cursor, and the engine's projector re-applies the journal from
 the cursor of a scope with nothing unsaved writes the cursor at once.
 
 A due checkpoint is taken in the background (:mod:`ranking.checkpointer`), not by the
-apply that made it due: that apply returns at once, and the save copies what a change
-could reach (the graph, the label map, the cursor; the rows made durable) under the
-scope's lock, writes the new generation from the copy beside the scope's searches and
-changes, and takes the lock again only to rename its ``meta.json`` into place; the
-disk then holds the scope as it was copied, and changes made since are the next
+apply that made it due: that apply returns at once, and the save holds the scope's
+lock only to save the graph to a temporary file, copy the label map and make the rows
+durable, writes the rest of the new generation (the graph file made durable and
+hashed, ``meta.json`` with the label map) beside the scope's searches and changes, and
+takes the lock again only to rename its ``meta.json`` into place; the disk then holds
+the scope as it was at the first step, and changes made since are the next
 checkpoint's. A purge writes its rebuilt generation the same way. Other saves (an
 explicit checkpoint, close, a rebuild at open) write under the lock: a change waits on
 ``_ScopeVectors.changing`` for them, without holding searches off meanwhile.
@@ -85,6 +86,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -482,7 +484,9 @@ class SemanticIndex:
         written_at = time.monotonic()
         try:
             entry = self._rows_entry(rows, rows_generation, rows.sync())
-            meta = self._write_generation(scope_key, generation, index, labels, entry)
+            meta = self._write_generation(
+                scope_key, generation, self._write_graph(scope_key, generation, index), labels, entry
+            )
         except BaseException:
             state.building.remove(building)
             rows.close()
@@ -874,15 +878,38 @@ class SemanticIndex:
             "rows": rows,
         }
 
+    def _write_graph(self, scope_key: str, generation: int, index: Index) -> Path:
+        """``index`` saved into a private temporary file beside its generation's graph
+        file (``.vectors-<generation>.bin.*.tmp``), not yet durable: all of a save that
+        needs the graph to stand still. Saving the scope's own graph, not a copy, keeps a
+        large scope's memory from doubling while it saves."""
+        path = self._dir(scope_key) / f"vectors-{generation}.bin"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            index.save(name, progress=_yielding_progress())
+        except BaseException:
+            Path(name).unlink(missing_ok=True)
+            raise
+        return Path(name)
+
     def _write_generation(
-        self, scope_key: str, generation: int, index: Index, labels: PassageLabels, rows: dict[str, object] | None
+        self, scope_key: str, generation: int, graph: Path, labels: PassageLabels, rows: dict[str, object] | None
     ) -> Path:
-        """Write a generation beside the scope's changes, from a graph and a label map no
-        change reaches (a copy, or a purge's own) and a durable rows file's entry: its
-        graph file, and its ``meta.json`` as a temporary file (returned) that the caller
+        """Finish a generation beside the scope's changes, from its graph's temporary file
+        (:meth:`_write_graph`), a label map no change reaches (a copy, or a purge's own)
+        and a durable rows file's entry: the graph file made durable, named and hashed,
+        and its ``meta.json`` written as a temporary file (returned) that the caller
         renames into place under the scope's lock (:meth:`_swap_in`), or removes."""
         path = self._dir(scope_key) / f"vectors-{generation}.bin"
-        atomic_write(path, lambda tmp: index.save(str(tmp), progress=_yielding_progress()))
+        try:
+            with open(graph, "rb+") as handle:
+                os.fsync(handle.fileno())
+            os.replace(graph, path)
+        except BaseException:
+            graph.unlink(missing_ok=True)
+            raise
         header = self._header(scope_key, generation, _sha256_file(path), labels.next_label, rows)
         return prepared_write(self._dir(scope_key) / "meta.json", lambda tmp: write_meta(tmp, header, labels.records()))
 
@@ -903,11 +930,13 @@ class SemanticIndex:
 
     def _background_save(self, scope_key: str) -> None:
         """A due checkpoint, on the checkpointer's thread, beside the scope's searches and
-        changes: what a change could reach is copied under the lock (the graph, the label
-        map, the cursor; the rows made durable as far as they go), the new generation is
-        written from the copy without it, and the lock is taken again to rename its
-        ``meta.json`` into place (see :meth:`_swap_in`). A purge, or a save, that ran
-        meanwhile wins: the copy is discarded, and the next apply asks again."""
+        changes: under the lock, only what needs the scope to stand still (its graph
+        saved to a temporary file, its label map copied, its rows made durable as far as
+        they go, its cursor); the rest of the generation (the graph file made durable
+        and hashed, ``meta.json`` with the label map) is written without it, and the lock
+        is taken again to rename ``meta.json`` into place (see :meth:`_swap_in`). A
+        purge, or a save, that swapped in meanwhile wins: this one is discarded, and the
+        next apply asks again."""
         with self._saving:
             with self._scopes_lock:
                 state = self._scopes.get(scope_key)
@@ -917,26 +946,26 @@ class SemanticIndex:
                 if not state.unsaved or state.building:  # another is being written: the next apply asks again
                     return
                 started = time.monotonic()
-                rows = state.rows
-                entry = self._rows_entry(rows, state.rows_generation, rows.sync() if rows is not None else [])
-                index, labels, moment, saves = (
-                    state.index.copy(),
-                    state.labels.copy(),
-                    (state.cursor, state.unsaved),
-                    state.saves,
-                )
                 state.generation += 1
                 generation = state.generation
                 graph_path = self._dir(scope_key) / f"vectors-{generation}.bin"
                 building = frozenset({graph_path.name, "meta.json"})
                 state.building.append(building)
+                try:
+                    graph = self._write_graph(scope_key, generation, state.index)
+                except BaseException:
+                    state.building.remove(building)
+                    raise
+                rows = state.rows
+                entry = self._rows_entry(rows, state.rows_generation, rows.sync() if rows is not None else [])
+                labels, moment, saves = state.labels.copy(), (state.cursor, state.unsaved), state.saves
             try:
-                meta = self._write_generation(scope_key, generation, index, labels, entry)
+                meta = self._write_generation(scope_key, generation, graph, labels, entry)
             except BaseException:
                 state.building.remove(building)
                 graph_path.unlink(missing_ok=True)
                 raise
-            del index, labels
+            del labels
             with state.changing, state.lock.read():
                 state.building.remove(building)
                 if self._scopes.get(scope_key) is not state or state.saves != saves or state.rows is not rows:
