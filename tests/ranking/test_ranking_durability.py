@@ -366,3 +366,42 @@ def test_a_walked_scope_is_searched_during_a_save_at_a_new_depth(tmp_path: Path)
         release.set()
     assert index.settle(30)
     index.close()
+
+
+def test_a_checkpoint_written_beside_changes_holds_the_scope_as_it_began(tmp_path: Path):
+    """A background checkpoint writes the scope as it was when it began: a change applied
+    while it wrote is not in it, and the cursor on disk does not pass that change. After
+    a crash that cuts the next checkpoint, the scope reopens at the first one's moment,
+    and re-applying the journal from there heals it."""
+    root = tmp_path / "idx"
+    ranker = Ranker(root, HashingTestEncoder(), checkpoint_records=1, checkpoint_seconds=3600, checkpoint_spacing=0)
+    calls: list[int] = []
+    writing, release = threading.Event(), threading.Event()
+    real_write = SemanticIndex._write_generation
+
+    def write(self, *args):  # noqa: ANN001, ANN202
+        calls.append(len(calls))
+        if len(calls) > 1:
+            raise OSError("cut by the crash")  # the next checkpoint never reaches the disk
+        writing.set()
+        assert release.wait(30)
+        return real_write(self, *args)
+
+    ranker._semantic._write_generation = write.__get__(ranker._semantic)  # noqa: SLF001
+    ranker.apply("s", upserts=[doc("s", "mem_1", "alpha note one")], removals=[], through_cursor=1)
+    assert writing.wait(30)
+    ranker.apply("s", upserts=[doc("s", "mem_2", "alpha note two")], removals=[], through_cursor=2)
+    release.set()
+    assert ranker.settle(30)
+    assert len(calls) == 2
+    meta = json.loads((semantic_dir(root) / "meta.json").read_text())
+    assert [r[0] for r in meta["records"]] == ["mem_1"]
+    del ranker  # a crash: no close, no checkpoint
+    gc.collect()
+
+    reopened = Ranker(root, HashingTestEncoder(), checkpoint_records=10_000, checkpoint_seconds=3600)
+    assert reopened.projection_cursor("s") == {"lexical": 2, "semantic": 1}
+    assert semantic_ids(reopened, "s", "alpha note") == ["mem_1"]
+    reopened.apply("s", upserts=[doc("s", "mem_2", "alpha note two")], removals=[], through_cursor=2, after_cursor=1)
+    assert sorted(semantic_ids(reopened, "s", "alpha note")) == ["mem_1", "mem_2"]
+    reopened.close()
