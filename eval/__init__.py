@@ -36,6 +36,7 @@ __all__ = [
     "replica_bench",
     "report",
     "results",
+    "scope_hold",
     "search_cpu",
     "service_memory",
     "shard_plan",

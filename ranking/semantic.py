@@ -70,16 +70,23 @@ that checkpoint's cursor, and the engine's projector re-applies the journal from
 the cursor of a scope with nothing unsaved writes the cursor at once.
 
 A due checkpoint is taken in the background (:mod:`ranking.checkpointer`), not by the
-apply that made it due: that apply returns at once, searches of the scope go on while
-the save reads the index (it holds the scope's lock shared), and only a change to the
-scope (the next apply, a purge) waits for the save to end, without holding searches off
-meanwhile (it waits on ``_ScopeVectors.changing`` before it asks for the lock alone).
+apply that made it due: that apply returns at once, and the save holds the scope's
+lock only to save the graph to a temporary file, copy the label map and make the rows
+durable, writes the rest of the new generation (the graph file made durable and
+hashed, ``meta.json`` with the label map) beside the scope's searches and changes, and
+takes the lock again only to rename its ``meta.json`` into place; the disk then holds
+the scope as it was at the first step, and changes made since are the next
+checkpoint's. A purge writes its rebuilt generation the same way. Other saves (an
+explicit checkpoint, close, a rebuild at open) write under the lock: a change waits on
+``_ScopeVectors.changing`` for them, without holding searches off meanwhile.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -98,7 +105,7 @@ from engram.ranking.passage_labels import PassageLabels
 from engram.ranking.profiles import SemanticConfig, VectorStorage
 from engram.ranking.read_write_lock import ReadWriteLock
 from engram.ranking.scope_meta import read_meta, write_meta
-from engram.ranking.storage import atomic_write, atomic_write_json, read_json
+from engram.ranking.storage import atomic_write, atomic_write_json, prepared_write, read_json
 from engram.ranking.vector_rows import VectorRows
 
 
@@ -168,6 +175,11 @@ class _ScopeVectors:
     unsaved: int = 0  # records changed since the last save
     saved_at: float = float("-inf")  # time.monotonic() of the last save; never: -inf
     save_seconds: float = 0.0  # how long the last save took
+    saves: int = 0  # generations swapped in on disk since the scope loaded
+    # The names of the files each generation being written beside the scope's changes
+    # (a purge's, a background save's) will have: no save deletes them, or their
+    # temporary files, meanwhile; a background save is not begun beside another.
+    building: list[frozenset[str]] = field(default_factory=list)
     # Searches and a background save share it; applies and purges hold it alone, after
     # taking ``changing``.
     lock: ReadWriteLock = field(default_factory=ReadWriteLock)
@@ -437,11 +449,16 @@ class SemanticIndex:
         returning, so hidden ones leave the disk.
 
         The scope stays searchable and writable meanwhile: the fresh graph and rows are
-        built from the live labels of a moment, without the scope's lock; only the end
-        holds it alone, to bring them up to the labels applies added or hid in between
-        and swap them in, and the save then runs beside searches, as a checkpoint does.
-        Returns False, having changed nothing, when the scope was reset, dropped or given
-        its first rows meanwhile: try again."""
+        built, and written as a new generation on disk (graph file, rows, the label map
+        of a ``meta.json`` not yet in place), from the scope of a moment (its live labels,
+        a copy of its label map, its cursor), without the scope's lock; only the end
+        holds it alone, to bring the in-memory graph and rows up to the changes applied
+        in between, swap them in and rename the new ``meta.json`` into place: the disk
+        then holds the scope of that moment, and the changes since are the next
+        checkpoint's (the cursor on disk never passes that moment's). Rows of records
+        hidden in between stay in the new rows file until their own purge. Returns False,
+        having changed nothing, when the scope was reset, dropped or given its first rows
+        meanwhile: try again."""
         state = self._scope(scope_key)
         with state.changing, state.lock.write():
             for record_id in record_ids:
@@ -452,29 +469,58 @@ class SemanticIndex:
             source: VectorRows = state.rows
             live = state.labels.live_labels()
             count = source.count
-        index, rows, generation = self._fresh(scope_key, state, live, source.read, count)
-        rows.sync()  # hashed here, without the lock: the save re-hashes only what changes below
+            labels, cursor, unsaved, saves = state.labels.copy(), state.cursor, state.unsaved, state.saves
+            state.generation += 1  # this purge's; a save meanwhile takes the next
+            generation = state.generation
+            graph_path = self._dir(scope_key) / f"vectors-{generation}.bin"
+            rows_path = self._rows_path(scope_key, state.rows_generation + 1, self._graph.storage.value)
+            building = frozenset({graph_path.name, rows_path.name, "meta.json"})
+            state.building.append(building)
+        try:
+            index, rows, rows_generation = self._fresh(scope_key, state, live, source.read, count)
+        except BaseException:
+            state.building.remove(building)
+            raise
+        written_at = time.monotonic()
+        try:
+            entry = self._rows_entry(rows, rows_generation, rows.sync())
+            meta = self._write_generation(
+                scope_key, generation, self._write_graph(scope_key, generation, index), labels, entry
+            )
+        except BaseException:
+            state.building.remove(building)
+            rows.close()
+            for path in (rows.path, graph_path):
+                path.unlink(missing_ok=True)
+            raise
+        write_seconds = time.monotonic() - written_at
+        del labels  # the copy is on disk: not held through the wait below
         with state.changing:
             with state.lock.write():
+                state.building.remove(building)
                 if self._scopes.get(scope_key) is not state or state.rows is not source:
                     rows.close()
-                    rows.path.unlink(missing_ok=True)
+                    for path in (rows.path, graph_path, meta):
+                        path.unlink(missing_ok=True)
                     return False
                 now = state.labels.live_labels()
                 hidden = np.setdiff1d(live, now, assume_unique=True)
-                if len(hidden):  # hidden while the copy was made: out of both
+                if len(hidden):  # hidden while the copy was made: out of the graph
                     index.remove(_keys(hidden))
-                    for label in hidden.tolist():
-                        rows.write(label, np.zeros((1, rows.dim), np.float32))
                 added = np.setdiff1d(now, live, assume_unique=True)
-                if len(added):  # applied while the copy was made: into both
+                if len(added):  # applied while the copy was made: into both (rows past the copy's)
                     vectors = source.read(added)
                     for label, vector in zip(added.tolist(), vectors):
                         rows.write(label, vector[None, :])
                     index.add(_keys(added), _codes(vectors, index))
                 rows.extend_to(state.labels.next_label)
                 source.close()
-                state.index, state.rows, state.rows_generation = index, rows, generation
+                state.index, state.rows, state.rows_generation = index, rows, rows_generation
+                if state.saves == saves:  # the disk still holds what the copy started from
+                    self._swap_in(scope_key, state, meta, {graph_path, rows.path}, (cursor, unsaved), write_seconds)
+                    return True
+                # A checkpoint saved the old generation meanwhile, past what the copy holds.
+                meta.unlink(missing_ok=True)
                 state.unsaved += 1
             with state.lock.read():
                 self._save(scope_key, state)
@@ -792,45 +838,142 @@ class SemanticIndex:
             state.index.remove(_keys(labels))
         return labels is not None
 
-    def _write_cursor(self, scope_key: str, state: _ScopeVectors) -> None:
-        """Record ``state.cursor`` on disk (caller holds ``state.lock``; the saved files
-        must already hold everything it covers)."""
-        if state.cursor > state.saved_cursor:
-            atomic_write_json(self._dir(scope_key) / "cursor.json", {"cursor": state.cursor})
-            state.saved_cursor = state.cursor
+    def _write_cursor(self, scope_key: str, state: _ScopeVectors, cursor: int | None = None) -> None:
+        """Record ``cursor`` (by default ``state.cursor``) on disk (caller holds
+        ``state.lock``; the saved files must already hold everything it covers)."""
+        cursor = state.cursor if cursor is None else cursor
+        if cursor > state.saved_cursor:
+            atomic_write_json(self._dir(scope_key) / "cursor.json", {"cursor": cursor})
+            state.saved_cursor = cursor
 
     def _write_meta(self, scope_key: str, state: _ScopeVectors, sha256: str, row_hashes: list[str]) -> None:
         """Swap in the meta.json of ``state``'s generation, whose graph file has ``sha256``
         and whose rows file's blocks have ``row_hashes``."""
-        header = {
-            "scope_key": scope_key,
-            "generation": state.generation,
-            "sha256": sha256,
-            "graph": self._graph.graph(),
-            "next_label": state.labels.next_label,
-            "rows": None
-            if state.rows is None
-            else {
-                "generation": state.rows_generation,
-                "dtype": self._graph.storage.value,
-                "dim": state.rows.dim,
-                "count": state.rows.count,
-                "sha256": row_hashes,
-            },
-        }
+        rows = self._rows_entry(state.rows, state.rows_generation, row_hashes)
+        header = self._header(scope_key, state.generation, sha256, state.labels.next_label, rows)
         atomic_write(self._dir(scope_key) / "meta.json", lambda tmp: write_meta(tmp, header, state.labels.records()))
 
+    def _rows_entry(self, rows: VectorRows | None, generation: int, hashes: list[str]) -> dict[str, object] | None:
+        """meta.json's entry for a rows file as it stands (its count, block ``hashes``)."""
+        if rows is None:
+            return None
+        return {
+            "generation": generation,
+            "dtype": self._graph.storage.value,
+            "dim": rows.dim,
+            "count": rows.count,
+            "sha256": hashes,
+        }
+
+    def _header(
+        self, scope_key: str, generation: int, sha256: str, next_label: int, rows: dict[str, object] | None
+    ) -> dict[str, object]:
+        """meta.json's header for a generation whose graph file has ``sha256``."""
+        return {
+            "scope_key": scope_key,
+            "generation": generation,
+            "sha256": sha256,
+            "graph": self._graph.graph(),
+            "next_label": next_label,
+            "rows": rows,
+        }
+
+    def _write_graph(self, scope_key: str, generation: int, index: Index) -> Path:
+        """``index`` saved into a private temporary file beside its generation's graph
+        file (``.vectors-<generation>.bin.*.tmp``), not yet durable: all of a save that
+        needs the graph to stand still. Saving the scope's own graph, not a copy, keeps a
+        large scope's memory from doubling while it saves."""
+        path = self._dir(scope_key) / f"vectors-{generation}.bin"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            index.save(name, progress=_yielding_progress())
+        except BaseException:
+            Path(name).unlink(missing_ok=True)
+            raise
+        return Path(name)
+
+    def _write_generation(
+        self, scope_key: str, generation: int, graph: Path, labels: PassageLabels, rows: dict[str, object] | None
+    ) -> Path:
+        """Finish a generation beside the scope's changes, from its graph's temporary file
+        (:meth:`_write_graph`), a label map no change reaches (a copy, or a purge's own)
+        and a durable rows file's entry: the graph file made durable, named and hashed,
+        and its ``meta.json`` written as a temporary file (returned) that the caller
+        renames into place under the scope's lock (:meth:`_swap_in`), or removes."""
+        path = self._dir(scope_key) / f"vectors-{generation}.bin"
+        try:
+            with open(graph, "rb+") as handle:
+                os.fsync(handle.fileno())
+            os.replace(graph, path)
+        except BaseException:
+            graph.unlink(missing_ok=True)
+            raise
+        header = self._header(scope_key, generation, _sha256_file(path), labels.next_label, rows)
+        return prepared_write(self._dir(scope_key) / "meta.json", lambda tmp: write_meta(tmp, header, labels.records()))
+
+    def _swap_in(
+        self, scope_key: str, state: _ScopeVectors, meta: Path, keep: set[Path], moment: tuple[int, int], seconds: float
+    ) -> None:
+        """Rename a generation written by :meth:`_write_generation` into place (caller
+        holds ``state.changing`` and ``state.lock``, and no save ran since the
+        ``moment`` it was written from: (cursor, unsaved changes) then). The changes made
+        since stay unsaved, and the cursor on disk passes the moment's only when there
+        are none."""
+        os.replace(meta, self._dir(scope_key) / "meta.json")
+        self._remove_stale(scope_key, state, keep)
+        cursor, unsaved = moment
+        state.unsaved -= unsaved
+        self._write_cursor(scope_key, state, state.cursor if state.unsaved == 0 else cursor)
+        self._saved(state, seconds)
+
     def _background_save(self, scope_key: str) -> None:
-        """A due checkpoint, on the checkpointer's thread: beside the scope's searches,
-        never beside a change to it."""
+        """A due checkpoint, on the checkpointer's thread, beside the scope's searches and
+        changes: under the lock, only what needs the scope to stand still (its graph
+        saved to a temporary file, its label map copied, its rows made durable as far as
+        they go, its cursor); the rest of the generation (the graph file made durable
+        and hashed, ``meta.json`` with the label map) is written without it, and the lock
+        is taken again to rename ``meta.json`` into place (see :meth:`_swap_in`). A
+        purge, or a save, that swapped in meanwhile wins: this one is discarded, and the
+        next apply asks again."""
         with self._saving:
             with self._scopes_lock:
                 state = self._scopes.get(scope_key)
             if state is None:  # reset since it fell due
                 return
             with state.changing, state.lock.read():
-                if state.unsaved:
-                    self._save(scope_key, state)
+                if not state.unsaved or state.building:  # another is being written: the next apply asks again
+                    return
+                started = time.monotonic()
+                state.generation += 1
+                generation = state.generation
+                graph_path = self._dir(scope_key) / f"vectors-{generation}.bin"
+                building = frozenset({graph_path.name, "meta.json"})
+                state.building.append(building)
+                try:
+                    graph = self._write_graph(scope_key, generation, state.index)
+                except BaseException:
+                    state.building.remove(building)
+                    raise
+                rows = state.rows
+                entry = self._rows_entry(rows, state.rows_generation, rows.sync() if rows is not None else [])
+                labels, moment, saves = state.labels.copy(), (state.cursor, state.unsaved), state.saves
+            try:
+                meta = self._write_generation(scope_key, generation, graph, labels, entry)
+            except BaseException:
+                state.building.remove(building)
+                graph_path.unlink(missing_ok=True)
+                raise
+            del labels
+            with state.changing, state.lock.read():
+                state.building.remove(building)
+                if self._scopes.get(scope_key) is not state or state.saves != saves or state.rows is not rows:
+                    for path in (graph_path, meta):
+                        path.unlink(missing_ok=True)
+                    return
+                keep = {graph_path, *([rows.path] if rows is not None else [])}
+                self._swap_in(scope_key, state, meta, keep, moment, time.monotonic() - started)
 
     def _save(self, scope_key: str, state: _ScopeVectors) -> None:
         """Checkpoint: a new vector generation, then meta.json, then the cursor (caller
@@ -845,13 +988,25 @@ class SemanticIndex:
         # file that is not durable, and no other user can read the vectors.
         atomic_write(path, lambda tmp: state.index.save(str(tmp), progress=_yielding_progress()))
         self._write_meta(scope_key, state, _sha256_file(path), row_hashes)
-        # Older generations, and temporary files a crash left behind (they may hold
-        # vectors of records forgotten since), are no longer referenced.
-        keep = {path, state.rows.path if state.rows is not None else path}
-        for stale in [*directory.glob("vectors-*.bin"), *directory.glob("rows-*"), *directory.glob(".*.tmp")]:
-            if stale not in keep:
-                stale.unlink(missing_ok=True)
+        self._remove_stale(scope_key, state, {path, state.rows.path if state.rows is not None else path})
         self._write_cursor(scope_key, state)
         state.unsaved = 0
+        self._saved(state, time.monotonic() - started)
+
+    def _remove_stale(self, scope_key: str, state: _ScopeVectors, keep: set[Path]) -> None:
+        """Delete older generations, and temporary files a crash left behind (they may
+        hold vectors of records forgotten since): all but ``keep`` and what a purge is
+        writing (``state.building``, and its temporary files)."""
+        directory = self._dir(scope_key)
+        building = {name for names in state.building for name in names}
+        for stale in [*directory.glob("vectors-*.bin"), *directory.glob("rows-*"), *directory.glob(".*.tmp")]:
+            if stale in keep or stale.name in building or any(stale.name.startswith(f".{n}.") for n in building):
+                continue
+            stale.unlink(missing_ok=True)
+
+    @staticmethod
+    def _saved(state: _ScopeVectors, seconds: float) -> None:
+        """Note a generation swapped in on disk, which took ``seconds`` to save."""
+        state.saves += 1
         state.saved_at = time.monotonic()
-        state.save_seconds = state.saved_at - started
+        state.save_seconds = seconds

@@ -17,17 +17,30 @@ from typing import Any
 
 def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     """Let ``write`` fill a temporary sibling of ``path``, then move it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    tmp = prepared_write(path, write)
     try:
-        write(Path(tmp))
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def prepared_write(path: Path, write: Callable[[Path], object]) -> Path:
+    """Let ``write`` fill a temporary sibling of ``path`` (``.<name>.*.tmp``), fsync'd;
+    the caller moves it into place with ``os.replace`` when it chooses, or removes it.
+    Filled outside a lock, it is swapped in under the lock in one rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
 
 
 def sync_directory(directory: Path) -> None:

@@ -19,8 +19,9 @@ changes in place only past what the last checkpoint covers: a checkpoint fsyncs 
 records, in the scope's meta.json, its row count and a sha256 per block of
 :data:`BLOCK_ROWS` rows (only blocks written since the previous checkpoint are hashed
 again). Opening verifies every block and cuts off rows past the count (appended after
-the checkpoint, before a crash). A purge writes a new generation that holds the live
-rows only (every other row zero); once meta.json names it, the old one is deleted.
+the checkpoint, before a crash). A purge writes a new generation that holds the rows
+live when it began only (every other row zero; rows of records hidden while it ran go
+at their own purge); once meta.json names it, the old one is deleted.
 """
 
 from __future__ import annotations

@@ -247,6 +247,14 @@ def shred_entries(key_dir: Path) -> list[dict]:
     return out
 
 
+def shred_positioned(key_dir: Path, kind: str, scope: Scope, subject: str) -> bool | None:
+    """Whether the ledger holds an entry with journal positions for this subject: None
+    when it holds no entry of it at all."""
+    named = (kind, shred_digest(list(scope)), shred_digest(subject))
+    mine = [e for e in shred_entries(key_dir) if (e["kind"], e["scope"], e["subject"]) == named]
+    return any("ended" in e for e in mine) if mine else None
+
+
 def copy_key_dir(source: Path, dest: Path) -> None:
     """Copy KEK files and the shred ledger into `dest` (created 0700, files 0600); the
     ledgers of both are merged, so no shred entry is ever dropped."""

@@ -31,7 +31,7 @@ from .gates import require_confirmation
 from .idempotency import after_commit, find_replay, intent_hash, reserve, rewrite
 from .lifecycle import CandidateState, RecordState, require_forgettable, require_pending
 from .records import authorization_receipt, scope_key, transaction_receipt
-from .sealing import record_shred, shred_digest, shred_entries
+from .sealing import record_shred, shred_digest, shred_entries, shred_positioned
 
 logger = logging.getLogger("engram.keys")
 
@@ -61,57 +61,69 @@ def _transition(
     operation: str,
     arguments: dict[str, Any],
     effect: Effect,
+    ended: Callable[[Transaction], Shred | None],
     physical: dict[str, str],
 ) -> tuple[dict[str, Any], bool]:
     """Run a gated transition; returns (result, replayed).
 
-    `physical` is the physical outcome as committed (every field "pending"): should the
-    process die before `_finish` writes the real outcome back, a replay still answers a
-    complete, truthful result rather than one missing key_destruction or
-    projection_invalidation."""
+    `ended` reads, in a replay, what the committed transition destroyed (its subject
+    and the cursor that made it). `physical` is the physical outcome as committed
+    (every field "pending"): should the process die before `_finish` writes the real
+    outcome back, a replay still answers a complete, truthful result rather than one
+    missing key_destruction or projection_invalidation."""
     intent = intent_hash(tool, arguments)
     key = arguments["idempotency_key"]
+    key_dir = deps.vault.ring.key_dir
     with deps.store.transaction() as tx:
         at = now_ms()
         replay = find_replay(tx, ctx.scope, ctx.principal, key, tool, intent)
         if replay is not None:
-            return replay, True
-        from_state, to_state, event, shred = effect(tx, at)
-        require_confirmation(ctx, tool, arguments, at, tx.claim_confirmation)
-        made: str | None = None
-        if shred is not None:
-            # Recorded once the gate passed and before commit, so a restore of any earlier
-            # backup applies it (`engram admin restore`, `apply-shred-ledger`); should the
-            # commit then fail, those forget what the confirmed call meant to forget anyway.
-            record_shred(deps.vault.ring.key_dir, shred.kind, ctx.scope, shred.subject)
-            made = deps.store.journal_digests(ctx.scope, [shred.made_cursor]).get(shred.made_cursor)
-        auth = authorization_receipt(ctx, tool, at)
-        receipt = {
-            "event_id": event.event_id,
-            "operation": operation,
-            "from_state": from_state,
-            "to_state": to_state,
-            "cursor": str(event.cursor),
-            "event_digest": event.event_digest,
-            "authorization_receipt_digest": auth["receipt_digest"],
-            "transaction_receipt_digest": transaction_receipt(tool, [event.event_digest], event.cursor, at)[
-                "receipt_digest"
-            ],
-        }
-        result = {"receipt": receipt, "replayed": False, **physical}
-        reserve(tx, ctx.scope, ctx.principal, key, tool, intent, result)
+            # The first answer may have been cut between its commit and its positioned
+            # entry (a crash, a failover): written now, once, for a subject the first
+            # answer recorded before its commit.
+            shred = ended(tx)
+            if shred is not None and shred_positioned(key_dir, shred.kind, ctx.scope, shred.subject) is not False:
+                shred = None
+            result = replay
+        else:
+            from_state, to_state, event, shred = effect(tx, at)
+            require_confirmation(ctx, tool, arguments, at, tx.claim_confirmation)
+            if shred is not None:
+                # Recorded once the gate passed and before commit, so a restore of any
+                # earlier backup applies it (`engram admin restore`, `apply-shred-ledger`);
+                # should the commit then fail, those forget what the confirmed call meant
+                # to forget anyway.
+                record_shred(key_dir, shred.kind, ctx.scope, shred.subject)
+            auth = authorization_receipt(ctx, tool, at)
+            receipt = {
+                "event_id": event.event_id,
+                "operation": operation,
+                "from_state": from_state,
+                "to_state": to_state,
+                "cursor": str(event.cursor),
+                "event_digest": event.event_digest,
+                "authorization_receipt_digest": auth["receipt_digest"],
+                "transaction_receipt_digest": transaction_receipt(tool, [event.event_digest], event.cursor, at)[
+                    "receipt_digest"
+                ],
+            }
+            result = {"receipt": receipt, "replayed": False, **physical}
+            reserve(tx, ctx.scope, ctx.principal, key, tool, intent, result)
+        made = (
+            None if shred is None else deps.store.journal_digests(ctx.scope, [shred.made_cursor]).get(shred.made_cursor)
+        )
     if shred is not None and made is not None:  # None: no event at made_cursor (nothing to check by)
         # Committed for certain: an open of a store that has the subject but not this
         # event (restored from before it) re-applies it.
         record_shred(
-            deps.vault.ring.key_dir,
+            key_dir,
             shred.kind,
             ctx.scope,
             shred.subject,
             made=(shred.made_cursor, made),
-            ended=(event.cursor, event.event_digest),
+            ended=(int(result["receipt"]["cursor"]), result["receipt"]["event_digest"]),
         )
-    return result, False
+    return result, replay is not None
 
 
 def _finish(deps: Dependencies, ctx: CallContext, key: str, result: dict[str, Any]) -> dict[str, Any]:
@@ -142,7 +154,13 @@ def withdraw(deps: Dependencies, ctx: CallContext, args: WithdrawInput) -> dict[
         tx.set_candidate_state(ctx.scope, candidate.candidate_id, CandidateState.WITHDRAWN, drop_body=True)
         return CandidateState.PENDING, CandidateState.WITHDRAWN, event, shred
 
-    result, was_replay = _transition(deps, ctx, WITHDRAW, "withdraw", arguments, effect, {"key_destruction": "pending"})
+    def ended(tx: Transaction) -> Shred | None:
+        candidate = tx.candidate(ctx.scope, args.candidate_id)
+        return None if candidate is None else Shred("candidate", candidate.candidate_id, candidate.created_cursor)
+
+    result, was_replay = _transition(
+        deps, ctx, WITHDRAW, "withdraw", arguments, effect, ended, {"key_destruction": "pending"}
+    )
     if was_replay:
         return result
     with after_commit():
@@ -173,8 +191,12 @@ def forget(deps: Dependencies, ctx: CallContext, args: ForgetInput) -> dict[str,
         tx.add_pending_purge(ctx.scope, record.record_id)
         return record.state, RecordState.TOMBSTONED, event, Shred("record", record.record_id, record.accepted_cursor)
 
+    def ended(tx: Transaction) -> Shred | None:
+        record = tx.record(ctx.scope, args.record_id)
+        return None if record is None else Shred("record", record.record_id, record.accepted_cursor)
+
     result, was_replay = _transition(
-        deps, ctx, FORGET, "tombstone", arguments, effect, {"projection_invalidation": "pending"}
+        deps, ctx, FORGET, "tombstone", arguments, effect, ended, {"projection_invalidation": "pending"}
     )
     if was_replay:
         return result

@@ -88,6 +88,10 @@ def main() -> None:
         before(SemanticIndex, "purge")
     elif point == "semantic-built":
         after(SemanticIndex, "_fresh")
+    elif point == "semantic-written":  # the new generation's files, its meta.json not in place
+        after(SemanticIndex, "_write_generation")
+    elif point == "semantic-swapped":  # its meta.json in place, the old generation's files not deleted
+        before(SemanticIndex, "_remove_stale")
     elif point == "semantic-saved":
         before(engine.deps.store, "clear_pending_purges")
     engine.operator.sweep_invalidations()

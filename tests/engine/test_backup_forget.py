@@ -1,8 +1,12 @@
 """Backups keep forget's promise: a backup holds no KEK unless asked, a record forgotten
 after the backup is NOT_FOUND after the restore and its text is nowhere on disk, and a
-restore does not re-embed what the backup carried (vectors)."""
+restore does not re-embed what the backup carried (vectors), and a forget answered only
+by its retry binds a database copied back from before it as the first answer does."""
 
 from __future__ import annotations
+
+import json
+import shutil
 
 import pytest
 from engine_support import (
@@ -14,12 +18,16 @@ from engine_support import (
     error_of,
     files_containing,
     forget,
+    forget_args,
     get,
+    open_engine,
     search_ids,
     withdraw,
+    withdraw_args,
 )
 
 from engram.service.engine.engine import Engine, export_keys, restore
+from engram.service.engine.sealing import SHRED_LEDGER, shred_entries
 
 pytestmark = pytest.mark.sqlite_only(
     "engram admin backup/restore copy the SQLite file; PostgreSQL is backed up with pg_dump"
@@ -102,3 +110,55 @@ def test_restore_does_not_re_embed_carried_vectors(engine, tmp_path) -> None:
         assert encoder.texts == 1  # the query itself: the counter does see the encoder's work
     finally:
         restored.close()
+
+
+def test_a_forget_acknowledged_only_by_its_retry_binds_a_copied_back_database(tmp_path) -> None:
+    """A forget and a withdrawal cut between their commit and their positioned ledger
+    entry (the ledger as a kill -9 there leaves it: the entry written before the commit
+    only), then answered by their retries from the stored result: the retries write the
+    positioned entries, so opening a database copied back from before them re-applies
+    both (before, only `apply-shred-ledger` did)."""
+    ctx = context()
+    keys = tmp_path / "keys"
+    marker = "quokkamarmalade"
+    live = open_engine(tmp_path / "live", key_dir=keys)
+    try:
+        kept = accept(live, ctx, "The kept record about harbour pilots and their tides.")
+        doomed = accept(live, ctx, f"{marker} is the forgotten record about harbour pilots.")
+        _, draft = capture(live, ctx, f"{marker} is a pending draft about harbour pilots.")
+        backup = live.backup(tmp_path / "backup")
+        calls = [
+            (forget, doomed, forget_args(doomed)),
+            (withdraw, draft["candidate_id"], withdraw_args(draft["candidate_id"])),
+        ]
+        ends = []
+        for call, subject, args in calls:
+            first = call(live, ctx, subject, args)
+            *cut, last = shred_entries(keys)
+            assert "ended" in last and "ended" not in cut[-1]
+            (keys / SHRED_LEDGER).write_text("".join(json.dumps(e) + "\n" for e in cut))
+            retry = call(live, ctx, subject, args)
+            assert (retry["replayed"], retry["receipt"]) == (True, first["receipt"])
+            ends.append([int(first["receipt"]["cursor"]), first["receipt"]["event_digest"]])
+        assert [(e["kind"], e["ended"]) for e in shred_entries(keys) if "ended" in e] == [
+            ("record", ends[0]),
+            ("candidate", ends[1]),
+        ]
+        # A further retry finds the positions written: no entry is added.
+        ledger = shred_entries(keys)
+        forget(live, ctx, doomed, calls[0][2])
+        assert shred_entries(keys) == ledger
+    finally:
+        live.close()
+    (tmp_path / "copied").mkdir(mode=0o700)
+    shutil.copy2(backup / "engram.db", tmp_path / "copied" / "engram.db")
+    copied = open_engine(tmp_path / "copied", key_dir=keys)
+    try:
+        assert get(copied, ctx, kept)["record"]["record_id"] == kept
+        assert error_of(get, copied, ctx, doomed).code is ErrorCode.NOT_FOUND
+        assert search_ids(copied, ctx, "harbour pilots") == [kept]
+        with copied.deps.store.reader() as tx:
+            assert tx.candidate(ctx.scope, draft["candidate_id"]).state == "withdrawn"
+        assert files_containing(tmp_path / "copied", marker.encode()) == []
+    finally:
+        copied.close()

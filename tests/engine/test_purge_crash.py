@@ -16,7 +16,15 @@ from engine_support import FORGET, confirmed, files_containing, open_engine, sea
 from purge_crash_worker import PURGE_CTX, SECRET
 
 WORKER = Path(__file__).resolve().parent / "purge_crash_worker.py"
-POINTS = ("lexical-copied", "lexical-renamed", "semantic-begun", "semantic-built", "semantic-saved")
+POINTS = (
+    "lexical-copied",
+    "lexical-renamed",
+    "semantic-begun",
+    "semantic-built",
+    "semantic-written",
+    "semantic-swapped",
+    "semantic-saved",
+)
 
 
 @pytest.mark.parametrize("point", POINTS)

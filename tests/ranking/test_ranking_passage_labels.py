@@ -28,6 +28,20 @@ def test_labels_are_handed_out_in_runs_and_retired_for_good():
     assert sorted(labels.records()) == [("mem_a", [4, 5], 333), ("mem_b", [3], 222)]
 
 
+def test_a_copy_keeps_the_map_as_it_was_while_the_original_changes():
+    """What a save writes beside the scope's changes: a copy taken before them."""
+    labels = PassageLabels()
+    labels.add("mem_a", 111, 2)
+    labels.restore("mem_s", [5, 3], 555)  # not one run: kept as its own list
+    copy = labels.copy()
+    labels.remove("mem_a")
+    labels.remove("mem_s")
+    labels.add("mem_b", 222, 1)
+    assert sorted(copy.records()) == [("mem_a", [0, 1], 111), ("mem_s", [5, 3], 555)]
+    assert (copy.live_count, copy.next_label, copy.live_labels().tolist()) == (4, 6, [0, 1, 3, 5])
+    assert sorted(labels.records()) == [("mem_b", [6], 222)]
+
+
 def test_restored_labels_keep_their_shape_and_the_counter():
     labels = PassageLabels()
     labels.restore("mem_run", [5, 6], 10)

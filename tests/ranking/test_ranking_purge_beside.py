@@ -1,6 +1,7 @@
 """A purge rewrites a scope's files beside its searches and applies: held in the middle
-of either channel's rewrite, the scope still takes changes and answers searches, and the
-rewrite that is swapped in keeps those changes and holds no byte of the purged record."""
+of either channel's rewrite (for the vectors, also while it writes the new generation's
+files), the scope still takes changes and answers searches, and the rewrite that is
+swapped in keeps those changes and holds no byte of the purged record."""
 
 from __future__ import annotations
 
@@ -45,8 +46,8 @@ def vector_bytes(text: str) -> bytes:
 
 @pytest.mark.parametrize(
     ("channel", "step"),
-    [("_lexical", "_restore"), ("_semantic", "_fresh")],
-    ids=["lexical-copy", "semantic-rebuild"],
+    [("_lexical", "_restore"), ("_semantic", "_fresh"), ("_semantic", "_write_generation")],
+    ids=["lexical-copy", "semantic-rebuild", "semantic-save"],
 )
 def test_scope_changes_and_answers_while_a_purge_rewrites_it(tmp_path: Path, channel: str, step: str) -> None:
     root = tmp_path / "idx"
