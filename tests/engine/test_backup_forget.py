@@ -126,7 +126,7 @@ def test_a_forget_acknowledged_only_by_its_retry_binds_a_copied_back_database(tm
         kept = accept(live, ctx, "The kept record about harbour pilots and their tides.")
         doomed = accept(live, ctx, f"{marker} is the forgotten record about harbour pilots.")
         _, draft = capture(live, ctx, f"{marker} is a pending draft about harbour pilots.")
-        backup = live.backup(tmp_path / "backup")
+        backup = live.operator.backup(tmp_path / "backup")
         calls = [
             (forget, doomed, forget_args(doomed)),
             (withdraw, draft["candidate_id"], withdraw_args(draft["candidate_id"])),
