@@ -72,10 +72,14 @@ class StoreAddress:
         return Path(unquote(urlsplit(self.url).path)) if self.scheme == SQLITE_SCHEME else None
 
     def label(self) -> str:
-        """The store as an operator reads it: the SQLite file, or the database URL
-        without its password."""
+        """The store as an operator reads it: the SQLite file, or the database URL (or
+        libpq connection string) without its password."""
         if self.sqlite_path is not None:
             return f"the SQLite store {self.sqlite_path}"
+        if not urlsplit(self.url).scheme:
+            from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+            return make_conninfo("", **{k: v for k, v in conninfo_to_dict(self.url).items() if k != "password"})
         parts = urlsplit(self.url)
         if parts.password is None:
             return self.url

@@ -50,6 +50,12 @@ def test_the_password_is_neither_in_the_label_nor_in_the_repr() -> None:
     assert "s3cret" not in repr(address)
 
 
+def test_a_connection_strings_password_is_not_in_its_label() -> None:
+    label = StoreAddress("host=db.invalid dbname=engram user=engram password=s3cret").label()
+    assert "s3cret" not in label and "password" not in label
+    assert "host=db.invalid" in label and "dbname=engram" in label
+
+
 def test_a_scheme_no_backend_opens_is_refused_before_anything_opens(tmp_path: Path) -> None:
     with pytest.raises(UnknownStoreScheme) as refused:
         open_store(StoreAddress("mysql://engram:s3cret@db.invalid/engram"))
