@@ -420,16 +420,8 @@ class SqliteStore:
             return False
 
     def _journal_rows(self, scope: Scope, after: int = 0) -> Iterator[StoredEvent]:
-        """Paged, so a million-event journal never sits in memory at once."""
-        last = after
-        while page := self._read(
-            f"SELECT {_JOURNAL_READ} FROM journal"
-            " WHERE tenant=? AND workspace=? AND cursor>? ORDER BY cursor LIMIT 2000",
-            (*scope, last),
-        ):
-            for row in page:
-                yield decoded.stored_event(row)
-            last = page[-1]["cursor"]
+        page = S.JOURNAL_PAGE.format(_JOURNAL_READ)
+        return (decoded.stored_event(row) for row in S.paged(self._read, page, scope, after, "cursor"))
 
     # records ---------------------------------------------------------------------------
     def records(self, scope: Scope, record_ids: list[str]) -> dict[str, RecordRow]:
@@ -478,10 +470,7 @@ class SqliteStore:
         return int(self._read(count, params)[0][0]), [decoded.record(r) for r in rows]
 
     def live_records(self, scope: Scope) -> Iterator[RecordRow]:
-        last = ""
-        while page := self._read(S.LIVE_RECORDS_PAGE, (*scope, last)):
-            yield from (decoded.record_with_key(r) for r in page)
-            last = page[-1]["record_id"]
+        return (decoded.record_with_key(r) for r in S.paged(self._read, S.LIVE_RECORDS_PAGE, scope, "", "record_id"))
 
     # tenants ----------------------------------------------------------------------------
     def tenant_enabled(self, tenant: str) -> bool:

@@ -9,6 +9,7 @@ size queries, the shared deployment's tables.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .rows import CANDIDATE_COLUMNS, JOURNAL_COLUMNS, RECORD_COLUMNS, RECORD_WITH_KEY
@@ -61,6 +62,9 @@ STATE_COUNTS = "SELECT state, COUNT(*) FROM {} WHERE tenant=? AND workspace=? GR
 #: Current records whose retention ends by a time, read through an expiry index.
 DUE = "FROM records WHERE state='accepted_current' AND expires_at_ms IS NOT NULL AND expires_at_ms<=?"
 DUE_FOR_EXPIRY = f"SELECT {RECORD_COLUMNS} {DUE} ORDER BY tenant, workspace, record_id"
+#: A page of a scope's journal after a cursor; ``{}``: the journal's columns as the
+#: backend reads them (SQLite casts the body).
+JOURNAL_PAGE = "SELECT {} FROM journal WHERE tenant=? AND workspace=? AND cursor>? ORDER BY cursor LIMIT 2000"
 #: A page of a scope's current records after a record id, each with its wrapped key.
 LIVE_RECORDS_PAGE = (
     f"SELECT {RECORD_WITH_KEY} WHERE r.tenant=? AND r.workspace=?"
@@ -90,6 +94,16 @@ def due_page(at_ms: int, scope: tuple[str, str] | None) -> tuple[str, str, tuple
         f"SELECT {RECORD_COLUMNS} {DUE}{within} ORDER BY expires_at_ms LIMIT ?",
         params,
     )
+
+
+def paged(
+    read: Callable[[str, tuple[Any, ...]], Sequence[Any]], statement: str, scope: tuple[str, str], after: Any, key: str
+) -> Iterator[Any]:
+    """Every row of a scope's paged ``statement`` (its last parameter: the ``key`` to read
+    after), one page read at a time, so a million rows never sit in memory at once."""
+    while page := read(statement, (*scope, after)):
+        yield from page
+        after = page[-1][key]
 
 
 def pyformat(statement: str) -> str:

@@ -82,6 +82,10 @@ class PostgresStore:
         """The rows of one of the shared :mod:`..statements`."""
         return self.db.rows(pyformat(statement), params)
 
+    def _named_rows(self, statement: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        """`_rows`, each row's columns by name."""
+        return self.db.named_rows(pyformat(statement), params)
+
     # receipts --------------------------------------------------------------------------
     def receipt(self, receipt_digest: str) -> dict[str, Any] | None:
         rows = self._rows(S.RECEIPT, (receipt_digest,))
@@ -131,16 +135,8 @@ class PostgresStore:
             return False
 
     def _journal_rows(self, scope: Scope, after: int = 0) -> Iterator[StoredEvent]:
-        """Paged, so a million-event journal never sits in memory at once."""
-        last = after
-        while page := self.db.named_rows(
-            f"SELECT {JOURNAL_COLUMNS} FROM journal WHERE tenant=%s AND workspace=%s AND cursor>%s"
-            " ORDER BY cursor LIMIT 2000",
-            (*scope, last),
-        ):
-            for row in page:
-                yield decoded.stored_event(row)
-            last = page[-1]["cursor"]
+        page = S.JOURNAL_PAGE.format(JOURNAL_COLUMNS)
+        return (decoded.stored_event(row) for row in S.paged(self._named_rows, page, scope, after, "cursor"))
 
     # records ---------------------------------------------------------------------------
     def records(self, scope: Scope, record_ids: list[str]) -> dict[str, RecordRow]:
@@ -189,10 +185,8 @@ class PostgresStore:
         return int(self._rows(count, params)[0][0]), [decoded.record(r) for r in rows]
 
     def live_records(self, scope: Scope) -> Iterator[RecordRow]:
-        last = ""
-        while page := self.db.named_rows(pyformat(S.LIVE_RECORDS_PAGE), (*scope, last)):
-            yield from (decoded.record_with_key(r) for r in page)
-            last = page[-1]["record_id"]
+        rows = S.paged(self._named_rows, S.LIVE_RECORDS_PAGE, scope, "", "record_id")
+        return (decoded.record_with_key(r) for r in rows)
 
     # tenants ----------------------------------------------------------------------------
     def tenant_enabled(self, tenant: str) -> bool:
