@@ -7,6 +7,7 @@ conftest.py), loaded by path so that this directory needs no package layout.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from ranking_support import HashingTestEncoder  # noqa: E402,F401 - re-exported
 
 from engram.models.codes import MESSAGES, ContractError, ErrorCode  # noqa: E402
 from engram.models.tools import CAPTURE, FORGET, GET, REQUEST_ADMISSION, SEARCH, WITHDRAW  # noqa: E402
-from engram.service.engine import CallContext, Engine  # noqa: E402
+from engram.service.engine import DB_FILE, CallContext, Engine  # noqa: E402
 from engram.service.store import DEFAULT_DATABASE_TIMEOUT_MS, StoreAddress  # noqa: E402
 
 __all__ = [
@@ -158,6 +159,24 @@ def files_containing(directory: Path, needle: bytes) -> list[str]:
         if path.is_file() and needle in path.read_bytes():
             hits.append(str(path.relative_to(directory)))
     return hits
+
+
+def copied_back(backup: Path, data_dir: Path, keys: Path) -> Engine:
+    """A backup's SQLite file copied by hand into the new ``data_dir`` (no `engram admin
+    restore`), opened beside the live ``keys``: the shred ledger there is what remembers
+    a forget the copy predates."""
+    data_dir.mkdir(mode=0o700)
+    shutil.copy2(backup / DB_FILE, data_dir / DB_FILE)
+    return open_engine(data_dir, key_dir=keys)
+
+
+def assert_only_kept(eng: Engine, ctx: CallContext, kept: str, doomed: str, marker: str) -> None:
+    """``kept`` is readable and found by "harbour pilots"; ``doomed`` is NOT_FOUND and its
+    ``marker`` in no file of the engine's data directory."""
+    assert get(eng, ctx, kept)["record"]["record_id"] == kept
+    assert error_of(get, eng, ctx, doomed).code is ErrorCode.NOT_FOUND
+    assert search_ids(eng, ctx, "harbour pilots") == [kept]
+    assert files_containing(eng.deps.data_dir, marker.encode()) == []
 
 
 def canonical(value: Any) -> str:

@@ -6,15 +6,16 @@ by its retry binds a database copied back from before it as the first answer doe
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 from engine_support import (
     ErrorCode,
     HashingTestEncoder,
     accept,
+    assert_only_kept,
     capture,
     context,
+    copied_back,
     error_of,
     files_containing,
     forget,
@@ -150,15 +151,10 @@ def test_a_forget_acknowledged_only_by_its_retry_binds_a_copied_back_database(tm
         assert shred_entries(keys) == ledger
     finally:
         live.close()
-    (tmp_path / "copied").mkdir(mode=0o700)
-    shutil.copy2(backup / "engram.db", tmp_path / "copied" / "engram.db")
-    copied = open_engine(tmp_path / "copied", key_dir=keys)
+    copied = copied_back(backup, tmp_path / "copied", keys)
     try:
-        assert get(copied, ctx, kept)["record"]["record_id"] == kept
-        assert error_of(get, copied, ctx, doomed).code is ErrorCode.NOT_FOUND
-        assert search_ids(copied, ctx, "harbour pilots") == [kept]
+        assert_only_kept(copied, ctx, kept, doomed, marker)
         with copied.deps.store.reader() as tx:
             assert tx.candidate(ctx.scope, draft["candidate_id"]).state == "withdrawn"
-        assert files_containing(tmp_path / "copied", marker.encode()) == []
     finally:
         copied.close()

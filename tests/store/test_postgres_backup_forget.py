@@ -16,7 +16,6 @@ same check at open."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +25,11 @@ from engine_support import (
     FORGET,
     ErrorCode,
     accept,
+    assert_only_kept,
     capture,
     confirmed,
     context,
+    copied_back,
     error_of,
     files_containing,
     forget,
@@ -253,13 +254,8 @@ def test_sqlite_copied_back_by_hand_re_applies_the_forget_at_open(tmp_path: Path
         forget(live, ctx, doomed)
     finally:
         live.close()
-    (tmp_path / "copied").mkdir(mode=0o700)
-    shutil.copy2(backup / "engram.db", tmp_path / "copied" / "engram.db")
-    copied = open_engine(tmp_path / "copied", key_dir=keys)
+    copied = copied_back(backup, tmp_path / "copied", keys)
     try:
-        assert get(copied, ctx, kept)["record"]["record_id"] == kept
-        assert error_of(get, copied, ctx, doomed).code is ErrorCode.NOT_FOUND
-        assert search_ids(copied, ctx, "harbour pilots") == [kept]
-        assert files_containing(tmp_path / "copied", MARKER.encode()) == []
+        assert_only_kept(copied, ctx, kept, doomed, MARKER)
     finally:
         copied.close()
