@@ -546,22 +546,32 @@ def check_raw_answer(tool: str, response: httpx.Response, *canaries: str) -> tup
 # long needle is therefore looked for by its middle, which a random word never shares.
 MIDDLE_FROM = 20
 MIDDLE_TRIM = 5
+#: How many times :func:`scan_dir` lists a directory whose files vanish while it reads.
+SCAN_PASSES = 5
 
 
 def scan_dir(root: Path, needles: Iterable[str]) -> dict[str, list[str]]:
     """Which files under `root` hold which needle (raw UTF-8 bytes and UTF-16 forms); a
     needle of ``MIDDLE_FROM`` characters or more is looked for by its middle. A live
     server may delete a file between the listing and its reading (Tantivy collecting a
-    merged segment): a file gone holds nothing."""
+    merged segment, whose successor that listing may have missed): the directory is then
+    listed and read again, up to ``SCAN_PASSES`` times, and a file counts if any pass
+    found a needle in it."""
     found: dict[str, list[str]] = {}
     cores = {n: n[MIDDLE_TRIM:-MIDDLE_TRIM] if len(n) >= MIDDLE_FROM else n for n in needles}
     forms = {n: [core.encode("utf-8"), core.encode("utf-16-le")] for n, core in cores.items()}
-    for path in sorted(p for p in Path(root).rglob("*") if p.is_file()):
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            continue
-        for needle, encodings in forms.items():
-            if any(e in data for e in encodings):
-                found.setdefault(needle, []).append(str(path.relative_to(root)))
+    for _ in range(SCAN_PASSES):
+        vanished = False
+        for path in sorted(p for p in Path(root).rglob("*") if p.is_file()):
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                vanished = True
+                continue
+            name = str(path.relative_to(root))
+            for needle, encodings in forms.items():
+                if any(e in data for e in encodings) and name not in found.get(needle, []):
+                    found.setdefault(needle, []).append(name)
+        if not vanished:
+            break
     return found
