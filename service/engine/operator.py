@@ -137,6 +137,9 @@ class Operator:
         with self.deps.projector.exclusive():
             # Vectors first, at or behind the database's journal: a restore catches up.
             self.deps.ranker.checkpoint()
+            # A background save that began before the checkpoint ends (discarded, its
+            # files removed) before the directory is copied, never during the copy.
+            self.deps.ranker.settle()
             if semantic.is_dir():
                 shutil.copytree(semantic, dest / "index" / "semantic")
             self.deps.store.backup(str(dest / DB_FILE))
