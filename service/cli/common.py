@@ -85,10 +85,11 @@ def long_step(message: str) -> Iterator[None]:
 
 
 def open_engine(
-    settings: Any, *, background: bool = False, serve_replica: bool = False, seed_vectors: Path | None = None
+    settings: Any, *, serving: bool = False, serve_replica: bool = False, seed_vectors: Path | None = None
 ) -> Any:
     """The engine the settings describe (data directory, store, keys, model, replica
-    group); a database this release cannot read exits 2 with the reason."""
+    group); a database this release cannot read exits 2 with the reason. ``serving``: a
+    server's open, warmed up in a thread and ready for agents' first calls."""
     from engram.ranking import DeviceUnavailable
     from engram.service.engine import Engine, PurgeSchedule
     from engram.service.settings import advertised_url
@@ -98,7 +99,8 @@ def open_engine(
         return Engine.open(
             settings.data_dir,
             load_model=settings.load_model,
-            background=background,
+            background=serving,
+            warm_calls=serving,
             store=settings.store_address(),
             key_dir=settings.key_dir,
             device=settings.device,

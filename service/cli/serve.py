@@ -305,7 +305,7 @@ def _stdio_server_parts(settings: Any, secret: bytes | None) -> Iterator[tuple[A
     from engram.service.mcp.rate_limit import TokenBucketLimiter
 
     started = _warming_up(settings)
-    engine = open_engine(settings, background=True, seed_vectors=settings.seed_vectors)
+    engine = open_engine(settings, serving=True, seed_vectors=settings.seed_vectors)
     _say_when_ready(engine, started)
     audit = AuditLog(Path(settings.data_dir) / AUDIT_FILE)
     limiter = TokenBucketLimiter(rate=settings.rate, burst=settings.burst)
@@ -432,7 +432,7 @@ def serve_http(settings: Any, secret: bytes, *, on_listening: Callable[[], None]
         echo_error("engram: warning: non-loopback host without --allowed-host: DNS-rebinding protection is off")
     with _holding_data_dir(settings.data_dir):
         started = _warming_up(settings)
-        engine = open_engine(settings, background=True, serve_replica=True, seed_vectors=settings.seed_vectors)
+        engine = open_engine(settings, serving=True, serve_replica=True, seed_vectors=settings.seed_vectors)
         _say_when_ready(engine, started)
         _collect_less_once_ready(engine)
         _warn_tenants_not_opted_in(engine)

@@ -11,6 +11,7 @@ import logging
 import shutil
 import threading
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,7 @@ class Engine:
         load_model: bool = True,
         encoder: Encoder | None = None,
         background: bool = False,
+        warm_calls: bool = False,
         store: StoreAddress | None = None,
         key_dir: Path | None = None,
         device: Device | str = Device.AUTO,
@@ -116,6 +118,10 @@ class Engine:
     ) -> Engine:
         """Open (or create) the data directory, then load the model and let every
         projection catch up with the journal (in a thread when `background`).
+        ``warm_calls``: load before ready what an agent's first call would otherwise pay
+        for (the secret scan's rules, the query-time parser, each scope's index readers):
+        a server's open. A command that makes no agent call (an ingest, an admin
+        command) leaves them to load when first used.
 
         `store` is where the system of record is (default: SQLite in the data
         directory), e.g. the PostgreSQL database several replicas share; the data
@@ -170,10 +176,11 @@ class Engine:
         )
         writer_spec = ingestion.WriterSpec(address, ring.key_dir, ring.retire_grace_s)
         engine = cls(deps, encoder, writer_spec=writer_spec, serve_replica=serve_replica, seed_vectors=seed_vectors)
+        warm_up = partial(engine._warm_up, warm_calls=warm_calls)
         if background:
-            threading.Thread(target=engine._warm_up, name="engram-warm-up", daemon=True).start()
+            threading.Thread(target=warm_up, name="engram-warm-up", daemon=True).start()
         else:
-            engine._warm_up()
+            warm_up()
         return engine
 
     @property
@@ -192,12 +199,13 @@ class Engine:
         query it directly, below the contract's re-checks)."""
         return self.deps.ranker
 
-    def _warm_up(self) -> None:
+    def _warm_up(self, *, warm_calls: bool) -> None:
         load = getattr(self._encoder, "load", None)
         if load is not None:
             load()
-        scan_secrets()  # the rules and detect-secrets' plugins, which the first capture would load
-        self.deps.ranker.warm_query_time()
+        if warm_calls:
+            scan_secrets()  # the rules and detect-secrets' plugins, which the first capture would load
+            self.deps.ranker.warm_query_time()
         self._finish_rotation()  # one interrupted, or waiting out the shared grace
         if self.deps.routing is not None:
             self.deps.routing.release_unheld(self.deps)  # scopes moved away while it was down
@@ -213,7 +221,8 @@ class Engine:
                 # due, a server would otherwise replay it at every start, a longer backlog
                 # each time, and never become ready under repeated kills.
                 self.deps.ranker.checkpoint(scope_key(scope))
-                self.deps.ranker.warm(scope_key(scope))
+                if warm_calls:
+                    self.deps.ranker.warm(scope_key(scope))
             self.deps.ranker.settle()  # what catching up made due is saved before ready
         self._warm_up_tally = tally
         if self._seed_vectors is not None:

@@ -73,13 +73,20 @@ def test_what_warm_up_replays_after_a_crash_is_saved_before_ready(engine, data_d
         reopened.close()
 
 
-def test_the_secret_detector_is_loaded_before_ready(data_dir) -> None:
-    """detect-secrets' plugins are imported and started by warm-up, not by the first
-    capture after ready."""
+def test_a_server_loads_what_the_first_call_needs_before_ready_and_a_command_does_not(data_dir) -> None:
+    """detect-secrets' plugins and the query-time parser are imported and started by a
+    server's warm-up, not by the first capture or search after ready; a command that
+    makes no agent call (an ingest, an admin command) leaves them to load when first
+    used, saving their seconds of start."""
     scanner.detector.cache_clear()
-    opened = open_engine(data_dir)
+    command = open_engine(data_dir)
+    try:
+        assert scanner.detector.cache_info().currsize == 0
+    finally:
+        command.close()
+    served = open_engine(data_dir, warm_calls=True)
     try:
         assert scanner.detector.cache_info().currsize == 1
         assert scanner.detector.cache_info().misses == 1
     finally:
-        opened.close()
+        served.close()
