@@ -263,7 +263,7 @@ class _Pipeline:
         for batch in self.stages.items(self.to_embed):
             t = time.perf_counter()
             if self.source is not None:
-                batch.vectors = [self.source.get(o) for o in batch.ordinals]
+                batch.vectors = self.source.rows(batch.ordinals)
             elif self.embedding and batch.committed.documents:
                 batch.vectors = self.engine.embed_batch(batch.committed)
             self.report.embed_seconds += time.perf_counter() - t

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -228,8 +228,16 @@ class VectorSource:
     def __len__(self) -> int:
         return len(self.offsets) - 1 if self.offsets is not None else len(self.vectors)
 
-    def get(self, index: int) -> np.ndarray:
-        """Document ``index``'s passage vectors, one row per passage (float32)."""
+    def rows(self, indexes: Sequence[int]) -> list[np.ndarray]:
+        """Each document's passage vectors, one row per passage (float32), in the order of
+        ``indexes``: read in one slice when the documents are consecutive (a batch of a
+        load), which reads a memory-mapped file once instead of once a document."""
+        if not indexes:
+            return []
+        first, last = indexes[0], indexes[-1]
         if self.offsets is None:
-            return np.asarray(self.vectors[index : index + 1], dtype=np.float32)
-        return np.asarray(self.vectors[self.offsets[index] : self.offsets[index + 1]], dtype=np.float32)
+            if list(indexes) == list(range(first, last + 1)):
+                block = np.asarray(self.vectors[first : last + 1], dtype=np.float32)
+                return [block[i : i + 1] for i in range(len(indexes))]
+            return [np.asarray(self.vectors[i : i + 1], dtype=np.float32) for i in indexes]
+        return [np.asarray(self.vectors[self.offsets[i] : self.offsets[i + 1]], dtype=np.float32) for i in indexes]

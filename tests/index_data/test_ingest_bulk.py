@@ -375,7 +375,7 @@ def test_precomputed_vectors_one_row_and_passage_offsets(engine, encoder):
     # Passage-aligned form: two rows for the first document, one for the rest.
     rows = np.vstack([vectors[:1], vectors])
     source = VectorSource(rows, offsets=np.array([0, 2, *range(3, 14)]))
-    assert len(source) == 12 and source.get(0).shape == (2, encoder.dim)
+    assert len(source) == 12 and source.rows([0])[0].shape == (2, encoder.dim)
     report = ingest_corpus(engine, ("acme", "kb2"), records, vectors=source, progress=False, purpose_ref=PURPOSE)
     assert report.ingested == 12
 
