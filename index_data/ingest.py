@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from engram.models.scope import Scope
+from engram.ranking import usable_cores
 from engram.service.engine import BulkLoad, CommittedBatch, operator_context
 
 from .readers import VectorSource
@@ -351,7 +352,10 @@ def ingest_corpus(
     started = time.perf_counter()
     engine.catch_up(scope)  # heal a previous run that committed a batch but did not project it
     report.cursor_before = engine.scope_cursor(scope)
-    with engine.bulk_load(scope) as load:
+    in_worker = default_worker(total) if worker is None else worker
+    # A writing worker keeps a core busy: the graph's adds take the others (at least one).
+    graph_threads = max(1, usable_cores() - 1) if in_worker else 0
+    with engine.bulk_load(scope, graph_threads=graph_threads) as load:
         pipeline = _Pipeline(
             engine=engine,
             source=source,
@@ -366,7 +370,7 @@ def ingest_corpus(
                         scope, principal or f"operator:{_user()}", "ingest_" + uuid.uuid4().hex[:16], purpose_ref
                     ),
                 ),
-                worker=default_worker(total) if worker is None else worker,
+                worker=in_worker,
                 ahead=depth,
             ),
             load=load,

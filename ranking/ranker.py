@@ -172,6 +172,7 @@ class Ranker:
         through_cursor: int,
         vectors: Sequence[np.ndarray | None] | None = None,
         after_cursor: int | None = None,
+        graph_threads: int = 0,
     ) -> Applied:
         """Project one journal batch into both channels (idempotent, cursors never go back).
 
@@ -180,7 +181,9 @@ class Ranker:
         a seeded warm-up); an upsert whose entry is None is embedded here.
         ``after_cursor``: the cursor this batch continues from; a channel that is behind
         it skips the batch rather than record a gap as applied, and a channel already at
-        or past ``through_cursor`` skips it as done.
+        or past ``through_cursor`` skips it as done. ``graph_threads``: the threads the
+        vectors are added to the graph with (0: one per core; a bulk load that writes in
+        another process leaves that process its core).
         """
         if any(d.scope_key != scope_key for d in upserts):
             raise ValueError("every upserted document must belong to the applied scope")
@@ -220,6 +223,7 @@ class Ranker:
                 upserts=[(d.record_id, d.valid_time_ms, v) for d, v in zip(upserts, given) if v is not None],
                 removals=removals,
                 through_cursor=through_cursor,
+                graph_threads=graph_threads,
             )
         finally:
             if lexical is not None:

@@ -380,11 +380,13 @@ class SemanticIndex:
         upserts: Sequence[tuple[str, int, np.ndarray]],
         removals: Sequence[str],
         through_cursor: int,
+        graph_threads: int = 0,
     ) -> None:
         """Replace each upserted record's passages, hide removals, move the cursor; save
         when a checkpoint is due (see the module docstring).
 
-        ``upserts`` holds (record_id, valid_time_ms, passage vectors as rows).
+        ``upserts`` holds (record_id, valid_time_ms, passage vectors as rows);
+        ``graph_threads``: usearch's threads for adding them (0: one per core).
         """
         state = self._scope(scope_key)
         with state.changing, state.lock.write():
@@ -406,7 +408,7 @@ class SemanticIndex:
                     labels.extend(state.labels.add(record_id, valid_time, len(vectors)))
                 stacked = np.vstack(rows)
                 self._rows_of(scope_key, state).write(labels[0], stacked)  # labels are one run
-                state.index.add(_keys(labels), _codes(stacked, state.index))
+                state.index.add(_keys(labels), _codes(stacked, state.index), threads=graph_threads)
             state.cursor = max(state.cursor, through_cursor)
             state.unsaved += changed
             if state.unsaved == 0:

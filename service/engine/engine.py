@@ -365,13 +365,14 @@ class Engine:
             return None
 
     @contextlib.contextmanager
-    def bulk_load(self, scope: Scope) -> Iterator[ingestion.BulkLoad]:
+    def bulk_load(self, scope: Scope, *, graph_threads: int = 0) -> Iterator[ingestion.BulkLoad]:
         """Batch admission, step four: the scope held for a load (no catch-up of it
         interleaves), whose ``index`` projects committed batches into both indexes, in
         commit order (a batch may be committed, by :meth:`batch_writer` or by a writer in
-        another process, while the one before it is indexed)."""
+        another process, while the one before it is indexed). ``graph_threads``: usearch's
+        threads for each batch's vectors (0: one per core)."""
         with self.deps.projector.exclusive(scope):
-            yield ingestion.BulkLoad(self.deps, scope)
+            yield ingestion.BulkLoad(self.deps, scope, graph_threads)
 
     def catch_up(self, scope: Scope) -> None:
         """Bring the scope's indexes up to its journal (heals an interrupted load)."""
