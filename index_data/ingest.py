@@ -245,7 +245,7 @@ class _Pipeline:
 
     def feed(self, records: Iterable[IngestRecord], batch_size: int) -> None:
         """Cut ``records`` into batches and have each written (on the calling thread)."""
-        written = self.writer.map(chunks(records, batch_size))
+        written = self.writer.map(chunks(records, batch_size, ramp=self.writer.in_worker))
         while not self.stages.stop.is_set():
             t = time.perf_counter()
             item: Written | None = next(written, None)

@@ -197,13 +197,24 @@ class Writer:
             self._pool = None
 
 
-def chunks(records: Iterable[IngestRecord], size: int) -> Iterator[Chunk]:
-    """``records`` cut into chunks of ``size``, each record with its source position."""
+#: The first chunk of a ramped load (see :func:`chunks`).
+RAMP_FROM = 512
+
+
+def chunks(records: Iterable[IngestRecord], size: int, *, ramp: bool = False) -> Iterator[Chunk]:
+    """``records`` cut into chunks of ``size``, each record with its source position.
+
+    ``ramp``: the first chunk holds :data:`RAMP_FROM` records (when ``size`` is larger)
+    and each next one twice as many, up to ``size``. For a load written in a worker
+    process: the loading process indexes nothing until the worker has written a chunk,
+    and a first chunk of 4,096 records kept one of two cores idle for over a second."""
+    target = min(size, RAMP_FROM) if ramp else size
     chunk: Chunk = []
     for ordinal, record in enumerate(records):
         chunk.append((ordinal, record))
-        if len(chunk) >= size:
+        if len(chunk) >= target:
             yield chunk
             chunk = []
+            target = min(size, target * 2)
     if chunk:
         yield chunk
