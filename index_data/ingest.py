@@ -257,6 +257,8 @@ class _Pipeline:
             batch = _Batch(item.ordinals, item.seen, item.refused, item.committed)
             if not self.stages.put(self.to_embed, batch):
                 return
+        # Every batch is written: the batches still to index have every core to themselves.
+        self.load.graph_threads = 0
         self.stages.put(self.to_embed, _DONE)
 
     def vectors_stage(self) -> None:

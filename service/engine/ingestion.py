@@ -323,12 +323,13 @@ class BulkLoad:
     :class:`BatchWriter`, here or in another process) while it indexes the batch before.
     Batches are indexed in the order they were committed (a batch indexed after a later
     one is refused: the indexes would skip it as a gap). ``graph_threads``: the
-    threads usearch adds each batch's vectors with (0: one per core)."""
+    threads usearch adds each batch's vectors with (0: one per core); a loader may
+    change it between batches (once its writer is done, every core is free)."""
 
     def __init__(self, deps: Dependencies, scope: Scope, graph_threads: int = 0) -> None:
         self._deps = deps
         self.scope = scope
-        self._graph_threads = graph_threads
+        self.graph_threads = graph_threads
         self._indexed_through = 0  # the journal cursor of the last batch indexed
 
     def index(self, committed: CommittedBatch, *, vectors: Sequence[np.ndarray] | None = None) -> None:
@@ -350,7 +351,7 @@ class BulkLoad:
                 through_cursor=outcome.last_cursor,
                 vectors=list(vectors) if vectors is not None else None,
                 after_cursor=outcome.first_cursor - 1,
-                graph_threads=self._graph_threads,
+                graph_threads=self.graph_threads,
             )
             self._indexed_through = outcome.last_cursor
         outcome.index_seconds = time.perf_counter() - t0
