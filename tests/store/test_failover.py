@@ -106,7 +106,6 @@ class Storm:
     word: str = field(default_factory=unique_token)
     accepted: dict[str, str] = field(default_factory=dict)  # record id -> the word only its text holds
     forgotten: list[str] = field(default_factory=list)
-    forget_keys: dict[str, str] = field(default_factory=dict)  # forgotten record id -> its idempotency key
     retried: set[str] = field(default_factory=set)  # keys of mutations acknowledged only on a retry
     #: Forgets acknowledged before the event, and the purge acknowledgements (record id,
     #: replica id) the primary then held for them.
@@ -185,7 +184,6 @@ class Storm:
             if self._settle(n + i, FORGET, args, confirmed=True) is not None:
                 with self.clients.lock:
                     self.forgotten.append(victim)
-                    self.forget_keys[victim] = args["idempotency_key"]
 
     def mark_event(self, formation: Formation) -> None:
         """Note the forgets acknowledged so far and the purge acknowledgements the
@@ -273,11 +271,10 @@ class Storm:
             entries = ledger.get((shred_digest(list(scopes[rid])), shred_digest(rid)), [])
             assert entries, f"{rid}: no shred entry"
             ended = [tuple(e["ended"]) for e in entries if "ended" in e]
-            # Positions are written once the commit returned: a forget acknowledged on its
-            # first try has them; one acknowledged by a retry may hold only the entry made
-            # before a commit the failover cut (what a restore applies).
-            if self.forget_keys[rid] not in self.retried:
-                assert ended, f"{rid}: acknowledged, but its shred entry names no journal position"
+            # Positions are written once the commit returned; a forget acknowledged only
+            # by its retry (its first try's commit cut by the failover, or its answer)
+            # writes them when the retry answers, from the stored result or a new commit.
+            assert ended, f"{rid}: acknowledged, but its shred entry names no journal position"
             for cursor, event_digest in ended:
                 assert tombstones.get((int(cursor), event_digest)) == rid, f"{rid}: its tombstone is not in the journal"
 
