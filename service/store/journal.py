@@ -157,7 +157,15 @@ class StoredEvent:
 
 def chain_intact(scope: Scope, rows: Iterable[StoredEvent]) -> bool:
     """Recompute every digest and link of a scope's journal, in cursor order: the
-    cursors run 1, 2, 3... without a gap and each event names its predecessor."""
+    cursors run 1, 2, 3... without a gap and each event names its predecessor. A row
+    that no longer decodes (an edited packed body: ``rows`` raises ValueError) breaks it."""
+    try:
+        return _linked(scope, rows)
+    except ValueError:
+        return False
+
+
+def _linked(scope: Scope, rows: Iterable[StoredEvent]) -> bool:
     prev: str | None = None
     expected = 1
     for row in rows:
