@@ -326,3 +326,24 @@ def test_a_snapshot_the_store_never_got_is_stale_on_the_other_replica(
             {"query": "narwhal queue", "purpose_ref": PURPOSE, "limit": 2, "page_cursor": first["next_page_cursor"]},
         )
     assert info.value.code is ErrorCode.STALE_PAGE
+
+
+def test_each_statement_is_planned_for_its_own_parameters(database_url: str) -> None:
+    """psycopg prepares a statement run five times; the server then plans it once for
+    any parameters unless told otherwise, and a plan made while a table was small kept
+    scanning the whole table for each ``= ANY(ids)`` as it grew (a bulk load's batch
+    check took seconds). Every execution is planned for its own ids."""
+    store = PostgresStore(database_url)
+    try:
+        for n in range(12):
+            with store.transaction() as tx:
+                tx.present_records(("acme", "plans"), [f"mem_{n}_{i}" for i in range(50)])
+        with store.transaction() as tx:
+            plans = tx.conn.execute(  # type: ignore[attr-defined]
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+                " WHERE statement LIKE 'SELECT record_id FROM records WHERE%'"
+            ).fetchall()
+    finally:
+        store.close()
+    assert plans, "the statement was prepared on the connection"
+    assert all(generic == 0 and custom > 0 for generic, custom in plans), plans
