@@ -102,13 +102,17 @@ def ingest(
     """
     import itertools
 
-    from engram.index_data.readers import CorpusInvalid
+    from .worker_start import prepare_worker, uses_worker
+
+    if uses_worker(None, worker):  # the size not known yet: it may be, and a spare core imports for it
+        prepare_worker()  # the worker's imports run beside this process's
+
     from engram.service.cli import DataDirUse, command_settings
     from engram.service.engine import Engine
     from engram.service.store import SchemaTooNew, StoreUnavailable
 
     from .ingest import ingest_corpus
-    from .readers import VectorSource, count_lines, read_dataset, with_context
+    from .readers import CorpusInvalid, VectorSource, count_lines, read_dataset, with_context
 
     if not dataset.exists():
         typer.echo(f"engram ingest: {dataset} does not exist", err=True)

@@ -38,13 +38,14 @@ from typing import Any
 
 import numpy as np
 
+from engram.models.device import usable_cores
 from engram.models.scope import Scope
-from engram.ranking import usable_cores
 from engram.service.engine import BulkLoad, CommittedBatch, operator_context
 
 from .readers import VectorSource
 from .records import DEFAULT_PURPOSE, IngestRecord, RefusedDocument
-from .writer import Load, Writer, Written, chunks, default_worker
+from .worker_start import uses_worker
+from .writer import Load, Writer, Written, chunks
 
 
 @dataclass
@@ -338,7 +339,7 @@ def ingest_corpus(
     :func:`default_batch`). ``depth``: batches each queue holds.
     ``worker``: write the batches (examine, seal, commit) in a worker process, beside
     the indexing; False writes them on the calling thread; None chooses
-    (:func:`~index_data.writer.default_worker`).
+    (:func:`~index_data.worker_start.uses_worker`).
     """
     source = VectorSource(np.asarray(vectors)) if isinstance(vectors, np.ndarray) else vectors
     embedding = source is None and engine.encoder is not None
@@ -354,7 +355,7 @@ def ingest_corpus(
     started = time.perf_counter()
     engine.catch_up(scope)  # heal a previous run that committed a batch but did not project it
     report.cursor_before = engine.scope_cursor(scope)
-    in_worker = default_worker(total) if worker is None else worker
+    in_worker = uses_worker(total, worker)
     # A writing worker keeps a core busy: the graph's adds take the others (at least one).
     graph_threads = max(1, usable_cores() - 1) if in_worker else 0
     with engine.bulk_load(scope, graph_threads=graph_threads) as load:

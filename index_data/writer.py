@@ -34,10 +34,10 @@ from functools import partial
 
 from engram.models.errors import EngramError
 from engram.models.scope import Scope
-from engram.ranking import usable_cores
 from engram.service.engine import BatchWriter, CallContext, CommittedBatch, Engine, ExaminedBatch, WriterSpec, examine
 
 from .records import IngestRecord, RefusedDocument, RefusedRecord, submission
+from .worker_start import worker_context
 
 
 class LoadStopped(EngramError):
@@ -114,17 +114,6 @@ def write_chunk(writer: BatchWriter, load: Load, chunk: Chunk) -> Written:
     return Written(ordinals, examined.seen, refused, committed, time.thread_time() - cpu)
 
 
-#: The smallest load written in a worker process: a worker's start costs about a second
-#: of imports, the time writing this many records takes.
-WORKER_FROM = 5_000
-
-
-def default_worker(total: int | None) -> bool:
-    """Whether a load of ``total`` records (None: not known) is written in a worker
-    process: where there is a second core and at least :data:`WORKER_FROM` records."""
-    return usable_cores() >= 2 and (total is None or total >= WORKER_FROM)
-
-
 #: The worker process's own writer, opened by :func:`_start_worker`.
 _writer: BatchWriter | None = None
 #: Set once a chunk failed in this worker: the chunks sent after it are not written.
@@ -167,11 +156,8 @@ class Writer:
         self._pool: ProcessPoolExecutor | None = None
         self.in_worker = worker  # whether the chunks are written in a worker process
         if worker:
-            methods = multiprocessing.get_all_start_methods()
-            # Not fork: the loading process runs threads (the indexes', the pipeline's).
-            context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
             self._pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=context, initializer=_start_worker, initargs=(engine.writer_spec(),)
+                max_workers=1, mp_context=worker_context(), initializer=_start_worker, initargs=(engine.writer_spec(),)
             )
             self._work: Callable[[Chunk], Written] = partial(_write_in_worker, load)
         else:

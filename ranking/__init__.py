@@ -8,7 +8,7 @@ from engram.ranking.documents import IndexDocument, passages, passages_digest
 from engram.ranking.encoder import Device, DeviceUnavailable, Encoder, MiniLMEncoder, encode_queries
 from engram.ranking.fusion import Contribution, fuse, recency
 from engram.ranking.lexical import LexicalHit
-from engram.ranking.native import prepare_process, usable_cores
+from engram.ranking.native import prepare_process
 from engram.ranking.profiles import (
     HYBRID_PROFILE,
     LEXICAL_PROFILE,
@@ -59,5 +59,4 @@ __all__ = [
     "passages_digest",
     "prepare_process",
     "recency",
-    "usable_cores",
 ]

@@ -94,13 +94,6 @@ def raise_open_files_limit() -> None:
             pass
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity, where the system has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def prepare_process() -> None:
     """One BLAS thread for this process, unless the environment names a pool size:
     before numpy loads through the variable OpenBLAS reads, after it through

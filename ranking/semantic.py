@@ -96,11 +96,12 @@ from typing import TYPE_CHECKING, NamedTuple, cast
 
 import numpy as np
 
+from engram.models.device import usable_cores
 from engram.models.errors import EngramError
 from engram.ranking.batching import NaturalBatcher
 from engram.ranking.checkpointer import Checkpointer
 from engram.ranking.hnswlib_file import HnswlibVectors
-from engram.ranking.native import usable_cores, usearch_index
+from engram.ranking.native import usearch_index
 from engram.ranking.passage_labels import PassageLabels
 from engram.ranking.profiles import SemanticConfig, VectorStorage
 from engram.ranking.read_write_lock import ReadWriteLock
