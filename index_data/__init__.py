@@ -10,5 +10,6 @@ __all__ = [
     "ingest",
     "readers",
     "records",
+    "worker_start",
     "writer",
 ]
