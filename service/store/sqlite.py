@@ -35,7 +35,13 @@ from .journal import (
     stored_row,
 )
 from .migrations import VERSION_TABLE, Migration, pending
-from .rows import JOURNAL_COLUMNS, RECORD_WITH_KEY, stored_candidate, stored_record
+from .rows import JOURNAL_COLUMNS, RECORD_COLUMNS, RECORD_WITH_KEY, stored_candidate, stored_record
+
+# A batch's journal events, keys and records, a row a statement (PostgreSQL copies them:
+# ``postgres.connection.copy_rows``).
+INSERT_EVENT = f"INSERT INTO journal (tenant, workspace, {JOURNAL_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
+INSERT_KEY = "INSERT INTO keys VALUES (?,?,?)"
+INSERT_RECORD = f"INSERT INTO records ({RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 
 SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -177,7 +183,7 @@ class _Tx:
             return []
         row = self.conn.execute(S.SCOPE_HEAD, scope).fetchone()
         appended = chained(scope, (row[0], row[1]) if row else (0, None), events)
-        self.conn.executemany(S.INSERT_EVENT, [(*scope, *stored_row(e)) for e in appended])
+        self.conn.executemany(INSERT_EVENT, [(*scope, *stored_row(e)) for e in appended])
         last = appended[-1]
         self.conn.execute(S.MOVE_HEAD, (*scope, last.cursor, last.event_digest))
         return appended
@@ -187,7 +193,7 @@ class _Tx:
         self.put_keys([(key_id, wrapped, kek_id)])
 
     def put_keys(self, rows: Sequence[tuple[str, bytes, str]]) -> None:
-        self.conn.executemany(S.INSERT_KEY, rows)
+        self.conn.executemany(INSERT_KEY, rows)
 
     def destroy_key(self, key_id: str) -> None:
         self.conn.execute(S.DESTROY_KEY, (key_id,))
@@ -207,7 +213,7 @@ class _Tx:
         self.conn.execute(statement, (state, *scope, candidate_id))
 
     def insert_records(self, rows: Sequence[RecordRow]) -> None:
-        self.conn.executemany(S.INSERT_RECORD, [stored_record(row) for row in rows])
+        self.conn.executemany(INSERT_RECORD, [stored_record(row) for row in rows])
 
     def set_record_state(self, scope: Scope, record_id: str, state: str, *, drop_body: bool) -> None:
         statement = S.SET_RECORD_STATE.format(body=S.DROP_BODY if drop_body else "")

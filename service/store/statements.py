@@ -12,11 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from .rows import CANDIDATE_COLUMNS, JOURNAL_COLUMNS, RECORD_COLUMNS, RECORD_WITH_KEY
+from .rows import CANDIDATE_COLUMNS, RECORD_COLUMNS, RECORD_WITH_KEY
 
 # the journal and scopes
 SCOPE_HEAD = "SELECT cursor, head_digest FROM scopes WHERE tenant=? AND workspace=?"
-INSERT_EVENT = f"INSERT INTO journal (tenant, workspace, {JOURNAL_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
 MOVE_HEAD = (
     "INSERT INTO scopes VALUES (?,?,?,?) ON CONFLICT (tenant, workspace)"
     " DO UPDATE SET cursor=excluded.cursor, head_digest=excluded.head_digest"
@@ -25,7 +24,6 @@ SCOPE_CURSOR = "SELECT cursor FROM scopes WHERE tenant=? AND workspace=?"
 SCOPES = "SELECT tenant, workspace FROM scopes ORDER BY tenant, workspace"
 
 # keys and receipts
-INSERT_KEY = "INSERT INTO keys VALUES (?,?,?)"
 DESTROY_KEY = "DELETE FROM keys WHERE key_id=?"
 WRAPPED_KEY = "SELECT wrapped, kek_id FROM keys WHERE key_id=?"
 ALL_WRAPPED_KEYS = "SELECT key_id, wrapped, kek_id FROM keys"
@@ -38,7 +36,6 @@ INSERT_CANDIDATE = f"INSERT INTO candidates ({CANDIDATE_COLUMNS}) VALUES (?,?,?,
 CANDIDATE = f"SELECT {CANDIDATE_COLUMNS} FROM candidates WHERE tenant=? AND workspace=? AND candidate_id=?"
 #: ``{body}``: what else a state change clears (:data:`DROP_BODY`, or nothing).
 SET_CANDIDATE_STATE = "UPDATE candidates SET state=?{body} WHERE tenant=? AND workspace=? AND candidate_id=?"
-INSERT_RECORD = f"INSERT INTO records ({RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 RECORD = f"SELECT {RECORD_COLUMNS} FROM records WHERE tenant=? AND workspace=? AND record_id=?"
 SET_RECORD_STATE = "UPDATE records SET state=?{body} WHERE tenant=? AND workspace=? AND record_id=?"
 #: The body columns a state change that drops the body clears.

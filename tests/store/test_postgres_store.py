@@ -99,6 +99,25 @@ def test_a_batch_larger_than_one_round_trip_lands_whole(database_url: str) -> No
         store.close()
 
 
+def test_a_batch_with_one_row_that_breaks_a_key_lands_not_at_all(database_url: str) -> None:
+    """A batch's rows are copied in slices; a row that repeats a key fails the whole
+    transaction, and no row of the batch lands, the slices before it included."""
+    from engram.service.store import StoreUnavailable
+    from engram.service.store.postgres import MANY_ROWS
+
+    store = PostgresStore(database_url)
+    try:
+        with store.transaction() as tx:
+            tx.put_keys([("k-held", b"held", "kek-a")])
+        rows = [(f"k{n:05d}", b"w", "kek-a") for n in range(MANY_ROWS + 5)] + [("k-held", b"again", "kek-a")]
+        with pytest.raises(StoreUnavailable):
+            with store.transaction() as tx:
+                tx.put_keys(rows)
+        assert store.all_wrapped_keys() == [("k-held", b"held", "kek-a")]
+    finally:
+        store.close()
+
+
 def test_one_idempotency_key_raced_across_replicas_commits_once(replicas) -> None:
     a, b = replicas
     ctx = context()

@@ -107,6 +107,21 @@ def execute_many(conn: psycopg.Connection[Any], query: str, rows: Sequence[Seque
             cur.executemany(query, rows[start : start + MANY_ROWS])
 
 
+def copy_rows(conn: psycopg.Connection[Any], table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """New ``rows`` of ``table`` (in ``columns`` order) by ``COPY``, in slices of
+    :data:`MANY_ROWS`: one statement a slice instead of one a row (a batch's records,
+    keys and journal events). A row that breaks a constraint fails the transaction, as
+    an ``INSERT`` would."""
+    statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
+        sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, columns))
+    )
+    with conn.cursor() as cur:
+        for start in range(0, len(rows), MANY_ROWS):
+            with cur.copy(statement) as copy:
+                for row in rows[start : start + MANY_ROWS]:
+                    copy.write_row(row)
+
+
 def named_row(conn: psycopg.Connection[Any], query: str, params: Sequence[Any]) -> dict[str, Any] | None:
     """The first row of ``query`` on ``conn``, its columns by name."""
     return conn.cursor(row_factory=dict_row).execute(query, params).fetchone()

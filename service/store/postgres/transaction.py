@@ -23,10 +23,20 @@ from .. import rows as decoded
 from .. import statements as S
 from ..base import CandidateRow, JournalEvent, NewEvent, RecordRow, Scope
 from ..journal import chained, read_digest, stored_digest, stored_row
-from ..rows import stored_candidate, stored_record
+from ..rows import JOURNAL_COLUMNS, RECORD_COLUMNS, stored_candidate, stored_record
 from ..statements import pyformat
-from .connection import BoundedConnection, execute_many, named_row
+from .connection import BoundedConnection, copy_rows, named_row
 from .notifications import notify, scope_key
+
+
+def _columns(listed: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in listed.split(","))
+
+
+#: The columns a batch's rows are copied into, in the order their rows hold them.
+JOURNAL_TABLE_COLUMNS = ("tenant", "workspace", *_columns(JOURNAL_COLUMNS))
+KEY_COLUMNS = ("key_id", "wrapped", "kek_id")
+RECORD_TABLE_COLUMNS = _columns(RECORD_COLUMNS)
 
 
 class PostgresTransaction:
@@ -62,7 +72,7 @@ class PostgresTransaction:
         self._scope(scope)
         row = self._one(S.SCOPE_HEAD, scope)
         appended = chained(scope, (row[0], row[1]) if row else (0, None), events)
-        execute_many(self.conn, pyformat(S.INSERT_EVENT), [(*scope, *stored_row(e)) for e in appended])
+        copy_rows(self.conn, "journal", JOURNAL_TABLE_COLUMNS, [(*scope, *stored_row(e)) for e in appended])
         last = appended[-1]
         self._execute(S.MOVE_HEAD, (*scope, last.cursor, last.event_digest))
         notify(self.conn, scope)
@@ -73,7 +83,7 @@ class PostgresTransaction:
         self.put_keys([(key_id, wrapped, kek_id)])
 
     def put_keys(self, rows: Sequence[tuple[str, bytes, str]]) -> None:
-        execute_many(self.conn, pyformat(S.INSERT_KEY), rows)
+        copy_rows(self.conn, "keys", KEY_COLUMNS, rows)
 
     def destroy_key(self, key_id: str) -> None:
         self._execute(S.DESTROY_KEY, (key_id,))
@@ -98,7 +108,7 @@ class PostgresTransaction:
     def insert_records(self, rows: Sequence[RecordRow]) -> None:
         for scope in {row.scope for row in rows}:
             self._scope(scope)
-        execute_many(self.conn, pyformat(S.INSERT_RECORD), [stored_record(row) for row in rows])
+        copy_rows(self.conn, "records", RECORD_TABLE_COLUMNS, [stored_record(row) for row in rows])
 
     def set_record_state(self, scope: Scope, record_id: str, state: str, *, drop_body: bool) -> None:
         self._scope(scope)
