@@ -24,6 +24,11 @@ class NamedRow(Protocol):
     def __getitem__(self, name: str, /) -> Any: ...
 
 
+def column_names(listed: str) -> tuple[str, ...]:
+    """Each name of a comma-separated column list, in order."""
+    return tuple(name.strip() for name in listed.split(","))
+
+
 #: A candidate row's columns.
 CANDIDATE_COLUMNS = (
     "tenant, workspace, candidate_id, state, key_id, sealed, record_digest, payload_digest, principal, created_cursor"
@@ -36,7 +41,7 @@ RECORD_COLUMNS = (
 #: The record columns, then its wrapped data key (absent once destroyed): what
 #: :func:`record_with_key` decodes.
 RECORD_WITH_KEY = (
-    ", ".join("r." + c.strip() for c in RECORD_COLUMNS.split(","))
+    ", ".join("r." + name for name in column_names(RECORD_COLUMNS))
     + ", k.wrapped, k.kek_id FROM records r LEFT JOIN keys k ON k.key_id = r.key_id"
 )
 #: A journal row's columns after its scope, in the order :func:`.journal.stored_row`

@@ -23,20 +23,15 @@ from .. import rows as decoded
 from .. import statements as S
 from ..base import CandidateRow, JournalEvent, NewEvent, RecordRow, Scope
 from ..journal import chained, read_digest, stored_digest, stored_row
-from ..rows import JOURNAL_COLUMNS, RECORD_COLUMNS, stored_candidate, stored_record
+from ..rows import JOURNAL_COLUMNS, RECORD_COLUMNS, column_names, stored_candidate, stored_record
 from ..statements import pyformat
 from .connection import BoundedConnection, copy_rows, named_row
 from .notifications import notify, scope_key
 
-
-def _columns(listed: str) -> tuple[str, ...]:
-    return tuple(name.strip() for name in listed.split(","))
-
-
 #: The columns a batch's rows are copied into, in the order their rows hold them.
-JOURNAL_TABLE_COLUMNS = ("tenant", "workspace", *_columns(JOURNAL_COLUMNS))
+JOURNAL_TABLE_COLUMNS = ("tenant", "workspace", *column_names(JOURNAL_COLUMNS))
 KEY_COLUMNS = ("key_id", "wrapped", "kek_id")
-RECORD_TABLE_COLUMNS = _columns(RECORD_COLUMNS)
+RECORD_TABLE_COLUMNS = column_names(RECORD_COLUMNS)
 
 
 class PostgresTransaction:
