@@ -35,8 +35,10 @@ _UUID_RE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]
 _UUID_HEX_RE = re.compile(r"[0-9a-fA-F]{12}[1-8][0-9a-fA-F]{3}[89abAB][0-9a-fA-F]{15}$")
 _RECORD_ID_RE = re.compile(r"(?:mem|cand|cap|evt|rcpt|ev|cit)_[a-z2-7]{16,}$")
 
-#: Runs of base64/base64url characters. 20 is the shortest length any later check uses.
-RUN_RE = re.compile(r"[A-Za-z0-9+/_\-]{20,8192}={0,2}")
+#: The shortest run any later check uses.
+RUN_MIN = 20
+#: Runs of base64/base64url characters.
+RUN_RE = re.compile(rf"[A-Za-z0-9+/_\-]{{{RUN_MIN},8192}}={{0,2}}")
 _HEX_IN_RUN_RE = re.compile(r"(?<![A-Za-z0-9])[0-9a-fA-F]{32,1024}(?![A-Za-z0-9])")
 
 _B64_MIN_LEN = 24

@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 
 from engram.service.secrets import SecretRefused, scan
 from engram.service.secrets import scanner as secrets_module
+from engram.service.secrets.entropy import RUN_RE
+from engram.service.secrets.plugins import Scan
 from engram.service.secrets.scanner import find_secret, find_secret_in, rule_names
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "secrets"
@@ -338,6 +340,40 @@ def test_trigger_pass_finds_every_literal_present(parts: list[str]) -> None:
     low = "".join(parts)
     every = {i for literal, i in _LITERAL_STEPS if literal in low}
     assert _DETECTOR._enabled_steps(low) == every
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.text(alphabet="AZaz09+/_-=", min_size=1, max_size=30),
+            st.text(alphabet=" \t\n\x1c\x85\u2028\u3000.,:;\"'", min_size=1, max_size=2),
+            st.text(alphabet=_ANY_CHARACTER, max_size=4),
+        ),
+        max_size=12,
+    )
+)
+def test_a_scans_views_are_the_whole_computations(parts: list[str]) -> None:
+    """A scan's lowered copy and base64 runs, with their shortcuts (ASCII text lowered by
+    str.lower, no pattern run over text without a long enough word), are the full
+    computations: the ASCII lowering, and every match of the run pattern."""
+    text = "".join(parts)
+    view = Scan(text)
+    assert view.low == text.translate(Scan._ASCII_LOWER)
+    assert [m.span() for m in view.runs] == [m.span() for m in RUN_RE.finditer(text)]
+
+
+_TELEGRAM = next(p for p in _DETECTOR.plugins if p.name == "ds-telegram-bot-token")
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.from_regex(r"[0-9]{8,10}:[0-9A-Za-z_\-]{35}", fullmatch=True))
+def test_the_telegram_gate_passes_every_token(token: str) -> None:
+    """The Telegram plugin's gate (eight digits, a colon, a 35-character run) holds for
+    every token its pattern finds, and this service's digests stay behind it."""
+    view = Scan(f"bot token {token} here")
+    assert list(_TELEGRAM.plugin.analyze_string(view.text)) and _TELEGRAM.gate(view)
+    assert not _TELEGRAM.gate(Scan("sha256:" + hashlib.sha256(token.encode()).hexdigest()))
 
 
 def test_find_secret_each_answers_as_each_value_alone() -> None:
