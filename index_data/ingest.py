@@ -26,6 +26,8 @@ indexes behind the journal; the next ingest (or engine start) heals it with
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import getpass
 import queue
 import threading
@@ -313,6 +315,20 @@ class _Pipeline:
             raise self.stages.failed[0]
 
 
+@contextlib.contextmanager
+def _long_lived_frozen() -> Iterator[None]:
+    """The process's objects from before the load held out of the cyclic collector
+    while it runs: a load allocates containers by the million, and each collection
+    that reached the oldest generation walked every module and index object again (on
+    the loading thread, holding the interpreter lock: 0.84 s of 50,000 records, 0.16 s
+    with them held out)."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def ingest_corpus(
     engine: Any,
     scope: Scope,
@@ -358,7 +374,7 @@ def ingest_corpus(
     in_worker = uses_worker(total, worker)
     # A writing worker keeps a core busy: the graph's adds take the others (at least one).
     graph_threads = max(1, usable_cores() - 1) if in_worker else 0
-    with engine.bulk_load(scope, graph_threads=graph_threads) as load:
+    with engine.bulk_load(scope, graph_threads=graph_threads) as load, _long_lived_frozen():
         pipeline = _Pipeline(
             engine=engine,
             source=source,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -48,6 +49,34 @@ def test_ingest_is_idempotent(engine):
     assert live_count(engine) == 30
     assert engine.deps.ranker.projection_cursor(scope_key(SCOPE)) == {"lexical": 30, "semantic": 30}
     assert engine.operator.verify_journal() == {"acme/kb": True}
+
+
+def test_a_load_gives_the_cyclic_collector_back_as_it_found_it(engine):
+    """A load holds the process's older objects out of the collector while it runs, and
+    lets them back in when it ends, however it ends."""
+    gc.collect()
+    before = gc.get_freeze_count()
+    seen = []
+    ingest_corpus(
+        engine,
+        SCOPE,
+        corpus(),
+        batch_size=8,
+        progress=False,
+        purpose_ref=PURPOSE,
+        on_batch=lambda _: seen.append(gc.get_freeze_count()),
+    )
+    assert seen and min(seen) > before
+    assert gc.get_freeze_count() == before
+
+    def fail(_):
+        raise RuntimeError("stopped")
+
+    with pytest.raises(RuntimeError, match="stopped"):
+        ingest_corpus(
+            engine, ("acme", "other"), corpus(), batch_size=8, progress=False, purpose_ref=PURPOSE, on_batch=fail
+        )
+    assert gc.get_freeze_count() == before
 
 
 def test_ingest_resumes_after_a_crash_between_commit_and_index(engine, monkeypatch):
