@@ -46,6 +46,7 @@ from engram.ranking.semantic import (
     CHECKPOINT_SECONDS,
     CHECKPOINT_SPACING,
     CorruptIndex,
+    GraphThreads,
     SemanticHit,
     SemanticIndex,
     SemanticUnavailable,
@@ -172,7 +173,7 @@ class Ranker:
         through_cursor: int,
         vectors: Sequence[np.ndarray | None] | None = None,
         after_cursor: int | None = None,
-        graph_threads: int = 0,
+        graph_threads: GraphThreads = 0,
     ) -> Applied:
         """Project one journal batch into both channels (idempotent, cursors never go back).
 
@@ -183,7 +184,8 @@ class Ranker:
         it skips the batch rather than record a gap as applied, and a channel already at
         or past ``through_cursor`` skips it as done. ``graph_threads``: the threads the
         vectors are added to the graph with (0: one per core; a bulk load that writes in
-        another process leaves that process its core).
+        another process leaves that process its core), or a function asked before each
+        slice of them.
         """
         if any(d.scope_key != scope_key for d in upserts):
             raise ValueError("every upserted document must belong to the applied scope")

@@ -291,6 +291,15 @@ def _new_index(dim: int, graph: SemanticConfig) -> Index:
     )
 
 
+#: The threads usearch adds vectors with (0: one per core), or a function that says.
+GraphThreads = int | Callable[[], int]
+
+#: Rows one usearch call adds: a batch is added in slices, each with its thread count
+#: asked anew, so that a core freed mid-batch (a bulk load's writer done) joins in
+#: within a slice, not after the batch (4,096 rows on one thread: a second or more).
+ADD_SLICE = 1024
+
+
 def _keys(labels: Sequence[int] | np.ndarray) -> np.ndarray:
     return np.asarray(labels, dtype=np.uint64)
 
@@ -381,13 +390,14 @@ class SemanticIndex:
         upserts: Sequence[tuple[str, int, np.ndarray]],
         removals: Sequence[str],
         through_cursor: int,
-        graph_threads: int = 0,
+        graph_threads: GraphThreads = 0,
     ) -> None:
         """Replace each upserted record's passages, hide removals, move the cursor; save
         when a checkpoint is due (see the module docstring).
 
         ``upserts`` holds (record_id, valid_time_ms, passage vectors as rows);
-        ``graph_threads``: usearch's threads for adding them (0: one per core).
+        ``graph_threads``: usearch's threads for adding them (0: one per core), or a
+        function asked for them before each :data:`ADD_SLICE` rows.
         """
         state = self._scope(scope_key)
         with state.changing, state.lock.write():
@@ -409,7 +419,11 @@ class SemanticIndex:
                     labels.extend(state.labels.add(record_id, valid_time, len(vectors)))
                 stacked = np.vstack(rows)
                 self._rows_of(scope_key, state).write(labels[0], stacked)  # labels are one run
-                state.index.add(_keys(labels), _codes(stacked, state.index), threads=graph_threads)
+                keys, codes = _keys(labels), _codes(stacked, state.index)
+                for start in range(0, total, ADD_SLICE):
+                    threads = graph_threads() if callable(graph_threads) else graph_threads
+                    end = start + ADD_SLICE
+                    state.index.add(keys[start:end], codes[start:end], threads=threads)
             state.cursor = max(state.cursor, through_cursor)
             state.unsaved += changed
             if state.unsaved == 0:

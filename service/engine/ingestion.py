@@ -324,7 +324,8 @@ class BulkLoad:
     Batches are indexed in the order they were committed (a batch indexed after a later
     one is refused: the indexes would skip it as a gap). ``graph_threads``: the
     threads usearch adds each batch's vectors with (0: one per core); a loader may
-    change it between batches (once its writer is done, every core is free)."""
+    change it at any time, and the rest of the batch being indexed follows (once its
+    writer is done, every core is free)."""
 
     def __init__(self, deps: Dependencies, scope: Scope, graph_threads: int = 0) -> None:
         self._deps = deps
@@ -351,7 +352,7 @@ class BulkLoad:
                 through_cursor=outcome.last_cursor,
                 vectors=list(vectors) if vectors is not None else None,
                 after_cursor=outcome.first_cursor - 1,
-                graph_threads=self.graph_threads,
+                graph_threads=lambda: self.graph_threads,  # asked per slice: a change applies mid-batch
             )
             self._indexed_through = outcome.last_cursor
         outcome.index_seconds = time.perf_counter() - t0
