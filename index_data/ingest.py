@@ -240,6 +240,7 @@ class _Pipeline:
     bar: _Progress
     on_batch: Callable[[IngestReport], None] | None
     depth: int
+    total: int | None  # the records the source holds, where known
     stages: _Stages = field(default_factory=_Stages)
 
     def __post_init__(self) -> None:
@@ -248,7 +249,7 @@ class _Pipeline:
 
     def feed(self, records: Iterable[IngestRecord], batch_size: int) -> None:
         """Cut ``records`` into batches and have each written (on the calling thread)."""
-        written = self.writer.map(chunks(records, batch_size, ramp=self.writer.in_worker))
+        written = self.writer.map(chunks(records, batch_size, ramp=self.writer.in_worker, total=self.total))
         while not self.stages.stop.is_set():
             t = time.perf_counter()
             item: Written | None = next(written, None)
@@ -397,6 +398,7 @@ def ingest_corpus(
             bar=_Progress(progress, total, f"ingest {scope[0]}/{scope[1]}"),
             on_batch=on_batch,
             depth=depth,
+            total=total,
         )
         pipeline.run(records, batch_size)
     engine.catch_up(scope)

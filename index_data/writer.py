@@ -192,20 +192,34 @@ class Writer:
 RAMP_FROM = 512
 
 
-def chunks(records: Iterable[IngestRecord], size: int, *, ramp: bool = False) -> Iterator[Chunk]:
+def chunks(
+    records: Iterable[IngestRecord], size: int, *, ramp: bool = False, total: int | None = None
+) -> Iterator[Chunk]:
     """``records`` cut into chunks of ``size``, each record with its source position.
 
-    ``ramp``: the first chunk holds :data:`RAMP_FROM` records (when ``size`` is larger)
-    and each next one twice as many, up to ``size``. For a load written in a worker
-    process: the loading process indexes nothing until the worker has written a chunk,
-    and a first chunk of 4,096 records kept one of two cores idle for over a second."""
+    ``ramp``, for a load written in a worker process: the first chunk holds
+    :data:`RAMP_FROM` records (when ``size`` is larger) and each next one twice as many, up
+    to ``size``, since the loading process indexes nothing until the worker has written a
+    chunk (a first chunk of 4,096 records kept one of two cores idle for over a second).
+    Where ``total`` says how many records there are, the last chunks shrink the same way
+    (each at most half of what is left, at least :data:`RAMP_FROM`): the worker then idles
+    only while the loading process indexes a small last chunk."""
     target = min(size, RAMP_FROM) if ramp else size
+    left = total if ramp else None  # records not yet cut, where known
+
+    def cut() -> int:
+        return target if left is None else min(target, max(RAMP_FROM, -(-left // 2)))
+
     chunk: Chunk = []
+    limit = cut()
     for ordinal, record in enumerate(records):
         chunk.append((ordinal, record))
-        if len(chunk) >= target:
+        if len(chunk) >= limit:
             yield chunk
+            if left is not None:
+                left -= len(chunk)
             chunk = []
             target = min(size, target * 2)
+            limit = cut()
     if chunk:
         yield chunk
