@@ -128,7 +128,7 @@ def _start_worker(spec: WriterSpec) -> None:
     _writer = BatchWriter.open(spec)
     # Everything alive now (modules, the writer, the detector) lives as long as the
     # worker: out of the cyclic collector, whose passes over it cost 35-43 us of every
-    # record's write (11-12 us after).
+    # record's write (8-19 us after).
     gc.freeze()
     loader = multiprocessing.parent_process()
     if loader is None:
