@@ -47,6 +47,8 @@ RECORD_WITH_KEY = (
 #: A journal row's columns after its scope, in the order :func:`.journal.stored_row`
 #: gives their values.
 JOURNAL_COLUMNS = "cursor, event_id, kind, subject, body, event_digest, prev_digest, recorded_at"
+#: A wrapped data key's columns, in the order a batch's key rows hold them.
+KEY_COLUMNS = "key_id, wrapped, kek_id"
 #: A registered replica's columns.
 REPLICA_COLUMNS = "replica_id, replica_group, advertise_url, heartbeat_ms"
 #: A scope route's columns.

@@ -35,13 +35,27 @@ from .journal import (
     stored_row,
 )
 from .migrations import VERSION_TABLE, Migration, pending
-from .rows import JOURNAL_COLUMNS, RECORD_COLUMNS, RECORD_WITH_KEY, stored_candidate, stored_record
+from .rows import (
+    JOURNAL_COLUMNS,
+    KEY_COLUMNS,
+    RECORD_COLUMNS,
+    RECORD_WITH_KEY,
+    column_names,
+    stored_candidate,
+    stored_record,
+)
+
+
+def _insert(table: str, columns: str) -> str:
+    """An INSERT of one row of ``table``'s ``columns``, a placeholder each."""
+    return f"INSERT INTO {table} ({columns}) VALUES ({', '.join('?' * len(column_names(columns)))})"
+
 
 # A batch's journal events, keys and records, a row a statement (PostgreSQL copies them:
 # ``postgres.connection.copy_rows``).
-INSERT_EVENT = f"INSERT INTO journal (tenant, workspace, {JOURNAL_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
-INSERT_KEY = "INSERT INTO keys VALUES (?,?,?)"
-INSERT_RECORD = f"INSERT INTO records ({RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+INSERT_EVENT = _insert("journal", f"tenant, workspace, {JOURNAL_COLUMNS}")
+INSERT_KEY = _insert("keys", KEY_COLUMNS)
+INSERT_RECORD = _insert("records", RECORD_COLUMNS)
 
 SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(

@@ -23,14 +23,14 @@ from .. import rows as decoded
 from .. import statements as S
 from ..base import CandidateRow, JournalEvent, NewEvent, RecordRow, Scope
 from ..journal import chained, read_digest, stored_digest, stored_row
-from ..rows import JOURNAL_COLUMNS, RECORD_COLUMNS, column_names, stored_candidate, stored_record
+from ..rows import JOURNAL_COLUMNS, KEY_COLUMNS, RECORD_COLUMNS, column_names, stored_candidate, stored_record
 from ..statements import pyformat
 from .connection import BoundedConnection, copy_rows, named_row
 from .notifications import notify, scope_key
 
 #: The columns a batch's rows are copied into, in the order their rows hold them.
 JOURNAL_TABLE_COLUMNS = ("tenant", "workspace", *column_names(JOURNAL_COLUMNS))
-KEY_COLUMNS = ("key_id", "wrapped", "kek_id")
+KEY_TABLE_COLUMNS = column_names(KEY_COLUMNS)
 RECORD_TABLE_COLUMNS = column_names(RECORD_COLUMNS)
 
 
@@ -78,7 +78,7 @@ class PostgresTransaction:
         self.put_keys([(key_id, wrapped, kek_id)])
 
     def put_keys(self, rows: Sequence[tuple[str, bytes, str]]) -> None:
-        copy_rows(self.conn, "keys", KEY_COLUMNS, rows)
+        copy_rows(self.conn, "keys", KEY_TABLE_COLUMNS, rows)
 
     def destroy_key(self, key_id: str) -> None:
         self._execute(S.DESTROY_KEY, (key_id,))
