@@ -347,13 +347,15 @@ def test_a_walked_scope_is_searched_during_a_save_at_a_new_depth(tmp_path: Path)
         checkpoint_records=1,
         checkpoint_spacing=0,
     )
-    index.apply("s", upserts=[(f"r{i}", i, vectors[i : i + 1]) for i in range(200)], removals=[], through_cursor=1)
+    # One thread adds to the graph, so the graph (and the nearest match a walk finds) is
+    # the same every run: built on every core, about one build in 200 walked past r250.
+    first = [(f"r{i}", i, vectors[i : i + 1]) for i in range(200)]
+    index.apply("s", upserts=first, removals=[], through_cursor=1, graph_threads=1)
     assert index.settle(30)
     assert index.search("s", vectors[3], 5)[0].record_id == "r3"
     saving, release = hold_saves(index)
-    index.apply(
-        "s", upserts=[(f"r{i}", i, vectors[i : i + 1]) for i in range(200, 300)], removals=[], through_cursor=2
-    )  # a deeper graph now
+    more = [(f"r{i}", i, vectors[i : i + 1]) for i in range(200, 300)]
+    index.apply("s", upserts=more, removals=[], through_cursor=2, graph_threads=1)  # a deeper graph now
     assert saving.wait(30)
     found: list = []
     search = threading.Thread(target=lambda: found.append(index.search("s", vectors[250], 5)), daemon=True)
