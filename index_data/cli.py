@@ -68,9 +68,9 @@ def ingest(
         bool | None,
         typer.Option(
             "--worker/--no-worker",
-            help="Write the batches (secret scan, digests, sealing, the store's transaction) in a worker "
-            "process, beside the indexing. Default: when there is a second core and the load is large "
-            "enough to repay the worker's start.",
+            help="Write the batches (secret scan, digests, sealing, the store's transaction) in worker "
+            "processes beside the indexing: one, or two from three cores up. Default: when there is a "
+            "second core and the load is large enough to repay a worker's start.",
             show_default=False,
         ),
     ] = None,

@@ -8,12 +8,12 @@ turns source documents into submissions and keeps the encoder busy.
 
 Pipeline: three stages joined by bounded queues (``depth`` batches each), so batch N is
 indexed while batch N+1 is embedded and batch N+2 written (examined, checked against
-the store, sealed and committed, in a worker process where there is a spare core: see
+the store, sealed and committed, in worker processes where there is a spare core: see
 :mod:`index_data.writer`). The stages run in threads: the encoder (torch), Tantivy and
 usearch release the GIL while they work. With precomputed vectors the embedding stage
 only slices them, and the pipeline runs at its own ceiling. The scope is held for the
 whole load (``Engine.bulk_load``), so no catch-up interleaves with a batch committed but
-not yet indexed. A failure in any stage (or the worker) stops the others and is raised
+not yet indexed. A failure in any stage (or a worker) stops the others and is raised
 here; whatever committed stays committed, and is indexed by the next catch-up.
 
 Idempotent and resumable: each document's record id is bound to a deterministic pseudo
@@ -46,7 +46,7 @@ from engram.service.engine import BulkLoad, CommittedBatch, operator_context
 
 from .readers import VectorSource
 from .records import DEFAULT_PURPOSE, IngestRecord, RefusedDocument
-from .worker_start import uses_worker
+from .worker_start import uses_worker, writer_count
 from .writer import Load, Writer, Written, chunks
 
 
@@ -64,7 +64,7 @@ class IngestReport:
     cursor_after: int = 0
     seconds: float = 0.0
     write_seconds: float = 0.0  # the feeding thread waiting for written batches
-    worker_cpu_seconds: float = 0.0  # the writing worker process's, where there is one
+    worker_cpu_seconds: float = 0.0  # the writing worker processes', where there are any
     embed_seconds: float = 0.0
     store_seconds: float = 0.0
     index_seconds: float = 0.0
@@ -345,6 +345,7 @@ def ingest_corpus(
     principal: str | None = None,
     on_batch: Callable[[IngestReport], None] | None = None,
     worker: bool | None = None,
+    writers: int | None = None,
 ) -> IngestReport:
     """Load ``records`` into ``scope`` as accepted, operator-ingested records.
 
@@ -356,14 +357,15 @@ def ingest_corpus(
     :func:`default_batch`). ``depth``: batches each queue holds.
     ``worker``: write the batches (examine, seal, commit) in a worker process, beside
     the indexing; False writes them on the calling thread; None chooses
-    (:func:`~index_data.worker_start.uses_worker`).
+    (:func:`~index_data.worker_start.uses_worker`). ``writers``: how many worker
+    processes, where there are any (None: :func:`~index_data.worker_start.writer_count`).
     """
     source = VectorSource(np.asarray(vectors)) if isinstance(vectors, np.ndarray) else vectors
     embedding = source is None and engine.encoder is not None
     if batch_size is None:
         batch_size = default_batch(embedding)
-    if batch_size < 1 or depth < 1:
-        raise ValueError("batch_size and depth must be positive")
+    if batch_size < 1 or depth < 1 or (writers is not None and writers < 1):
+        raise ValueError("batch_size, depth and writers must be positive")
     report = IngestReport(
         scope=scope, vectors="precomputed" if source is not None else ("encoder" if embedding else "none")
     )
@@ -372,9 +374,9 @@ def ingest_corpus(
     started = time.perf_counter()
     engine.catch_up(scope)  # heal a previous run that committed a batch but did not project it
     report.cursor_before = engine.scope_cursor(scope)
-    in_worker = uses_worker(total, worker)
-    # A writing worker keeps a core busy: the graph's adds take the others (at least one).
-    graph_threads = max(1, usable_cores() - 1) if in_worker else 0
+    workers = (writer_count() if writers is None else writers) if uses_worker(total, worker) else 0
+    # Each writing worker keeps a core busy: the graph's adds take the others (at least one).
+    graph_threads = max(1, usable_cores() - workers) if workers else 0
     with engine.bulk_load(scope, graph_threads=graph_threads) as load, _long_lived_frozen():
         pipeline = _Pipeline(
             engine=engine,
@@ -390,7 +392,7 @@ def ingest_corpus(
                         scope, principal or f"operator:{_user()}", "ingest_" + uuid.uuid4().hex[:16], purpose_ref
                     ),
                 ),
-                worker=in_worker,
+                workers=workers,
                 ahead=depth,
             ),
             load=load,

@@ -30,6 +30,15 @@ def uses_worker(total: int | None, worker: bool | None = None) -> bool:
     return usable_cores() >= 2 and (total is None or total >= WORKER_FROM)
 
 
+def writer_count() -> int:
+    """Worker processes that write a load written in workers: two from three cores up,
+    one below. Two examine their batches side by side and commit them in turn, so the
+    writing's one-at-a-time part is the commit (about half of writing a record) instead
+    of the whole write; with two cores, though, the second worker takes its core from
+    the indexing, and loads were no faster (``docs/results/capacity.md``)."""
+    return 2 if usable_cores() >= 3 else 1
+
+
 def worker_context() -> multiprocessing.context.BaseContext:
     """How a worker process starts: never by fork, as the loading process runs threads
     (the indexes', the pipeline's); from the fork server where there is one."""

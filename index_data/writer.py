@@ -1,4 +1,4 @@
-"""Writing a load's batches (examine, check, seal, commit), in a worker process.
+"""Writing a load's batches (examine, check, seal, commit), in worker processes.
 
 Why a process: writing a batch is pure Python around short calls into SQLite or
 PostgreSQL: building each record's payload, the contract's secret scan, the digests and
@@ -10,20 +10,25 @@ own store connection and key ring (``BatchWriter.open``, from the engine's
 ``WriterSpec``) on another core, and only what indexing needs comes back: each written
 record's index document and position, the journal span, the counts.
 
-One worker, so batches are committed in the order they were cut, which is the order
-they must be indexed in, a bounded number ahead of the indexing (a crash leaves the
-indexes behind the journal, which the next catch-up heals, as for a batch committed
-inline). A load stops at its first failed batch: the worker writes none of the batches
-sent after it. A worker ends with the loading process, however that ends (a SIGKILL
-included): it would otherwise wait for work on its queue forever, and keep the start
-method's server process alive with it; a transaction it had open is rolled back.
+One worker, or two where there are cores for them (``worker_start.writer_count``): two
+examine their batches side by side and commit them in turn (:class:`Turns`). Either
+way batches are committed in the order they were cut, which is the order they must be
+indexed in, a bounded number ahead of the indexing (a crash leaves the indexes behind
+the journal, which the next catch-up heals, as for a batch committed inline). A load
+stops at its first failed batch: no batch cut after it is committed. A worker ends with
+the loading process, however that ends (a SIGKILL included): it would otherwise wait
+for work on its queue forever, and keep the start method's server process alive with
+it; a transaction it had open is rolled back.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import itertools
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.context
 import os
 import threading
 import time
@@ -105,7 +110,12 @@ def write_chunk(writer: BatchWriter, load: Load, chunk: Chunk) -> Written:
     """``chunk`` examined, the records the scope holds already set aside, and the rest
     committed in one transaction."""
     cpu = time.thread_time()
-    examined = examine_chunk(load.scope, load.purpose_ref, load.scan_secrets, chunk)
+    return commit_examined(writer, load, examine_chunk(load.scope, load.purpose_ref, load.scan_secrets, chunk), cpu)
+
+
+def commit_examined(writer: BatchWriter, load: Load, examined: Examined, cpu: float) -> Written:
+    """An examined chunk's records the scope holds already set aside, and the rest
+    committed in one transaction (``cpu``: the thread's CPU clock when the chunk began)."""
     prepared = writer.prepare(examined.batch)
     committed = writer.commit(prepared, load.operator)
     ordinals = [examined.ordinals[prepared.records[i].position] for i in committed.written]
@@ -115,17 +125,61 @@ def write_chunk(writer: BatchWriter, load: Load, chunk: Chunk) -> Written:
     return Written(ordinals, examined.seen, refused, committed, time.thread_time() - cpu)
 
 
-#: The worker process's own writer, opened by :func:`_start_worker`.
+#: What :attr:`Turns` holds as the first failed chunk while none has failed.
+_NONE_FAILED = 2**62
+
+
+class Turns:
+    """Whose turn it is to commit, shared by a load's writing workers: chunk ``n`` (in the
+    order the chunks were cut) is committed once chunks ``0 .. n-1`` are, whichever
+    worker examined it; once chunk ``n`` failed, no chunk after it is committed.
+
+    Why: examining a chunk (payloads, the secret scan, digests, index documents) is
+    nearly half of writing it and needs nothing from the chunks before, so where there
+    are cores for it one worker examines a chunk while another commits the one before.
+    The commits stay one at a time, in order: the journal's order is the order the
+    indexes apply, and the first of two equal records is the one kept."""
+
+    def __init__(self, context: multiprocessing.context.BaseContext) -> None:
+        self._changed = context.Condition()
+        self._next = context.Value("q", 0, lock=False)  # the next chunk to commit
+        self._failed = context.Value("q", _NONE_FAILED, lock=False)  # the first that failed
+
+    @contextlib.contextmanager
+    def turn(self, n: int) -> Iterator[None]:
+        """Wait for chunk ``n``'s turn (LoadStopped once an earlier one failed), and hand
+        the turn on after it; a failure inside marks ``n`` failed."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._next.value == n or self._failed.value < n)
+            if self._failed.value < n:
+                raise LoadStopped("an earlier batch of this load failed")
+        try:
+            yield
+        except BaseException:
+            self.fail(n)
+            raise
+        with self._changed:
+            self._next.value = n + 1
+            self._changed.notify_all()
+
+    def fail(self, n: int) -> None:
+        """Mark chunk ``n`` failed: no chunk after it is committed."""
+        with self._changed:
+            self._failed.value = min(self._failed.value, n)
+            self._changed.notify_all()
+
+
+#: The worker process's own writer and its load's turns, set by :func:`_start_worker`.
 _writer: BatchWriter | None = None
-#: Set once a chunk failed in this worker: the chunks sent after it are not written.
-_failed = False
+_turns: Turns | None = None
 
 
-def _start_worker(spec: WriterSpec) -> None:
-    """In a worker, at its start: its own writer, and an exit as soon as the loading
-    process has ended."""
-    global _writer
+def _start_worker(spec: WriterSpec, turns: Turns) -> None:
+    """In a worker, at its start: its own writer, its load's turns, and an exit as soon
+    as the loading process has ended."""
+    global _writer, _turns
     _writer = BatchWriter.open(spec)
+    _turns = turns
     # Everything alive now (modules, the writer, the detector) lives as long as the
     # worker: out of the cyclic collector, whose passes over it cost 35-43 us of every
     # record's write (8-19 us after).
@@ -141,48 +195,55 @@ def _start_worker(spec: WriterSpec) -> None:
     threading.Thread(target=watch, name="engram-loader-watch", daemon=True).start()
 
 
-def _write_in_worker(load: Load, chunk: Chunk) -> Written:
-    global _failed
-    assert _writer is not None  # opened by the pool's initializer
-    if _failed:
-        raise LoadStopped("an earlier batch of this load failed")
+def _write_in_worker(load: Load, n: int, chunk: Chunk) -> Written:
+    """Chunk ``n`` examined, then committed in its turn."""
+    assert _writer is not None and _turns is not None  # set by the pool's initializer
+    cpu = time.thread_time()
     try:
-        return write_chunk(_writer, load, chunk)
+        examined = examine_chunk(load.scope, load.purpose_ref, load.scan_secrets, chunk)
     except BaseException:
-        _failed = True
+        _turns.fail(n)
         raise
+    with _turns.turn(n):
+        return commit_examined(_writer, load, examined, cpu)
 
 
 class Writer:
-    """Writes chunks in order: in one worker process, or on the calling thread."""
+    """Writes chunks, committed in order: in worker processes (``workers`` of them, 0 for
+    none), or on the calling thread."""
 
-    def __init__(self, engine: Engine, load: Load, *, worker: bool, ahead: int) -> None:
-        self._ahead = max(1, ahead)
+    def __init__(self, engine: Engine, load: Load, *, workers: int, ahead: int) -> None:
+        self._ahead = max(1, ahead, workers + 1)  # enough in flight to keep each worker busy
         self._pool: ProcessPoolExecutor | None = None
-        self.in_worker = worker  # whether the chunks are written in a worker process
-        if worker:
+        self.in_worker = workers > 0  # whether the chunks are written in worker processes
+        if self.in_worker:
+            context = worker_context()
             self._pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=worker_context(), initializer=_start_worker, initargs=(engine.writer_spec(),)
+                max_workers=workers,
+                mp_context=context,
+                initializer=_start_worker,
+                initargs=(engine.writer_spec(), Turns(context)),
             )
-            self._work: Callable[[Chunk], Written] = partial(_write_in_worker, load)
+            self._work: Callable[[int, Chunk], Written] = partial(_write_in_worker, load)
         else:
-            self._work = partial(write_chunk, engine.batch_writer(), load)
+            writer = engine.batch_writer()
+            self._work = lambda n, chunk: write_chunk(writer, load, chunk)
 
     def map(self, chunks: Iterable[Chunk]) -> Iterator[Written]:
         """Each chunk written, in order; at most ``ahead`` chunks in flight."""
         if self._pool is None:
-            yield from map(self._work, chunks)
+            yield from itertools.starmap(self._work, enumerate(chunks))
             return
         pending: deque[Future[Written]] = deque()
-        for chunk in chunks:
-            pending.append(self._pool.submit(self._work, chunk))
+        for n, chunk in enumerate(chunks):
+            pending.append(self._pool.submit(self._work, n, chunk))
             if len(pending) > self._ahead:
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
 
     def close(self) -> None:
-        """Stop the worker; chunks not yet started are dropped."""
+        """Stop the workers; chunks not yet started are dropped."""
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None

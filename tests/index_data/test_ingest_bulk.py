@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 from pathlib import Path
@@ -261,17 +262,19 @@ def test_batches_written_in_a_worker_process_load_the_same_records(tmp_path: Pat
         *corpus(40),
     ]
     loaded = {}
-    for worker in (False, True):
+    for writers in (0, 1, 2):  # on the loading thread; one worker; two, committing in turn
+        worker = writers > 0
         url = request.getfixturevalue("postgres_cluster").create_database() if store == "postgres" else None
-        data_dir = tmp_path / f"worker-{worker}"
+        data_dir = tmp_path / f"writers-{writers}"
         eng = Engine.open(data_dir, encoder=encoder, store=StoreAddress.resolve(data_dir, url))
+        load = functools.partial(
+            ingest_corpus, eng, SCOPE, records, batch_size=7, progress=False, purpose_ref=PURPOSE, worker=worker
+        )
         try:
-            report = ingest_corpus(
-                eng, SCOPE, records, batch_size=7, progress=False, purpose_ref=PURPOSE, worker=worker
-            )
-            again = ingest_corpus(eng, SCOPE, records, batch_size=7, progress=False, purpose_ref=PURPOSE, worker=worker)
+            report = load(writers=writers or None)
+            again = load(writers=writers or None)
             assert (again.ingested, again.skipped_existing) == (0, 42)  # the twin again too
-            assert (report.worker_cpu_seconds > 0) is worker  # the worker's CPU, counted apart
+            assert (report.worker_cpu_seconds > 0) is worker  # the workers' CPU, counted apart
             assert eng.operator.verify_journal() == {"acme/kb": True}
             ids = sorted(r.record_id for r in eng.deps.store.live_records(SCOPE))
             found = [
@@ -286,34 +289,31 @@ def test_batches_written_in_a_worker_process_load_the_same_records(tmp_path: Pat
                 got = eng.execute("engram_memory_get", ctx(), {"record_id": hit["record_id"], "purpose_ref": PURPOSE})
                 assert got["record"]["components"] == hit["components"]
             hits = [hit["record_id"] for hit in found]
-            loaded[worker] = (report.ingested, report.skipped_existing, report.refused, report.batches, ids, hits)
+            loaded[writers] = (report.ingested, report.skipped_existing, report.refused, report.batches, ids, hits)
         finally:
             eng.close()
-    assert loaded[False] == loaded[True]
-    assert loaded[True][:4] == (41, 1, {"empty": 1, "secret": 1}, 7)
+    assert loaded[0] == loaded[1] == loaded[2]
+    assert loaded[1][:4] == (41, 1, {"empty": 1, "secret": 1}, 7)
 
 
-def test_a_failing_worker_process_stops_the_load(tmp_path: Path, encoder):
-    """A batch the worker cannot examine fails the load with the worker's error: nothing
-    from it or after it is written, and a rerun finishes the load."""
+@pytest.mark.parametrize("writers", [1, 2])
+def test_a_failing_worker_process_stops_the_load(tmp_path: Path, encoder, writers):
+    """A batch a worker cannot examine fails the load with the worker's error: nothing
+    from it or after it is written (by that worker or another), and a rerun finishes
+    the load."""
     from engram.service.engine import Engine
 
     broken = IngestRecord("broken", "ledger note", "kb:b", valid_time_ms="not a time")  # type: ignore[arg-type]
     eng = Engine.open(tmp_path / "d", encoder=encoder)
+    load = functools.partial(
+        ingest_corpus, eng, SCOPE, batch_size=10, progress=False, purpose_ref=PURPOSE, worker=True, writers=writers
+    )
     try:
         with pytest.raises(ValueError):
-            ingest_corpus(
-                eng,
-                SCOPE,
-                [*corpus(10), broken, *corpus(30)[10:]],
-                batch_size=10,
-                progress=False,
-                purpose_ref=PURPOSE,
-                worker=True,
-            )
+            load([*corpus(10), broken, *corpus(60)[10:]])
         assert live_count(eng) <= 10  # at most the batch before the broken one
-        report = ingest_corpus(eng, SCOPE, corpus(30), batch_size=10, progress=False, purpose_ref=PURPOSE, worker=True)
-        assert report.ingested + report.skipped_existing == 30 and live_count(eng) == 30
+        report = load(corpus(60))
+        assert report.ingested + report.skipped_existing == 60 and live_count(eng) == 60
         assert eng.operator.verify_journal() == {"acme/kb": True}
     finally:
         eng.close()

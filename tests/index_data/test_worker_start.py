@@ -1,4 +1,4 @@
-"""Whether a load is written in a worker process, and the worker's start ahead of the
+"""Whether a load is written in worker processes (and how many), and the worker's start ahead of the
 loading process's own: the fork server imports the worker's modules while the command
 opens its engine, and the command's load is written through that worker."""
 
@@ -20,6 +20,14 @@ def test_what_is_said_is_done_and_unsaid_follows_the_size_and_the_cores() -> Non
     assert uses_worker(10, True) and not uses_worker(10**6, False)
     assert not uses_worker(WORKER_FROM - 1)
     assert uses_worker(WORKER_FROM) == uses_worker(None) == (usable_cores() >= 2)
+
+
+@pytest.mark.parametrize(("cores", "writers"), [(1, 1), (2, 1), (3, 2), (16, 2)])
+def test_two_workers_write_from_three_cores_up(monkeypatch: pytest.MonkeyPatch, cores: int, writers: int) -> None:
+    import engram.index_data.worker_start as worker_start
+
+    monkeypatch.setattr(worker_start, "usable_cores", lambda: cores)
+    assert worker_start.writer_count() == writers
 
 
 def test_the_writing_module_names_itself() -> None:
