@@ -1,8 +1,8 @@
 """A load that waits after its first batch, for a test to kill it with SIGKILL.
 
-Run as `python ingest_kill_worker.py DATA_DIR`: ingests generated records with their
-batches written in a worker process, prints "ready" once the first batch is written (the
-worker is running by then) and waits there.
+Run as `python ingest_kill_worker.py DATA_DIR WRITERS`: ingests generated records with
+their batches written in WRITERS worker processes, prints "ready" once the first batch
+is written (the workers are running by then) and waits there.
 """
 
 from __future__ import annotations
@@ -25,7 +25,14 @@ def main() -> None:
         time.sleep(600)
 
     ingest_corpus(
-        engine, ("acme", "kb"), records, batch_size=50, progress=False, worker=True, on_batch=wait_after_first
+        engine,
+        ("acme", "kb"),
+        records,
+        batch_size=50,
+        progress=False,
+        worker=True,
+        writers=int(sys.argv[2]),
+        on_batch=wait_after_first,
     )
 
 

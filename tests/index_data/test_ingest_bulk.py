@@ -341,10 +341,11 @@ def test_a_bulk_load_indexes_batches_in_commit_order(engine):
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
-def test_the_writing_worker_ends_with_a_killed_load(tmp_path: Path):
-    """SIGKILL of the loading process ends its writing worker (and the start method's
-    server) too, instead of leaving them waiting for work forever; what they committed
-    is indexed when the data directory opens again."""
+@pytest.mark.parametrize("writers", [1, 2])
+def test_the_writing_worker_ends_with_a_killed_load(tmp_path: Path, writers: int):
+    """SIGKILL of the loading process ends its writing workers (and the start method's
+    server) too, instead of leaving them waiting for work (or for a turn) forever; what
+    they committed is indexed when the data directory opens again."""
     import os
     import signal
     import subprocess
@@ -367,14 +368,14 @@ def test_the_writing_worker_ends_with_a_killed_load(tmp_path: Path):
 
     name, value = mark.decode().split("=")
     loader = subprocess.Popen(
-        [sys.executable, str(Path(__file__).parent / "ingest_kill_worker.py"), str(tmp_path / "d")],
+        [sys.executable, str(Path(__file__).parent / "ingest_kill_worker.py"), str(tmp_path / "d"), str(writers)],
         stdout=subprocess.PIPE,
         env={**os.environ, name: value},
     )
     try:
         assert loader.stdout is not None and loader.stdout.readline().strip() == b"ready"
         helpers = marked() - {loader.pid}
-        assert helpers  # the worker (and the forkserver) run beside the loader
+        assert helpers  # the workers (and the forkserver) run beside the loader
     finally:
         loader.send_signal(signal.SIGKILL)
         loader.wait()
@@ -388,7 +389,7 @@ def test_the_writing_worker_ends_with_a_killed_load(tmp_path: Path):
     eng = Engine.open(tmp_path / "d", load_model=False)
     try:
         cursor = eng.scope_cursor(SCOPE)
-        assert cursor >= 50 and cursor % 50 == 0  # whole batches: the first, and any the worker wrote ahead
+        assert cursor >= 50 and cursor % 50 == 0  # whole batches: the first, and any written ahead
         assert live_count(eng) == cursor and eng.operator.verify_journal() == {"acme/kb": True}
         assert eng.deps.ranker.projection_cursor(scope_key(SCOPE))["lexical"] == cursor
     finally:
