@@ -33,7 +33,7 @@ def run_all(turns: Turns, order: list[int], failing: int | None = None) -> tuple
         if exc is not None:
             errors[n] = exc
 
-    threads = [threading.Thread(target=one, args=(n,)) for n in order]
+    threads = [threading.Thread(target=one, args=(n,), daemon=True) for n in order]  # a hang fails, not blocks
     for thread in threads:
         thread.start()
     for thread in threads:
