@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import itertools
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.context
@@ -214,7 +213,9 @@ class Writer:
 
     def __init__(self, engine: Engine, load: Load, *, workers: int, ahead: int) -> None:
         self._ahead = max(1, ahead, workers + 1)  # enough in flight to keep each worker busy
+        self._load = load
         self._pool: ProcessPoolExecutor | None = None
+        self._here: Callable[[Chunk], Written] | None = None  # the writing on the calling thread
         self.in_worker = workers > 0  # whether the chunks are written in worker processes
         if self.in_worker:
             context = worker_context()
@@ -224,19 +225,18 @@ class Writer:
                 initializer=_start_worker,
                 initargs=(engine.writer_spec(), Turns(context)),
             )
-            self._work: Callable[[int, Chunk], Written] = partial(_write_in_worker, load)
         else:
-            writer = engine.batch_writer()
-            self._work = lambda n, chunk: write_chunk(writer, load, chunk)
+            self._here = partial(write_chunk, engine.batch_writer(), load)
 
     def map(self, chunks: Iterable[Chunk]) -> Iterator[Written]:
         """Each chunk written, in order; at most ``ahead`` chunks in flight."""
         if self._pool is None:
-            yield from itertools.starmap(self._work, enumerate(chunks))
+            assert self._here is not None
+            yield from map(self._here, chunks)
             return
         pending: deque[Future[Written]] = deque()
         for n, chunk in enumerate(chunks):
-            pending.append(self._pool.submit(self._work, n, chunk))
+            pending.append(self._pool.submit(_write_in_worker, self._load, n, chunk))
             if len(pending) > self._ahead:
                 yield pending.popleft().result()
         while pending:

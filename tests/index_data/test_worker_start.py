@@ -1,6 +1,6 @@
-"""Whether a load is written in worker processes (and how many), and the worker's start ahead of the
-loading process's own: the fork server imports the worker's modules while the command
-opens its engine, and the command's load is written through that worker."""
+"""Whether a load is written in worker processes (and how many), and the workers' start
+ahead of the loading process's own: the fork server imports the worker's modules while
+the command opens its engine, and the command's load is written through that worker."""
 
 from __future__ import annotations
 
